@@ -1,0 +1,32 @@
+//! The kernel of the approval gate: it decides what may reach the outside world, and
+//! records who decided, without ever touching the outside world itself.
+//!
+//! Drivers are known only as [`Gatekeeper`] trait objects; storage only through the
+//! [`LedgerStore`] port. Nothing in this crate opens a socket, a file or a service.
+//!
+//! - [`contract`]: the traits and descriptions a driver implements and submits.
+//! - [`Overseer`]: the approval queue, decisions, auto-approval rules, the drainer and
+//!   lockdown.
+//! - [`ledger`]: what is recorded about every action and observation.
+//! - [`store`]: the storage port and its in-memory default.
+//! - [`clock`]: injected time, so ledgers and transcripts are reproducible.
+
+pub mod clock;
+pub mod contract;
+pub mod drain;
+pub mod ledger;
+mod overseer;
+pub mod store;
+
+pub use clock::{Clock, StepClock, SystemClock, Timestamp};
+pub use contract::{
+    ActionDescription, ActionKind, ApprovalQueue, DriverActionId, Gatekeeper, GatekeeperError,
+    ObservationAuthorizer, ObservationDescription, QueueError, RejectOutcome, RevertOutcome,
+};
+pub use drain::DrainCause;
+pub use ledger::{
+    ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, LedgerEntry, LedgerId,
+    Resolution, RevertRecord,
+};
+pub use overseer::{DecisionError, Overseer, RejectReport, RevertReport};
+pub use store::{LedgerStore, MemoryLedger, StorageError};

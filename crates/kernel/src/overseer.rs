@@ -1,0 +1,829 @@
+//! The Overseer: the approval queue, the ledger's rules, the drainer and lockdown.
+//!
+//! The Overseer decides what reaches the outside world and records who decided, without
+//! touching the outside world itself: every effect goes through a registered
+//! [`Gatekeeper`] trait object, every record through the [`LedgerStore`] port.
+//!
+//! # Decisions it takes
+//!
+//! - A submission is recorded as pending and answered at once. If it will auto-apply,
+//!   the apply happens on a background task (see [`Overseer::settle`]).
+//! - An action is applied only after a person approved it, or when *both* keys hold:
+//!   the driver said `auto_approvable` and a person enabled a rule for its kind.
+//! - The drainer applies one gatekeeper's eligible actions in ascending id and stops at
+//!   the first action that is not eligible, or whose apply fails. It never skips ahead.
+//! - One decision at a time per action: a second approve, reject or revert of an action
+//!   that is being decided is refused, so the kernel never asks a driver to apply the
+//!   same action twice at once.
+//! - A failed apply is a state of its own. If the driver says nothing was sent
+//!   (retryable), a person may approve it again or reject it; otherwise it is final.
+//! - Rejections reported as cascaded by the driver are marked rejected with the cause;
+//!   open actions that depend on a rejected one are flagged, kept out of
+//!   auto-approval, and left for a person.
+//! - Lockdown, once latched by a sensitive observation, refuses new submissions and
+//!   every apply, manual or automatic. Actions pending at that moment stay pending and
+//!   may only be rejected: a person may still say no, nothing may leave.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use async_trait::async_trait;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::clock::Clock;
+use crate::contract::{
+    ActionDescription, ActionKind, ApprovalQueue, DriverActionId, Gatekeeper, GatekeeperError,
+    ObservationAuthorizer, ObservationDescription, QueueError,
+};
+use crate::drain::{DrainCause, DrainGuard, Request};
+use crate::ledger::{
+    ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, LedgerEntry, LedgerId,
+    Resolution, RevertRecord,
+};
+use crate::store::{LedgerStore, MemoryLedger, StorageError};
+
+/// Why the Overseer refused a decision or a configuration change. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecisionError {
+    /// No entry has this id.
+    #[error("there is no entry {0}; list pending work to see the ids you can decide")]
+    UnknownEntry(LedgerId),
+    /// The id names an observation, which is recorded, never decided.
+    #[error("{0} is an observation; only actions can be approved, rejected or reverted")]
+    Observation(LedgerId),
+    /// The action is not waiting for a decision.
+    #[error("action {id} is already {state}; only pending actions can be approved or rejected")]
+    NotPending {
+        /// The action.
+        id: LedgerId,
+        /// Its current state.
+        state: ActionState,
+    },
+    /// The action failed in a way that may have reached the service.
+    #[error(
+        "action {id} failed and cannot be retried: {message}; check the service and stage it again if needed"
+    )]
+    NotRetryable {
+        /// The action.
+        id: LedgerId,
+        /// The failure as recorded.
+        message: String,
+    },
+    /// Another decision on the same action is under way.
+    #[error("action {0} is being decided right now; wait for that to finish")]
+    InFlight(LedgerId),
+    /// Lockdown forbids applying anything.
+    #[error(
+        "this workspace has observed sensitive data, so action {0} cannot be applied; reject it instead"
+    )]
+    LockedDown(LedgerId),
+    /// Revert asked of an action whose driver does not implement it.
+    #[error(
+        "action {0} cannot be reverted automatically; undo it directly in the service if needed"
+    )]
+    RevertUnsupported(LedgerId),
+    /// Revert asked of an action that was not applied.
+    #[error("action {id} is {state}; only an applied action can be reverted")]
+    NotApplied {
+        /// The action.
+        id: LedgerId,
+        /// Its current state.
+        state: ActionState,
+    },
+    /// No gatekeeper has this name.
+    #[error("there is no gatekeeper named {0:?}; register it before using it")]
+    UnknownGatekeeper(String),
+    /// A gatekeeper with this name is already registered.
+    #[error("a gatekeeper named {0:?} is already registered; choose another name")]
+    DuplicateGatekeeper(String),
+    /// The driver failed to apply the action; it is now recorded as failed.
+    #[error("applying action {id} failed: {source}")]
+    ApplyFailed {
+        /// The action.
+        id: LedgerId,
+        /// The driver's error.
+        source: GatekeeperError,
+    },
+    /// The driver refused or failed a reject or a revert; nothing changed in the ledger.
+    #[error("the gatekeeper could not do this for action {id}: {source}")]
+    Gatekeeper {
+        /// The action.
+        id: LedgerId,
+        /// The driver's error.
+        source: GatekeeperError,
+    },
+    /// The storage port failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// What a rejection did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RejectReport {
+    /// Other actions the driver dropped with this one, now marked rejected.
+    pub cascaded: Vec<LedgerId>,
+    /// Open actions that depended on a rejected one, now flagged and held for a person.
+    pub flagged: Vec<LedgerId>,
+    /// The driver asked for the agent to be restarted.
+    pub restart: bool,
+}
+
+/// What a revert request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevertReport {
+    /// Whether the action was undone.
+    pub reverted: bool,
+    /// The driver's reason when it was not.
+    pub message: Option<String>,
+    /// When not undone: whether asking again later may succeed.
+    pub can_retry: bool,
+    /// The driver asked for the agent to be restarted.
+    pub restart: bool,
+}
+
+struct Inner {
+    store: Arc<dyn LedgerStore>,
+    clock: Arc<dyn Clock>,
+    gatekeepers: RwLock<HashMap<Arc<str>, Arc<dyn Gatekeeper>>>,
+    drains: Mutex<HashMap<Arc<str>, DrainGuard>>,
+    in_flight: Mutex<HashSet<LedgerId>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here is a few map operations that cannot leave the data
+    // half-changed, so a poisoned lock is still consistent.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The kernel. Cheap to clone; clones share one state.
+#[derive(Clone)]
+pub struct Overseer {
+    inner: Arc<Inner>,
+}
+
+/// Releases an action's in-flight slot when the decision ends, however it ends.
+struct InFlight<'a> {
+    inner: &'a Inner,
+    id: LedgerId,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        lock(&self.inner.in_flight).remove(&self.id);
+    }
+}
+
+/// Who decided, for [`Inner::apply_entry`].
+struct Decider<'a> {
+    by: &'a str,
+    auto: bool,
+}
+
+impl Overseer {
+    /// A kernel with the in-memory ledger.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::with_store(Arc::new(MemoryLedger::new()), clock)
+    }
+
+    /// A kernel over the given storage backend.
+    pub fn with_store(store: Arc<dyn LedgerStore>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                clock,
+                gatekeepers: RwLock::new(HashMap::new()),
+                drains: Mutex::new(HashMap::new()),
+                in_flight: Mutex::new(HashSet::new()),
+                tasks: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Register a driver under its [`Gatekeeper::name`].
+    pub fn register(&self, gatekeeper: Arc<dyn Gatekeeper>) -> Result<(), DecisionError> {
+        let name: Arc<str> = Arc::from(gatekeeper.name());
+        let mut gatekeepers = self
+            .inner
+            .gatekeepers
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if gatekeepers.contains_key(&name) {
+            return Err(DecisionError::DuplicateGatekeeper(name.to_string()));
+        }
+        info!(gatekeeper = %name, "gatekeeper registered");
+        gatekeepers.insert(name, gatekeeper);
+        Ok(())
+    }
+
+    /// The names of the registered gatekeepers, sorted.
+    pub fn gatekeeper_names(&self) -> Vec<String> {
+        let gatekeepers = self
+            .inner
+            .gatekeepers
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut names: Vec<String> = gatekeepers.keys().map(|n| n.to_string()).collect();
+        names.sort();
+        names
+    }
+
+    /// The capability a driver uses on behalf of `caller`: submit actions and authorize
+    /// observations, recorded under `gatekeeper`.
+    pub fn queue_for(
+        &self,
+        gatekeeper: &str,
+        caller: &str,
+    ) -> Result<Arc<dyn ApprovalQueue>, DecisionError> {
+        let name = self.inner.gatekeeper_name(gatekeeper)?;
+        Ok(Arc::new(CallerQueue {
+            overseer: self.clone(),
+            gatekeeper: name,
+            caller: Arc::from(caller),
+        }))
+    }
+
+    /// Approve and apply an action. Any open action may be approved, in any order.
+    ///
+    /// The action becomes approved only if the driver's apply succeeds; if it fails the
+    /// action becomes failed, the error is returned, and the failure is in the ledger.
+    /// Either way a drain of the gatekeeper follows, since a gate may have cleared.
+    pub async fn approve(&self, id: LedgerId, by: &str) -> Result<(), DecisionError> {
+        let entry = self.inner.open_action(id)?;
+        let result = self
+            .inner
+            .apply_entry(id, Decider { by, auto: false })
+            .await;
+        self.request_drain(&entry.gatekeeper, DrainCause::Approved(id));
+        result
+    }
+
+    /// Reject an action. Nothing is sent. Actions the driver dropped with it are marked
+    /// rejected ("cascaded from #id"); open actions that depended on any of them are
+    /// flagged and held for a person.
+    pub async fn reject(&self, id: LedgerId, by: &str) -> Result<RejectReport, DecisionError> {
+        let inner = &self.inner;
+        inner.open_action(id)?;
+        let _slot = inner.claim(id)?;
+        let entry = inner.open_action_entry(inner.store.get(id)?, id)?;
+        let action = entry.action().expect("open_action checked the kind");
+        let gatekeeper = inner.gatekeeper(&entry.gatekeeper)?;
+        let span = info_span!("reject", action = %id, gatekeeper = %entry.gatekeeper);
+        let outcome = gatekeeper
+            .reject_action(action.driver_id)
+            .instrument(span.clone())
+            .await
+            .map_err(|source| DecisionError::Gatekeeper { id, source })?;
+        let _enter = span.enter();
+
+        let now = inner.clock.now();
+        let mut rejected = entry.clone();
+        let record = rejected.action_mut().expect("action");
+        record.state = ActionState::Rejected;
+        record.restart_requested = outcome.restart;
+        record.resolution = Some(Resolution {
+            by: by.to_owned(),
+            auto: false,
+            at: now,
+            cause: None,
+        });
+        inner.store.put(&rejected)?;
+        info!(restart = outcome.restart, "action rejected");
+
+        let mut report = RejectReport {
+            restart: outcome.restart,
+            ..RejectReport::default()
+        };
+        let cause = format!("cascaded from {id}");
+        for driver_id in outcome.cascaded {
+            let Some(other) = inner.store.find_action(&entry.gatekeeper, driver_id)? else {
+                warn!(%driver_id, "driver cascaded to an action the kernel never saw");
+                continue;
+            };
+            let Some(mut other_entry) = inner.store.get(other)? else {
+                continue;
+            };
+            let Some(other_action) = other_entry.action_mut() else {
+                continue;
+            };
+            if !other_action.is_open() {
+                continue;
+            }
+            other_action.state = ActionState::Rejected;
+            other_action.resolution = Some(Resolution {
+                by: by.to_owned(),
+                auto: false,
+                at: now,
+                cause: Some(cause.clone()),
+            });
+            inner.store.put(&other_entry)?;
+            info!(action = %other, cause = %cause, "action rejected by cascade");
+            report.cascaded.push(other);
+        }
+
+        let mut roots: Vec<LedgerId> = vec![id];
+        roots.extend(&report.cascaded);
+        report.flagged = inner.flag_dependents(&entry.gatekeeper, id, &roots)?;
+        drop(_enter);
+        self.request_drain(&entry.gatekeeper, DrainCause::Rejected(id));
+        Ok(report)
+    }
+
+    /// Ask the driver to undo an applied action, if its description says it can.
+    ///
+    /// A refusal by the driver is recorded and reported, not returned as an error; the
+    /// action then stays approved.
+    pub async fn revert(&self, id: LedgerId, by: &str) -> Result<RevertReport, DecisionError> {
+        let inner = &self.inner;
+        let _slot = inner.claim(id)?;
+        let mut entry = inner.store.get(id)?.ok_or(DecisionError::UnknownEntry(id))?;
+        let gatekeeper_name = entry.gatekeeper.clone();
+        let action = entry.action().ok_or(DecisionError::Observation(id))?;
+        if action.state != ActionState::Approved {
+            return Err(DecisionError::NotApplied {
+                id,
+                state: action.state,
+            });
+        }
+        if !action.description.implements_revert {
+            return Err(DecisionError::RevertUnsupported(id));
+        }
+        let driver_id = action.driver_id;
+        let gatekeeper = inner.gatekeeper(&gatekeeper_name)?;
+        let span = info_span!("revert", action = %id, gatekeeper = %gatekeeper_name);
+        let result = gatekeeper
+            .revert_action(driver_id)
+            .instrument(span.clone())
+            .await;
+        let _enter = span.enter();
+        let now = inner.clock.now();
+        let record = entry.action_mut().expect("checked above");
+        match result {
+            Ok(outcome) => {
+                let reverted = outcome.message.is_none();
+                if reverted {
+                    record.state = ActionState::Reverted;
+                }
+                record.restart_requested |= outcome.restart;
+                record.revert = Some(RevertRecord {
+                    by: by.to_owned(),
+                    at: now,
+                    refused: outcome.message.clone(),
+                });
+                inner.store.put(&entry)?;
+                info!(reverted, "revert requested");
+                Ok(RevertReport {
+                    reverted,
+                    message: outcome.message,
+                    can_retry: outcome.can_retry,
+                    restart: outcome.restart,
+                })
+            }
+            Err(source) => {
+                record.revert = Some(RevertRecord {
+                    by: by.to_owned(),
+                    at: now,
+                    refused: Some(source.message.clone()),
+                });
+                inner.store.put(&entry)?;
+                warn!(error = %source, "revert failed");
+                Err(DecisionError::Gatekeeper { id, source })
+            }
+        }
+    }
+
+    /// Enable auto-approval of `kind` on `gatekeeper`, attributed to `by`, and drain the
+    /// gatekeeper so matching actions already pending are applied.
+    ///
+    /// Must be called within a tokio runtime (the drain runs as a task).
+    pub fn enable_rule(
+        &self,
+        gatekeeper: &str,
+        kind: ActionKind,
+        by: &str,
+    ) -> Result<(), DecisionError> {
+        let name = self.inner.gatekeeper_name(gatekeeper)?;
+        let rule = AutoApprovalRule {
+            gatekeeper: name.to_string(),
+            kind,
+            enabled_by: by.to_owned(),
+        };
+        self.inner.store.put_rule(&rule)?;
+        info!(gatekeeper = %name, tag = %rule.kind.tag, by, "auto-approval rule enabled");
+        self.request_drain(&name, DrainCause::RuleEnabled);
+        Ok(())
+    }
+
+    /// Remove a rule. Actions of that kind submitted later need a person again; returns
+    /// whether a rule existed.
+    pub fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, DecisionError> {
+        let removed = self.inner.store.remove_rule(gatekeeper, tag)?;
+        info!(gatekeeper, tag, removed, "auto-approval rule removed");
+        Ok(removed)
+    }
+
+    /// Every enabled rule.
+    pub fn rules(&self) -> Result<Vec<AutoApprovalRule>, DecisionError> {
+        Ok(self.inner.store.rules()?)
+    }
+
+    /// The kinds each registered gatekeeper may auto-apply, for a pre-approval screen.
+    pub fn pre_approvable_kinds(&self) -> Vec<(String, ActionKind)> {
+        let gatekeepers = self
+            .inner
+            .gatekeepers
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut kinds: Vec<(String, ActionKind)> = gatekeepers
+            .iter()
+            .flat_map(|(name, gk)| {
+                gk.auto_approvable_actions()
+                    .into_iter()
+                    .map(move |kind| (name.to_string(), kind))
+            })
+            .collect();
+        kinds.sort_by(|a, b| (&a.0, &a.1.tag).cmp(&(&b.0, &b.1.tag)));
+        kinds
+    }
+
+    /// One entry.
+    pub fn entry(&self, id: LedgerId) -> Result<Option<LedgerEntry>, DecisionError> {
+        Ok(self.inner.store.get(id)?)
+    }
+
+    /// The whole ledger, in ascending id.
+    pub fn ledger(&self) -> Result<Vec<LedgerEntry>, DecisionError> {
+        Ok(self.inner.store.entries()?)
+    }
+
+    /// Every action still waiting for a person (pending, or failed but retryable), in
+    /// ascending id across all gatekeepers.
+    pub fn open_actions(&self) -> Result<Vec<LedgerEntry>, DecisionError> {
+        let mut open = Vec::new();
+        for name in self.gatekeeper_names() {
+            open.extend(self.inner.store.open_actions(&name)?);
+        }
+        open.sort_by_key(|e| e.id);
+        Ok(open)
+    }
+
+    /// Whether lockdown is latched.
+    pub fn is_locked_down(&self) -> Result<bool, DecisionError> {
+        Ok(self.inner.store.locked_down()?)
+    }
+
+    /// Wait until every background drain has finished, including drains started by the
+    /// drains being waited for. Tests and lectures call this instead of sleeping.
+    pub async fn settle(&self) {
+        loop {
+            let tasks = std::mem::take(&mut *lock(&self.inner.tasks));
+            if tasks.is_empty() {
+                return;
+            }
+            for task in tasks {
+                if let Err(error) = task.await {
+                    warn!(%error, "drain task ended abnormally");
+                }
+            }
+        }
+    }
+
+    fn request_drain(&self, gatekeeper: &Arc<str>, cause: DrainCause) {
+        let request = lock(&self.inner.drains)
+            .entry(gatekeeper.clone())
+            .or_default()
+            .request(cause);
+        match request {
+            Request::Coalesced => {
+                debug!(gatekeeper = %gatekeeper, %cause, "drain already running; rerun requested");
+            }
+            Request::Start => {
+                let inner = self.inner.clone();
+                let gatekeeper = gatekeeper.clone();
+                let span = info_span!("drain", gatekeeper = %gatekeeper);
+                let task = tokio::spawn(
+                    async move { inner.drain(gatekeeper, cause).await }.instrument(span),
+                );
+                lock(&self.inner.tasks).push(task);
+            }
+        }
+    }
+
+    fn submit(
+        &self,
+        gatekeeper: &Arc<str>,
+        caller: &Arc<str>,
+        driver_id: DriverActionId,
+        description: ActionDescription,
+    ) -> Result<LedgerId, QueueError> {
+        let inner = &self.inner;
+        let storage = |e: StorageError| QueueError::Storage(e.0);
+        if inner.store.locked_down().map_err(storage)? {
+            warn!(gatekeeper = %gatekeeper, %driver_id, "submission refused: lockdown");
+            return Err(QueueError::LockedDown);
+        }
+        if inner
+            .store
+            .find_action(gatekeeper, driver_id)
+            .map_err(storage)?
+            .is_some()
+        {
+            return Err(QueueError::DuplicateSubmission(driver_id));
+        }
+        let mut depends_on = Vec::with_capacity(description.depends_on.len());
+        let mut blocked_by = None;
+        for dep in &description.depends_on {
+            let Some(dep_id) = inner.store.find_action(gatekeeper, *dep).map_err(storage)? else {
+                continue;
+            };
+            depends_on.push(dep_id);
+            if blocked_by.is_none()
+                && let Some(dep_entry) = inner.store.get(dep_id).map_err(storage)?
+                && let Some(dep_action) = dep_entry.action()
+            {
+                if dep_action.state == ActionState::Rejected {
+                    blocked_by = Some(dep_id);
+                } else if dep_action.blocked_by.is_some() {
+                    blocked_by = dep_action.blocked_by;
+                }
+            }
+        }
+        let now = inner.clock.now();
+        let auto_candidate = description.auto_approvable && blocked_by.is_none();
+        let tag = description.action_kind.as_ref().map(|k| k.tag.clone());
+        let description = Arc::new(description);
+        let id = inner
+            .store
+            .insert(&mut |id| LedgerEntry {
+                id,
+                gatekeeper: gatekeeper.clone(),
+                caller: caller.clone(),
+                created_at: now,
+                body: EntryBody::Action(ActionEntry {
+                    driver_id,
+                    description: description.clone(),
+                    state: ActionState::Pending,
+                    resolution: None,
+                    failure: None,
+                    depends_on: depends_on.clone(),
+                    blocked_by,
+                    restart_requested: false,
+                    revert: None,
+                }),
+            })
+            .map_err(storage)?;
+        let will_auto = auto_candidate
+            && match &tag {
+                Some(tag) => inner.store.rule(gatekeeper, tag).map_err(storage)?.is_some(),
+                None => false,
+            };
+        info!(action = %id, gatekeeper = %gatekeeper, %driver_id, will_auto, "action submitted");
+        if will_auto {
+            self.request_drain(gatekeeper, DrainCause::Submitted(id));
+        }
+        Ok(id)
+    }
+
+    fn observe(
+        &self,
+        gatekeeper: &Arc<str>,
+        caller: &Arc<str>,
+        description: ObservationDescription,
+    ) -> Result<LedgerId, QueueError> {
+        let inner = &self.inner;
+        let storage = |e: StorageError| QueueError::Storage(e.0);
+        if description.prohibit_all_sharing && !inner.store.locked_down().map_err(storage)? {
+            inner.store.latch_lockdown().map_err(storage)?;
+            warn!(gatekeeper = %gatekeeper, "sensitive data observed: lockdown latched");
+        }
+        let now = inner.clock.now();
+        let id = inner
+            .store
+            .insert(&mut |id| LedgerEntry {
+                id,
+                gatekeeper: gatekeeper.clone(),
+                caller: caller.clone(),
+                created_at: now,
+                body: EntryBody::Observation(description.clone()),
+            })
+            .map_err(storage)?;
+        debug!(observation = %id, gatekeeper = %gatekeeper, "observation authorized");
+        Ok(id)
+    }
+}
+
+impl Inner {
+    fn gatekeeper(&self, name: &str) -> Result<Arc<dyn Gatekeeper>, DecisionError> {
+        self.gatekeepers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| DecisionError::UnknownGatekeeper(name.to_owned()))
+    }
+
+    fn gatekeeper_name(&self, name: &str) -> Result<Arc<str>, DecisionError> {
+        self.gatekeepers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_key_value(name)
+            .map(|(k, _)| k.clone())
+            .ok_or_else(|| DecisionError::UnknownGatekeeper(name.to_owned()))
+    }
+
+    /// Take the action's in-flight slot for the length of one decision.
+    fn claim(&self, id: LedgerId) -> Result<InFlight<'_>, DecisionError> {
+        if !lock(&self.in_flight).insert(id) {
+            return Err(DecisionError::InFlight(id));
+        }
+        Ok(InFlight { inner: self, id })
+    }
+
+    fn open_action(&self, id: LedgerId) -> Result<LedgerEntry, DecisionError> {
+        let entry = self.store.get(id)?;
+        self.open_action_entry(entry, id)
+    }
+
+    /// Check that an entry is an action a person may still decide.
+    fn open_action_entry(
+        &self,
+        entry: Option<LedgerEntry>,
+        id: LedgerId,
+    ) -> Result<LedgerEntry, DecisionError> {
+        let entry = entry.ok_or(DecisionError::UnknownEntry(id))?;
+        let action = entry.action().ok_or(DecisionError::Observation(id))?;
+        if !action.is_open() {
+            return Err(match (&action.state, &action.failure) {
+                (ActionState::Failed, Some(failure)) => DecisionError::NotRetryable {
+                    id,
+                    message: failure.message.clone(),
+                },
+                (state, _) => DecisionError::NotPending { id, state: *state },
+            });
+        }
+        Ok(entry)
+    }
+
+    /// The one path from open to approved or failed, for people and rules alike.
+    async fn apply_entry(&self, id: LedgerId, decider: Decider<'_>) -> Result<(), DecisionError> {
+        let _slot = self.claim(id)?;
+        // Re-read under the slot: another decision may have finished meanwhile.
+        let mut entry = self.open_action_entry(self.store.get(id)?, id)?;
+        if self.store.locked_down()? {
+            return Err(DecisionError::LockedDown(id));
+        }
+        let gatekeeper = self.gatekeeper(&entry.gatekeeper)?;
+        let driver_id = entry.action().expect("checked").driver_id;
+        let span = info_span!("apply", action = %id, gatekeeper = %entry.gatekeeper, auto = decider.auto);
+        let result = gatekeeper
+            .apply_action(driver_id)
+            .instrument(span.clone())
+            .await;
+        let _enter = span.enter();
+        let record = entry.action_mut().expect("checked");
+        record.resolution = Some(Resolution {
+            by: decider.by.to_owned(),
+            auto: decider.auto,
+            at: self.clock.now(),
+            cause: None,
+        });
+        match result {
+            Ok(()) => {
+                record.state = ActionState::Approved;
+                record.failure = None;
+                self.store.put(&entry)?;
+                info!(by = decider.by, "action applied");
+                Ok(())
+            }
+            Err(source) => {
+                record.state = ActionState::Failed;
+                record.failure = Some(Failure {
+                    message: source.message.clone(),
+                    retryable: source.retryable,
+                });
+                self.store.put(&entry)?;
+                warn!(error = %source, retryable = source.retryable, "apply failed");
+                Err(DecisionError::ApplyFailed { id, source })
+            }
+        }
+    }
+
+    /// Flag every open action of `gatekeeper` that depends, directly or through another
+    /// flagged action, on one of `rejected`. Dependencies point to earlier ids, so one
+    /// ascending pass reaches every transitive dependent.
+    fn flag_dependents(
+        &self,
+        gatekeeper: &str,
+        root: LedgerId,
+        rejected: &[LedgerId],
+    ) -> Result<Vec<LedgerId>, DecisionError> {
+        let mut tainted: BTreeSet<LedgerId> = rejected.iter().copied().collect();
+        let mut flagged = Vec::new();
+        for mut entry in self.store.open_actions(gatekeeper)? {
+            let id = entry.id;
+            let Some(action) = entry.action_mut() else {
+                continue;
+            };
+            if !action.depends_on.iter().any(|d| tainted.contains(d)) {
+                continue;
+            }
+            tainted.insert(id);
+            if action.blocked_by.is_none() {
+                action.blocked_by = Some(root);
+                self.store.put(&entry)?;
+                info!(action = %id, root = %root, "action depends on a rejected action: held for a person");
+                flagged.push(id);
+            }
+        }
+        Ok(flagged)
+    }
+
+    /// Run drain passes until no rerun was requested, then release the guard.
+    async fn drain(self: Arc<Self>, gatekeeper: Arc<str>, first: DrainCause) {
+        let mut cause = first;
+        loop {
+            debug!(%cause, "drain pass");
+            if let Err(error) = self.drain_once(&gatekeeper).await {
+                warn!(%error, "drain pass stopped by a storage error");
+            }
+            let next = lock(&self.drains)
+                .get_mut(&gatekeeper)
+                .and_then(DrainGuard::pass_finished);
+            match next {
+                Some(rerun) => cause = rerun,
+                None => return,
+            }
+        }
+    }
+
+    /// One pass: apply eligible open actions in ascending id, stop at the first that is
+    /// not eligible or fails.
+    async fn drain_once(&self, gatekeeper: &str) -> Result<(), StorageError> {
+        if self.store.locked_down()? {
+            return Ok(());
+        }
+        for entry in self.store.open_actions(gatekeeper)? {
+            let Some(action) = entry.action() else {
+                continue;
+            };
+            let rule = match (&action.description.action_kind, action.state) {
+                (Some(kind), ActionState::Pending)
+                    if action.description.auto_approvable && action.blocked_by.is_none() =>
+                {
+                    self.store.rule(gatekeeper, &kind.tag)?
+                }
+                _ => None,
+            };
+            let Some(rule) = rule else {
+                debug!(action = %entry.id, "manual gate: drain stops");
+                return Ok(());
+            };
+            let decider = Decider {
+                by: &rule.enabled_by,
+                auto: true,
+            };
+            match self.apply_entry(entry.id, decider).await {
+                Ok(()) => {}
+                // Decided meanwhile by someone else: it no longer holds anything back.
+                Err(DecisionError::NotPending { .. }) => {}
+                Err(error) => {
+                    warn!(action = %entry.id, %error, "auto-approval stopped");
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The queue handed to one caller of one gatekeeper.
+struct CallerQueue {
+    overseer: Overseer,
+    gatekeeper: Arc<str>,
+    caller: Arc<str>,
+}
+
+#[async_trait]
+impl ObservationAuthorizer for CallerQueue {
+    async fn authorize_observation(
+        &self,
+        description: ObservationDescription,
+    ) -> Result<LedgerId, QueueError> {
+        self.overseer
+            .observe(&self.gatekeeper, &self.caller, description)
+    }
+}
+
+#[async_trait]
+impl ApprovalQueue for CallerQueue {
+    async fn submit_action(
+        &self,
+        action: DriverActionId,
+        description: ActionDescription,
+    ) -> Result<LedgerId, QueueError> {
+        self.overseer
+            .submit(&self.gatekeeper, &self.caller, action, description)
+    }
+}

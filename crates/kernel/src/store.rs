@@ -1,0 +1,219 @@
+//! The kernel's storage port, and the in-memory implementation used by default.
+//!
+//! The Overseer keeps its ledger, its auto-approval rules and the lockdown latch only
+//! through [`LedgerStore`]. A durable backend implements the same trait in its own
+//! crate; the kernel never names one.
+//!
+//! The port is synchronous on purpose: each call is one small read or one write, and a
+//! backend that blocks (SQLite) is expected to be fast enough to call from a task. The
+//! Overseer never holds a store call across an `.await`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::contract::DriverActionId;
+use crate::ledger::{AutoApprovalRule, EntryBody, LedgerEntry, LedgerId};
+
+/// A storage backend refused or failed an operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("ledger storage failed: {0}")]
+pub struct StorageError(pub String);
+
+/// Where the Overseer keeps what it must not forget.
+///
+/// Implementations must make each call atomic: a reader never sees half of a `put`.
+/// Ids handed out by [`LedgerStore::insert`] increase strictly and are never reused.
+pub trait LedgerStore: Send + Sync {
+    /// Allocate the next id, build the entry for it with `make`, and store it.
+    fn insert(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<LedgerId, StorageError>;
+
+    /// One entry by id.
+    fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError>;
+
+    /// Replace an existing entry (same id).
+    fn put(&self, entry: &LedgerEntry) -> Result<(), StorageError>;
+
+    /// Every entry, in ascending id.
+    fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError>;
+
+    /// The open actions of one gatekeeper (pending, or failed but retryable: both still
+    /// wait for a person), in ascending id.
+    fn open_actions(&self, gatekeeper: &str) -> Result<Vec<LedgerEntry>, StorageError>;
+
+    /// The ledger id of the action a gatekeeper submitted under `driver_id`.
+    fn find_action(
+        &self,
+        gatekeeper: &str,
+        driver_id: DriverActionId,
+    ) -> Result<Option<LedgerId>, StorageError>;
+
+    /// Store a rule, replacing any rule for the same gatekeeper and tag.
+    fn put_rule(&self, rule: &AutoApprovalRule) -> Result<(), StorageError>;
+
+    /// Remove a rule; returns whether one existed.
+    fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, StorageError>;
+
+    /// The rule for a gatekeeper and tag, if enabled.
+    fn rule(&self, gatekeeper: &str, tag: &str) -> Result<Option<AutoApprovalRule>, StorageError>;
+
+    /// Every rule, ordered by gatekeeper then tag.
+    fn rules(&self) -> Result<Vec<AutoApprovalRule>, StorageError>;
+
+    /// Latch lockdown. Once latched it is never unlatched.
+    fn latch_lockdown(&self) -> Result<(), StorageError>;
+
+    /// Whether lockdown is latched.
+    fn locked_down(&self) -> Result<bool, StorageError>;
+}
+
+#[derive(Default)]
+struct Tables {
+    last_id: u64,
+    entries: BTreeMap<LedgerId, LedgerEntry>,
+    open: HashMap<Arc<str>, BTreeSet<LedgerId>>,
+    by_driver: HashMap<(Arc<str>, DriverActionId), LedgerId>,
+    rules: BTreeMap<String, BTreeMap<String, AutoApprovalRule>>,
+    locked_down: bool,
+}
+
+impl Tables {
+    fn index(&mut self, entry: &LedgerEntry) {
+        if let EntryBody::Action(action) = &entry.body {
+            let open = self.open.entry(entry.gatekeeper.clone()).or_default();
+            if action.is_open() {
+                open.insert(entry.id);
+            } else {
+                open.remove(&entry.id);
+            }
+            self.by_driver
+                .insert((entry.gatekeeper.clone(), action.driver_id), entry.id);
+        }
+    }
+}
+
+/// The default store: everything in memory, gone when the process ends.
+#[derive(Default)]
+pub struct MemoryLedger {
+    tables: Mutex<Tables>,
+}
+
+impl MemoryLedger {
+    /// An empty ledger.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        // A panic while holding the lock leaves the tables consistent (every method
+        // mutates after its checks), so a poisoned lock is still usable.
+        self.tables
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl LedgerStore for MemoryLedger {
+    fn insert(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<LedgerId, StorageError> {
+        let mut tables = self.tables();
+        let id = LedgerId(tables.last_id + 1);
+        let entry = make(id);
+        if entry.id != id {
+            return Err(StorageError(format!(
+                "entry built for {id} carries id {}",
+                entry.id
+            )));
+        }
+        tables.last_id = id.0;
+        tables.index(&entry);
+        tables.entries.insert(id, entry);
+        Ok(id)
+    }
+
+    fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {
+        Ok(self.tables().entries.get(&id).cloned())
+    }
+
+    fn put(&self, entry: &LedgerEntry) -> Result<(), StorageError> {
+        let mut tables = self.tables();
+        match tables.entries.get_mut(&entry.id) {
+            Some(slot) => *slot = entry.clone(),
+            None => return Err(StorageError(format!("no entry {} to replace", entry.id))),
+        }
+        tables.index(entry);
+        Ok(())
+    }
+
+    fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError> {
+        Ok(self.tables().entries.values().cloned().collect())
+    }
+
+    fn open_actions(&self, gatekeeper: &str) -> Result<Vec<LedgerEntry>, StorageError> {
+        let tables = self.tables();
+        let Some(ids) = tables.open.get(gatekeeper) else {
+            return Ok(Vec::new());
+        };
+        Ok(ids
+            .iter()
+            .filter_map(|id| tables.entries.get(id).cloned())
+            .collect())
+    }
+
+    fn find_action(
+        &self,
+        gatekeeper: &str,
+        driver_id: DriverActionId,
+    ) -> Result<Option<LedgerId>, StorageError> {
+        let key = (Arc::<str>::from(gatekeeper), driver_id);
+        Ok(self.tables().by_driver.get(&key).copied())
+    }
+
+    fn put_rule(&self, rule: &AutoApprovalRule) -> Result<(), StorageError> {
+        self.tables()
+            .rules
+            .entry(rule.gatekeeper.clone())
+            .or_default()
+            .insert(rule.kind.tag.clone(), rule.clone());
+        Ok(())
+    }
+
+    fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, StorageError> {
+        let mut tables = self.tables();
+        let Some(rules) = tables.rules.get_mut(gatekeeper) else {
+            return Ok(false);
+        };
+        Ok(rules.remove(tag).is_some())
+    }
+
+    fn rule(&self, gatekeeper: &str, tag: &str) -> Result<Option<AutoApprovalRule>, StorageError> {
+        let tables = self.tables();
+        Ok(tables
+            .rules
+            .get(gatekeeper)
+            .and_then(|rules| rules.get(tag))
+            .cloned())
+    }
+
+    fn rules(&self) -> Result<Vec<AutoApprovalRule>, StorageError> {
+        let tables = self.tables();
+        Ok(tables
+            .rules
+            .values()
+            .flat_map(|rules| rules.values().cloned())
+            .collect())
+    }
+
+    fn latch_lockdown(&self) -> Result<(), StorageError> {
+        self.tables().locked_down = true;
+        Ok(())
+    }
+
+    fn locked_down(&self) -> Result<bool, StorageError> {
+        Ok(self.tables().locked_down)
+    }
+}

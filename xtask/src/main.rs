@@ -1,0 +1,2 @@
+//! Project automation, reached through `cargo xtask`.
+fn main() {}

@@ -24,7 +24,7 @@
 //!   every apply, manual or automatic. Actions pending at that moment stay pending and
 //!   may only be rejected: a person may still say no, nothing may leave.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use async_trait::async_trait;
@@ -148,7 +148,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     gatekeepers: RwLock<HashMap<Arc<str>, Arc<dyn Gatekeeper>>>,
     drains: Mutex<HashMap<Arc<str>, DrainGuard>>,
-    in_flight: Mutex<HashSet<LedgerId>>,
+    /// Actions being decided right now; a handful at most, so a vector beats a hash set.
+    in_flight: Mutex<Vec<LedgerId>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -172,7 +173,10 @@ struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        lock(&self.inner.in_flight).remove(&self.id);
+        let mut in_flight = lock(&self.inner.in_flight);
+        if let Some(at) = in_flight.iter().position(|id| *id == self.id) {
+            in_flight.swap_remove(at);
+        }
     }
 }
 
@@ -196,7 +200,7 @@ impl Overseer {
                 clock,
                 gatekeepers: RwLock::new(HashMap::new()),
                 drains: Mutex::new(HashMap::new()),
-                in_flight: Mutex::new(HashSet::new()),
+                in_flight: Mutex::new(Vec::new()),
                 tasks: Mutex::new(Vec::new()),
             }),
         }
@@ -461,11 +465,15 @@ impl Overseer {
     /// Every action still waiting for a person (pending, or failed but retryable), in
     /// ascending id across all gatekeepers.
     pub fn open_actions(&self) -> Result<Vec<LedgerEntry>, DecisionError> {
-        let mut open = Vec::new();
+        let mut ids = Vec::new();
         for name in self.gatekeeper_names() {
-            open.extend(self.inner.store.open_actions(&name)?);
+            ids.extend(self.inner.store.open_action_ids(&name)?);
         }
-        open.sort_by_key(|e| e.id);
+        ids.sort_unstable();
+        let mut open = Vec::with_capacity(ids.len());
+        for id in ids {
+            open.extend(self.inner.store.get(id)?);
+        }
         Ok(open)
     }
 
@@ -635,9 +643,12 @@ impl Inner {
 
     /// Take the action's in-flight slot for the length of one decision.
     fn claim(&self, id: LedgerId) -> Result<InFlight<'_>, DecisionError> {
-        if !lock(&self.in_flight).insert(id) {
+        let mut in_flight = lock(&self.in_flight);
+        if in_flight.contains(&id) {
             return Err(DecisionError::InFlight(id));
         }
+        in_flight.push(id);
+        drop(in_flight);
         Ok(InFlight { inner: self, id })
     }
 
@@ -666,23 +677,36 @@ impl Inner {
         Ok(entry)
     }
 
-    /// The one path from open to approved or failed, for people and rules alike.
+    /// A person's approval: take the slot, re-check, apply.
     async fn apply_entry(&self, id: LedgerId, decider: Decider<'_>) -> Result<(), DecisionError> {
-        let _slot = self.claim(id)?;
+        let slot = self.claim(id)?;
         // Re-read under the slot: another decision may have finished meanwhile.
-        let mut entry = self.open_action_entry(self.store.get(id)?, id)?;
+        let entry = self.open_action_entry(self.store.get(id)?, id)?;
         if self.store.locked_down()? {
             return Err(DecisionError::LockedDown(id));
         }
         let gatekeeper = self.gatekeeper(&entry.gatekeeper)?;
-        let driver_id = entry.action().expect("checked").driver_id;
+        self.apply_claimed(slot, entry, &*gatekeeper, decider).await
+    }
+
+    /// The one path from open to approved or failed, for people and rules alike. The
+    /// caller holds the action's slot and has checked that it is open.
+    async fn apply_claimed(
+        &self,
+        _slot: InFlight<'_>,
+        mut entry: LedgerEntry,
+        gatekeeper: &dyn Gatekeeper,
+        decider: Decider<'_>,
+    ) -> Result<(), DecisionError> {
+        let id = entry.id;
+        let driver_id = entry.action().expect("caller checked").driver_id;
         let span = info_span!("apply", action = %id, gatekeeper = %entry.gatekeeper, auto = decider.auto);
         let result = gatekeeper
             .apply_action(driver_id)
             .instrument(span.clone())
             .await;
         let _enter = span.enter();
-        let record = entry.action_mut().expect("checked");
+        let record = entry.action_mut().expect("caller checked");
         record.resolution = Some(Resolution {
             by: decider.by.to_owned(),
             auto: decider.auto,
@@ -721,8 +745,10 @@ impl Inner {
     ) -> Result<Vec<LedgerId>, DecisionError> {
         let mut tainted: BTreeSet<LedgerId> = rejected.iter().copied().collect();
         let mut flagged = Vec::new();
-        for mut entry in self.store.open_actions(gatekeeper)? {
-            let id = entry.id;
+        for id in self.store.open_action_ids(gatekeeper)? {
+            let Some(mut entry) = self.store.get(id)? else {
+                continue;
+            };
             let Some(action) = entry.action_mut() else {
                 continue;
             };
@@ -760,38 +786,48 @@ impl Inner {
 
     /// One pass: apply eligible open actions in ascending id, stop at the first that is
     /// not eligible or fails.
-    async fn drain_once(&self, gatekeeper: &str) -> Result<(), StorageError> {
-        if self.store.locked_down()? {
+    async fn drain_once(&self, name: &str) -> Result<(), StorageError> {
+        let Ok(gatekeeper) = self.gatekeeper(name) else {
             return Ok(());
-        }
-        for entry in self.store.open_actions(gatekeeper)? {
+        };
+        for id in self.store.open_action_ids(name)? {
+            // A person deciding this very action holds it: it is a gate until they finish.
+            let Ok(slot) = self.claim(id) else {
+                debug!(action = %id, "being decided by a person: drain stops");
+                return Ok(());
+            };
+            let Some(entry) = self.store.get(id)? else {
+                continue;
+            };
             let Some(action) = entry.action() else {
                 continue;
             };
+            if !action.is_open() {
+                // Decided since the pass began: it no longer holds anything back.
+                continue;
+            }
             let rule = match (&action.description.action_kind, action.state) {
                 (Some(kind), ActionState::Pending)
                     if action.description.auto_approvable && action.blocked_by.is_none() =>
                 {
-                    self.store.rule(gatekeeper, &kind.tag)?
+                    self.store.rule(name, &kind.tag)?
                 }
                 _ => None,
             };
             let Some(rule) = rule else {
-                debug!(action = %entry.id, "manual gate: drain stops");
+                debug!(action = %id, "manual gate: drain stops");
                 return Ok(());
             };
+            if self.store.locked_down()? {
+                return Ok(());
+            }
             let decider = Decider {
                 by: &rule.enabled_by,
                 auto: true,
             };
-            match self.apply_entry(entry.id, decider).await {
-                Ok(()) => {}
-                // Decided meanwhile by someone else: it no longer holds anything back.
-                Err(DecisionError::NotPending { .. }) => {}
-                Err(error) => {
-                    warn!(action = %entry.id, %error, "auto-approval stopped");
-                    return Ok(());
-                }
+            if let Err(error) = self.apply_claimed(slot, entry, &*gatekeeper, decider).await {
+                warn!(action = %id, %error, "auto-approval stopped");
+                return Ok(());
             }
         }
         Ok(())

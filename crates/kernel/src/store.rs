@@ -39,9 +39,9 @@ pub trait LedgerStore: Send + Sync {
     /// Every entry, in ascending id.
     fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError>;
 
-    /// The open actions of one gatekeeper (pending, or failed but retryable: both still
-    /// wait for a person), in ascending id.
-    fn open_actions(&self, gatekeeper: &str) -> Result<Vec<LedgerEntry>, StorageError>;
+    /// The ids of one gatekeeper's open actions (pending, or failed but retryable: both
+    /// still wait for a person), in ascending id.
+    fn open_action_ids(&self, gatekeeper: &str) -> Result<Vec<LedgerId>, StorageError>;
 
     /// The ledger id of the action a gatekeeper submitted under `driver_id`.
     fn find_action(
@@ -57,7 +57,11 @@ pub trait LedgerStore: Send + Sync {
     fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, StorageError>;
 
     /// The rule for a gatekeeper and tag, if enabled.
-    fn rule(&self, gatekeeper: &str, tag: &str) -> Result<Option<AutoApprovalRule>, StorageError>;
+    fn rule(
+        &self,
+        gatekeeper: &str,
+        tag: &str,
+    ) -> Result<Option<Arc<AutoApprovalRule>>, StorageError>;
 
     /// Every rule, ordered by gatekeeper then tag.
     fn rules(&self) -> Result<Vec<AutoApprovalRule>, StorageError>;
@@ -75,21 +79,31 @@ struct Tables {
     entries: BTreeMap<LedgerId, LedgerEntry>,
     open: HashMap<Arc<str>, BTreeSet<LedgerId>>,
     by_driver: HashMap<(Arc<str>, DriverActionId), LedgerId>,
-    rules: BTreeMap<String, BTreeMap<String, AutoApprovalRule>>,
+    rules: BTreeMap<String, BTreeMap<String, Arc<AutoApprovalRule>>>,
     locked_down: bool,
 }
 
 impl Tables {
-    fn index(&mut self, entry: &LedgerEntry) {
+    fn index_new(&mut self, entry: &LedgerEntry) {
         if let EntryBody::Action(action) = &entry.body {
-            let open = self.open.entry(entry.gatekeeper.clone()).or_default();
-            if action.is_open() {
-                open.insert(entry.id);
-            } else {
-                open.remove(&entry.id);
-            }
             self.by_driver
                 .insert((entry.gatekeeper.clone(), action.driver_id), entry.id);
+        }
+        self.index_openness(entry, false);
+    }
+
+    fn index_openness(&mut self, entry: &LedgerEntry, was_open: bool) {
+        let is_open = entry.action().is_some_and(|a| a.is_open());
+        if is_open == was_open {
+            return;
+        }
+        if is_open {
+            self.open
+                .entry(entry.gatekeeper.clone())
+                .or_default()
+                .insert(entry.id);
+        } else if let Some(open) = self.open.get_mut(&*entry.gatekeeper) {
+            open.remove(&entry.id);
         }
     }
 }
@@ -130,7 +144,7 @@ impl LedgerStore for MemoryLedger {
             )));
         }
         tables.last_id = id.0;
-        tables.index(&entry);
+        tables.index_new(&entry);
         tables.entries.insert(id, entry);
         Ok(id)
     }
@@ -141,11 +155,15 @@ impl LedgerStore for MemoryLedger {
 
     fn put(&self, entry: &LedgerEntry) -> Result<(), StorageError> {
         let mut tables = self.tables();
-        match tables.entries.get_mut(&entry.id) {
-            Some(slot) => *slot = entry.clone(),
+        let was_open = match tables.entries.get_mut(&entry.id) {
+            Some(slot) => {
+                let was_open = slot.action().is_some_and(|a| a.is_open());
+                *slot = entry.clone();
+                was_open
+            }
             None => return Err(StorageError(format!("no entry {} to replace", entry.id))),
-        }
-        tables.index(entry);
+        };
+        tables.index_openness(entry, was_open);
         Ok(())
     }
 
@@ -153,15 +171,13 @@ impl LedgerStore for MemoryLedger {
         Ok(self.tables().entries.values().cloned().collect())
     }
 
-    fn open_actions(&self, gatekeeper: &str) -> Result<Vec<LedgerEntry>, StorageError> {
+    fn open_action_ids(&self, gatekeeper: &str) -> Result<Vec<LedgerId>, StorageError> {
         let tables = self.tables();
-        let Some(ids) = tables.open.get(gatekeeper) else {
-            return Ok(Vec::new());
-        };
-        Ok(ids
-            .iter()
-            .filter_map(|id| tables.entries.get(id).cloned())
-            .collect())
+        Ok(tables
+            .open
+            .get(gatekeeper)
+            .map(|ids| ids.iter().copied().collect())
+            .unwrap_or_default())
     }
 
     fn find_action(
@@ -178,7 +194,7 @@ impl LedgerStore for MemoryLedger {
             .rules
             .entry(rule.gatekeeper.clone())
             .or_default()
-            .insert(rule.kind.tag.clone(), rule.clone());
+            .insert(rule.kind.tag.clone(), Arc::new(rule.clone()));
         Ok(())
     }
 
@@ -190,7 +206,11 @@ impl LedgerStore for MemoryLedger {
         Ok(rules.remove(tag).is_some())
     }
 
-    fn rule(&self, gatekeeper: &str, tag: &str) -> Result<Option<AutoApprovalRule>, StorageError> {
+    fn rule(
+        &self,
+        gatekeeper: &str,
+        tag: &str,
+    ) -> Result<Option<Arc<AutoApprovalRule>>, StorageError> {
         let tables = self.tables();
         Ok(tables
             .rules
@@ -204,7 +224,7 @@ impl LedgerStore for MemoryLedger {
         Ok(tables
             .rules
             .values()
-            .flat_map(|rules| rules.values().cloned())
+            .flat_map(|rules| rules.values().map(|rule| AutoApprovalRule::clone(rule)))
             .collect())
     }
 

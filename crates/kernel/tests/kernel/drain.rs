@@ -1,0 +1,154 @@
+//! The drainer: two keys, ascending order, stop at the first gate or failure, single flight.
+
+use std::sync::Arc;
+
+use kernel::{ActionState, GatekeeperError};
+
+use crate::support::{label_kind, setup, state, submit};
+
+#[tokio::test]
+async fn each_key_alone_applies_nothing() {
+    let (overseer, gatekeeper, queue) = setup();
+    // Key one only: the driver says auto-approvable, no person enabled a rule.
+    let driver_only = submit(&queue, 1, true).await;
+    overseer.settle().await;
+    assert_eq!(state(&overseer, driver_only), ActionState::Pending);
+    overseer.reject(driver_only, "alice").await.unwrap();
+
+    // Key two only: a rule exists, the driver did not say auto-approvable.
+    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    let rule_only = submit(&queue, 2, false).await;
+    overseer.settle().await;
+    assert_eq!(state(&overseer, rule_only), ActionState::Pending);
+    assert!(gatekeeper.applied().is_empty());
+}
+
+#[tokio::test]
+async fn both_keys_apply_and_attribute_to_the_rule_enabler() {
+    let (overseer, gatekeeper, queue) = setup();
+    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    let id = submit(&queue, 1, true).await;
+    overseer.settle().await;
+    let entry = overseer.entry(id).unwrap().unwrap();
+    let action = entry.action().unwrap();
+    assert_eq!(action.state, ActionState::Approved);
+    let resolution = action.resolution.as_ref().unwrap();
+    assert_eq!((resolution.by.as_str(), resolution.auto), ("alice", true));
+    assert_eq!(gatekeeper.applied(), vec![1]);
+    let rules = overseer.rules().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].enabled_by, "alice");
+}
+
+#[tokio::test]
+async fn the_drain_stops_at_a_manual_gate_and_resumes_when_it_is_approved() {
+    let (overseer, gatekeeper, queue) = setup();
+    let first = submit(&queue, 1, true).await;
+    let gate = submit(&queue, 2, false).await;
+    let held = submit(&queue, 3, true).await;
+    let also_held = submit(&queue, 4, true).await;
+    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer.settle().await;
+    assert_eq!(state(&overseer, first), ActionState::Approved);
+    assert_eq!(state(&overseer, gate), ActionState::Pending);
+    assert_eq!(state(&overseer, held), ActionState::Pending, "never skips ahead");
+    assert_eq!(state(&overseer, also_held), ActionState::Pending);
+
+    overseer.approve(gate, "bob").await.unwrap();
+    overseer.settle().await;
+    assert_eq!(state(&overseer, held), ActionState::Approved);
+    assert_eq!(state(&overseer, also_held), ActionState::Approved);
+    assert_eq!(gatekeeper.applied(), vec![1, 2, 3, 4]);
+}
+
+#[tokio::test]
+async fn rejecting_a_manual_gate_also_releases_what_it_held() {
+    let (overseer, gatekeeper, queue) = setup();
+    let gate = submit(&queue, 1, false).await;
+    let held = submit(&queue, 2, true).await;
+    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer.settle().await;
+    assert_eq!(state(&overseer, held), ActionState::Pending);
+    overseer.reject(gate, "bob").await.unwrap();
+    overseer.settle().await;
+    assert_eq!(state(&overseer, held), ActionState::Approved);
+    assert_eq!(gatekeeper.applied(), vec![2]);
+}
+
+#[tokio::test]
+async fn the_drain_stops_at_a_failed_apply() {
+    let (overseer, gatekeeper, queue) = setup();
+    gatekeeper.fail_next_apply(1, GatekeeperError::retryable("403"));
+    let failing = submit(&queue, 1, true).await;
+    let after = submit(&queue, 2, true).await;
+    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer.settle().await;
+    assert_eq!(state(&overseer, failing), ActionState::Failed);
+    assert_eq!(state(&overseer, after), ActionState::Pending);
+    // The failed action waits for a person; a new trigger still stops there.
+    submit(&queue, 3, true).await;
+    overseer.settle().await;
+    assert_eq!(state(&overseer, after), ActionState::Pending);
+    assert!(gatekeeper.applied().is_empty());
+}
+
+#[tokio::test]
+async fn removing_a_rule_makes_later_actions_manual_again() {
+    let (overseer, gatekeeper, queue) = setup();
+    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    assert!(overseer.remove_rule("issues", &label_kind().tag).unwrap());
+    assert!(!overseer.remove_rule("issues", &label_kind().tag).unwrap());
+    let id = submit(&queue, 1, true).await;
+    overseer.settle().await;
+    assert_eq!(state(&overseer, id), ActionState::Pending);
+    assert!(gatekeeper.applied().is_empty());
+}
+
+#[tokio::test]
+async fn work_submitted_while_a_drain_is_parked_is_applied_by_the_rerun() {
+    let (overseer, gatekeeper, queue) = setup();
+    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    let (entered, release) = gatekeeper.park(1);
+    let first = submit(&queue, 1, true).await;
+    entered.notified().await;
+    // The drain is inside apply(1); this submission's drain request is coalesced.
+    let second = submit(&queue, 2, true).await;
+    assert_eq!(state(&overseer, second), ActionState::Pending);
+    release.notify_one();
+    overseer.settle().await;
+    assert_eq!(state(&overseer, first), ActionState::Approved);
+    assert_eq!(state(&overseer, second), ActionState::Approved);
+    assert_eq!(gatekeeper.applied(), vec![1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_drains_never_apply_one_action_twice() {
+    let (overseer, gatekeeper, queue) = setup();
+    for driver in 1..=200 {
+        submit(&queue, driver, true).await;
+    }
+    // Many triggers at once from several tasks: rule enabling and more submissions.
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let overseer = overseer.clone();
+        let queue = Arc::clone(&queue);
+        tasks.push(tokio::spawn(async move {
+            for i in 0..25 {
+                overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+                submit(&queue, 1000 + t * 100 + i, true).await;
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    overseer.settle().await;
+    let applied = gatekeeper.applied();
+    assert_eq!(applied.len(), 400);
+    let mut unique = applied.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), applied.len(), "an action was applied twice");
+    assert!(overseer.open_actions().unwrap().is_empty());
+}

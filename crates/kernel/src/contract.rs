@@ -220,10 +220,12 @@ pub trait Gatekeeper: Send + Sync {
     async fn apply_action(&self, action: DriverActionId) -> Result<(), GatekeeperError>;
 
     /// Reject a pending action. See the trait's contract.
-    async fn reject_action(&self, action: DriverActionId) -> Result<RejectOutcome, GatekeeperError>;
+    async fn reject_action(&self, action: DriverActionId)
+    -> Result<RejectOutcome, GatekeeperError>;
 
     /// Revert an applied action. See the trait's contract.
-    async fn revert_action(&self, action: DriverActionId) -> Result<RevertOutcome, GatekeeperError>;
+    async fn revert_action(&self, action: DriverActionId)
+    -> Result<RevertOutcome, GatekeeperError>;
 
     /// The kinds of action this gatekeeper may submit as auto-approvable.
     fn auto_approvable_actions(&self) -> Vec<ActionKind>;

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use async_trait::async_trait;
 use tokio::task::JoinHandle;
-use tracing::{debug, info, info_span, warn, Instrument};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::clock::Clock;
 use crate::contract::{
@@ -156,7 +156,9 @@ struct Inner {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section here is a few map operations that cannot leave the data
     // half-changed, so a poisoned lock is still consistent.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The kernel. Cheap to clone; clones share one state.
@@ -293,7 +295,7 @@ impl Overseer {
             at: now,
             cause: None,
         });
-        inner.store.put(&rejected)?;
+        inner.store.put(rejected)?;
         info!(restart = outcome.restart, "action rejected");
 
         let mut report = RejectReport {
@@ -322,7 +324,7 @@ impl Overseer {
                 at: now,
                 cause: Some(cause.clone()),
             });
-            inner.store.put(&other_entry)?;
+            inner.store.put(other_entry)?;
             info!(action = %other, cause = %cause, "action rejected by cascade");
             report.cascaded.push(other);
         }
@@ -342,7 +344,10 @@ impl Overseer {
     pub async fn revert(&self, id: LedgerId, by: &str) -> Result<RevertReport, DecisionError> {
         let inner = &self.inner;
         let _slot = inner.claim(id)?;
-        let mut entry = inner.store.get(id)?.ok_or(DecisionError::UnknownEntry(id))?;
+        let mut entry = inner
+            .store
+            .get(id)?
+            .ok_or(DecisionError::UnknownEntry(id))?;
         let gatekeeper_name = entry.gatekeeper.clone();
         let action = entry.action().ok_or(DecisionError::Observation(id))?;
         if action.state != ActionState::Approved {
@@ -376,7 +381,7 @@ impl Overseer {
                     at: now,
                     refused: outcome.message.clone(),
                 });
-                inner.store.put(&entry)?;
+                inner.store.put(entry)?;
                 info!(reverted, "revert requested");
                 Ok(RevertReport {
                     reverted,
@@ -391,7 +396,7 @@ impl Overseer {
                     at: now,
                     refused: Some(source.message.clone()),
                 });
-                inner.store.put(&entry)?;
+                inner.store.put(entry)?;
                 warn!(error = %source, "revert failed");
                 Err(DecisionError::Gatekeeper { id, source })
             }
@@ -584,7 +589,11 @@ impl Overseer {
             .map_err(storage)?;
         let will_auto = auto_candidate
             && match &tag {
-                Some(tag) => inner.store.rule(gatekeeper, tag).map_err(storage)?.is_some(),
+                Some(tag) => inner
+                    .store
+                    .rule(gatekeeper, tag)
+                    .map_err(storage)?
+                    .is_some(),
                 None => false,
             };
         info!(action = %id, gatekeeper = %gatekeeper, %driver_id, will_auto, "action submitted");
@@ -700,7 +709,8 @@ impl Inner {
     ) -> Result<(), DecisionError> {
         let id = entry.id;
         let driver_id = entry.action().expect("caller checked").driver_id;
-        let span = info_span!("apply", action = %id, gatekeeper = %entry.gatekeeper, auto = decider.auto);
+        let span =
+            info_span!("apply", action = %id, gatekeeper = %entry.gatekeeper, auto = decider.auto);
         let result = gatekeeper
             .apply_action(driver_id)
             .instrument(span.clone())
@@ -717,7 +727,7 @@ impl Inner {
             Ok(()) => {
                 record.state = ActionState::Approved;
                 record.failure = None;
-                self.store.put(&entry)?;
+                self.store.put(entry)?;
                 info!(by = decider.by, "action applied");
                 Ok(())
             }
@@ -727,7 +737,7 @@ impl Inner {
                     message: source.message.clone(),
                     retryable: source.retryable,
                 });
-                self.store.put(&entry)?;
+                self.store.put(entry)?;
                 warn!(error = %source, retryable = source.retryable, "apply failed");
                 Err(DecisionError::ApplyFailed { id, source })
             }
@@ -758,7 +768,7 @@ impl Inner {
             tainted.insert(id);
             if action.blocked_by.is_none() {
                 action.blocked_by = Some(root);
-                self.store.put(&entry)?;
+                self.store.put(entry)?;
                 info!(action = %id, root = %root, "action depends on a rejected action: held for a person");
                 flagged.push(id);
             }

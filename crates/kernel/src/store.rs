@@ -8,11 +8,11 @@
 //! backend that blocks (SQLite) is expected to be fast enough to call from a task. The
 //! Overseer never holds a store call across an `.await`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::contract::DriverActionId;
-use crate::ledger::{AutoApprovalRule, EntryBody, LedgerEntry, LedgerId};
+use crate::ledger::{ActionEntry, AutoApprovalRule, EntryBody, LedgerEntry, LedgerId};
 
 /// A storage backend refused or failed an operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,7 +34,7 @@ pub trait LedgerStore: Send + Sync {
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError>;
 
     /// Replace an existing entry (same id).
-    fn put(&self, entry: &LedgerEntry) -> Result<(), StorageError>;
+    fn put(&self, entry: LedgerEntry) -> Result<(), StorageError>;
 
     /// Every entry, in ascending id.
     fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError>;
@@ -77,8 +77,8 @@ pub trait LedgerStore: Send + Sync {
 struct Tables {
     last_id: u64,
     entries: BTreeMap<LedgerId, LedgerEntry>,
-    open: HashMap<Arc<str>, BTreeSet<LedgerId>>,
-    by_driver: HashMap<(Arc<str>, DriverActionId), LedgerId>,
+    open: BTreeMap<Arc<str>, BTreeSet<LedgerId>>,
+    by_driver: BTreeMap<(Arc<str>, DriverActionId), LedgerId>,
     rules: BTreeMap<String, BTreeMap<String, Arc<AutoApprovalRule>>>,
     locked_down: bool,
 }
@@ -89,21 +89,18 @@ impl Tables {
             self.by_driver
                 .insert((entry.gatekeeper.clone(), action.driver_id), entry.id);
         }
-        self.index_openness(entry, false);
+        let is_open = entry.action().is_some_and(ActionEntry::is_open);
+        self.set_open(&entry.gatekeeper, entry.id, false, is_open);
     }
 
-    fn index_openness(&mut self, entry: &LedgerEntry, was_open: bool) {
-        let is_open = entry.action().is_some_and(|a| a.is_open());
+    fn set_open(&mut self, gatekeeper: &Arc<str>, id: LedgerId, was_open: bool, is_open: bool) {
         if is_open == was_open {
             return;
         }
         if is_open {
-            self.open
-                .entry(entry.gatekeeper.clone())
-                .or_default()
-                .insert(entry.id);
-        } else if let Some(open) = self.open.get_mut(&*entry.gatekeeper) {
-            open.remove(&entry.id);
+            self.open.entry(gatekeeper.clone()).or_default().insert(id);
+        } else if let Some(open) = self.open.get_mut(&**gatekeeper) {
+            open.remove(&id);
         }
     }
 }
@@ -153,17 +150,20 @@ impl LedgerStore for MemoryLedger {
         Ok(self.tables().entries.get(&id).cloned())
     }
 
-    fn put(&self, entry: &LedgerEntry) -> Result<(), StorageError> {
+    fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
+        let id = entry.id;
+        let gatekeeper = entry.gatekeeper.clone();
+        let is_open = entry.action().is_some_and(ActionEntry::is_open);
         let mut tables = self.tables();
-        let was_open = match tables.entries.get_mut(&entry.id) {
-            Some(slot) => {
-                let was_open = slot.action().is_some_and(|a| a.is_open());
-                *slot = entry.clone();
-                was_open
-            }
-            None => return Err(StorageError(format!("no entry {} to replace", entry.id))),
+        let Some(slot) = tables.entries.get_mut(&id) else {
+            return Err(StorageError(format!("no entry {id} to replace")));
         };
-        tables.index_openness(entry, was_open);
+        let was_open = slot.action().is_some_and(ActionEntry::is_open);
+        let old = std::mem::replace(slot, entry);
+        tables.set_open(&gatekeeper, id, was_open, is_open);
+        drop(tables);
+        // The replaced entry is dropped outside the lock.
+        drop(old);
         Ok(())
     }
 

@@ -109,7 +109,11 @@ async fn a_retryable_failure_may_be_approved_again_or_rejected() {
     gatekeeper.fail_next_apply(1, GatekeeperError::retryable("403: refused"));
     overseer.approve(id, "alice").await.unwrap_err();
     assert_eq!(state(&overseer, id), ActionState::Failed);
-    assert_eq!(overseer.open_actions().unwrap().len(), 1, "still waits for a person");
+    assert_eq!(
+        overseer.open_actions().unwrap().len(),
+        1,
+        "still waits for a person"
+    );
     overseer.approve(id, "alice").await.unwrap();
     assert_eq!(state(&overseer, id), ActionState::Approved);
     assert_eq!(gatekeeper.times_applied(1), 1);

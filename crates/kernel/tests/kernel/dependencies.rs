@@ -35,7 +35,9 @@ async fn rejecting_a_root_flags_its_dependents_transitively_and_keeps_others() {
     }
 
     // Flagged actions are never auto-applied, and hold back what follows them.
-    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
     overseer.settle().await;
     assert_eq!(state(&overseer, direct), ActionState::Pending);
     assert_eq!(state(&overseer, independent), ActionState::Pending);

@@ -16,7 +16,9 @@ async fn each_key_alone_applies_nothing() {
     overseer.reject(driver_only, "alice").await.unwrap();
 
     // Key two only: a rule exists, the driver did not say auto-approvable.
-    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
     let rule_only = submit(&queue, 2, false).await;
     overseer.settle().await;
     assert_eq!(state(&overseer, rule_only), ActionState::Pending);
@@ -26,7 +28,9 @@ async fn each_key_alone_applies_nothing() {
 #[tokio::test]
 async fn both_keys_apply_and_attribute_to_the_rule_enabler() {
     let (overseer, gatekeeper, queue) = setup();
-    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
     let id = submit(&queue, 1, true).await;
     overseer.settle().await;
     let entry = overseer.entry(id).unwrap().unwrap();
@@ -47,11 +51,17 @@ async fn the_drain_stops_at_a_manual_gate_and_resumes_when_it_is_approved() {
     let gate = submit(&queue, 2, false).await;
     let held = submit(&queue, 3, true).await;
     let also_held = submit(&queue, 4, true).await;
-    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
     overseer.settle().await;
     assert_eq!(state(&overseer, first), ActionState::Approved);
     assert_eq!(state(&overseer, gate), ActionState::Pending);
-    assert_eq!(state(&overseer, held), ActionState::Pending, "never skips ahead");
+    assert_eq!(
+        state(&overseer, held),
+        ActionState::Pending,
+        "never skips ahead"
+    );
     assert_eq!(state(&overseer, also_held), ActionState::Pending);
 
     overseer.approve(gate, "bob").await.unwrap();
@@ -66,7 +76,9 @@ async fn rejecting_a_manual_gate_also_releases_what_it_held() {
     let (overseer, gatekeeper, queue) = setup();
     let gate = submit(&queue, 1, false).await;
     let held = submit(&queue, 2, true).await;
-    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
     overseer.settle().await;
     assert_eq!(state(&overseer, held), ActionState::Pending);
     overseer.reject(gate, "bob").await.unwrap();
@@ -81,7 +93,9 @@ async fn the_drain_stops_at_a_failed_apply() {
     gatekeeper.fail_next_apply(1, GatekeeperError::retryable("403"));
     let failing = submit(&queue, 1, true).await;
     let after = submit(&queue, 2, true).await;
-    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
     overseer.settle().await;
     assert_eq!(state(&overseer, failing), ActionState::Failed);
     assert_eq!(state(&overseer, after), ActionState::Pending);
@@ -95,7 +109,9 @@ async fn the_drain_stops_at_a_failed_apply() {
 #[tokio::test]
 async fn removing_a_rule_makes_later_actions_manual_again() {
     let (overseer, gatekeeper, queue) = setup();
-    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
     assert!(overseer.remove_rule("issues", &label_kind().tag).unwrap());
     assert!(!overseer.remove_rule("issues", &label_kind().tag).unwrap());
     let id = submit(&queue, 1, true).await;
@@ -107,7 +123,9 @@ async fn removing_a_rule_makes_later_actions_manual_again() {
 #[tokio::test]
 async fn work_submitted_while_a_drain_is_parked_is_applied_by_the_rerun() {
     let (overseer, gatekeeper, queue) = setup();
-    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
     let (entered, release) = gatekeeper.park(1);
     let first = submit(&queue, 1, true).await;
     entered.notified().await;
@@ -134,7 +152,9 @@ async fn concurrent_drains_never_apply_one_action_twice() {
         let queue = Arc::clone(&queue);
         tasks.push(tokio::spawn(async move {
             for i in 0..25 {
-                overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+                overseer
+                    .enable_rule("issues", label_kind(), "alice")
+                    .unwrap();
                 submit(&queue, 1000 + t * 100 + i, true).await;
                 tokio::task::yield_now().await;
             }

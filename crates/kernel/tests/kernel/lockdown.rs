@@ -19,7 +19,10 @@ async fn a_sensitive_observation_latches_lockdown_and_refuses_submissions() {
     assert!(overseer.is_locked_down().unwrap());
 
     let refused = queue
-        .submit_action(kernel::DriverActionId(1), crate::support::description("x", false))
+        .submit_action(
+            kernel::DriverActionId(1),
+            crate::support::description("x", false),
+        )
         .await
         .unwrap_err();
     assert_eq!(refused, QueueError::LockedDown);
@@ -47,7 +50,9 @@ async fn actions_pending_at_lockdown_may_be_rejected_but_never_applied() {
         DecisionError::LockedDown(manual)
     );
     assert_eq!(state(&overseer, manual), ActionState::Pending);
-    overseer.enable_rule("issues", label_kind(), "alice").unwrap();
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
     overseer.settle().await;
     assert_eq!(state(&overseer, auto), ActionState::Pending);
 

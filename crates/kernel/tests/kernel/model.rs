@@ -58,7 +58,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     let (_, id) = submitted[i % submitted.len()];
                     let _ = overseer.reject(id, "bob").await;
                 }
-                Op::EnableRule => overseer.enable_rule("issues", label_kind(), "carol").unwrap(),
+                Op::EnableRule => overseer
+                    .enable_rule("issues", label_kind(), "carol")
+                    .unwrap(),
                 Op::RemoveRule => {
                     overseer.remove_rule("issues", &label_kind().tag).unwrap();
                 }
@@ -115,8 +117,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 .find(|e| e.action().unwrap().driver_id.0 == snapshot.driver)
                 .map(|e| e.id);
             if let Some(me) = me {
-                let earlier: Vec<LedgerId> =
-                    snapshot.open.iter().map(|e| e.id).filter(|id| *id < me).collect();
+                let earlier: Vec<LedgerId> = snapshot
+                    .open
+                    .iter()
+                    .map(|e| e.id)
+                    .filter(|id| *id < me)
+                    .collect();
                 prop_assert!(
                     earlier.is_empty(),
                     "auto-applied {} while {:?} were open",

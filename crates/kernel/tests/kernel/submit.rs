@@ -6,7 +6,7 @@ use kernel::{
     ActionDescription, ActionState, DecisionError, DriverActionId, EntryBody, QueueError,
 };
 
-use crate::support::{setup, state, submit, FakeGatekeeper};
+use crate::support::{FakeGatekeeper, setup, state, submit};
 
 #[tokio::test]
 async fn submit_returns_before_any_decision_and_records_pending() {
@@ -18,7 +18,10 @@ async fn submit_returns_before_any_decision_and_records_pending() {
     assert_eq!(entry.created_at.to_string(), "09:00:00.000");
     assert_eq!(state(&overseer, id), ActionState::Pending);
     overseer.settle().await;
-    assert!(gatekeeper.applied().is_empty(), "nothing is sent without a decision");
+    assert!(
+        gatekeeper.applied().is_empty(),
+        "nothing is sent without a decision"
+    );
 }
 
 #[tokio::test]
@@ -60,13 +63,18 @@ async fn the_same_driver_id_cannot_be_submitted_twice() {
     let again = queue
         .submit_action(DriverActionId(1), ActionDescription::new("again", ""))
         .await;
-    assert_eq!(again, Err(QueueError::DuplicateSubmission(DriverActionId(1))));
+    assert_eq!(
+        again,
+        Err(QueueError::DuplicateSubmission(DriverActionId(1)))
+    );
 }
 
 #[tokio::test]
 async fn registration_and_queues_need_known_unique_names() {
     let (overseer, _gatekeeper, _queue) = setup();
-    let err = overseer.register(FakeGatekeeper::new("issues")).unwrap_err();
+    let err = overseer
+        .register(FakeGatekeeper::new("issues"))
+        .unwrap_err();
     assert_eq!(err, DecisionError::DuplicateGatekeeper("issues".into()));
     let err = overseer.queue_for("wiki", "agent").err().unwrap();
     assert!(err.to_string().contains("no gatekeeper named \"wiki\""));

@@ -134,7 +134,10 @@ impl Gatekeeper for FakeGatekeeper {
         Ok(())
     }
 
-    async fn reject_action(&self, action: DriverActionId) -> Result<RejectOutcome, GatekeeperError> {
+    async fn reject_action(
+        &self,
+        action: DriverActionId,
+    ) -> Result<RejectOutcome, GatekeeperError> {
         self.rejects.lock().unwrap().push(action.0);
         let cascaded = self
             .cascade
@@ -151,7 +154,10 @@ impl Gatekeeper for FakeGatekeeper {
         })
     }
 
-    async fn revert_action(&self, action: DriverActionId) -> Result<RevertOutcome, GatekeeperError> {
+    async fn revert_action(
+        &self,
+        action: DriverActionId,
+    ) -> Result<RevertOutcome, GatekeeperError> {
         self.reverts.lock().unwrap().push(action.0);
         Ok(match self.revert_refusal.lock().unwrap().clone() {
             Some(message) => RevertOutcome::refused(message, true),
@@ -189,17 +195,14 @@ pub fn setup() -> (Overseer, Arc<FakeGatekeeper>, Arc<dyn ApprovalQueue>) {
 /// Submit action `driver` with a manual or auto-approvable description.
 pub async fn submit(queue: &Arc<dyn ApprovalQueue>, driver: u64, auto: bool) -> LedgerId {
     queue
-        .submit_action(DriverActionId(driver), description(&format!("a{driver}"), auto))
+        .submit_action(
+            DriverActionId(driver),
+            description(&format!("a{driver}"), auto),
+        )
         .await
         .unwrap()
 }
 
 pub fn state(overseer: &Overseer, id: LedgerId) -> kernel::ActionState {
-    overseer
-        .entry(id)
-        .unwrap()
-        .unwrap()
-        .action()
-        .unwrap()
-        .state
+    overseer.entry(id).unwrap().unwrap().action().unwrap().state
 }

@@ -18,8 +18,8 @@
 //! - A failed apply is a state of its own. If the driver says nothing was sent
 //!   (retryable), a person may approve it again or reject it; otherwise it is final.
 //! - Rejections reported as cascaded by the driver are marked rejected with the cause;
-//!   open actions that depend on a rejected one are flagged, kept out of
-//!   auto-approval, and left for a person.
+//!   open actions that depend on a rejected action, or on one that failed for good, are
+//!   flagged, kept out of auto-approval, and left for a person.
 //! - Lockdown, once latched by a sensitive observation, refuses new submissions and
 //!   every apply, manual or automatic. Actions pending at that moment stay pending and
 //!   may only be rejected: a person may still say no, nothing may leave.
@@ -556,7 +556,9 @@ impl Overseer {
                 && let Some(dep_entry) = inner.store.get(dep_id).map_err(storage)?
                 && let Some(dep_action) = dep_entry.action()
             {
-                if dep_action.state == ActionState::Rejected {
+                let failed_for_good =
+                    dep_action.state == ActionState::Failed && !dep_action.is_open();
+                if dep_action.state == ActionState::Rejected || failed_for_good {
                     blocked_by = Some(dep_id);
                 } else if dep_action.blocked_by.is_some() {
                     blocked_by = dep_action.blocked_by;
@@ -737,15 +739,21 @@ impl Inner {
                     message: source.message.clone(),
                     retryable: source.retryable,
                 });
+                let gatekeeper_name = entry.gatekeeper.clone();
                 self.store.put(entry)?;
                 warn!(error = %source, retryable = source.retryable, "apply failed");
+                if !source.retryable {
+                    // Its effect will never exist (or is unknown): what was staged on top
+                    // of it is held for a person, as after a rejection.
+                    self.flag_dependents(&gatekeeper_name, id, &[id])?;
+                }
                 Err(DecisionError::ApplyFailed { id, source })
             }
         }
     }
 
     /// Flag every open action of `gatekeeper` that depends, directly or through another
-    /// flagged action, on one of `rejected`. Dependencies point to earlier ids, so one
+    /// flagged action, on one of `rejected` (rejected, or failed for good). Dependencies point to earlier ids, so one
     /// ascending pass reaches every transitive dependent.
     fn flag_dependents(
         &self,

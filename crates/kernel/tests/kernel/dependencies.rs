@@ -62,3 +62,34 @@ async fn an_action_staged_on_top_of_a_rejected_one_is_flagged_at_submission() {
     let entry = overseer.entry(late).unwrap().unwrap();
     assert_eq!(entry.action().unwrap().blocked_by, Some(root));
 }
+
+#[tokio::test]
+async fn an_action_that_fails_for_good_flags_its_dependents_too() {
+    let (overseer, gatekeeper, queue) = setup();
+    let root = submit(&queue, 1, false).await;
+    let dependent = queue
+        .submit_action(DriverActionId(2), depending("comment", true, &[1]))
+        .await
+        .unwrap();
+    gatekeeper.fail_next_apply(1, kernel::GatekeeperError::fatal("stale: page moved on"));
+    overseer.approve(root, "alice").await.unwrap_err();
+    let entry = overseer.entry(dependent).unwrap().unwrap();
+    assert_eq!(entry.action().unwrap().blocked_by, Some(root));
+    let late = queue
+        .submit_action(DriverActionId(3), depending("late", true, &[1]))
+        .await
+        .unwrap();
+    let entry = overseer.entry(late).unwrap().unwrap();
+    assert_eq!(entry.action().unwrap().blocked_by, Some(root));
+
+    // A retryable failure is not final: nothing is flagged.
+    let other = submit(&queue, 4, false).await;
+    let on_other = queue
+        .submit_action(DriverActionId(5), depending("x", false, &[4]))
+        .await
+        .unwrap();
+    gatekeeper.fail_next_apply(4, kernel::GatekeeperError::retryable("403"));
+    overseer.approve(other, "alice").await.unwrap_err();
+    let entry = overseer.entry(on_other).unwrap().unwrap();
+    assert_eq!(entry.action().unwrap().blocked_by, None);
+}

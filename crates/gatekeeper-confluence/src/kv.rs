@@ -1,0 +1,102 @@
+//! The driver's key-value port: where staged actions and provisional mappings live.
+//!
+//! This is the analogue of the reference's Durable Object storage. The port is
+//! synchronous on purpose, like the kernel's ledger port: every call is one small read
+//! or write, an embedded backend (SQLite) answers in microseconds, and the driver never
+//! holds a call across an `.await`. Keys are UTF-8 strings, values opaque bytes (the
+//! driver writes postcard inside a versioned envelope, see [`crate::record::StoredRecord`]).
+//!
+//! What the port refuses to do: transactions, watches, TTLs. The driver keeps its own
+//! write-through index in memory and treats the port as the durable truth it reloads
+//! from ([`crate::ConfluenceGatekeeper::open`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// A storage backend failed; nothing can be assumed about the write that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("wiki gatekeeper storage failed: {0}")]
+pub struct KvError(pub String);
+
+/// A durable map from string keys to bytes.
+///
+/// Each call must be atomic: a reader never sees half of a `put`.
+/// [`KvStore::scan_prefix`] returns keys in ascending byte order.
+pub trait KvStore: Send + Sync {
+    /// The value under `key`, if any.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError>;
+    /// Store `value` under `key`, replacing what was there.
+    fn put(&self, key: &str, value: Vec<u8>) -> Result<(), KvError>;
+    /// Remove `key`; returns whether it existed.
+    fn delete(&self, key: &str) -> Result<bool, KvError>;
+    /// Every entry whose key starts with `prefix`, in ascending key order.
+    fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, KvError>;
+}
+
+/// The in-memory backend: a sorted map behind a mutex, gone when the process ends.
+#[derive(Debug, Default)]
+pub struct MemoryKv {
+    map: Mutex<BTreeMap<String, Vec<u8>>>,
+}
+
+impl MemoryKv {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every key, in ascending order (for tests and lectures that show the layout).
+    pub fn keys(&self) -> Vec<String> {
+        self.map().keys().cloned().collect()
+    }
+
+    fn map(&self) -> MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+        // Every critical section is one map operation, so a poisoned lock is consistent.
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl KvStore for MemoryKv {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        Ok(self.map().get(key).cloned())
+    }
+
+    fn put(&self, key: &str, value: Vec<u8>) -> Result<(), KvError> {
+        self.map().insert(key.to_owned(), value);
+        Ok(())
+    }
+
+    fn delete(&self, key: &str) -> Result<bool, KvError> {
+        Ok(self.map().remove(key).is_some())
+    }
+
+    fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, KvError> {
+        Ok(self
+            .map()
+            .range(prefix.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_returns_only_the_prefix_in_key_order() {
+        let kv = MemoryKv::new();
+        kv.put("action:02", vec![2]).unwrap();
+        kv.put("action:01", vec![1]).unwrap();
+        kv.put("prov:~1", vec![9]).unwrap();
+        let scanned = kv.scan_prefix("action:").unwrap();
+        assert_eq!(
+            scanned,
+            vec![("action:01".into(), vec![1]), ("action:02".into(), vec![2])]
+        );
+        assert!(kv.delete("action:01").unwrap());
+        assert!(!kv.delete("action:01").unwrap());
+        assert_eq!(kv.get("prov:~1").unwrap(), Some(vec![9]));
+    }
+}

@@ -1,0 +1,361 @@
+//! What the driver stores about each staged action, and the versioned envelope every
+//! stored value is wrapped in.
+//!
+//! The layout of the key-value port (the analogue of the reference's Durable Object
+//! storage, spec §1.3):
+//!
+//! | key | value |
+//! |---|---|
+//! | `seq:action` | [`StoredV1::Counter`]: the next action id (first is 1) |
+//! | `seq:provisional` | [`StoredV1::Counter`]: the next `~N` (first is 1) |
+//! | `action:<id, 20 digits>` | [`StoredV1::Action`]: one [`ActionRecord`] |
+//! | `prov:~<N>` | [`StoredV1::Provisional`]: the real id a create made |
+//! | `space:<KEY>` | [`StoredV1::Space`]: the space's numeric id, cached forever |
+//!
+//! Action keys are zero-padded so that the port's key order is the id order (the
+//! reference has to re-sort because `action:10` lists before `action:2`). A record keeps
+//! its `state`; rejected records are deleted, as in the reference: the kernel's ledger
+//! is the audit trail.
+
+use serde::{Deserialize, Serialize};
+
+use kernel::{DriverActionId, LedgerId, Timestamp};
+
+use crate::handle::ContentHandle;
+
+/// A page or a blog post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ContentKind {
+    /// A page; may have child pages.
+    Page,
+    /// A blog post; never has children.
+    BlogPost,
+}
+
+impl ContentKind {
+    /// Lower-case name for people: "page" or "blog post".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Page => "page",
+            Self::BlogPost => "blog post",
+        }
+    }
+}
+
+/// Where content is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ContentStatus {
+    /// Published.
+    Current,
+    /// Saved but not published.
+    Draft,
+    /// In the trash; can be restored.
+    Trashed,
+}
+
+impl ContentStatus {
+    /// Lower-case name, as the wiki spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Current => "current",
+            Self::Draft => "draft",
+            Self::Trashed => "trashed",
+        }
+    }
+}
+
+/// Where a create puts the new content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Parent {
+    /// At the top of a space.
+    Space {
+        /// The space key.
+        space: String,
+    },
+    /// Under a page, real or provisional.
+    Page {
+        /// The parent, as the agent named it (a `~N` stays `~N` in the record).
+        parent: ContentHandle,
+        /// The space of the parent.
+        space: String,
+    },
+}
+
+impl Parent {
+    /// The space key the content goes into.
+    pub fn space(&self) -> &str {
+        match self {
+            Self::Space { space } | Self::Page { space, .. } => space,
+        }
+    }
+
+    /// The parent page, if any.
+    pub fn page(&self) -> Option<ContentHandle> {
+        match self {
+            Self::Space { .. } => None,
+            Self::Page { parent, .. } => Some(*parent),
+        }
+    }
+}
+
+/// One side effect the agent asked for. Every action targets exactly one content handle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WikiAction {
+    /// Create a page or blog post, known as `~provisional` until applied.
+    Create {
+        /// The provisional number: the content is `~provisional`.
+        provisional: u64,
+        /// Page or blog post.
+        kind: ContentKind,
+        /// Where it goes.
+        parent: Parent,
+        /// Its title at creation.
+        title: String,
+        /// Its body at creation, Markdown.
+        content: Option<String>,
+        /// `Current` or `Draft`.
+        status: ContentStatus,
+    },
+    /// Replace the whole body.
+    SetContent {
+        /// The content.
+        target: ContentHandle,
+        /// The new body, Markdown.
+        markdown: String,
+    },
+    /// Add to the end of the body.
+    AppendContent {
+        /// The content.
+        target: ContentHandle,
+        /// The text to add, Markdown.
+        markdown: String,
+    },
+    /// Rename.
+    SetTitle {
+        /// The content.
+        target: ContentHandle,
+        /// The new title.
+        title: String,
+    },
+    /// Add a footer comment.
+    AddComment {
+        /// The content.
+        target: ContentHandle,
+        /// The comment, Markdown.
+        text: String,
+    },
+    /// Add a label.
+    AddLabel {
+        /// The content.
+        target: ContentHandle,
+        /// The label.
+        name: String,
+    },
+    /// Remove a label.
+    RemoveLabel {
+        /// The content.
+        target: ContentHandle,
+        /// The label.
+        name: String,
+    },
+    /// Move to the trash.
+    Trash {
+        /// The content.
+        target: ContentHandle,
+    },
+    /// Restore from the trash.
+    Restore {
+        /// The content.
+        target: ContentHandle,
+    },
+}
+
+impl WikiAction {
+    /// The content this action is aimed at (for a create, its own `~N`).
+    pub fn target(&self) -> ContentHandle {
+        match self {
+            Self::Create { provisional, .. } => ContentHandle::Provisional(*provisional),
+            Self::SetContent { target, .. }
+            | Self::AppendContent { target, .. }
+            | Self::SetTitle { target, .. }
+            | Self::AddComment { target, .. }
+            | Self::AddLabel { target, .. }
+            | Self::RemoveLabel { target, .. }
+            | Self::Trash { target }
+            | Self::Restore { target } => *target,
+        }
+    }
+
+    /// A short name for transcripts: `create`, `set content`, `append`, ….
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Self::Create { .. } => "create",
+            Self::SetContent { .. } => "set content",
+            Self::AppendContent { .. } => "append",
+            Self::SetTitle { .. } => "set title",
+            Self::AddComment { .. } => "comment",
+            Self::AddLabel { .. } => "add label",
+            Self::RemoveLabel { .. } => "remove label",
+            Self::Trash { .. } => "trash",
+            Self::Restore { .. } => "restore",
+        }
+    }
+}
+
+/// Where a staged action is in its life, as the driver sees it.
+///
+/// `pending → applied → reverted`, or `pending → failed` when applying it can never
+/// succeed (a stale replacement). A rejected action is deleted, not kept. A failed
+/// apply that may be retried leaves the record `pending`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RecordState {
+    /// Staged, overlaid on reads, not yet sent.
+    Pending,
+    /// Sent; reads show the service's state instead of the overlay.
+    Applied,
+    /// Applied, then undone.
+    Reverted,
+    /// Refused for good at apply time; no longer overlaid. Stage it again to retry.
+    Failed,
+}
+
+/// What the driver captured when the action was staged.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Staging {
+    /// The real version of the target when the action was staged; 0 when the target
+    /// did not exist yet (its create was pending).
+    pub base_version: u64,
+    /// The simulated body at staging (set and append only): what the reference's
+    /// revert writes back.
+    pub previous_markdown: Option<String>,
+    /// The simulated title at staging (set title only).
+    pub previous_title: Option<String>,
+}
+
+/// A write that moved the content's version, recorded at apply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionedWrite {
+    /// The version the write replaced (0 for a create).
+    pub before: u64,
+    /// The version the write produced.
+    pub after: u64,
+    /// The body just before the write, in storage format, exactly as the service had it.
+    pub previous_body: String,
+    /// The title just before the write.
+    pub previous_title: String,
+}
+
+/// What applying the action did, kept for revert and for the stale check.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The id the service gave: the new page for a create, the new comment for a comment.
+    pub created: Option<u64>,
+    /// Set for every action that moved the content's version.
+    pub write: Option<VersionedWrite>,
+    /// For an append: exactly the storage fragment that was added.
+    pub appended: Option<String>,
+    /// For a label action under the guarded policy: whether it changed anything.
+    pub label_changed: Option<bool>,
+}
+
+/// One staged action, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionRecord {
+    /// The driver's id, passed to `submit_action`.
+    pub id: DriverActionId,
+    /// The kernel's id for it, once `submit_action` answered.
+    pub ledger: Option<LedgerId>,
+    /// What to do.
+    pub action: WikiAction,
+    /// Where it is in its life.
+    pub state: RecordState,
+    /// When it was staged.
+    pub submitted_at: Timestamp,
+    /// What was captured at staging.
+    pub staging: Staging,
+    /// The pending actions whose simulated effect the agent had read before staging this.
+    pub depends_on: Vec<DriverActionId>,
+    /// What applying it did.
+    pub applied: Option<Applied>,
+    /// Why it failed for good, when `state` is `Failed`.
+    pub failure: Option<String>,
+}
+
+impl ActionRecord {
+    /// How people name this action: the ledger id (`#5`) once known, else the driver id.
+    pub fn display_id(&self) -> String {
+        match self.ledger {
+            Some(ledger) => ledger.to_string(),
+            None => format!("the wiki gatekeeper's action {}", self.id),
+        }
+    }
+}
+
+/// The envelope of every stored value. postcard is not self-describing, so a reader
+/// must know which layout it is reading: a new layout is a new variant, never a change
+/// to an old one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StoredRecord {
+    /// The first layout.
+    V1(StoredV1),
+}
+
+/// The values of layout 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StoredV1 {
+    /// A sequence counter: the next number to hand out.
+    Counter(u64),
+    /// A staged action (boxed: it is far larger than the other values).
+    Action(Box<ActionRecord>),
+    /// The real id a provisional handle resolved to.
+    Provisional(u64),
+    /// A space's numeric id.
+    Space(u64),
+}
+
+impl StoredRecord {
+    /// Encode for the key-value port.
+    pub fn encode(&self) -> Vec<u8> {
+        // Encoding plain owned data into a Vec cannot fail.
+        postcard::to_stdvec(self).unwrap_or_default()
+    }
+
+    /// Decode a value read from the key-value port.
+    pub fn decode(bytes: &[u8]) -> Result<Self, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_survives_the_envelope() {
+        let record = ActionRecord {
+            id: DriverActionId(3),
+            ledger: Some(LedgerId(9)),
+            action: WikiAction::Create {
+                provisional: 2,
+                kind: ContentKind::Page,
+                parent: Parent::Page {
+                    parent: ContentHandle::Provisional(1),
+                    space: "OPS".into(),
+                },
+                title: "Child".into(),
+                content: Some("stop".into()),
+                status: ContentStatus::Current,
+            },
+            state: RecordState::Pending,
+            submitted_at: Timestamp(5),
+            staging: Staging::default(),
+            depends_on: vec![DriverActionId(1)],
+            applied: None,
+            failure: None,
+        };
+        let stored = StoredRecord::V1(StoredV1::Action(Box::new(record)));
+        let bytes = stored.encode();
+        assert_eq!(StoredRecord::decode(&bytes).unwrap(), stored);
+        assert!(StoredRecord::decode(&[7, 7]).is_err());
+    }
+}

@@ -1,0 +1,358 @@
+//! The driver's action store: staged records in the key-value port, plus the in-memory
+//! indexes that make a read cost what the page it reads costs.
+//!
+//! The port is the truth; the indexes are rebuilt from it by [`ActionStore::open`] and
+//! kept in step by every write (write-through: the port first, then the index). The
+//! index that matters for speed is *pending actions by resolved content*: a read folds
+//! only the pending actions of the content it reads, found in one map lookup, in
+//! ascending id. The reference instead lists every action in its store and filters on
+//! each read, so its reads slow down with pending work on other pages.
+//!
+//! Provisional handles are resolved through the `prov:` mapping. When a create is
+//! applied, the pending and applied entries filed under its `~N` are moved to the real
+//! id, so one lookup keeps finding them under either spelling.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use kernel::DriverActionId;
+
+use crate::handle::ContentHandle;
+use crate::kv::{KvError, KvStore};
+use crate::record::{ActionRecord, RecordState, StoredRecord, StoredV1, WikiAction};
+
+const SEQ_ACTION: &str = "seq:action";
+const SEQ_PROVISIONAL: &str = "seq:provisional";
+const ACTION_PREFIX: &str = "action:";
+const PROV_PREFIX: &str = "prov:~";
+const SPACE_PREFIX: &str = "space:";
+
+fn action_key(id: DriverActionId) -> String {
+    format!("{ACTION_PREFIX}{:020}", id.0)
+}
+
+fn decode(key: &str, bytes: &[u8]) -> Result<StoredV1, KvError> {
+    match StoredRecord::decode(bytes) {
+        Ok(StoredRecord::V1(value)) => Ok(value),
+        Err(e) => Err(KvError(format!(
+            "the value under {key} could not be decoded ({e}); the store was written by an incompatible version"
+        ))),
+    }
+}
+
+fn unexpected(key: &str) -> KvError {
+    KvError(format!(
+        "the value under {key} has the wrong type; the store was written by an incompatible version"
+    ))
+}
+
+/// Pending actions of one content, in ascending id.
+pub(crate) type PendingMap = BTreeMap<DriverActionId, Arc<ActionRecord>>;
+
+pub(crate) struct ActionStore {
+    kv: Arc<dyn KvStore>,
+    records: BTreeMap<DriverActionId, Arc<ActionRecord>>,
+    pending: HashMap<ContentHandle, PendingMap>,
+    applied_writes: HashMap<ContentHandle, Vec<DriverActionId>>,
+    creates: HashMap<u64, DriverActionId>,
+    provisional: HashMap<u64, u64>,
+    spaces: HashMap<String, u64>,
+    next_action: u64,
+    next_provisional: u64,
+    empty: PendingMap,
+}
+
+impl ActionStore {
+    /// Load everything from the port and build the indexes.
+    pub(crate) fn open(kv: Arc<dyn KvStore>) -> Result<Self, KvError> {
+        let counter = |key: &str| -> Result<u64, KvError> {
+            match kv.get(key)? {
+                None => Ok(1),
+                Some(bytes) => match decode(key, &bytes)? {
+                    StoredV1::Counter(n) => Ok(n),
+                    _ => Err(unexpected(key)),
+                },
+            }
+        };
+        let mut store = Self {
+            next_action: counter(SEQ_ACTION)?,
+            next_provisional: counter(SEQ_PROVISIONAL)?,
+            kv: kv.clone(),
+            records: BTreeMap::new(),
+            pending: HashMap::new(),
+            applied_writes: HashMap::new(),
+            creates: HashMap::new(),
+            provisional: HashMap::new(),
+            spaces: HashMap::new(),
+            empty: PendingMap::new(),
+        };
+        for (key, bytes) in kv.scan_prefix(PROV_PREFIX)? {
+            let n = key[PROV_PREFIX.len()..]
+                .parse::<u64>()
+                .map_err(|_| unexpected(&key))?;
+            match decode(&key, &bytes)? {
+                StoredV1::Provisional(real) => store.provisional.insert(n, real),
+                _ => return Err(unexpected(&key)),
+            };
+        }
+        for (key, bytes) in kv.scan_prefix(SPACE_PREFIX)? {
+            match decode(&key, &bytes)? {
+                StoredV1::Space(id) => store.spaces.insert(key[SPACE_PREFIX.len()..].into(), id),
+                _ => return Err(unexpected(&key)),
+            };
+        }
+        for (key, bytes) in kv.scan_prefix(ACTION_PREFIX)? {
+            match decode(&key, &bytes)? {
+                StoredV1::Action(record) => store.index(Arc::new(*record)),
+                _ => return Err(unexpected(&key)),
+            }
+        }
+        Ok(store)
+    }
+
+    fn put_value(&self, key: &str, value: StoredV1) -> Result<(), KvError> {
+        self.kv.put(key, StoredRecord::V1(value).encode())
+    }
+
+    /// The next action id; the counter is consumed even if staging fails later.
+    pub(crate) fn allocate_action(&mut self) -> Result<DriverActionId, KvError> {
+        let id = self.next_action;
+        self.put_value(SEQ_ACTION, StoredV1::Counter(id + 1))?;
+        self.next_action = id + 1;
+        Ok(DriverActionId(id))
+    }
+
+    /// The next provisional number (`~N`).
+    pub(crate) fn allocate_provisional(&mut self) -> Result<u64, KvError> {
+        let n = self.next_provisional;
+        self.put_value(SEQ_PROVISIONAL, StoredV1::Counter(n + 1))?;
+        self.next_provisional = n + 1;
+        Ok(n)
+    }
+
+    /// The real id a provisional handle maps to, or the handle itself.
+    pub(crate) fn resolve(&self, handle: ContentHandle) -> ContentHandle {
+        match handle {
+            ContentHandle::Provisional(n) => self
+                .provisional
+                .get(&n)
+                .map_or(handle, |real| ContentHandle::Real(*real)),
+            real => real,
+        }
+    }
+
+    /// Whether `~n` names content: created, or with a create record in any state.
+    /// A rejected create is deleted, so its handle is forgotten.
+    pub(crate) fn knows_provisional(&self, n: u64) -> bool {
+        self.provisional.contains_key(&n) || self.creates.contains_key(&n)
+    }
+
+    /// The create record of `~n`, in any state.
+    pub(crate) fn create_of(&self, n: u64) -> Option<&Arc<ActionRecord>> {
+        self.creates.get(&n).and_then(|id| self.records.get(id))
+    }
+
+    /// One record.
+    pub(crate) fn get(&self, id: DriverActionId) -> Option<&Arc<ActionRecord>> {
+        self.records.get(&id)
+    }
+
+    /// Every record, in ascending id.
+    pub(crate) fn records(&self) -> impl Iterator<Item = &Arc<ActionRecord>> {
+        self.records.values()
+    }
+
+    /// The pending actions on a content (give the resolved handle), in ascending id.
+    pub(crate) fn pending_on(&self, resolved: ContentHandle) -> &PendingMap {
+        self.pending.get(&resolved).unwrap_or(&self.empty)
+    }
+
+    /// How many actions are pending, over all content.
+    pub(crate) fn pending_count(&self) -> usize {
+        self.pending.values().map(BTreeMap::len).sum()
+    }
+
+    /// The applied actions that moved the version of a content, in apply order.
+    pub(crate) fn applied_writes_on(&self, resolved: ContentHandle) -> &[DriverActionId] {
+        self.applied_writes
+            .get(&resolved)
+            .map_or(&[], |ids| ids.as_slice())
+    }
+
+    /// Write a record through to the port, then re-index it.
+    pub(crate) fn put(&mut self, record: ActionRecord) -> Result<Arc<ActionRecord>, KvError> {
+        self.put_value(
+            &action_key(record.id),
+            StoredV1::Action(Box::new(record.clone())),
+        )?;
+        self.unindex(record.id);
+        let record = Arc::new(record);
+        self.index(record.clone());
+        Ok(record)
+    }
+
+    /// Delete a record from the port and the indexes.
+    pub(crate) fn delete(&mut self, id: DriverActionId) -> Result<(), KvError> {
+        self.kv.delete(&action_key(id))?;
+        self.unindex(id);
+        Ok(())
+    }
+
+    /// Record that `~n` is now the real content `real`, and refile its entries.
+    pub(crate) fn set_provisional(&mut self, n: u64, real: u64) -> Result<(), KvError> {
+        self.put_value(&format!("{PROV_PREFIX}{n}"), StoredV1::Provisional(real))?;
+        self.provisional.insert(n, real);
+        let from = ContentHandle::Provisional(n);
+        let to = ContentHandle::Real(real);
+        if let Some(moved) = self.pending.remove(&from) {
+            self.pending.entry(to).or_default().extend(moved);
+        }
+        if let Some(moved) = self.applied_writes.remove(&from) {
+            self.applied_writes.entry(to).or_default().extend(moved);
+        }
+        Ok(())
+    }
+
+    /// A space's cached numeric id.
+    pub(crate) fn space(&self, key: &str) -> Option<u64> {
+        self.spaces.get(key).copied()
+    }
+
+    /// Cache a space's numeric id forever.
+    pub(crate) fn put_space(&mut self, key: &str, id: u64) -> Result<(), KvError> {
+        self.put_value(&format!("{SPACE_PREFIX}{key}"), StoredV1::Space(id))?;
+        self.spaces.insert(key.to_owned(), id);
+        Ok(())
+    }
+
+    fn index(&mut self, record: Arc<ActionRecord>) {
+        let key = self.resolve(record.action.target());
+        if let WikiAction::Create { provisional, .. } = record.action {
+            self.creates.insert(provisional, record.id);
+        }
+        match record.state {
+            RecordState::Pending => {
+                self.pending
+                    .entry(key)
+                    .or_default()
+                    .insert(record.id, record.clone());
+            }
+            RecordState::Applied => {
+                if record.applied.as_ref().is_some_and(|a| a.write.is_some()) {
+                    let writes = self.applied_writes.entry(key).or_default();
+                    if !writes.contains(&record.id) {
+                        writes.push(record.id);
+                    }
+                }
+            }
+            RecordState::Reverted | RecordState::Failed => {}
+        }
+        self.records.insert(record.id, record);
+    }
+
+    fn unindex(&mut self, id: DriverActionId) {
+        let Some(old) = self.records.remove(&id) else {
+            return;
+        };
+        let key = self.resolve(old.action.target());
+        if let Some(pending) = self.pending.get_mut(&key) {
+            pending.remove(&id);
+            if pending.is_empty() {
+                self.pending.remove(&key);
+            }
+        }
+        if let WikiAction::Create { provisional, .. } = old.action {
+            self.creates.remove(&provisional);
+        }
+        // Applied writes stay listed: they remain facts about the content's history even
+        // when the record later becomes `reverted` (the revert is a write of its own).
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kernel::Timestamp;
+
+    use super::*;
+    use crate::kv::MemoryKv;
+    use crate::record::{ContentKind, ContentStatus, Parent, Staging};
+
+    fn record(id: u64, action: WikiAction) -> ActionRecord {
+        ActionRecord {
+            id: DriverActionId(id),
+            ledger: None,
+            action,
+            state: RecordState::Pending,
+            submitted_at: Timestamp(0),
+            staging: Staging::default(),
+            depends_on: Vec::new(),
+            applied: None,
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn pending_work_is_found_under_either_spelling_and_survives_a_reload() {
+        let kv: Arc<dyn KvStore> = Arc::new(MemoryKv::new());
+        let mut store = ActionStore::open(kv.clone()).unwrap();
+        let create_id = store.allocate_action().unwrap();
+        let n = store.allocate_provisional().unwrap();
+        store
+            .put(record(
+                create_id.0,
+                WikiAction::Create {
+                    provisional: n,
+                    kind: ContentKind::Page,
+                    parent: Parent::Space {
+                        space: "OPS".into(),
+                    },
+                    title: "Parent".into(),
+                    content: None,
+                    status: ContentStatus::Current,
+                },
+            ))
+            .unwrap();
+        let append = store.allocate_action().unwrap();
+        store
+            .put(record(
+                append.0,
+                WikiAction::AppendContent {
+                    target: ContentHandle::Provisional(n),
+                    markdown: "x".into(),
+                },
+            ))
+            .unwrap();
+        let on = |s: &ActionStore, h| {
+            s.pending_on(s.resolve(h))
+                .keys()
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            on(&store, ContentHandle::Provisional(1)),
+            vec![create_id, append]
+        );
+
+        store.set_provisional(n, 200).unwrap();
+        assert_eq!(
+            store.resolve(ContentHandle::Provisional(1)),
+            ContentHandle::Real(200)
+        );
+        assert_eq!(
+            on(&store, ContentHandle::Real(200)),
+            vec![create_id, append]
+        );
+
+        let reloaded = ActionStore::open(kv).unwrap();
+        assert_eq!(
+            on(&reloaded, ContentHandle::Provisional(1)),
+            vec![create_id, append]
+        );
+        assert_eq!(reloaded.pending_count(), 2);
+        assert!(reloaded.knows_provisional(1));
+        assert!(!reloaded.knows_provisional(2));
+        let mut again = reloaded;
+        assert_eq!(again.allocate_action().unwrap(), DriverActionId(3));
+        assert_eq!(again.allocate_provisional().unwrap(), 2);
+    }
+}

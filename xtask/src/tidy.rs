@@ -113,7 +113,11 @@ fn check_files(root: &Path, problems: &mut Vec<String>) {
         concat!("#[", "ignore"),
     ];
     for file in files {
-        let shown = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         let Ok(text) = fs::read_to_string(&file) else {
             problems.push(format!("{shown}: not readable as UTF-8"));
             continue;
@@ -137,7 +141,13 @@ fn check_files(root: &Path, problems: &mut Vec<String>) {
 fn check_dependencies(root: &Path, problems: &mut Vec<String>) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(root)
         .output();
     let output = match output {
@@ -179,7 +189,10 @@ pub fn dependency_problems(metadata: &Value) -> Vec<String> {
             ));
             continue;
         };
-        let deps = package["dependencies"].as_array().cloned().unwrap_or_default();
+        let deps = package["dependencies"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         for dep in deps {
             let normal = dep["kind"].is_null() || dep["kind"] == "normal";
             let Some(dep_name) = dep["name"].as_str() else {

@@ -62,9 +62,8 @@ pub enum DecisionError {
         state: ActionState,
     },
     /// The action failed in a way that may have reached the service.
-    #[error(
-        "action {id} failed and cannot be retried: {message}; check the service and stage it again if needed"
-    )]
+    /// The driver's message already says what to check before staging it again.
+    #[error("action {id} failed and cannot be retried: {message}")]
     NotRetryable {
         /// The action.
         id: LedgerId,
@@ -257,12 +256,19 @@ impl Overseer {
     /// action becomes failed, the error is returned, and the failure is in the ledger.
     /// Either way a drain of the gatekeeper follows, since a gate may have cleared.
     pub async fn approve(&self, id: LedgerId, by: &str) -> Result<(), DecisionError> {
-        let entry = self.inner.open_action(id)?;
-        let result = self
-            .inner
-            .apply_entry(id, Decider { by, auto: false })
+        let inner = &self.inner;
+        let slot = inner.claim(id)?;
+        // Read under the slot: another decision may have finished just before.
+        let entry = inner.open_action_entry(inner.store.get(id)?, id)?;
+        if inner.store.locked_down()? {
+            return Err(DecisionError::LockedDown(id));
+        }
+        let name = entry.gatekeeper.clone();
+        let gatekeeper = inner.gatekeeper(&name)?;
+        let result = inner
+            .apply_claimed(slot, entry, &*gatekeeper, Decider { by, auto: false })
             .await;
-        self.request_drain(&entry.gatekeeper, DrainCause::Approved(id));
+        self.drain_if_ruled(&name, DrainCause::Approved(id))?;
         result
     }
 
@@ -271,7 +277,6 @@ impl Overseer {
     /// flagged and held for a person.
     pub async fn reject(&self, id: LedgerId, by: &str) -> Result<RejectReport, DecisionError> {
         let inner = &self.inner;
-        inner.open_action(id)?;
         let _slot = inner.claim(id)?;
         let entry = inner.open_action_entry(inner.store.get(id)?, id)?;
         let action = entry.action().expect("open_action checked the kind");
@@ -333,7 +338,7 @@ impl Overseer {
         roots.extend(&report.cascaded);
         report.flagged = inner.flag_dependents(&entry.gatekeeper, id, &roots)?;
         drop(_enter);
-        self.request_drain(&entry.gatekeeper, DrainCause::Rejected(id));
+        self.drain_if_ruled(&entry.gatekeeper, DrainCause::Rejected(id))?;
         Ok(report)
     }
 
@@ -503,6 +508,25 @@ impl Overseer {
         }
     }
 
+    /// Request a drain of `gatekeeper` if any rule could make one of its actions eligible;
+    /// without a rule a drain could only stop at its first action.
+    fn drain_if_ruled(
+        &self,
+        gatekeeper: &Arc<str>,
+        cause: DrainCause,
+    ) -> Result<(), DecisionError> {
+        let ruled = self
+            .inner
+            .store
+            .rules()?
+            .iter()
+            .any(|rule| *rule.gatekeeper == **gatekeeper);
+        if ruled {
+            self.request_drain(gatekeeper, cause);
+        }
+        Ok(())
+    }
+
     fn request_drain(&self, gatekeeper: &Arc<str>, cause: DrainCause) {
         let request = lock(&self.inner.drains)
             .entry(gatekeeper.clone())
@@ -569,6 +593,7 @@ impl Overseer {
         let auto_candidate = description.auto_approvable && blocked_by.is_none();
         let tag = description.action_kind.as_ref().map(|k| k.tag.clone());
         let description = Arc::new(description);
+        let mut depends_on = Some(depends_on);
         let id = inner
             .store
             .insert(&mut |id| LedgerEntry {
@@ -582,7 +607,7 @@ impl Overseer {
                     state: ActionState::Pending,
                     resolution: None,
                     failure: None,
-                    depends_on: depends_on.clone(),
+                    depends_on: depends_on.take().unwrap_or_default(),
                     blocked_by,
                     restart_requested: false,
                     revert: None,
@@ -618,6 +643,7 @@ impl Overseer {
             warn!(gatekeeper = %gatekeeper, "sensitive data observed: lockdown latched");
         }
         let now = inner.clock.now();
+        let mut description = Some(description);
         let id = inner
             .store
             .insert(&mut |id| LedgerEntry {
@@ -625,7 +651,7 @@ impl Overseer {
                 gatekeeper: gatekeeper.clone(),
                 caller: caller.clone(),
                 created_at: now,
-                body: EntryBody::Observation(description.clone()),
+                body: EntryBody::Observation(description.take().unwrap_or_default()),
             })
             .map_err(storage)?;
         debug!(observation = %id, gatekeeper = %gatekeeper, "observation authorized");
@@ -663,11 +689,6 @@ impl Inner {
         Ok(InFlight { inner: self, id })
     }
 
-    fn open_action(&self, id: LedgerId) -> Result<LedgerEntry, DecisionError> {
-        let entry = self.store.get(id)?;
-        self.open_action_entry(entry, id)
-    }
-
     /// Check that an entry is an action a person may still decide.
     fn open_action_entry(
         &self,
@@ -686,18 +707,6 @@ impl Inner {
             });
         }
         Ok(entry)
-    }
-
-    /// A person's approval: take the slot, re-check, apply.
-    async fn apply_entry(&self, id: LedgerId, decider: Decider<'_>) -> Result<(), DecisionError> {
-        let slot = self.claim(id)?;
-        // Re-read under the slot: another decision may have finished meanwhile.
-        let entry = self.open_action_entry(self.store.get(id)?, id)?;
-        if self.store.locked_down()? {
-            return Err(DecisionError::LockedDown(id));
-        }
-        let gatekeeper = self.gatekeeper(&entry.gatekeeper)?;
-        self.apply_claimed(slot, entry, &*gatekeeper, decider).await
     }
 
     /// The one path from open to approved or failed, for people and rules alike. The

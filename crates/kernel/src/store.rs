@@ -78,7 +78,7 @@ struct Tables {
     last_id: u64,
     entries: BTreeMap<LedgerId, LedgerEntry>,
     open: BTreeMap<Arc<str>, BTreeSet<LedgerId>>,
-    by_driver: BTreeMap<(Arc<str>, DriverActionId), LedgerId>,
+    by_driver: BTreeMap<Arc<str>, BTreeMap<DriverActionId, LedgerId>>,
     rules: BTreeMap<String, BTreeMap<String, Arc<AutoApprovalRule>>>,
     locked_down: bool,
 }
@@ -87,7 +87,9 @@ impl Tables {
     fn index_new(&mut self, entry: &LedgerEntry) {
         if let EntryBody::Action(action) = &entry.body {
             self.by_driver
-                .insert((entry.gatekeeper.clone(), action.driver_id), entry.id);
+                .entry(entry.gatekeeper.clone())
+                .or_default()
+                .insert(action.driver_id, entry.id);
         }
         let is_open = entry.action().is_some_and(ActionEntry::is_open);
         self.set_open(&entry.gatekeeper, entry.id, false, is_open);
@@ -185,8 +187,12 @@ impl LedgerStore for MemoryLedger {
         gatekeeper: &str,
         driver_id: DriverActionId,
     ) -> Result<Option<LedgerId>, StorageError> {
-        let key = (Arc::<str>::from(gatekeeper), driver_id);
-        Ok(self.tables().by_driver.get(&key).copied())
+        let tables = self.tables();
+        Ok(tables
+            .by_driver
+            .get(gatekeeper)
+            .and_then(|ids| ids.get(&driver_id))
+            .copied())
     }
 
     fn put_rule(&self, rule: &AutoApprovalRule) -> Result<(), StorageError> {

@@ -138,6 +138,13 @@ fn string_sequence_len(rest: &str) -> usize {
 
 /// Neutralizes `text` into a plain `String` (see [`neutralize_controls`]).
 pub(crate) fn neutralize(text: &str) -> String {
+    // Fast path: printable ASCII and newlines have nothing to neutralize.
+    if text
+        .bytes()
+        .all(|b| b == b'\n' || (0x20..0x7f).contains(&b))
+    {
+        return text.to_owned();
+    }
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
     while let Some(c) = text[i..].chars().next() {

@@ -27,6 +27,10 @@ const INLINE_MARKUP: &[char] = &['`', '*', '_', '[', ']', '(', ')', '#', '>', '|
 
 /// Returns the byte index after the first `max_chars` chars, or `None` if `text` is not longer.
 fn cut_point(text: &str, max_chars: usize) -> Option<usize> {
+    // A text of at most `max_chars` bytes has at most that many chars: nothing to cut.
+    if text.len() <= max_chars {
+        return None;
+    }
     text.char_indices().nth(max_chars).map(|(i, _)| i)
 }
 
@@ -44,6 +48,9 @@ fn clip(mut text: String, max_chars: usize, suffix: &str) -> String {
 /// A run of three backticks is what opens or closes a fenced code block, so text passed through
 /// this cannot close the fence it is shown in, nor open one of its own. Shorter runs are kept.
 pub fn defuse_fences(text: &str) -> String {
+    if !text.contains("```") {
+        return text.to_owned();
+    }
     let mut out = String::with_capacity(text.len());
     let mut run = 0usize;
     let flush = |out: &mut String, run: usize| {

@@ -109,7 +109,7 @@ impl Gatekeeper for FakeGatekeeper {
                 .open_actions()
                 .unwrap()
                 .into_iter()
-                .filter(|e| &*e.gatekeeper == self.name)
+                .filter(|e| *e.gatekeeper == self.name)
                 .collect();
             self.snapshots
                 .lock()

@@ -1,0 +1,350 @@
+//! The gatekeeper of one tool server: what the kernel registers, and what mints grants.
+//!
+//! A [`ToolGatekeeper`] owns everything about one server: its classified catalog, the
+//! rendered approval prompts, the [`ActionStore`], the [`ToolService`] and the optional
+//! [`Simulator`] and [`Reverter`]. To the kernel it is a [`Gatekeeper`]; to a person it
+//! mints [`Grant`]s, the only way an agent reaches the server.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use kernel::{
+    ActionKind, ApprovalQueue, DriverActionId, Gatekeeper, GatekeeperError, Overseer,
+    RejectOutcome, RevertOutcome,
+};
+use prompt_sanitize::{MAX_INLINE_CHARS, Sanitized, code_span, plain_inline};
+use tracing::warn;
+
+use crate::classify::{ClassifiedTool, ServerTrust, classify_tool};
+use crate::describe::CallPrompt;
+use crate::grant::{Grant, GrantError};
+use crate::kind::action_kind_for;
+use crate::revert::{REVERT_UNSUPPORTED_MESSAGE, Reverter};
+use crate::service::ToolService;
+use crate::simulate::Simulator;
+use crate::store::{ActionState, ActionStore};
+use crate::tool::Tool;
+
+/// The most tools taken from one server's catalog; the rest are ignored with a warning.
+pub const MAX_TOOLS_PER_SERVER: usize = 200;
+
+/// Who a gatekeeper is and what it fronts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatekeeperConfig {
+    /// Unique among the kernel's gatekeepers; auto-approval rules are keyed by it.
+    pub name: String,
+    /// The server's display name, shown (sanitized) in every prompt.
+    pub server_name: String,
+    /// Where the server is, shown (sanitized) in every prompt.
+    pub endpoint: String,
+    /// How far the server's annotations are believed.
+    pub trust: ServerTrust,
+    /// The namespace of this server's action kinds (see [`action_kind_for`]).
+    pub scope: String,
+}
+
+/// One catalog tool, classified and with its prompts rendered once.
+pub(crate) struct ToolEntry {
+    pub(crate) tool: Tool,
+    pub(crate) name: Arc<str>,
+    pub(crate) classified: ClassifiedTool,
+    pub(crate) kind: ActionKind,
+    pub(crate) prompt: CallPrompt,
+    /// Observation title when an applied result is handed over.
+    pub(crate) result_title: Sanitized,
+    /// Observation description when an applied result is handed over.
+    pub(crate) result_description: Sanitized,
+}
+
+impl ToolEntry {
+    fn new(config: &GatekeeperConfig, tool: Tool) -> Self {
+        let classified = classify_tool(&tool, config.trust);
+        let server = plain_inline(&config.server_name, MAX_INLINE_CHARS);
+        let result_title = Sanitized::concat(&[
+            &server,
+            &Sanitized::literal(": result of "),
+            &plain_inline(&tool.name, MAX_INLINE_CHARS),
+        ]);
+        let result_description = Sanitized::concat(&[
+            &Sanitized::literal("Read the response from the approved call to "),
+            &code_span(&tool.name, MAX_INLINE_CHARS),
+            &Sanitized::literal(" on **"),
+            &server,
+            &Sanitized::literal("**."),
+        ]);
+        Self {
+            name: Arc::from(tool.name.as_str()),
+            kind: action_kind_for(&config.scope, &tool.name),
+            prompt: CallPrompt::new(&config.server_name, &config.endpoint, &tool, &classified),
+            classified,
+            result_title,
+            result_description,
+            tool,
+        }
+    }
+}
+
+/// The gatekeeper of one tool server. Share it as `Arc<ToolGatekeeper>`: register a clone
+/// with the kernel, mint grants from another.
+pub struct ToolGatekeeper {
+    config: GatekeeperConfig,
+    entries: Vec<ToolEntry>,
+    index: HashMap<Arc<str>, usize>,
+    pub(crate) service: Arc<dyn ToolService>,
+    pub(crate) store: ActionStore,
+    pub(crate) simulator: Option<Arc<dyn Simulator>>,
+    reverter: Option<Arc<dyn Reverter>>,
+    /// Actions some read showed as if done: rejecting one asks for a restart.
+    shown: Mutex<BTreeSet<DriverActionId>>,
+}
+
+impl fmt::Debug for ToolGatekeeper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolGatekeeper")
+            .field("config", &self.config)
+            .field("tools", &self.entries.len())
+            .field("simulator", &self.simulator.is_some())
+            .field("reverter", &self.reverter.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolGatekeeper {
+    /// A gatekeeper over `tools` (the server's catalog), calling `service` and keeping its
+    /// actions in `store`. Every tool is classified and its prompt rendered here, once.
+    pub fn new(
+        config: GatekeeperConfig,
+        tools: Vec<Tool>,
+        service: Arc<dyn ToolService>,
+        store: ActionStore,
+    ) -> Self {
+        if tools.len() > MAX_TOOLS_PER_SERVER {
+            warn!(
+                gatekeeper = %config.name,
+                tools = tools.len(),
+                "catalog.truncated: only the first {MAX_TOOLS_PER_SERVER} tools are used"
+            );
+        }
+        let mut entries = Vec::new();
+        let mut index = HashMap::new();
+        for tool in tools.into_iter().take(MAX_TOOLS_PER_SERVER) {
+            if index.contains_key(tool.name.as_str()) {
+                warn!(gatekeeper = %config.name, tool = %tool.name, "catalog.duplicate: later tool ignored");
+                continue;
+            }
+            let entry = ToolEntry::new(&config, tool);
+            index.insert(entry.name.clone(), entries.len());
+            entries.push(entry);
+        }
+        Self {
+            config,
+            entries,
+            index,
+            service,
+            store,
+            simulator: None,
+            reverter: None,
+            shown: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Show pending calls of the tools `simulator` simulates in later reads, and tell the
+    /// agent it need not wait for them.
+    pub fn with_simulator(mut self, simulator: Arc<dyn Simulator>) -> Self {
+        self.simulator = Some(simulator);
+        self
+    }
+
+    /// Let applied calls of the tools `reverter` reverts be undone on request.
+    pub fn with_reverter(mut self, reverter: Arc<dyn Reverter>) -> Self {
+        self.reverter = Some(reverter);
+        self
+    }
+
+    /// The gatekeeper's name (as registered with the kernel).
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The server's display name.
+    pub fn server_name(&self) -> &str {
+        &self.config.server_name
+    }
+
+    /// The server's endpoint.
+    pub fn endpoint(&self) -> &str {
+        &self.config.endpoint
+    }
+
+    /// The trust tier the catalog was classified under.
+    pub fn trust(&self) -> ServerTrust {
+        self.config.trust
+    }
+
+    /// The action store.
+    pub fn store(&self) -> &ActionStore {
+        &self.store
+    }
+
+    /// The catalog with each tool's verdict, in catalog order (for a classification table).
+    pub fn tools(&self) -> impl Iterator<Item = (&Tool, ClassifiedTool)> {
+        self.entries.iter().map(|e| (&e.tool, e.classified))
+    }
+
+    /// The verdict on one tool.
+    pub fn classification(&self, tool: &str) -> Option<ClassifiedTool> {
+        self.entry(tool).map(|e| e.classified)
+    }
+
+    /// The kind a call of `tool` is submitted under.
+    pub fn action_kind(&self, tool: &str) -> Option<&ActionKind> {
+        self.entry(tool).map(|e| &e.kind)
+    }
+
+    /// Whether pending calls of `tool` are shown in reads.
+    pub fn simulates(&self, tool: &str) -> bool {
+        self.simulator.as_ref().is_some_and(|s| s.simulates(tool))
+    }
+
+    /// Whether applied calls of `tool` can be reverted.
+    pub fn implements_revert(&self, tool: &str) -> bool {
+        self.reverter.as_ref().is_some_and(|r| r.reverts(tool))
+    }
+
+    /// A grant of `tools` for `caller`, recording through the kernel queue minted for this
+    /// gatekeeper. The gatekeeper must be registered with `overseer`.
+    pub fn grant(
+        self: &Arc<Self>,
+        overseer: &Overseer,
+        caller: &str,
+        tools: &[&str],
+    ) -> Result<Grant, GrantError> {
+        let queue = overseer
+            .queue_for(self.name(), caller)
+            .map_err(GrantError::Kernel)?;
+        self.grant_on(queue, tools)
+    }
+
+    /// A grant of every catalog tool for `caller`.
+    pub fn grant_all(
+        self: &Arc<Self>,
+        overseer: &Overseer,
+        caller: &str,
+    ) -> Result<Grant, GrantError> {
+        let names: Vec<&str> = self.entries.iter().map(|e| &*e.name).collect();
+        self.grant(overseer, caller, &names)
+    }
+
+    /// A grant of `tools` over a queue obtained elsewhere. The queue must be the one the
+    /// kernel minted for *this* gatekeeper (`Overseer::queue_for(self.name(), caller)`);
+    /// prefer [`ToolGatekeeper::grant`], which cannot get that wrong.
+    pub fn grant_on(
+        self: &Arc<Self>,
+        queue: Arc<dyn ApprovalQueue>,
+        tools: &[&str],
+    ) -> Result<Grant, GrantError> {
+        let mut allowed = Vec::with_capacity(tools.len());
+        for &tool in tools {
+            let index = *self
+                .index
+                .get(tool)
+                .ok_or_else(|| GrantError::UnknownTool {
+                    gatekeeper: self.name().to_owned(),
+                    tool: tool.to_owned(),
+                })?;
+            if !allowed.contains(&index) {
+                allowed.push(index);
+            }
+        }
+        Ok(Grant::new(self.clone(), queue, allowed))
+    }
+
+    pub(crate) fn entry(&self, tool: &str) -> Option<&ToolEntry> {
+        self.index.get(tool).map(|&i| &self.entries[i])
+    }
+
+    pub(crate) fn entry_at(&self, index: usize) -> &ToolEntry {
+        &self.entries[index]
+    }
+
+    pub(crate) fn index_of(&self, tool: &str) -> Option<usize> {
+        self.index.get(tool).copied()
+    }
+
+    fn shown(&self) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
+        self.shown.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remember that a read handed to an agent showed these pending actions.
+    pub(crate) fn note_shown(&self, ids: &[DriverActionId]) {
+        self.shown().extend(ids.iter().copied());
+    }
+}
+
+#[async_trait]
+impl Gatekeeper for ToolGatekeeper {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    async fn apply_action(&self, action: DriverActionId) -> Result<(), GatekeeperError> {
+        match self.store.apply(action, self.service.as_ref()).await {
+            Ok(_sent_or_already) => Ok(()),
+            Err(error) => Err(GatekeeperError {
+                message: error.to_string(),
+                retryable: error.retryable(),
+            }),
+        }
+    }
+
+    async fn reject_action(
+        &self,
+        action: DriverActionId,
+    ) -> Result<RejectOutcome, GatekeeperError> {
+        match self.store.reject(action).await {
+            Ok(_rejected) => Ok(RejectOutcome {
+                restart: self.shown().remove(&action),
+                cascaded: Vec::new(),
+            }),
+            Err(error) => Err(GatekeeperError::fatal(error.to_string())),
+        }
+    }
+
+    async fn revert_action(
+        &self,
+        action: DriverActionId,
+    ) -> Result<RevertOutcome, GatekeeperError> {
+        let record = self
+            .store
+            .get(action)
+            .await
+            .map_err(|e| GatekeeperError::retryable(e.to_string()))?
+            .ok_or_else(|| {
+                GatekeeperError::fatal(format!(
+                    "action {action} is no longer kept here, so it cannot be reverted; undo it directly in the service if needed"
+                ))
+            })?;
+        if !matches!(record.state, ActionState::Applied { .. }) {
+            return Err(GatekeeperError::fatal(format!(
+                "action {action} is {}, so there is nothing to revert",
+                record.state.tag()
+            )));
+        }
+        match &self.reverter {
+            Some(reverter) if reverter.reverts(&record.tool) => {
+                reverter.revert(&record, self.service.as_ref()).await
+            }
+            _ => Ok(RevertOutcome::refused(REVERT_UNSUPPORTED_MESSAGE, false)),
+        }
+    }
+
+    fn auto_approvable_actions(&self) -> Vec<ActionKind> {
+        self.entries
+            .iter()
+            .filter(|e| e.classified.auto_approvable())
+            .map(|e| e.kind.clone())
+            .collect()
+    }
+}

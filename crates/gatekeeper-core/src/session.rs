@@ -1,0 +1,445 @@
+//! The session: an agent's only way out to a tool server.
+//!
+//! Every call an agent makes goes through [`Session::call_tool`], which takes one of two
+//! paths, decided by the classifier and nothing else:
+//!
+//! - **Read**: call the service, overlay simulated pending work, then ask the kernel to
+//!   authorize the observation, and hand the data over only if it did.
+//! - **Action**: stage the call in the store, submit it to the kernel queue (which answers
+//!   at once), and return "pending". Nothing is sent to the service. If the kernel refuses
+//!   the submission (lockdown), the staged record is discarded and the refusal returned.
+//!
+//! The agent later asks [`Session::get_action_result`]; an applied result is itself an
+//! observation, authorized each time it is handed over.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kernel::{
+    ActionDescription, ApprovalQueue, DriverActionId, LedgerId, ObservationDescription, QueueError,
+};
+use prompt_sanitize::{MAX_INLINE_CHARS, Sanitized, plain_inline};
+use serde_json::{Map, Value};
+use tracing::warn;
+
+use crate::classify::{ClassifiedBy, Mode};
+use crate::gatekeeper::{ToolEntry, ToolGatekeeper};
+use crate::service::{CallError, ToolResult};
+use crate::simulate::PendingCall;
+use crate::store::{ActionState, StageError, StorageError};
+
+/// What a call returned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallOutcome {
+    /// A read: the (authorized) data.
+    Data {
+        /// The service's reply, with simulated pending work overlaid.
+        result: ToolResult,
+        /// The observation recorded for it.
+        observation: LedgerId,
+    },
+    /// An action: staged and submitted; nothing has been sent.
+    Pending {
+        /// The id to pass to [`Session::get_action_result`].
+        action: DriverActionId,
+        /// The kernel's id, which a person approves or rejects.
+        ledger: LedgerId,
+        /// What to tell the agent.
+        message: String,
+    },
+}
+
+impl CallOutcome {
+    /// The data of a read.
+    pub fn data(&self) -> Option<&ToolResult> {
+        match self {
+            Self::Data { result, .. } => Some(result),
+            Self::Pending { .. } => None,
+        }
+    }
+
+    /// The action id of a pending call.
+    pub fn action(&self) -> Option<DriverActionId> {
+        match self {
+            Self::Pending { action, .. } => Some(*action),
+            Self::Data { .. } => None,
+        }
+    }
+
+    /// The kernel id of a pending call.
+    pub fn ledger(&self) -> Option<LedgerId> {
+        match self {
+            Self::Pending { ledger, .. } => Some(*ledger),
+            Self::Data { .. } => None,
+        }
+    }
+}
+
+/// Where a staged call is, as the agent learns it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionResult {
+    /// Not decided yet.
+    Pending {
+        /// `Calling "<tool>" on <server> is awaiting approval.`
+        message: String,
+    },
+    /// Approved; the call is in flight.
+    Applying {
+        /// `Calling "<tool>" on <server> was approved and is running.`
+        message: String,
+    },
+    /// A person said no; nothing was sent.
+    Rejected {
+        /// `Calling "<tool>" on <server> was not approved.`
+        message: String,
+    },
+    /// The apply failed.
+    Failed {
+        /// The stored failure text: what happened and what to do next.
+        message: String,
+        /// Whether a person may approve it again.
+        retryable: bool,
+    },
+    /// Sent; the service's reply (authorized as an observation when handed over).
+    Applied {
+        /// The reply as retained.
+        result: ToolResult,
+        /// The observation recorded for handing it over.
+        observation: LedgerId,
+    },
+}
+
+impl ActionResult {
+    /// Lower-case state name.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Self::Pending { .. } => "pending",
+            Self::Applying { .. } => "applying",
+            Self::Rejected { .. } => "rejected",
+            Self::Failed { .. } => "failed",
+            Self::Applied { .. } => "applied",
+        }
+    }
+
+    /// The message, for every state but applied.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            Self::Pending { message }
+            | Self::Applying { message }
+            | Self::Rejected { message }
+            | Self::Failed { message, .. } => Some(message),
+            Self::Applied { .. } => None,
+        }
+    }
+}
+
+/// A granted tool, as listed to the agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolInfo {
+    /// Wire name.
+    pub name: String,
+    /// The server's display title.
+    pub title: Option<String>,
+    /// The server's description (untrusted).
+    pub description: Option<String>,
+    /// Read or action.
+    pub mode: Mode,
+    /// Whose word decided the mode.
+    pub classified_by: ClassifiedBy,
+    /// The argument schema.
+    pub input_schema: Value,
+}
+
+/// Why a session call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The arguments were not a JSON object.
+    #[error("tool arguments must be a JSON object.")]
+    ArgumentsNotObject,
+    /// The tool is not in this grant.
+    #[error("this grant does not allow {tool:?}; it allows: {}", .allowed.join(", "))]
+    NotGranted {
+        /// The tool asked for.
+        tool: String,
+        /// The tools the grant allows, in the order granted.
+        allowed: Vec<String>,
+    },
+    /// The call could not be staged; nothing was stored or sent.
+    #[error(transparent)]
+    Stage(StageError),
+    /// The kernel refused the submission; the staged call was discarded, nothing was sent.
+    #[error("the approval queue refused this call, so it was not queued: {0}")]
+    Submission(QueueError),
+    /// The kernel refused the observation; the data was withheld.
+    #[error("the kernel did not authorize this read, so its data was withheld: {0}")]
+    Observation(QueueError),
+    /// The service failed to answer a read.
+    #[error("the read failed: {0}")]
+    Service(CallError),
+    /// No action with this id is visible through this grant.
+    #[error("No action with id {0}.")]
+    UnknownAction(DriverActionId),
+    /// The action store failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+struct SessionInner {
+    gatekeeper: Arc<ToolGatekeeper>,
+    queue: Arc<dyn ApprovalQueue>,
+    /// Catalog indices of the granted tools, in the order granted.
+    allowed: Vec<usize>,
+    /// Pending actions some read of this session showed as done.
+    shown: Mutex<BTreeSet<DriverActionId>>,
+}
+
+/// The agent's handle on one grant. Cheap to clone; clones share what reads have shown.
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<SessionInner>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("gatekeeper", &self.inner.gatekeeper.name())
+            .field("tools", &self.allowed_tools())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    pub(crate) fn new(
+        gatekeeper: Arc<ToolGatekeeper>,
+        queue: Arc<dyn ApprovalQueue>,
+        allowed: Vec<usize>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(SessionInner {
+                gatekeeper,
+                queue,
+                allowed,
+                shown: Mutex::new(BTreeSet::new()),
+            }),
+        }
+    }
+
+    pub(crate) fn gatekeeper(&self) -> &ToolGatekeeper {
+        &self.inner.gatekeeper
+    }
+
+    /// The tools this session may call, in the order granted.
+    pub fn allowed_tools(&self) -> Vec<&str> {
+        let gk = &self.inner.gatekeeper;
+        self.inner
+            .allowed
+            .iter()
+            .map(|&i| &*gk.entry_at(i).name)
+            .collect()
+    }
+
+    fn shown(&self) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
+        self.inner.shown.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pending actions earlier reads of this session showed as done; actions staged
+    /// now depend on them.
+    pub fn shown_actions(&self) -> Vec<DriverActionId> {
+        self.shown().iter().copied().collect()
+    }
+
+    fn granted(&self, tool: &str) -> Option<&ToolEntry> {
+        let gk = &self.inner.gatekeeper;
+        let index = gk.index_of(tool)?;
+        self.inner
+            .allowed
+            .contains(&index)
+            .then(|| gk.entry_at(index))
+    }
+
+    /// Call a tool. A read returns its data; an action returns at once with the pending
+    /// action's id. `args` must be a JSON object (`null` counts as `{}`).
+    pub async fn call_tool(&self, name: &str, args: Value) -> Result<CallOutcome, SessionError> {
+        let args = match args {
+            Value::Object(_) => args,
+            Value::Null => Value::Object(Map::new()),
+            _ => return Err(SessionError::ArgumentsNotObject),
+        };
+        let entry = self.granted(name).ok_or_else(|| SessionError::NotGranted {
+            tool: name.to_owned(),
+            allowed: self
+                .allowed_tools()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+        })?;
+        if entry.classified.is_read() {
+            self.read(entry, args).await
+        } else {
+            self.act(entry, args).await
+        }
+    }
+
+    async fn read(&self, entry: &ToolEntry, args: Value) -> Result<CallOutcome, SessionError> {
+        let gk = &self.inner.gatekeeper;
+        let mut result = gk
+            .service
+            .call(&entry.name, &args)
+            .await
+            .map_err(SessionError::Service)?;
+        let mut shown = Vec::new();
+        if let Some(simulator) = &gk.simulator {
+            let pending: Vec<PendingCall> = gk
+                .store
+                .pending()
+                .await?
+                .into_iter()
+                .filter(|r| simulator.simulates(&r.tool))
+                .map(PendingCall::from)
+                .collect();
+            if !pending.is_empty() {
+                let overlay = simulator.overlay(&entry.name, &args, result, &pending);
+                result = overlay.result;
+                shown = overlay.shown;
+            }
+        }
+        let (title, description) = entry.prompt.describe(&args);
+        let observation = self
+            .inner
+            .queue
+            .authorize_observation(ObservationDescription::new(
+                title.into_string(),
+                description.into_string(),
+            ))
+            .await
+            .map_err(SessionError::Observation)?;
+        // Only now has the agent seen the simulated actions.
+        if !shown.is_empty() {
+            self.shown().extend(shown.iter().copied());
+            gk.note_shown(&shown);
+        }
+        Ok(CallOutcome::Data {
+            result,
+            observation,
+        })
+    }
+
+    async fn act(&self, entry: &ToolEntry, args: Value) -> Result<CallOutcome, SessionError> {
+        let gk = &self.inner.gatekeeper;
+        let (title, description) = entry.prompt.describe(&args);
+        let action = gk
+            .store
+            .stage(entry.name.clone(), args)
+            .await
+            .map_err(SessionError::Stage)?;
+        let description = ActionDescription {
+            title: title.into_string(),
+            description: description.into_string(),
+            implements_revert: gk.implements_revert(&entry.name),
+            await_decision: !gk.simulates(&entry.name),
+            auto_approvable: entry.classified.auto_approvable(),
+            action_kind: Some(entry.kind.clone()),
+            depends_on: self.shown_actions(),
+        };
+        match self.inner.queue.submit_action(action, description).await {
+            Ok(ledger) => Ok(CallOutcome::Pending {
+                action,
+                ledger,
+                message: format!(
+                    "Calling \"{}\" on {} needs approval. After approval, call get_action_result({action}) for the outcome.",
+                    entry.name,
+                    gk.server_name()
+                ),
+            }),
+            Err(refusal) => {
+                if let Err(error) = gk.store.discard(action).await {
+                    warn!(%action, %error, "a refused action could not be discarded");
+                }
+                Err(SessionError::Submission(refusal))
+            }
+        }
+    }
+
+    /// Where a staged call is. Only actions of tools in this grant are visible.
+    pub async fn get_action_result(
+        &self,
+        action: DriverActionId,
+    ) -> Result<ActionResult, SessionError> {
+        let gk = &self.inner.gatekeeper;
+        let record = gk.store.get(action).await?;
+        let Some((record, entry)) = record.and_then(|r| {
+            let entry = self.granted(&r.tool)?;
+            Some((r, entry))
+        }) else {
+            return Err(SessionError::UnknownAction(action));
+        };
+        let calling = || format!("Calling \"{}\" on {}", entry.name, gk.server_name());
+        Ok(match record.state {
+            ActionState::Pending => ActionResult::Pending {
+                message: format!("{} is awaiting approval.", calling()),
+            },
+            ActionState::Applying => ActionResult::Applying {
+                message: format!("{} was approved and is running.", calling()),
+            },
+            ActionState::Rejected => ActionResult::Rejected {
+                message: format!("{} was not approved.", calling()),
+            },
+            ActionState::Failed { retryable, message } => {
+                ActionResult::Failed { message, retryable }
+            }
+            ActionState::Applied { result } => {
+                let observation = self
+                    .inner
+                    .queue
+                    .authorize_observation(ObservationDescription::new(
+                        entry.result_title.as_str(),
+                        entry.result_description.as_str(),
+                    ))
+                    .await
+                    .map_err(SessionError::Observation)?;
+                ActionResult::Applied {
+                    result: Arc::unwrap_or_clone(result),
+                    observation,
+                }
+            }
+        })
+    }
+
+    /// The granted tools with their verdicts, recorded as an observation.
+    pub async fn list_tools(&self) -> Result<Vec<ToolInfo>, SessionError> {
+        let gk = &self.inner.gatekeeper;
+        let server = plain_inline(gk.server_name(), MAX_INLINE_CHARS);
+        let title = Sanitized::concat(&[&server, &Sanitized::literal(": list tools")]);
+        let description = Sanitized::concat(&[
+            &Sanitized::literal("Listed the tools of **"),
+            &server,
+            &Sanitized::literal("** that this grant allows."),
+        ]);
+        self.inner
+            .queue
+            .authorize_observation(ObservationDescription::new(
+                title.into_string(),
+                description.into_string(),
+            ))
+            .await
+            .map_err(SessionError::Observation)?;
+        Ok(self
+            .inner
+            .allowed
+            .iter()
+            .map(|&i| {
+                let entry = gk.entry_at(i);
+                ToolInfo {
+                    name: entry.tool.name.clone(),
+                    title: entry.tool.title.clone(),
+                    description: entry.tool.description.clone(),
+                    mode: entry.classified.mode(),
+                    classified_by: entry.classified.classified_by(),
+                    input_schema: entry.tool.input_schema.clone(),
+                }
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,1060 @@
+//! The action store: the life of a staged call, and the apply that sends it at most once.
+//!
+//! # What a caller can rely on
+//!
+//! - A staged call reaches the service **at most once**. Two applies racing on one action
+//!   send it once; the loser is told the action is already being applied.
+//! - A failure is **retryable only if the service is known not to have run the tool**
+//!   (credentials refused, request declined, never dispatched). Then nothing was sent, the
+//!   same approval may be given again, or the action rejected. Any other failure (timeout,
+//!   dropped connection, unreadable reply) is final: the write may have landed, so the call
+//!   is never sent again, and a person is asked to check the service.
+//! - A store opened over records left by a previous process turns every call still marked
+//!   `applying` into a final failure. Such a call may have landed; it is never replayed.
+//! - A call that succeeded is recorded as applied even when its reply is too large to keep
+//!   (it is replaced by a note) or cannot be encoded.
+//! - At most [`MAX_OPEN_ACTIONS`] calls are pending or applying per store; the newest
+//!   [`RETAINED_FINAL_ACTIONS`] final records are kept, open records are never pruned.
+//!
+//! This is *at most once*, not exactly once: when the outcome is unknown, the store prefers
+//! losing a result to repeating a write.
+//!
+//! # States
+//!
+//! ```text
+//! (stage) ──► pending ──apply──► applying ──ok──► applied          (apply again: no-op)
+//!               │                    └──err──► failed{retryable}
+//!               │                                 ├ retryable ──apply──► applying …
+//!               │                                 └ retryable ──reject─► rejected
+//!               ├──reject──► rejected                                (reject again: no-op)
+//!               └──discard─► (deleted)
+//! applying ──(store reopened)──► failed{retryable: false}
+//! ```
+//!
+//! Rejecting a *retryable* failure is our addition (the reference refuses it, leaving the
+//! action stuck): nothing was sent, so saying no is as safe as for a pending action.
+//!
+//! # The at-most-once protocol of [`ActionStore::apply`]
+//!
+//! 1. Read the record. Unknown, rejected, a final failure, or already applying: refuse
+//!    with distinct errors. Already applied: succeed without sending anything.
+//! 2. Derive the claim with [`ActionRecord::begin_apply`]: state `applying`, claim time set.
+//! 3. Write the claim with [`ActionStorage::compare_and_set`] from the state read in step 1,
+//!    and await the write. If another apply changed the record first, go back to step 1
+//!    (which now refuses). **Nothing is sent before this write is stored**, so a crash
+//!    after it leaves a record that is never replayed (see the open step below).
+//! 4. Send the call: the only send.
+//! 5. Settle with [`ActionRecord::settle`]: `applied` with the retained result, or
+//!    `failed` with `retryable` = the service is known not to have run the tool; write it
+//!    with compare-and-set from `applying`.
+//! 6. Prune final records beyond the retention limit.
+//!
+//! Opening a store ([`ActionStore::open`]) first turns every leftover `applying` record
+//! into a final failure ([`ActionRecord::interrupt`]), then prunes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use kernel::{Clock, DriverActionId, Timestamp};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use crate::service::{CallError, Content, ToolResult, ToolService};
+
+/// The largest accepted arguments, as bytes of compact UTF-8 JSON.
+pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
+/// The most calls that may be pending or applying in one store.
+pub const MAX_OPEN_ACTIONS: usize = 50;
+/// The largest result kept, as bytes of compact UTF-8 JSON; larger ones become a note.
+pub const MAX_RESULT_BYTES: usize = 128 * 1024;
+/// How many final records (applied, rejected, failed for good) are kept, newest by id.
+pub const RETAINED_FINAL_ACTIONS: usize = 100;
+
+/// The failure text of a call whose outcome is unknown after it was sent.
+pub const OUTCOME_UNKNOWN_MESSAGE: &str = "This call failed after it had been sent, so it may or may not have taken effect. Check the service before staging it again.";
+/// The failure text of a call found `applying` when a store was opened.
+pub const INTERRUPTED_MESSAGE: &str = "This call was interrupted after it had been sent, so it may or may not have taken effect. Check the service before trying it again.";
+/// The result kept when a successful reply could not be encoded.
+pub const UNREADABLE_RESULT_MESSAGE: &str =
+    "(The call succeeded, but its response could not be read back.)";
+
+/// A storage backend refused or failed an operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("action storage failed: {0}")]
+pub struct StorageError(pub String);
+
+/// The name of a state, without its data: what [`ActionStorage::compare_and_set`] compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StateTag {
+    /// Staged, not yet decided.
+    Pending,
+    /// Claimed by an apply; the call may be in flight.
+    Applying,
+    /// Sent, and the service replied.
+    Applied,
+    /// The apply failed.
+    Failed,
+    /// A person said no; nothing was sent.
+    Rejected,
+}
+
+impl StateTag {
+    /// Lower-case name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Applying => "applying",
+            Self::Applied => "applied",
+            Self::Failed => "failed",
+            Self::Rejected => "rejected",
+        }
+    }
+}
+
+impl fmt::Display for StateTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a staged call is in its life. See the module docs for the transitions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ActionState {
+    /// Staged and submitted; nothing has been sent.
+    Pending,
+    /// An apply claimed it; the call may be in flight.
+    Applying,
+    /// The service replied; the reply as retained.
+    Applied {
+        /// The reply, or a note standing in for it.
+        result: Arc<ToolResult>,
+    },
+    /// The apply failed.
+    Failed {
+        /// True only when the service is known not to have run the tool.
+        retryable: bool,
+        /// What happened and what to do next, for the agent and the approver.
+        message: String,
+    },
+    /// A person said no; nothing was sent.
+    Rejected,
+}
+
+impl ActionState {
+    /// The state's name.
+    pub fn tag(&self) -> StateTag {
+        match self {
+            Self::Pending => StateTag::Pending,
+            Self::Applying => StateTag::Applying,
+            Self::Applied { .. } => StateTag::Applied,
+            Self::Failed { .. } => StateTag::Failed,
+            Self::Rejected => StateTag::Rejected,
+        }
+    }
+
+    /// Pending or applying: counts towards [`MAX_OPEN_ACTIONS`].
+    pub fn is_open(&self) -> bool {
+        matches!(self, Self::Pending | Self::Applying)
+    }
+
+    /// No person will decide it again: applied, rejected, or failed for good. Only final
+    /// records are pruned. (A retryable failure still waits for a person, so it is kept.)
+    pub fn is_final(&self) -> bool {
+        match self {
+            Self::Applied { .. } | Self::Rejected => true,
+            Self::Failed { retryable, .. } => !retryable,
+            Self::Pending | Self::Applying => false,
+        }
+    }
+}
+
+/// One staged call, as stored.
+///
+/// The fields are public so storage backends can map rows; state changes go through the
+/// transition methods, which the [`ActionStore`] writes with compare-and-set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionRecord {
+    /// The store's id, which is also the id submitted to the kernel.
+    pub id: DriverActionId,
+    /// The tool to call.
+    pub tool: Arc<str>,
+    /// The arguments, exactly as they will be sent (a JSON object).
+    pub args: Arc<Value>,
+    /// When it was staged.
+    pub submitted_at: Timestamp,
+    /// When an apply last claimed it.
+    pub claimed_at: Option<Timestamp>,
+    /// Where it is in its life.
+    pub state: ActionState,
+}
+
+/// What [`ActionRecord::begin_apply`] decided.
+#[must_use]
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApplyStep {
+    /// Write this `applying` record (compare-and-set from the current state), then send.
+    Claim(ActionRecord),
+    /// Already applied: nothing to send.
+    AlreadyApplied,
+    /// Must not be sent.
+    Refuse(ApplyError),
+}
+
+/// What [`ActionRecord::settle`] decided.
+#[must_use]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement {
+    /// The service replied: write this `applied` record.
+    Applied(ActionRecord),
+    /// The call failed: write this `failed` record and report the error.
+    Failed {
+        /// The `failed` record to write.
+        record: ActionRecord,
+        /// What to report to the caller of apply.
+        error: ApplyError,
+    },
+}
+
+/// What [`ActionRecord::begin_reject`] decided.
+#[must_use]
+#[derive(Debug, Clone, PartialEq)]
+pub enum RejectStep {
+    /// Write this `rejected` record (compare-and-set from the current state).
+    Reject(ActionRecord),
+    /// Already rejected: nothing to do.
+    AlreadyRejected,
+    /// Must not be rejected.
+    Refuse(RejectError),
+}
+
+impl ActionRecord {
+    fn with_state(&self, state: ActionState) -> Self {
+        Self {
+            id: self.id,
+            tool: self.tool.clone(),
+            args: self.args.clone(),
+            submitted_at: self.submitted_at,
+            claimed_at: self.claimed_at,
+            state,
+        }
+    }
+
+    /// Step 2 of the protocol: may this record be sent, and what is its claim?
+    pub fn begin_apply(&self, now: Timestamp) -> ApplyStep {
+        let id = self.id;
+        match &self.state {
+            ActionState::Pending
+            | ActionState::Failed {
+                retryable: true, ..
+            } => ApplyStep::Claim(Self {
+                claimed_at: Some(now),
+                ..self.with_state(ActionState::Applying)
+            }),
+            ActionState::Applied { .. } => ApplyStep::AlreadyApplied,
+            ActionState::Applying => ApplyStep::Refuse(ApplyError::AlreadyApplying(id)),
+            ActionState::Rejected => ApplyStep::Refuse(ApplyError::Rejected(id)),
+            ActionState::Failed {
+                retryable: false,
+                message,
+            } => ApplyStep::Refuse(ApplyError::NotRetryable {
+                id,
+                message: message.clone(),
+            }),
+        }
+    }
+
+    /// Step 5 of the protocol: the record after the service answered (or did not).
+    pub fn settle(&self, outcome: Result<ToolResult, CallError>) -> Settlement {
+        debug_assert_eq!(self.state, ActionState::Applying, "settle a claimed record");
+        match outcome {
+            Ok(result) => Settlement::Applied(self.with_state(ActionState::Applied {
+                result: Arc::new(retain_result(result)),
+            })),
+            Err(error) => {
+                let retryable = !error.may_have_landed();
+                let message = if retryable {
+                    error.message().to_owned()
+                } else {
+                    OUTCOME_UNKNOWN_MESSAGE.to_owned()
+                };
+                Settlement::Failed {
+                    record: self.with_state(ActionState::Failed {
+                        retryable,
+                        message: message.clone(),
+                    }),
+                    error: ApplyError::Failed {
+                        id: self.id,
+                        message,
+                        retryable,
+                    },
+                }
+            }
+        }
+    }
+
+    /// May this record be rejected, and what does it become?
+    pub fn begin_reject(&self) -> RejectStep {
+        let id = self.id;
+        match &self.state {
+            ActionState::Pending
+            | ActionState::Failed {
+                retryable: true, ..
+            } => RejectStep::Reject(self.with_state(ActionState::Rejected)),
+            ActionState::Rejected => RejectStep::AlreadyRejected,
+            ActionState::Applying => RejectStep::Refuse(RejectError::Applying(id)),
+            ActionState::Applied { .. } => RejectStep::Refuse(RejectError::Applied(id)),
+            ActionState::Failed {
+                retryable: false, ..
+            } => RejectStep::Refuse(RejectError::NotRetryable(id)),
+        }
+    }
+
+    /// The record a newly opened store makes of a leftover claim: a final failure, since
+    /// the call may have landed. `None` when the record is not `applying`.
+    #[must_use]
+    pub fn interrupt(&self) -> Option<Self> {
+        (self.state == ActionState::Applying).then(|| {
+            self.with_state(ActionState::Failed {
+                retryable: false,
+                message: INTERRUPTED_MESSAGE.to_owned(),
+            })
+        })
+    }
+}
+
+/// Counts the bytes a serializer writes, without keeping them.
+struct ByteCount(usize);
+
+impl io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of `value` as compact UTF-8 JSON, without building the string.
+pub(crate) fn encoded_len<T: Serialize + ?Sized>(value: &T) -> Result<usize, serde_json::Error> {
+    let mut count = ByteCount(0);
+    serde_json::to_writer(&mut count, value)?;
+    Ok(count.0)
+}
+
+/// The reply as kept: itself, or a note if it is too large or cannot be encoded.
+fn retain_result(result: ToolResult) -> ToolResult {
+    let size = encoded_len(&result);
+    retain_measured(result, size)
+}
+
+fn retain_measured(result: ToolResult, size: Result<usize, serde_json::Error>) -> ToolResult {
+    match size {
+        Ok(bytes) if bytes <= MAX_RESULT_BYTES => result,
+        Ok(bytes) => {
+            warn!(bytes, "action.result.too-large");
+            ToolResult {
+                content: vec![Content::Text {
+                    text: format!(
+                        "(The server's response was too large to retain: {bytes} bytes.)"
+                    ),
+                }],
+                structured_content: None,
+                is_error: result.is_error,
+            }
+        }
+        Err(error) => {
+            warn!(%error, "action.result.unreadable");
+            ToolResult::from_text(UNREADABLE_RESULT_MESSAGE)
+        }
+    }
+}
+
+/// Why a call could not be staged. Nothing was stored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StageError {
+    /// The arguments were not a JSON object.
+    #[error("tool arguments must be a JSON object.")]
+    NotAnObject,
+    /// The arguments were larger than [`MAX_ARGUMENT_BYTES`].
+    #[error("tool arguments are too large (maximum 65536 bytes).")]
+    TooLarge {
+        /// Their size as compact JSON.
+        bytes: usize,
+    },
+    /// [`MAX_OPEN_ACTIONS`] calls are already pending or applying.
+    #[error(
+        "50 calls to this server are already awaiting approval. Wait for them to be approved or rejected before queueing more."
+    )]
+    TooManyOpen,
+    /// The storage backend failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why an apply did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// No record has this id.
+    #[error(
+        "action {0} is unknown here; it was never staged or has been pruned, so stage the call again if it is still needed"
+    )]
+    Unknown(DriverActionId),
+    /// The action was rejected; it is never sent.
+    #[error(
+        "action {0} was rejected, so it will not be sent; stage the call again if it is still needed"
+    )]
+    Rejected(DriverActionId),
+    /// An earlier attempt may have reached the service; its stored message says what to do.
+    #[error("{message}")]
+    NotRetryable {
+        /// The action.
+        id: DriverActionId,
+        /// The stored failure text.
+        message: String,
+    },
+    /// Another apply holds the claim.
+    #[error("action {0} is already being applied; wait for that attempt to finish")]
+    AlreadyApplying(DriverActionId),
+    /// This attempt was sent (or refused) and failed.
+    #[error("{message}")]
+    Failed {
+        /// The action.
+        id: DriverActionId,
+        /// The service's message, or the outcome-unknown text.
+        message: String,
+        /// Whether the service is known not to have run the tool.
+        retryable: bool,
+    },
+    /// Another store settled the record while this attempt ran (it was opened over the
+    /// same records and took the claim for an interrupted one).
+    #[error(
+        "action {0} was settled elsewhere while this attempt ran, so its outcome is unknown here; check the service before staging it again"
+    )]
+    Superseded(DriverActionId),
+    /// The call was sent, but its outcome could not be written; it stays claimed and will
+    /// not be sent again.
+    #[error(
+        "action {id} was sent, but its outcome could not be recorded ({source}); check the service before staging it again"
+    )]
+    OutcomeNotRecorded {
+        /// The action.
+        id: DriverActionId,
+        /// The storage failure.
+        source: StorageError,
+    },
+    /// The storage backend failed before anything was sent.
+    #[error("nothing was sent because the approval could not be recorded: {0}; approve again")]
+    Storage(#[from] StorageError),
+}
+
+impl ApplyError {
+    /// Whether approving the same action again may succeed without risking a second send.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Self::AlreadyApplying(_) | Self::Storage(_) => true,
+            Self::Failed { retryable, .. } => *retryable,
+            Self::Unknown(_)
+            | Self::Rejected(_)
+            | Self::NotRetryable { .. }
+            | Self::Superseded(_)
+            | Self::OutcomeNotRecorded { .. } => false,
+        }
+    }
+}
+
+/// Why a reject was refused. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RejectError {
+    /// An apply holds the claim; the call may be in flight.
+    #[error(
+        "action {0} is being applied right now, so it can no longer be rejected; wait for its outcome"
+    )]
+    Applying(DriverActionId),
+    /// The call was sent and the service replied.
+    #[error(
+        "action {0} was already applied, so rejecting it cannot undo it; revert it or undo it in the service"
+    )]
+    Applied(DriverActionId),
+    /// The call failed after it may have reached the service.
+    #[error(
+        "action {0} failed after it may have reached the service, so rejecting it cannot undo it; check the service"
+    )]
+    NotRetryable(DriverActionId),
+    /// The storage backend failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// What [`ActionStore::apply`] did.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The call was sent and the service replied.
+    Sent,
+    /// It had been applied before; nothing was sent.
+    AlreadyApplied,
+}
+
+/// What [`ActionStore::reject`] did.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// The action is now rejected; `was` is the state it left.
+    Rejected {
+        /// Pending, or a retryable failure.
+        was: StateTag,
+    },
+    /// It had been rejected before.
+    AlreadyRejected,
+    /// No record has this id (never staged, or pruned); nothing to reject.
+    Unknown,
+}
+
+/// What [`ActionStore::discard`] did.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discard {
+    /// The pending record was deleted.
+    Discarded,
+    /// There was no pending record with this id; nothing changed.
+    NotPending,
+}
+
+/// Where an [`ActionStore`] keeps its records.
+///
+/// A durable backend (SQLite) implements the same port. Each method must be atomic: a
+/// reader never sees half of a write. Ids from [`ActionStorage::insert_pending`] increase
+/// strictly and are never reused, even after a delete.
+#[async_trait]
+pub trait ActionStorage: Send + Sync {
+    /// Store a new `pending` record, unless `max_open` records are already pending or
+    /// applying (then `None`). Counting and inserting are one atomic step.
+    async fn insert_pending(
+        &self,
+        tool: Arc<str>,
+        args: Arc<Value>,
+        submitted_at: Timestamp,
+        max_open: usize,
+    ) -> Result<Option<DriverActionId>, StorageError>;
+
+    /// One record.
+    async fn get(&self, id: DriverActionId) -> Result<Option<ActionRecord>, StorageError>;
+
+    /// Replace the record with the same id by `record`, only if its stored state is still
+    /// `from`. Returns whether it was written. This is the claim of the at-most-once
+    /// protocol: of two writers that read the same state, exactly one succeeds.
+    async fn compare_and_set(
+        &self,
+        from: StateTag,
+        record: &ActionRecord,
+    ) -> Result<bool, StorageError>;
+
+    /// How many records are pending or applying.
+    async fn count_open(&self) -> Result<usize, StorageError>;
+
+    /// Delete the record if it is pending. Returns whether one was deleted.
+    async fn delete_pending(&self, id: DriverActionId) -> Result<bool, StorageError>;
+
+    /// Every record in the given state, in ascending id.
+    async fn records_in(&self, state: StateTag) -> Result<Vec<ActionRecord>, StorageError>;
+
+    /// Delete final records ([`ActionState::is_final`]) except the `keep` newest by id.
+    /// Returns how many were deleted.
+    async fn prune_final(&self, keep: usize) -> Result<usize, StorageError>;
+}
+
+#[derive(Debug, Default)]
+struct Records {
+    last_id: u64,
+    rows: BTreeMap<DriverActionId, ActionRecord>,
+    /// How many rows are open ([`ActionState::is_open`]).
+    open: usize,
+    /// How many rows are final ([`ActionState::is_final`]).
+    finals: usize,
+}
+
+impl Records {
+    fn count(&mut self, state: &ActionState, delta: isize) {
+        if state.is_open() {
+            self.open = self.open.saturating_add_signed(delta);
+        }
+        if state.is_final() {
+            self.finals = self.finals.saturating_add_signed(delta);
+        }
+    }
+}
+
+/// The in-memory backend. Clones share the same records, so a test can open a second
+/// store over them, as a restarted process would over a database.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryActionStorage {
+    records: Arc<Mutex<Records>>,
+}
+
+impl MemoryActionStorage {
+    /// Empty storage.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Records> {
+        // Every method checks before it mutates, so a poisoned lock is still consistent.
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every record, in ascending id (for tests and lectures).
+    pub fn records(&self) -> Vec<ActionRecord> {
+        self.lock().rows.values().cloned().collect()
+    }
+}
+
+#[async_trait]
+impl ActionStorage for MemoryActionStorage {
+    async fn insert_pending(
+        &self,
+        tool: Arc<str>,
+        args: Arc<Value>,
+        submitted_at: Timestamp,
+        max_open: usize,
+    ) -> Result<Option<DriverActionId>, StorageError> {
+        let mut records = self.lock();
+        if records.open >= max_open {
+            return Ok(None);
+        }
+        records.last_id += 1;
+        records.open += 1;
+        let id = DriverActionId(records.last_id);
+        records.rows.insert(
+            id,
+            ActionRecord {
+                id,
+                tool,
+                args,
+                submitted_at,
+                claimed_at: None,
+                state: ActionState::Pending,
+            },
+        );
+        Ok(Some(id))
+    }
+
+    async fn get(&self, id: DriverActionId) -> Result<Option<ActionRecord>, StorageError> {
+        Ok(self.lock().rows.get(&id).cloned())
+    }
+
+    async fn compare_and_set(
+        &self,
+        from: StateTag,
+        record: &ActionRecord,
+    ) -> Result<bool, StorageError> {
+        let mut records = self.lock();
+        let Some(stored) = records.rows.get_mut(&record.id) else {
+            return Ok(false);
+        };
+        if stored.state.tag() != from {
+            return Ok(false);
+        }
+        let old = std::mem::replace(stored, record.clone());
+        records.count(&old.state, -1);
+        records.count(&record.state, 1);
+        Ok(true)
+    }
+
+    async fn count_open(&self) -> Result<usize, StorageError> {
+        Ok(self.lock().open)
+    }
+
+    async fn delete_pending(&self, id: DriverActionId) -> Result<bool, StorageError> {
+        let mut records = self.lock();
+        if records
+            .rows
+            .get(&id)
+            .is_some_and(|r| r.state == ActionState::Pending)
+        {
+            records.rows.remove(&id);
+            records.open -= 1;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    async fn records_in(&self, state: StateTag) -> Result<Vec<ActionRecord>, StorageError> {
+        Ok(self
+            .lock()
+            .rows
+            .values()
+            .filter(|r| r.state.tag() == state)
+            .cloned()
+            .collect())
+    }
+
+    async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {
+        let mut records = self.lock();
+        if records.finals <= keep {
+            return Ok(0);
+        }
+        let doomed: Vec<DriverActionId> = records
+            .rows
+            .values()
+            .rev()
+            .filter(|r| r.state.is_final())
+            .skip(keep)
+            .map(|r| r.id)
+            .collect();
+        for id in &doomed {
+            records.rows.remove(id);
+        }
+        records.finals -= doomed.len();
+        Ok(doomed.len())
+    }
+}
+
+/// How many times a transition re-reads a record that changed under it before giving up.
+/// Every lost compare-and-set means the record moved forward, so this is never reached in
+/// practice; it only bounds a misbehaving backend.
+const MAX_TRANSITION_ATTEMPTS: usize = 8;
+
+/// The state machine over one storage backend. Cheap to clone; clones share the backend.
+#[derive(Clone)]
+pub struct ActionStore {
+    storage: Arc<dyn ActionStorage>,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for ActionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ActionStore").finish_non_exhaustive()
+    }
+}
+
+impl ActionStore {
+    /// Open a store over existing records: every leftover `applying` record becomes a final
+    /// failure ([`INTERRUPTED_MESSAGE`]), since it may have landed; then final records
+    /// beyond the retention limit are pruned.
+    pub async fn open(
+        storage: Arc<dyn ActionStorage>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StorageError> {
+        for record in storage.records_in(StateTag::Applying).await? {
+            if let Some(failed) = record.interrupt()
+                && storage.compare_and_set(StateTag::Applying, &failed).await?
+            {
+                warn!(action = %record.id, tool = %record.tool, "action.apply.interrupted");
+            }
+        }
+        let store = Self { storage, clock };
+        store.prune().await?;
+        Ok(store)
+    }
+
+    /// A store over fresh in-memory storage (nothing to recover).
+    pub fn in_memory(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            storage: Arc::new(MemoryActionStorage::new()),
+            clock,
+        }
+    }
+
+    /// The storage backend.
+    pub fn storage(&self) -> &Arc<dyn ActionStorage> {
+        &self.storage
+    }
+
+    /// Store a call as `pending`, after checking that `args` is a JSON object of at most
+    /// [`MAX_ARGUMENT_BYTES`] and that fewer than [`MAX_OPEN_ACTIONS`] calls are open.
+    pub async fn stage(
+        &self,
+        tool: impl Into<Arc<str>>,
+        args: Value,
+    ) -> Result<DriverActionId, StageError> {
+        if !args.is_object() {
+            return Err(StageError::NotAnObject);
+        }
+        // A `Value` always encodes; a failure here would mean it is not JSON at all.
+        let bytes = encoded_len(&args).map_err(|_| StageError::NotAnObject)?;
+        if bytes > MAX_ARGUMENT_BYTES {
+            return Err(StageError::TooLarge { bytes });
+        }
+        let tool = tool.into();
+        let id = self
+            .storage
+            .insert_pending(
+                tool.clone(),
+                Arc::new(args),
+                self.clock.now(),
+                MAX_OPEN_ACTIONS,
+            )
+            .await?
+            .ok_or(StageError::TooManyOpen)?;
+        debug!(action = %id, %tool, "action.staged");
+        Ok(id)
+    }
+
+    /// Delete a staged call that is still pending (the kernel refused its submission).
+    pub async fn discard(&self, id: DriverActionId) -> Result<Discard, StorageError> {
+        Ok(if self.storage.delete_pending(id).await? {
+            debug!(action = %id, "action.discarded");
+            Discard::Discarded
+        } else {
+            Discard::NotPending
+        })
+    }
+
+    /// Send an approved call at most once. See the module docs for the protocol.
+    pub async fn apply(
+        &self,
+        id: DriverActionId,
+        service: &dyn ToolService,
+    ) -> Result<Applied, ApplyError> {
+        let mut attempts = 0;
+        let claimed = loop {
+            // Step 1.
+            let record = self.storage.get(id).await?.ok_or(ApplyError::Unknown(id))?;
+            // Step 2.
+            let claimed = match record.begin_apply(self.clock.now()) {
+                ApplyStep::Claim(claimed) => claimed,
+                ApplyStep::AlreadyApplied => return Ok(Applied::AlreadyApplied),
+                ApplyStep::Refuse(error) => return Err(error),
+            };
+            // Step 3: the claim is stored before anything is sent.
+            if self
+                .storage
+                .compare_and_set(record.state.tag(), &claimed)
+                .await?
+            {
+                break claimed;
+            }
+            attempts += 1;
+            if attempts >= MAX_TRANSITION_ATTEMPTS {
+                return Err(ApplyError::AlreadyApplying(id));
+            }
+        };
+
+        // Step 4: the only send.
+        let outcome = service.call(&claimed.tool, &claimed.args).await;
+
+        // Step 5.
+        let (settled, result) = match claimed.settle(outcome) {
+            Settlement::Applied(record) => (record, Ok(Applied::Sent)),
+            Settlement::Failed { record, error } => (record, Err(error)),
+        };
+        match self
+            .storage
+            .compare_and_set(StateTag::Applying, &settled)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                warn!(action = %id, "action.apply.superseded");
+                return Err(ApplyError::Superseded(id));
+            }
+            Err(source) => return Err(ApplyError::OutcomeNotRecorded { id, source }),
+        }
+        match &result {
+            Ok(_) => info!(action = %id, tool = %settled.tool, "action.applied"),
+            Err(error) if error.retryable() => {
+                warn!(action = %id, %error, "action.apply.failed")
+            }
+            Err(error) => warn!(action = %id, %error, "action.apply.outcome-unknown"),
+        }
+
+        // Step 6.
+        if let Err(error) = self.prune().await {
+            warn!(%error, "action.prune.failed");
+        }
+        result
+    }
+
+    /// Reject a pending call, or one whose failure is known to have sent nothing.
+    pub async fn reject(&self, id: DriverActionId) -> Result<Rejection, RejectError> {
+        for _ in 0..MAX_TRANSITION_ATTEMPTS {
+            let Some(record) = self.storage.get(id).await? else {
+                return Ok(Rejection::Unknown);
+            };
+            let rejected = match record.begin_reject() {
+                RejectStep::Reject(rejected) => rejected,
+                RejectStep::AlreadyRejected => return Ok(Rejection::AlreadyRejected),
+                RejectStep::Refuse(error) => return Err(error),
+            };
+            let was = record.state.tag();
+            if self.storage.compare_and_set(was, &rejected).await? {
+                info!(action = %id, %was, "action.rejected");
+                if let Err(error) = self.prune().await {
+                    warn!(%error, "action.prune.failed");
+                }
+                return Ok(Rejection::Rejected { was });
+            }
+        }
+        Err(RejectError::Applying(id))
+    }
+
+    /// One record.
+    pub async fn get(&self, id: DriverActionId) -> Result<Option<ActionRecord>, StorageError> {
+        self.storage.get(id).await
+    }
+
+    /// The pending records, in ascending id.
+    pub async fn pending(&self) -> Result<Vec<ActionRecord>, StorageError> {
+        self.storage.records_in(StateTag::Pending).await
+    }
+
+    /// How many calls are pending or applying.
+    pub async fn count_open(&self) -> Result<usize, StorageError> {
+        self.storage.count_open().await
+    }
+
+    async fn prune(&self) -> Result<(), StorageError> {
+        let pruned = self.storage.prune_final(RETAINED_FINAL_ACTIONS).await?;
+        if pruned > 0 {
+            debug!(pruned, "action.pruned");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::ser::Error as _;
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(state: ActionState) -> ActionRecord {
+        ActionRecord {
+            id: DriverActionId(7),
+            tool: Arc::from("t"),
+            args: Arc::new(json!({})),
+            submitted_at: Timestamp(0),
+            claimed_at: None,
+            state,
+        }
+    }
+
+    fn failed(retryable: bool) -> ActionState {
+        ActionState::Failed {
+            retryable,
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn only_pending_and_retryable_failures_may_be_claimed() {
+        let now = Timestamp(5);
+        for state in [ActionState::Pending, failed(true)] {
+            let ApplyStep::Claim(claimed) = record(state).begin_apply(now) else {
+                panic!("should claim");
+            };
+            assert_eq!(claimed.state, ActionState::Applying);
+            assert_eq!(claimed.claimed_at, Some(now));
+        }
+        let applied = ActionState::Applied {
+            result: Arc::new(ToolResult::default()),
+        };
+        assert_eq!(record(applied).begin_apply(now), ApplyStep::AlreadyApplied);
+        let id = DriverActionId(7);
+        assert_eq!(
+            record(ActionState::Applying).begin_apply(now),
+            ApplyStep::Refuse(ApplyError::AlreadyApplying(id))
+        );
+        assert_eq!(
+            record(ActionState::Rejected).begin_apply(now),
+            ApplyStep::Refuse(ApplyError::Rejected(id))
+        );
+        assert_eq!(
+            record(failed(false)).begin_apply(now),
+            ApplyStep::Refuse(ApplyError::NotRetryable {
+                id,
+                message: "m".into()
+            })
+        );
+    }
+
+    #[test]
+    fn failures_are_retryable_only_when_nothing_reached_the_tool() {
+        let claimed = record(ActionState::Applying);
+        let cases = [
+            (CallError::NotDispatched("creds".into()), true, "creds"),
+            (CallError::Declined("403".into()), true, "403"),
+            (
+                CallError::Unknown("timeout".into()),
+                false,
+                OUTCOME_UNKNOWN_MESSAGE,
+            ),
+        ];
+        for (error, retryable, message) in cases {
+            let Settlement::Failed { record, error } = claimed.settle(Err(error)) else {
+                panic!("should fail");
+            };
+            assert_eq!(
+                record.state,
+                ActionState::Failed {
+                    retryable,
+                    message: message.into()
+                }
+            );
+            assert_eq!(error.retryable(), retryable);
+            assert_eq!(error.to_string(), message);
+        }
+    }
+
+    #[test]
+    fn rejecting_is_allowed_while_nothing_was_sent() {
+        for state in [ActionState::Pending, failed(true)] {
+            assert!(
+                matches!(record(state).begin_reject(), RejectStep::Reject(r) if r.state == ActionState::Rejected)
+            );
+        }
+        assert_eq!(
+            record(ActionState::Rejected).begin_reject(),
+            RejectStep::AlreadyRejected
+        );
+        for state in [
+            ActionState::Applying,
+            ActionState::Applied {
+                result: Arc::default(),
+            },
+            failed(false),
+        ] {
+            assert!(matches!(
+                record(state).begin_reject(),
+                RejectStep::Refuse(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn interrupt_turns_only_a_claim_into_a_final_failure() {
+        let failed = record(ActionState::Applying).interrupt().expect("applying");
+        assert_eq!(
+            failed.state,
+            ActionState::Failed {
+                retryable: false,
+                message: INTERRUPTED_MESSAGE.into()
+            }
+        );
+        assert!(failed.state.is_final());
+        assert_eq!(record(ActionState::Pending).interrupt(), None);
+    }
+
+    #[test]
+    fn an_unencodable_result_is_replaced_by_a_note() {
+        let result = ToolResult::from_text("fine");
+        let kept = retain_measured(result, Err(serde_json::Error::custom("broken")));
+        assert_eq!(kept.text(), UNREADABLE_RESULT_MESSAGE);
+        assert!(!kept.is_error);
+    }
+
+    #[test]
+    fn encoded_len_counts_utf8_bytes_of_compact_json() {
+        assert_eq!(encoded_len(&json!({"a": "é"})).expect("encodes"), 10);
+    }
+}

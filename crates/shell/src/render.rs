@@ -1,0 +1,322 @@
+//! Rendering for the terminal: the batch of open actions, one action's prompt, the ledger.
+//!
+//! Everything read from the ledger is untrusted here. Names, titles, callers and kind labels
+//! go through [`plain_inline`]; an action's description is Markdown the driver built from
+//! sanitized pieces, and is shown as it is after [`neutralize_controls`], indented behind a
+//! `┆` gutter so the driver's voice is never mistaken for the shell's. Text the shell writes
+//! itself (ids, states, fixed words) also passes through `neutralize_controls`, which is cheap
+//! and keeps every line a [`Sanitized`].
+//!
+//! This module only formats. It reads nothing and decides nothing.
+
+use kernel::{ActionEntry, ActionState, AutoApprovalRule, EntryBody, LedgerEntry};
+use prompt_sanitize::{MAX_INLINE_CHARS, Sanitized, neutralize_controls, plain_inline};
+
+/// How much of a failure message the batch shows, in chars.
+const MAX_MESSAGE_CHARS: usize = 300;
+
+/// Text the shell itself writes (ids, states, fixed words, numbers).
+pub(crate) fn ours(text: impl AsRef<str>) -> Sanitized {
+    neutralize_controls(text.as_ref())
+}
+
+/// A name, title, caller or label read from the ledger: one line, no Markdown.
+pub(crate) fn name(text: &str) -> Sanitized {
+    plain_inline(text, MAX_INLINE_CHARS)
+}
+
+/// A message read from the ledger or a driver (a failure, a refusal): one line, controls
+/// made visible, punctuation kept.
+pub(crate) fn message(text: &str) -> Sanitized {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let clipped: String = match one_line.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}…", &one_line[..cut]),
+        None => one_line,
+    };
+    neutralize_controls(&clipped)
+}
+
+/// Joins lines of sanitized text with `\n`.
+pub(crate) fn lines(lines: &[Sanitized]) -> Sanitized {
+    let newline = Sanitized::literal("\n");
+    let mut parts: Vec<&Sanitized> = Vec::with_capacity(lines.len() * 2);
+    for (n, line) in lines.iter().enumerate() {
+        if n > 0 {
+            parts.push(&newline);
+        }
+        parts.push(line);
+    }
+    Sanitized::concat(&parts)
+}
+
+/// How many chars `text` takes on the terminal (one per char: good enough for the names
+/// and states shown here).
+fn width(text: &Sanitized) -> usize {
+    text.as_str().chars().count()
+}
+
+/// `[name]`, for a gatekeeper.
+fn bracketed(gatekeeper: &str) -> Sanitized {
+    Sanitized::concat(&[&ours("["), &name(gatekeeper), &ours("]")])
+}
+
+/// Lays out rows as aligned columns, two spaces apart and indented by two; the last column
+/// is not padded and trailing blanks are trimmed.
+fn table(rows: &[Vec<Sanitized>]) -> Vec<Sanitized> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(width)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let mut line = String::from("  ");
+            for (c, cell) in row.iter().enumerate() {
+                line.push_str(cell.as_str());
+                if c + 1 < row.len() {
+                    line.push_str(&" ".repeat(widths[c].saturating_sub(width(cell)) + 2));
+                }
+            }
+            // Every piece is sanitized and only spaces were added: re-running the layer
+            // keeps the type honest at no risk.
+            ours(line.trim_end())
+        })
+        .collect()
+}
+
+/// The state column of an action: `pending`, `failed, retryable`, `approved`, ...
+fn state_label(action: &ActionEntry) -> Sanitized {
+    match (action.state, &action.failure) {
+        (ActionState::Failed, Some(failure)) if failure.retryable => ours("failed, retryable"),
+        (ActionState::Failed, _) => ours("failed, final"),
+        (state, _) => ours(state.as_str()),
+    }
+}
+
+/// Whether an auto-approval rule is enabled for the action's kind on its gatekeeper.
+fn rule_for<'a>(
+    entry: &LedgerEntry,
+    action: &ActionEntry,
+    rules: &'a [AutoApprovalRule],
+) -> Option<&'a AutoApprovalRule> {
+    let kind = action.description.action_kind.as_ref()?;
+    rules
+        .iter()
+        .find(|r| r.gatekeeper == *entry.gatekeeper && r.kind.tag == kind.tag)
+}
+
+/// The "auto-approvable?" column: the driver's key, and whether the person's key is turned.
+/// `open` is the batch the entry belongs to: an eligible action pending behind an earlier
+/// one of the same gatekeeper that needs a person is shown as held behind it.
+fn auto_label(
+    entry: &LedgerEntry,
+    action: &ActionEntry,
+    rules: &[AutoApprovalRule],
+    open: &[LedgerEntry],
+) -> Sanitized {
+    if !action.description.auto_approvable || action.description.action_kind.is_none() {
+        return ours("auto-approvable: no");
+    }
+    if action.blocked_by.is_some() {
+        return ours("auto-approvable: no longer (held for you)");
+    }
+    if rule_for(entry, action, rules).is_none() {
+        return ours("auto-approvable: yes, if you allow its kind");
+    }
+    let gate = open
+        .iter()
+        .filter(|e| e.gatekeeper == entry.gatekeeper && e.id < entry.id)
+        .find(|e| !eligible(e, rules));
+    match gate {
+        Some(gate) if action.state == ActionState::Pending => ours(format!(
+            "auto-approvable: yes, rule on; held behind {} (the drain keeps id order)",
+            gate.id
+        )),
+        _ => ours("auto-approvable: yes, rule on"),
+    }
+}
+
+/// Whether the drain may apply this entry on its own: pending, both keys, not held for a
+/// person because of a rejected dependency.
+pub(crate) fn eligible(entry: &LedgerEntry, rules: &[AutoApprovalRule]) -> bool {
+    let Some(action) = entry.action() else {
+        return false;
+    };
+    action.state == ActionState::Pending
+        && action.description.auto_approvable
+        && action.blocked_by.is_none()
+        && rule_for(entry, action, rules).is_some()
+}
+
+/// The indented notes under an action: failure, dependency on a rejected action.
+fn notes(action: &ActionEntry, indent: &str) -> Vec<Sanitized> {
+    let mut out = Vec::new();
+    if let Some(root) = action.blocked_by {
+        out.push(ours(format!(
+            "{indent}depends on rejected {root}: never applied automatically"
+        )));
+    }
+    if let Some(failure) = &action.failure {
+        let next = if failure.retryable {
+            "nothing reached the service; you may approve it again"
+        } else {
+            "final: it will not be sent again; the message says what to check"
+        };
+        out.push(Sanitized::concat(&[
+            &ours(format!("{indent}last attempt failed: ")),
+            &message(&failure.message),
+        ]));
+        out.push(ours(format!("{indent}({next})")));
+    }
+    out
+}
+
+/// Renders the open actions as a numbered batch, oldest (lowest id) first.
+///
+/// `open` is what [`kernel::Overseer::open_actions`] returned and `rules` what
+/// [`kernel::Overseer::rules`] returned; entries that are not actions are ignored. Each line
+/// shows the id, state, gatekeeper, title and whether the action may auto-apply; notes under
+/// it show a dependency on a rejected action and the last failure of a retryable one.
+pub fn render_batch(open: &[LedgerEntry], rules: &[AutoApprovalRule]) -> Sanitized {
+    let mut sorted: Vec<&LedgerEntry> = open.iter().filter(|e| e.action().is_some()).collect();
+    sorted.sort_by_key(|e| e.id);
+    if sorted.is_empty() {
+        return ours("Nothing waits for you.");
+    }
+    let heading = match sorted.len() {
+        1 => ours("1 action waits for you:"),
+        n => ours(format!("{n} actions wait for you, oldest first:")),
+    };
+    let rows: Vec<Vec<Sanitized>> = sorted
+        .iter()
+        .map(|entry| {
+            let action = entry.action().expect("filtered to actions");
+            vec![
+                ours(entry.id.to_string()),
+                state_label(action),
+                bracketed(&entry.gatekeeper),
+                name(entry.title()),
+                auto_label(entry, action, rules, open),
+            ]
+        })
+        .collect();
+    let id_width = rows.iter().map(|r| width(&r[0])).max().unwrap_or(0);
+    let mut out = vec![heading];
+    for (entry, line) in sorted.iter().zip(table(&rows)) {
+        let action = entry.action().expect("filtered to actions");
+        out.push(line);
+        out.extend(notes(action, &" ".repeat(4 + id_width)));
+    }
+    lines(&out)
+}
+
+/// Renders one action's approval prompt: who asks, the driver's description behind a gutter,
+/// and the facts the decision turns on (kind, auto-approvability, revert, whether the agent
+/// was told to wait).
+///
+/// Returns `None` for an entry that is not an action.
+pub fn render_action(entry: &LedgerEntry, rules: &[AutoApprovalRule]) -> Option<Sanitized> {
+    let action = entry.action()?;
+    let description = &action.description;
+    let mut out = vec![Sanitized::concat(&[
+        &ours(format!("── {} · ", entry.id)),
+        &state_label(action),
+        &ours(" · ["),
+        &name(&entry.gatekeeper),
+        &ours("] · requested by "),
+        &name(&entry.caller),
+        &ours(" ──"),
+    ])];
+    out.push(Sanitized::concat(&[
+        &ours("  title: "),
+        &name(&description.title),
+    ]));
+    let body = neutralize_controls(&description.description);
+    for line in body.as_str().split('\n') {
+        // Each line of `body` is already sanitized; re-running the (idempotent) layer on a
+        // slice is how a piece of a Sanitized becomes one again. Trailing blanks are dropped.
+        let line = line.trim_end();
+        out.push(if line.is_empty() {
+            ours("  ┆")
+        } else {
+            Sanitized::concat(&[&ours("  ┆ "), &neutralize_controls(line)])
+        });
+    }
+    let kind = match &description.action_kind {
+        Some(kind) => name(&kind.label),
+        None => ours("(none: always manual)"),
+    };
+    let yes_no = |b: bool| if b { "yes" } else { "no" };
+    out.push(Sanitized::concat(&[
+        &ours("  kind: "),
+        &kind,
+        &ours(" · "),
+        &auto_label(entry, action, rules, &[]),
+        &ours(format!(
+            " · can be reverted: {} · agent told to wait: {}",
+            yes_no(description.implements_revert),
+            yes_no(description.await_decision),
+        )),
+    ]));
+    out.extend(notes(action, "  "));
+    Some(lines(&out))
+}
+
+/// Renders the whole ledger, one line per entry: what it was, its state, and who decided.
+///
+/// Lectures print it as evidence; a person reads it as the audit trail.
+pub fn render_ledger(entries: &[LedgerEntry]) -> Sanitized {
+    if entries.is_empty() {
+        return ours("The ledger is empty.");
+    }
+    let rows: Vec<Vec<Sanitized>> = entries
+        .iter()
+        .map(|entry| {
+            let (state, who) = match &entry.body {
+                EntryBody::Observation(obs) if obs.prohibit_all_sharing => {
+                    (ours("read, sensitive"), ours(""))
+                }
+                EntryBody::Observation(_) => (ours("read"), ours("")),
+                EntryBody::Action(action) => (state_label(action), decided_by(action)),
+            };
+            vec![
+                ours(entry.id.to_string()),
+                ours(entry.created_at.to_string()),
+                state,
+                bracketed(&entry.gatekeeper),
+                name(entry.title()),
+                who,
+            ]
+        })
+        .collect();
+    lines(&table(&rows))
+}
+
+/// "by alice", "auto, rule by alice", "by alice (cascaded from #3)", or nothing.
+fn decided_by(action: &ActionEntry) -> Sanitized {
+    let Some(resolution) = &action.resolution else {
+        return ours("");
+    };
+    let lead = if resolution.auto {
+        "auto, rule by "
+    } else {
+        "by "
+    };
+    let mut parts = vec![
+        ours(lead),
+        name(&resolution.by),
+        ours(format!(" at {}", resolution.at)),
+    ];
+    if let Some(cause) = &resolution.cause {
+        parts.push(ours(" ("));
+        parts.push(message(cause));
+        parts.push(ours(")"));
+    }
+    let refs: Vec<&Sanitized> = parts.iter().collect();
+    Sanitized::concat(&refs)
+}

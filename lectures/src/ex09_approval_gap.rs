@@ -1,0 +1,515 @@
+//! ex09: the approval gap: what a wiki edit approved after someone else's edit does.
+//!
+//! Seed 003's cases (b) and (c), run twice each, under the reference's policy and under
+//! ours. The agent stages a change to page 100; while it waits for ana, bob (another
+//! person, outside the gate) edits the page in the wiki's own editor. (b1) A replace
+//! approved afterwards silently erases bob's edit under the reference; ours remembers the
+//! version it was staged against and refuses, naming both versions. (b2) An append keeps
+//! bob's edit under both. (c) An edit landing between the driver's read and its write is
+//! a 409 under both, and nothing is written; approving again overwrites the edit under
+//! the reference and is refused as stale under ours.
+//!
+//! This module also holds the small helpers the three wiki lectures (ex09, ex10, ex11)
+//! share: how an agent's wiki calls, other people's edits, the wiki's state and the
+//! side-by-side summary are printed.
+
+use std::io::Write;
+
+use gatekeeper_confluence::{
+    ContentHandle, Edit, Lab, PageView, Policy, Staged, WikiError, WikiSession,
+};
+use kernel::LedgerId;
+use shell::{Decision, ReviewSummary, Scripted, Shell};
+
+use crate::setup::visible;
+use crate::{Context, Lecture, LectureFuture};
+
+/// The lecture.
+pub const LECTURE: Lecture = Lecture {
+    name: "ex09",
+    title: "the approval gap: an edit made while the agent's change waits",
+    summary: "b1: a replace approved after a human edit erases it (reference) or is refused as stale (ours); b2: an append keeps it; c: a 409 between read and write, then approving again",
+    run,
+};
+
+fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
+    Box::pin(body(cx))
+}
+
+async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
+    writeln!(
+        cx,
+        "The wiki holds page 100, \"Manual\", at version 1. The agent stages a change to it; the"
+    )?;
+    writeln!(
+        cx,
+        "change waits for ana at the shell. Meanwhile bob, another person, edits the page in the"
+    )?;
+    writeln!(
+        cx,
+        "wiki's own editor: he is outside the gate, as people are. Each case runs twice, under"
+    )?;
+    writeln!(
+        cx,
+        "the reference's policy (Policy::REFERENCE) and under ours (Policy::GUARDED)."
+    )?;
+
+    let mut rows = Vec::new();
+    let reference = b1(cx, Policy::REFERENCE).await?;
+    let ours = b1(cx, Policy::GUARDED).await?;
+    rows.push(Row::new(
+        "b1 replace approved after bob's edit: page 100",
+        reference.page,
+        ours.page,
+    ));
+    rows.push(Row::new(
+        "b1 the replace, in the kernel's ledger",
+        reference.state,
+        ours.state,
+    ));
+    let reference = b2(cx, Policy::REFERENCE).await?;
+    let ours = b2(cx, Policy::GUARDED).await?;
+    rows.push(Row::new(
+        "b2 append approved after bob's edit: page 100",
+        reference.page,
+        ours.page,
+    ));
+    let reference = c(cx, Policy::REFERENCE).await?;
+    let ours = c(cx, Policy::GUARDED).await?;
+    rows.push(Row::new(
+        "c  first approval (bob's edit between read and write)",
+        reference.first,
+        ours.first,
+    ));
+    rows.push(Row::new(
+        "c  approving again: page 100",
+        reference.page,
+        ours.page,
+    ));
+    side_by_side(cx, &rows)?;
+    Ok(())
+}
+
+/// What one run of b1 or b2 left behind.
+struct Ending {
+    page: String,
+    state: String,
+}
+
+async fn b1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
+    heading(cx, "b1 · a replace approved after bob's edit", policy)?;
+    let lab = manual_lab(policy, "Manual", "original");
+    let agent = lab.session("agent");
+    let shell = Shell::new(lab.overseer.clone(), "ana");
+    let page = agent.open("100").await?;
+    read(cx, &agent, &page).await?;
+    let replace = staged(
+        cx,
+        r#"set_content(100, "agent body")"#,
+        agent.set_content(&page, "agent body").await,
+    )?;
+    human_edit(cx, &lab, "bob", 100, Edit::ReplaceBody("human edit".into()))?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(replace, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let page_now = page_evidence(cx, &lab, 100)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    let state = action_state(&lab, replace)?;
+    cx.evidence(&format!("{replace} in the kernel's ledger"), &state)?;
+    writeln!(cx)?;
+    writeln!(cx, "The agent reads the page again:")?;
+    read(cx, &agent, &page).await?;
+    Ok(Ending {
+        page: page_now,
+        state,
+    })
+}
+
+async fn b2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
+    heading(cx, "b2 · an append approved after bob's edit", policy)?;
+    let lab = manual_lab(policy, "Manual", "original");
+    let agent = lab.session("agent");
+    let shell = Shell::new(lab.overseer.clone(), "ana");
+    let page = agent.open("100").await?;
+    read(cx, &agent, &page).await?;
+    let append = staged(
+        cx,
+        r#"append_content(100, "agent proposal")"#,
+        agent.append_content(&page, "agent proposal").await,
+    )?;
+    human_edit(cx, &lab, "bob", 100, Edit::AppendBody("human edit".into()))?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(append, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let page_now = page_evidence(cx, &lab, 100)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    let state = action_state(&lab, append)?;
+    cx.evidence(&format!("{append} in the kernel's ledger"), &state)?;
+    Ok(Ending {
+        page: page_now,
+        state,
+    })
+}
+
+/// What one run of c showed.
+struct Conflict {
+    first: String,
+    page: String,
+}
+
+async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
+    heading(
+        cx,
+        "c · bob's edit lands between the driver's read and its write",
+        policy,
+    )?;
+    let lab = manual_lab(policy, "Manual", "original");
+    let agent = lab.session("agent");
+    let shell = Shell::new(lab.overseer.clone(), "ana");
+    let page = agent.open("100").await?;
+    read(cx, &agent, &page).await?;
+    let replace = staged(
+        cx,
+        r#"set_content(100, "agent body")"#,
+        agent.set_content(&page, "agent body").await,
+    )?;
+    lab.service
+        .edit_after_next_get(100, Edit::AppendBody("concurrent".into()));
+    writeln!(
+        cx,
+        "[bob, another person, saves an append of \"concurrent\" to page 100 the moment after the"
+    )?;
+    writeln!(
+        cx,
+        " driver's next read of it: the wiki is told to let his edit land in that window]"
+    )?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(replace, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    page_evidence(cx, &lab, 100)?;
+    let writes = lab.service.writes();
+    cx.evidence("wiki writes", writes)?;
+    let state = action_state(&lab, replace)?;
+    cx.evidence(&format!("{replace} in the kernel's ledger"), &state)?;
+    let open = lab.open_ids()?.contains(&replace);
+    cx.evidence(&format!("{replace} still waits for a person"), yes_no(open))?;
+    if let Some(entry) = lab.overseer.entry(replace)?
+        && let Some(action) = entry.action()
+        && let Some(record) = lab.wiki.record(action.driver_id)
+    {
+        cx.evidence(
+            &format!("the driver's record of {replace}"),
+            format!("{:?}", record.state).to_lowercase(),
+        )?;
+    }
+    let first = format!("{state}, {writes} writes");
+
+    writeln!(cx)?;
+    writeln!(cx, "ana approves {replace} again, as the shell offered:")?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(replace, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let page_now = page_evidence(cx, &lab, 100)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    cx.evidence(
+        &format!("{replace} in the kernel's ledger"),
+        action_state(&lab, replace)?,
+    )?;
+    Ok(Conflict {
+        first,
+        page: page_now,
+    })
+}
+
+// ----- shared by the wiki lectures (ex09, ex10, ex11) -----
+
+/// "reference" or "ours": how the transcript names a policy.
+pub(crate) fn side(policy: Policy) -> &'static str {
+    if policy == Policy::REFERENCE {
+        "reference"
+    } else if policy == Policy::GUARDED {
+        "ours"
+    } else {
+        "custom"
+    }
+}
+
+/// A section heading naming the case and the policy it runs under.
+pub(crate) fn heading(cx: &mut Context<'_>, case: &str, policy: Policy) -> std::io::Result<()> {
+    cx.section(&format!("{case} · {}", side(policy)))
+}
+
+/// A lab under `policy` whose wiki holds page 100 in space OPS, at version 1, as if it had
+/// always been there.
+pub(crate) fn manual_lab(policy: Policy, title: &str, body: &str) -> Lab {
+    let lab = Lab::new(policy);
+    lab.service.seed_page_with_id(100, "OPS", title, body);
+    lab
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+/// Writes `text` after `lead`, continuing lines aligned under the first.
+fn indented(cx: &mut Context<'_>, lead: &str, text: &str) -> std::io::Result<()> {
+    let text = visible(text);
+    if text.is_empty() {
+        return writeln!(cx, "{lead}(empty)");
+    }
+    let pad = " ".repeat(lead.chars().count());
+    for (n, line) in text.lines().enumerate() {
+        if n == 0 {
+            writeln!(cx, "{lead}{line}")?;
+        } else if line.is_empty() {
+            writeln!(cx)?;
+        } else {
+            writeln!(cx, "{pad}{line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Prints a page as the agent was shown it.
+fn show_view(cx: &mut Context<'_>, view: &PageView) -> std::io::Result<()> {
+    let parent = view
+        .parent
+        .map(|p| format!(", parent {p}"))
+        .unwrap_or_default();
+    let pending = match view.pending_changes {
+        0 => String::new(),
+        n => format!(", includes {n} pending change(s)"),
+    };
+    writeln!(
+        cx,
+        "    {} {}, title \"{}\", version {}{parent}{pending}",
+        view.kind.as_str(),
+        view.id,
+        visible(&view.title),
+        view.version,
+    )?;
+    indented(cx, "    body: ", &view.body)?;
+    for comment in &view.comments {
+        let by = comment.author.as_deref().unwrap_or("pending");
+        writeln!(
+            cx,
+            "    comment {} ({}): {}",
+            visible(&comment.id),
+            visible(by),
+            visible(&comment.text)
+        )?;
+    }
+    Ok(())
+}
+
+/// The agent reads the whole page through its session; what it was shown is printed.
+pub(crate) async fn read(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+) -> anyhow::Result<PageView> {
+    writeln!(cx, "  agent → read({page})")?;
+    match agent.read(page).await {
+        Ok(view) => {
+            show_view(cx, &view)?;
+            Ok(view)
+        }
+        Err(error) => {
+            writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
+            Err(error.into())
+        }
+    }
+}
+
+/// The agent reads only the body; what it was shown is printed.
+pub(crate) async fn read_body(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+) -> anyhow::Result<String> {
+    writeln!(cx, "  agent → body({page})")?;
+    match agent.body(page).await {
+        Ok(body) => {
+            indented(cx, "    ", &body)?;
+            Ok(body)
+        }
+        Err(error) => {
+            writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
+            Err(error.into())
+        }
+    }
+}
+
+/// Prints a call the agent made (`what`) and the receipt of the action it staged.
+pub(crate) fn staged(
+    cx: &mut Context<'_>,
+    what: &str,
+    result: Result<Staged, WikiError>,
+) -> anyhow::Result<LedgerId> {
+    writeln!(cx, "  agent → {}", visible(what))?;
+    match result {
+        Ok(staged) => {
+            writeln!(
+                cx,
+                "    pending as {}: nothing is sent until a person approves",
+                staged.ledger
+            )?;
+            Ok(staged.ledger)
+        }
+        Err(error) => {
+            writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
+            Err(error.into())
+        }
+    }
+}
+
+/// Prints a create the agent staged (`what`): the handle it works with at once, and the
+/// ledger id the person decides on.
+pub(crate) fn created(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    what: &str,
+    result: Result<ContentHandle, WikiError>,
+) -> anyhow::Result<(ContentHandle, LedgerId)> {
+    writeln!(cx, "  agent → {}", visible(what))?;
+    match result {
+        Ok(handle) => {
+            let ledger = agent
+                .last_staged()
+                .ok_or_else(|| anyhow::anyhow!("a staged create leaves a receipt"))?
+                .ledger;
+            writeln!(
+                cx,
+                "    pending as {ledger}: the agent already works with it as {handle}"
+            )?;
+            Ok((handle, ledger))
+        }
+        Err(error) => {
+            writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
+            Err(error.into())
+        }
+    }
+}
+
+/// Another person edits the page in the wiki's own editor, outside the gate.
+pub(crate) fn human_edit(
+    cx: &mut Context<'_>,
+    lab: &Lab,
+    who: &str,
+    id: u64,
+    edit: Edit,
+) -> anyhow::Result<()> {
+    let what = match &edit {
+        Edit::ReplaceBody(text) => format!("replaces the body with \"{}\"", visible(text)),
+        Edit::AppendBody(text) => format!("appends \"{}\"", visible(text)),
+        Edit::SetTitle(text) => format!("renames it \"{}\"", visible(text)),
+    };
+    let version = lab.service.human_edit(id, edit)?;
+    writeln!(
+        cx,
+        "[{who}, another person, edits page {id} in the wiki's own editor, outside the gate:"
+    )?;
+    writeln!(cx, " {what}; the page is now at version {version}]")?;
+    Ok(())
+}
+
+/// Prints page `id` as the wiki holds it now (read directly, as evidence) and returns
+/// the same text: `version 3, <p>agent body</p>`.
+pub(crate) fn page_evidence(cx: &mut Context<'_>, lab: &Lab, id: u64) -> anyhow::Result<String> {
+    let text = match lab.service.page(id) {
+        Some(page) => format!("version {}, {}", page.version, visible(&page.body)),
+        None => "(no such page)".to_owned(),
+    };
+    cx.evidence(&format!("page {id} in the wiki"), &text)?;
+    Ok(text)
+}
+
+/// The person at `shell` reviews what waits, with `script` (or, in interactive mode, at
+/// the terminal). When an action failed for good while the wiki counted no write, says
+/// so, with the write counter as the evidence: a final failure is not necessarily one
+/// that reached the service.
+pub(crate) async fn review(
+    cx: &mut Context<'_>,
+    lab: &Lab,
+    shell: &Shell,
+    script: Scripted,
+) -> anyhow::Result<ReviewSummary> {
+    let writes = lab.service.writes();
+    let summary = cx.review(shell, script).await?;
+    if lab.service.writes() == writes {
+        for id in &summary.failed {
+            if action_state(lab, *id)?.ends_with("final") {
+                writeln!(
+                    cx,
+                    "  note: {id} failed for good, yet the wiki counted no write during this review: nothing reached it"
+                )?;
+            }
+        }
+    }
+    Ok(summary)
+}
+
+/// An action's state in the kernel's ledger: `approved`, `failed, retryable`, ...
+pub(crate) fn action_state(lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
+    let entry = lab.entry(id)?;
+    let action = entry
+        .action()
+        .ok_or_else(|| anyhow::anyhow!("{id} is an action"))?;
+    Ok(match &action.failure {
+        Some(failure) if failure.retryable => format!("{}, retryable", action.state),
+        Some(_) => format!("{}, final", action.state),
+        None => action.state.to_string(),
+    })
+}
+
+/// One line of the closing comparison: what was compared, and the two results.
+pub(crate) struct Row {
+    what: String,
+    reference: String,
+    ours: String,
+}
+
+impl Row {
+    pub(crate) fn new(
+        what: impl Into<String>,
+        reference: impl Into<String>,
+        ours: impl Into<String>,
+    ) -> Self {
+        Self {
+            what: what.into(),
+            reference: reference.into(),
+            ours: ours.into(),
+        }
+    }
+}
+
+/// The closing section: every compared result, the reference's beside ours.
+pub(crate) fn side_by_side(cx: &mut Context<'_>, rows: &[Row]) -> std::io::Result<()> {
+    cx.section("Side by side: the reference, then ours")?;
+    for row in rows {
+        writeln!(cx, "{}", row.what)?;
+        writeln!(cx, "  reference: {}", row.reference)?;
+        writeln!(cx, "  ours:      {}", row.ours)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,379 @@
+//! ex11: order and revert: the page should end as the agent was shown it, and undoing
+//! one action should undo only that action.
+//!
+//! Seed 003's cases (f), (g) and (h), run under the reference's policy and under ours.
+//! (f1) A replace then an append: the simulation shows both. Approved in reverse order,
+//! the reference ends with only the replacement; ours refuses the append with "apply #1
+//! first", and the page ends as simulated. (f2) An append then a replace, approved in id
+//! order: only the replacement, as simulated, under both. (g) A child page approved
+//! before its parent fails under both ("content ~1 has not been created yet") and
+//! nothing is created on the side; parent then child gives ids 200 and 201. (h1) Revert
+//! of an append restores the page under both. (h2) After bob, another person, appends
+//! to the page, the reference's revert writes back its snapshot and wipes his edit; ours
+//! removes exactly the appended block and keeps it.
+
+use std::io::Write;
+
+use gatekeeper_confluence::{Edit, Lab, Policy};
+use kernel::LedgerId;
+use shell::{Decision, Scripted, Shell};
+
+use crate::ex09_approval_gap::{
+    Row, action_state, created, heading, human_edit, manual_lab, page_evidence, read, read_body,
+    review, side_by_side, staged,
+};
+use crate::setup::visible;
+use crate::{Context, Lecture, LectureFuture};
+
+/// The lecture.
+pub const LECTURE: Lecture = Lecture {
+    name: "ex11",
+    title: "order and revert: the page ends as simulated, revert undoes only its own",
+    summary: "f: approvals out of order lose an append (reference) or are refused, \"apply #1 first\" (ours); g: a child before its parent fails; h: revert wipes a later human edit (reference) or keeps it (ours)",
+    run,
+};
+
+fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
+    Box::pin(body(cx))
+}
+
+async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
+    writeln!(
+        cx,
+        "Reads fold the agent's pending actions in id order, so the agent is shown the page as it"
+    )?;
+    writeln!(
+        cx,
+        "will be once everything is approved in that order. People approve in any order, and may"
+    )?;
+    writeln!(
+        cx,
+        "revert an action after others edited the page. Each case runs under the reference's"
+    )?;
+    writeln!(
+        cx,
+        "policy (Policy::REFERENCE) and under ours (Policy::GUARDED)."
+    )?;
+
+    let mut rows = Vec::new();
+    let reference = f1(cx, Policy::REFERENCE).await?;
+    let ours = f1(cx, Policy::GUARDED).await?;
+    rows.push(Row::new(
+        "f1 the agent was shown",
+        reference.simulated,
+        ours.simulated,
+    ));
+    rows.push(Row::new(
+        "f1 approving the append first",
+        reference.first,
+        ours.first,
+    ));
+    rows.push(Row::new(
+        "f1 page 100 in the end",
+        reference.page,
+        ours.page,
+    ));
+    let reference = f2(cx, Policy::REFERENCE).await?;
+    let ours = f2(cx, Policy::GUARDED).await?;
+    rows.push(Row::new(
+        "f2 the agent was shown",
+        reference.simulated,
+        ours.simulated,
+    ));
+    rows.push(Row::new(
+        "f2 page 100 in the end",
+        reference.page,
+        ours.page,
+    ));
+    let reference = g(cx, Policy::REFERENCE).await?;
+    let ours = g(cx, Policy::GUARDED).await?;
+    rows.push(Row::new(
+        "g  approving the child first",
+        reference.first,
+        ours.first,
+    ));
+    rows.push(Row::new(
+        "g  then parent, then child",
+        reference.page,
+        ours.page,
+    ));
+    let reference = h(cx, Policy::REFERENCE, false).await?;
+    let ours = h(cx, Policy::GUARDED, false).await?;
+    rows.push(Row::new(
+        "h1 page 100 after reverting the append",
+        reference,
+        ours,
+    ));
+    let reference = h(cx, Policy::REFERENCE, true).await?;
+    let ours = h(cx, Policy::GUARDED, true).await?;
+    rows.push(Row::new(
+        "h2 page 100 after reverting the append, bob's edit made in between",
+        reference,
+        ours,
+    ));
+    side_by_side(cx, &rows)?;
+    Ok(())
+}
+
+/// What one run of f showed.
+struct Order {
+    simulated: String,
+    first: String,
+    page: String,
+}
+
+/// The first part of an action's last failure, or its state: `failed, retryable: ...`.
+fn outcome(lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
+    let entry = lab.entry(id)?;
+    let state = action_state(lab, id)?;
+    Ok(match entry.action().and_then(|a| a.failure.as_ref()) {
+        Some(failure) => format!("{state}: {}", visible(&failure.message)),
+        None => state,
+    })
+}
+
+fn one_line(text: &str) -> String {
+    visible(&text.replace("\n\n", " ¶ "))
+}
+
+async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
+    heading(
+        cx,
+        "f1 · replace then append, approved in reverse order",
+        policy,
+    )?;
+    let lab = manual_lab(policy, "Manual", "old procedure");
+    let agent = lab.session("agent");
+    let shell = Shell::new(lab.overseer.clone(), "ana");
+    let page = agent.open("100").await?;
+    let replace = staged(
+        cx,
+        r#"set_content(100, "new procedure")"#,
+        agent.set_content(&page, "new procedure").await,
+    )?;
+    let append = staged(
+        cx,
+        r#"append_content(100, "safety notes")"#,
+        agent.append_content(&page, "safety notes").await,
+    )?;
+    let simulated = read_body(cx, &agent, &page).await?;
+
+    writeln!(cx)?;
+    writeln!(
+        cx,
+        "ana approves the append {append} first and leaves the replace {replace} for later:"
+    )?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(replace, Decision::Skip), (append, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    page_evidence(cx, &lab, 100)?;
+    let first = outcome(&lab, append)?;
+    cx.evidence(&format!("{append} in the kernel's ledger"), &first)?;
+
+    writeln!(cx)?;
+    writeln!(
+        cx,
+        "ana approves whatever still waits, in the order the shell asks:"
+    )?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(replace, Decision::Approve), (append, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let page_now = page_evidence(cx, &lab, 100)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    Ok(Order {
+        simulated: one_line(&simulated),
+        first: short(&first),
+        page: page_now,
+    })
+}
+
+/// A failure cut at the first `;`: the head of the message, without what to do next.
+fn short(text: &str) -> String {
+    text.split(';').next().unwrap_or_default().to_owned()
+}
+
+async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
+    heading(cx, "f2 · append then replace, approved in id order", policy)?;
+    let lab = manual_lab(policy, "Manual", "old procedure");
+    let agent = lab.session("agent");
+    let shell = Shell::new(lab.overseer.clone(), "ana");
+    let page = agent.open("100").await?;
+    let append = staged(
+        cx,
+        r#"append_content(100, "safety notes")"#,
+        agent.append_content(&page, "safety notes").await,
+    )?;
+    let replace = staged(
+        cx,
+        r#"set_content(100, "new procedure")"#,
+        agent.set_content(&page, "new procedure").await,
+    )?;
+    let simulated = read_body(cx, &agent, &page).await?;
+    writeln!(cx)?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(append, Decision::Approve), (replace, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let page_now = page_evidence(cx, &lab, 100)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    Ok(Order {
+        simulated: one_line(&simulated),
+        first: String::new(),
+        page: page_now,
+    })
+}
+
+async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
+    heading(cx, "g · a child page approved before its parent", policy)?;
+    let lab = Lab::new(policy);
+    let agent = lab.session("agent");
+    let shell = Shell::new(lab.overseer.clone(), "ana");
+    let (parent, parent_id) = created(
+        cx,
+        &agent,
+        r#"create_page("OPS", "Parent", "")"#,
+        agent.create_page("OPS", "Parent", "").await,
+    )?;
+    let (child, child_id) = created(
+        cx,
+        &agent,
+        &format!(r#"create_child_page({parent}, "Child", "")"#),
+        agent.create_child_page(&parent, "Child", "").await,
+    )?;
+
+    writeln!(cx)?;
+    writeln!(
+        cx,
+        "ana approves the child {child_id} first and leaves the parent {parent_id} for later:"
+    )?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(parent_id, Decision::Skip), (child_id, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let first = outcome(&lab, child_id)?;
+    cx.evidence(&format!("{child_id} in the kernel's ledger"), &first)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    cx.evidence(
+        "page 200 in the wiki",
+        if lab.service.page(200).is_some() {
+            "exists"
+        } else {
+            "none: no parent was created on the side"
+        },
+    )?;
+
+    writeln!(cx)?;
+    writeln!(cx, "ana approves the parent, then the child:")?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([
+            (parent_id, Decision::Approve),
+            (child_id, Decision::Approve),
+        ]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let view = read(cx, &agent, &child).await?;
+    let parent_now = agent.gatekeeper().resolve(parent);
+    cx.evidence(&format!("{parent} resolves to"), parent_now)?;
+    cx.evidence(&format!("{child} resolves to"), view.id)?;
+    let wiki_child = view
+        .id
+        .real()
+        .and_then(|id| lab.service.page(id))
+        .map(|p| {
+            format!(
+                "page {} \"{}\", parent {}",
+                p.id,
+                visible(&p.title),
+                p.parent.map_or("none".to_owned(), |id| id.to_string())
+            )
+        })
+        .unwrap_or_else(|| "(not created)".to_owned());
+    cx.evidence("the child in the wiki", &wiki_child)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    Ok(Order {
+        simulated: String::new(),
+        first: short(&first),
+        page: format!("{parent} → {parent_now}, {child} → {}", view.id),
+    })
+}
+
+async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyhow::Result<String> {
+    let case = if human_in_between {
+        "h2 · revert an append after bob appended too"
+    } else {
+        "h1 · revert an append"
+    };
+    heading(cx, case, policy)?;
+    let lab = manual_lab(policy, "Manual", "old");
+    let agent = lab.session("agent");
+    let shell = Shell::new(lab.overseer.clone(), "ana");
+    let page = agent.open("100").await?;
+    read_body(cx, &agent, &page).await?;
+    let append = staged(
+        cx,
+        r#"append_content(100, "new")"#,
+        agent.append_content(&page, "new").await,
+    )?;
+    writeln!(cx)?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(append, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    page_evidence(cx, &lab, 100)?;
+    if human_in_between {
+        human_edit(cx, &lab, "bob", 100, Edit::AppendBody("human".into()))?;
+        page_evidence(cx, &lab, 100)?;
+    }
+
+    writeln!(cx)?;
+    writeln!(
+        cx,
+        "[ana asks the kernel to revert {append} (Overseer::revert)]"
+    )?;
+    match lab.overseer.revert(append, "ana").await {
+        Ok(report) if report.reverted => writeln!(cx, "  reverted {append}")?,
+        Ok(report) => writeln!(
+            cx,
+            "  the gatekeeper refused to revert {append}: {}",
+            visible(report.message.as_deref().unwrap_or(""))
+        )?,
+        Err(error) => writeln!(
+            cx,
+            "  could not revert {append}: {}",
+            visible(&error.to_string())
+        )?,
+    }
+    let page_now = page_evidence(cx, &lab, 100)?;
+    cx.evidence(
+        &format!("{append} in the kernel's ledger"),
+        action_state(&lab, append)?,
+    )?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    Ok(page_now)
+}

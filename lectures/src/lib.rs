@@ -1,0 +1,51 @@
+//! Runnable lectures: each one shows one design decision of the approval gate at work.
+//!
+//! Every lecture plays two parts, as a real deployment would: the agent, which holds only
+//! sessions handed to it, and the person, who sits at the [`shell`]. No lecture reaches
+//! into a service or the kernel to fake a result; when it reads a service's call counter
+//! or lists its issues, it prints that as evidence, after the fact.
+//!
+//! The transcripts are snapshot-tested (`tests/transcripts.rs`), so the behaviour they
+//! show cannot drift silently. Each lecture has a page in `docs/lectures/` naming the
+//! crate, module and type that implement its decision.
+//!
+//! # Adding a lecture
+//!
+//! Write a module with a `pub const LECTURE: Lecture` (see [`Lecture`]), declare it below
+//! and add one line to [`LECTURES`]. `--list`, `all`, the snapshot test and the check that
+//! its docs page exists pick it up from the table.
+
+mod runner;
+mod setup;
+
+pub mod ex01_capabilities;
+pub mod ex02_trust_boundary;
+pub mod ex03_async_queue;
+pub mod ex04_pending_work;
+pub mod ex05_drain_order;
+pub mod ex06_at_most_once;
+pub mod ex07_prompt_injection;
+pub mod ex08_lockdown;
+pub mod ex09_approval_gap;
+pub mod ex10_dependencies;
+pub mod ex11_order_and_revert;
+
+pub use runner::{
+    Context, Lecture, LectureFuture, find, list, run_lecture, snapshot_filters, transcript,
+    valid_names,
+};
+
+/// Every lecture, in the order `all` runs them.
+pub const LECTURES: &[Lecture] = &[
+    ex01_capabilities::LECTURE,
+    ex02_trust_boundary::LECTURE,
+    ex03_async_queue::LECTURE,
+    ex04_pending_work::LECTURE,
+    ex05_drain_order::LECTURE,
+    ex06_at_most_once::LECTURE,
+    ex07_prompt_injection::LECTURE,
+    ex08_lockdown::LECTURE,
+    ex09_approval_gap::LECTURE,
+    ex10_dependencies::LECTURE,
+    ex11_order_and_revert::LECTURE,
+];

@@ -1,0 +1,180 @@
+//! The lecture runner: what a lecture is, the context it writes its transcript into, and
+//! the one shared list of snapshot filters.
+//!
+//! A lecture is a [`Lecture`] value: a name, a title, a one-line summary and an async
+//! function that plays the agent (through sessions) and the person (through the shell) and
+//! writes what happens to a [`Context`]. The runner knows nothing about any particular
+//! lecture; the table in the crate root lists them.
+//!
+//! Transcripts must be the same on every run, because they are snapshot-tested: lectures
+//! use [`kernel::StepClock`] and sequential ids, and the one measured duration (a turn's
+//! wall time) is printed as `turn ended in 0.042 ms` and replaced by
+//! [`snapshot_filters`]. Nothing else a lecture prints may depend on time or on the
+//! machine.
+
+use std::fmt;
+use std::future::Future;
+use std::io::{self, Write};
+use std::pin::Pin;
+use std::time::Duration;
+
+use shell::{Decider, ReviewSummary, Scripted, Shell};
+
+/// What a lecture's `run` function returns: its body, boxed so lectures fit in one table.
+pub type LectureFuture<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
+
+/// One lecture: one design decision of the gate, shown at work.
+#[derive(Clone, Copy)]
+pub struct Lecture {
+    /// The name on the command line: `ex05`.
+    pub name: &'static str,
+    /// A short title: "two keys and the drain order".
+    pub title: &'static str,
+    /// One line for `--list`: what the lecture shows.
+    pub summary: &'static str,
+    /// Plays the lecture, writing its transcript to the context.
+    pub run: for<'a, 'b> fn(&'a mut Context<'b>) -> LectureFuture<'a>,
+}
+
+impl fmt::Debug for Lecture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lecture")
+            .field("name", &self.name)
+            .field("title", &self.title)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a lecture writes its transcript, and who plays the person at the terminal.
+///
+/// `Context` is an [`io::Write`], so a lecture writes with `writeln!(cx, ...)`. In the
+/// default mode every review is answered by the script the lecture wrote; with
+/// `--interactive` a person at the terminal answers instead, and the script is ignored.
+pub struct Context<'a> {
+    out: &'a mut dyn Write,
+    person: Option<Box<dyn Decider + 'a>>,
+}
+
+impl<'a> Context<'a> {
+    /// A context writing to `out`, with the lectures' scripts answering every review.
+    pub fn scripted(out: &'a mut dyn Write) -> Self {
+        Self { out, person: None }
+    }
+
+    /// A context writing to `out`, with `person` answering every review instead of the
+    /// lectures' scripts.
+    pub fn interactive(out: &'a mut dyn Write, person: Box<dyn Decider + 'a>) -> Self {
+        Self {
+            out,
+            person: Some(person),
+        }
+    }
+
+    /// Whether a person, not a script, answers reviews.
+    pub fn is_interactive(&self) -> bool {
+        self.person.is_some()
+    }
+
+    /// Writes a section heading: a blank line, then `## title`.
+    pub fn section(&mut self, title: &str) -> io::Result<()> {
+        writeln!(self.out)?;
+        writeln!(self.out, "## {title}")
+    }
+
+    /// Writes one line of evidence: `  evidence: what = value`.
+    pub fn evidence(&mut self, what: &str, value: impl fmt::Display) -> io::Result<()> {
+        writeln!(self.out, "  evidence: {what} = {value}")
+    }
+
+    /// Writes the measured duration of an agent's turn in the one format the snapshot
+    /// filter knows: `turn ended in 0.042 ms`.
+    pub fn turn_duration(&mut self, elapsed: Duration) -> io::Result<()> {
+        writeln!(
+            self.out,
+            "  turn ended in {:.3} ms",
+            elapsed.as_secs_f64() * 1000.0
+        )
+    }
+
+    /// Lets the person at `shell` review the open actions: with the lecture's `script`,
+    /// or, in interactive mode, with the person at the terminal.
+    pub async fn review(
+        &mut self,
+        shell: &Shell,
+        script: Scripted,
+    ) -> Result<ReviewSummary, shell::ShellError> {
+        writeln!(self.out, "[{} opens the shell]", shell.person())?;
+        match self.person.as_mut() {
+            Some(person) => shell.review(person.as_mut(), self.out).await,
+            None => {
+                let mut script = script;
+                shell.review(&mut script, self.out).await
+            }
+        }
+    }
+}
+
+impl Write for Context<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Runs one lecture: its heading, then its body.
+pub async fn run_lecture(lecture: &Lecture, cx: &mut Context<'_>) -> anyhow::Result<()> {
+    let rule = "=".repeat(72);
+    writeln!(cx, "{rule}")?;
+    writeln!(cx, "{} · {}", lecture.name, lecture.title)?;
+    writeln!(cx, "{}", lecture.summary)?;
+    writeln!(cx, "{rule}")?;
+    (lecture.run)(cx).await?;
+    cx.flush()?;
+    Ok(())
+}
+
+/// The lecture named `name`, if there is one.
+pub fn find(name: &str) -> Option<&'static Lecture> {
+    crate::LECTURES.iter().find(|l| l.name == name)
+}
+
+/// The valid names, for an error message: every lecture, then `all`.
+pub fn valid_names() -> String {
+    let mut names: Vec<&str> = crate::LECTURES.iter().map(|l| l.name).collect();
+    names.push("all");
+    names.join(", ")
+}
+
+/// The `--list` text: one line per lecture.
+pub fn list() -> String {
+    crate::LECTURES
+        .iter()
+        .map(|l| format!("{}  {}: {}\n", l.name, l.title, l.summary))
+        .collect()
+}
+
+/// The full transcript of one lecture, scripted, as the snapshot tests record it.
+pub async fn transcript(name: &str) -> anyhow::Result<String> {
+    let lecture = find(name)
+        .ok_or_else(|| anyhow::anyhow!("unknown lecture {name:?}; valid: {}", valid_names()))?;
+    let mut out = Vec::new();
+    {
+        let mut cx = Context::scripted(&mut out);
+        run_lecture(lecture, &mut cx).await?;
+    }
+    Ok(String::from_utf8(out)?)
+}
+
+/// The one list of snapshot filters every transcript test uses: `(regex, replacement)`.
+///
+/// Only the measured turn duration varies between runs; everything else is made
+/// deterministic at the source.
+pub fn snapshot_filters() -> Vec<(&'static str, &'static str)> {
+    vec![(
+        r"turn ended in \d+\.\d{3} ms",
+        "turn ended in [duration] ms",
+    )]
+}

@@ -1,0 +1,160 @@
+//! Snapshot tests of every lecture's full transcript, and of the runner's command line.
+//!
+//! One named snapshot per lecture (`snapshots/transcripts__ex05.snap`), all taken with the
+//! one shared filter list, [`lectures::snapshot_filters`]. A lecture added to
+//! [`lectures::LECTURES`] is picked up here without touching this file; its snapshot must
+//! be reviewed and committed (on CI, insta never writes snapshots, so a changed or missing
+//! transcript fails).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::process::Command;
+
+use lectures::{LECTURES, snapshot_filters, transcript};
+
+#[tokio::test]
+async fn every_lecture_matches_its_snapshot() {
+    let mut failed = Vec::new();
+    for lecture in LECTURES {
+        let text = transcript(lecture.name)
+            .await
+            .unwrap_or_else(|e| panic!("lecture {} failed: {e:#}", lecture.name));
+        let checked = catch_unwind(AssertUnwindSafe(|| {
+            insta::with_settings!({
+                filters => snapshot_filters(),
+                description => format!("{} · {}", lecture.name, lecture.title),
+                omit_expression => true,
+                prepend_module_to_snapshot => false,
+                snapshot_path => "snapshots",
+            }, {
+                insta::assert_snapshot!(format!("transcripts__{}", lecture.name), text);
+            });
+        }));
+        if checked.is_err() {
+            failed.push(lecture.name);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "transcripts changed: {failed:?}; review the .snap.new files (cargo insta review) if the change is intended"
+    );
+}
+
+#[tokio::test]
+async fn transcripts_are_the_same_on_every_run() {
+    // Only the measured turn duration may differ; it is on a line of its own.
+    let stable = |t: String| {
+        t.lines()
+            .filter(|l| !l.contains("turn ended in"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for lecture in LECTURES {
+        let first = transcript(lecture.name).await.expect("runs");
+        let second = transcript(lecture.name).await.expect("runs");
+        assert_eq!(
+            stable(first),
+            stable(second),
+            "{} is not deterministic",
+            lecture.name
+        );
+    }
+}
+
+#[test]
+fn the_shared_filter_hides_the_measured_duration() {
+    let mut out = Vec::new();
+    lectures::Context::scripted(&mut out)
+        .turn_duration(std::time::Duration::from_micros(1234))
+        .expect("writes");
+    let text = String::from_utf8(out).expect("utf-8");
+    assert_eq!(text, "  turn ended in 1.234 ms\n");
+    insta::with_settings!({ filters => snapshot_filters() }, {
+        insta::assert_snapshot!(text, @"turn ended in [duration] ms");
+    });
+}
+
+#[test]
+fn every_lecture_has_a_docs_page() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for lecture in LECTURES {
+        let page = root
+            .join("docs/lectures")
+            .join(format!("{}.md", lecture.name));
+        assert!(page.is_file(), "missing {}", page.display());
+    }
+}
+
+fn runner() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lectures"))
+}
+
+#[test]
+fn an_unknown_lecture_lists_the_valid_names_and_fails() {
+    let output = runner().arg("nope").output().expect("runs");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "errors go to stderr");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown lecture \"nope\""), "{stderr}");
+    for lecture in LECTURES {
+        assert!(stderr.contains(lecture.name), "{stderr}");
+    }
+    assert!(stderr.contains("all"), "{stderr}");
+}
+
+#[test]
+fn list_prints_one_line_per_lecture() {
+    let output = runner().arg("--list").output().expect("runs");
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(stdout.lines().count(), LECTURES.len(), "{stdout}");
+    for (line, lecture) in stdout.lines().zip(LECTURES) {
+        assert!(line.starts_with(lecture.name), "{line}");
+        assert!(line.contains(lecture.summary), "{line}");
+    }
+}
+
+#[test]
+fn db_is_refused_until_durable_storage_exists() {
+    let output = runner()
+        .args(["--db", "ledger.sqlite", "ex05"])
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not supported yet"), "{stderr}");
+}
+
+#[test]
+fn interactive_end_of_input_approves_nothing() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = runner()
+        .args(["--interactive", "ex03"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    // A stray answer, then end of input.
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"yes please\n")
+        .expect("writes");
+    let output = child.wait_with_output().expect("finishes");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("please type a, r, s or k"), "{stdout}");
+    assert!(stdout.contains("> skip (end of input)"), "{stdout}");
+    assert!(
+        stdout.contains("evidence: tracker calls after the review = 1"),
+        "nothing may have been sent: {stdout}"
+    );
+}

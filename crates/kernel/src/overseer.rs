@@ -720,13 +720,9 @@ impl Inner {
     ) -> Result<(), DecisionError> {
         let id = entry.id;
         let driver_id = entry.action().expect("caller checked").driver_id;
-        let span =
-            info_span!("apply", action = %id, gatekeeper = %entry.gatekeeper, auto = decider.auto);
-        let result = gatekeeper
-            .apply_action(driver_id)
-            .instrument(span.clone())
-            .await;
-        let _enter = span.enter();
+        // Events, not a span, on this path: it runs once per applied action and a span
+        // per apply would cost more than the rest of the kernel's work for it.
+        let result = gatekeeper.apply_action(driver_id).await;
         let record = entry.action_mut().expect("caller checked");
         record.resolution = Some(Resolution {
             by: decider.by.to_owned(),
@@ -738,8 +734,9 @@ impl Inner {
             Ok(()) => {
                 record.state = ActionState::Approved;
                 record.failure = None;
+                let gatekeeper_name = entry.gatekeeper.clone();
                 self.store.put(entry)?;
-                info!(by = decider.by, "action applied");
+                info!(action = %id, gatekeeper = %gatekeeper_name, by = decider.by, auto = decider.auto, "action applied");
                 Ok(())
             }
             Err(source) => {
@@ -750,7 +747,7 @@ impl Inner {
                 });
                 let gatekeeper_name = entry.gatekeeper.clone();
                 self.store.put(entry)?;
-                warn!(error = %source, retryable = source.retryable, "apply failed");
+                warn!(action = %id, gatekeeper = %gatekeeper_name, error = %source, retryable = source.retryable, "apply failed");
                 if !source.retryable {
                     // Its effect will never exist (or is unknown): what was staged on top
                     // of it is held for a person, as after a rejection.

@@ -76,7 +76,8 @@ pub trait LedgerStore: Send + Sync {
 #[derive(Default)]
 struct Tables {
     last_id: u64,
-    entries: BTreeMap<LedgerId, LedgerEntry>,
+    /// Indexed by id - 1: ids are a dense sequence from 1, so lookup is O(1).
+    entries: Vec<LedgerEntry>,
     open: BTreeMap<Arc<str>, BTreeSet<LedgerId>>,
     by_driver: BTreeMap<Arc<str>, BTreeMap<DriverActionId, LedgerId>>,
     rules: BTreeMap<String, BTreeMap<String, Arc<AutoApprovalRule>>>,
@@ -84,6 +85,16 @@ struct Tables {
 }
 
 impl Tables {
+    fn slot(&self, id: LedgerId) -> Option<&LedgerEntry> {
+        let index = usize::try_from(id.0.checked_sub(1)?).ok()?;
+        self.entries.get(index)
+    }
+
+    fn slot_mut(&mut self, id: LedgerId) -> Option<&mut LedgerEntry> {
+        let index = usize::try_from(id.0.checked_sub(1)?).ok()?;
+        self.entries.get_mut(index)
+    }
+
     fn index_new(&mut self, entry: &LedgerEntry) {
         if let EntryBody::Action(action) = &entry.body {
             self.by_driver
@@ -144,12 +155,12 @@ impl LedgerStore for MemoryLedger {
         }
         tables.last_id = id.0;
         tables.index_new(&entry);
-        tables.entries.insert(id, entry);
+        tables.entries.push(entry);
         Ok(id)
     }
 
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {
-        Ok(self.tables().entries.get(&id).cloned())
+        Ok(self.tables().slot(id).cloned())
     }
 
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
@@ -157,7 +168,7 @@ impl LedgerStore for MemoryLedger {
         let gatekeeper = entry.gatekeeper.clone();
         let is_open = entry.action().is_some_and(ActionEntry::is_open);
         let mut tables = self.tables();
-        let Some(slot) = tables.entries.get_mut(&id) else {
+        let Some(slot) = tables.slot_mut(id) else {
             return Err(StorageError(format!("no entry {id} to replace")));
         };
         let was_open = slot.action().is_some_and(ActionEntry::is_open);
@@ -170,7 +181,7 @@ impl LedgerStore for MemoryLedger {
     }
 
     fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError> {
-        Ok(self.tables().entries.values().cloned().collect())
+        Ok(self.tables().entries.clone())
     }
 
     fn open_action_ids(&self, gatekeeper: &str) -> Result<Vec<LedgerId>, StorageError> {

@@ -1,0 +1,510 @@
+//! gatekeeper-core's [`ActionStorage`] on SQLite: the `actions` table, one namespace per
+//! gatekeeper (the `gatekeeper` column, which is also the kernel's gatekeeper name).
+//!
+//! # What each write costs
+//!
+//! | write | when it is committed |
+//! |---|---|
+//! | the claim (`compare_and_set` to `applying`) | now: fsync'd before the call returns, and so before the send |
+//! | recovery of a dead claim (`applying` → failed, interrupted) | now, together with the same action's ledger entry |
+//! | `insert_pending` (stage) | deferred: rides with the kernel's ledger insert that submits it |
+//! | an outcome (`applying` → applied / failed), a rejection | deferred: rides with the kernel's ledger write about the same decision, or the next claim |
+//! | `delete_pending`, `prune_final` | deferred |
+//!
+//! A deferred stage lost in a crash was never acknowledged to the agent (the kernel's
+//! submission commit carries it). A deferred outcome lost in a crash leaves the committed
+//! claim, which recovery turns into "interrupted": reported as possibly sent, never sent
+//! again.
+//!
+//! # Claims across processes
+//!
+//! A claim records the session of the process that took it (see `session.rs`). A
+//! `compare_and_set` *from* `applying` succeeds only for the claim's own session, or
+//! when that session's process is gone: a second process opening the same file never
+//! settles a call that a live process is still sending. Such an attempt returns `false`,
+//! as if another writer had moved the record first.
+//!
+//! `tool`, `args` and `submitted_at` are facts of the stage and are not rewritten by
+//! `compare_and_set`; it stores the record's state, claim time and outcome.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use gatekeeper_core::store::INTERRUPTED_MESSAGE;
+use gatekeeper_core::{
+    ActionRecord, ActionState, ActionStorage, StateTag, StorageError, ToolResult,
+};
+use kernel::{DriverActionId, Timestamp};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+
+use crate::db::{Conn, Database, Durability, Error, Steps};
+use crate::error::StoreError;
+
+/// One gatekeeper's action store in a [`Database`].
+#[derive(Debug, Clone)]
+pub struct SqliteActionStorage {
+    db: Database,
+    gatekeeper: Arc<str>,
+    staged: Arc<Mutex<Staged>>,
+}
+
+/// The tool and arguments of rows already read, by id. Both are facts of the stage that
+/// never change, and ids are never reused, so a hit saves parsing the JSON again.
+type Staged = HashMap<u64, (Arc<str>, Arc<Value>)>;
+
+/// Past this many ids the cache starts over (a store keeps about 150 rows).
+const STAGED_CACHE: usize = 1024;
+
+impl SqliteActionStorage {
+    pub(crate) fn new(db: Database, gatekeeper: &str) -> Self {
+        Self {
+            db,
+            gatekeeper: Arc::from(gatekeeper),
+            staged: Arc::default(),
+        }
+    }
+
+    fn staged(&self) -> MutexGuard<'_, Staged> {
+        // The cache holds only immutable facts; a poisoned lock still guards valid entries.
+        self.staged.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn port(error: StoreError) -> StorageError {
+    StorageError(error.to_string())
+}
+
+fn i64_of(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn u64_of(value: i64, what: &str) -> Result<u64, Error> {
+    u64::try_from(value)
+        .map_err(|_| StoreError::decode(what.to_owned(), format!("negative value {value}")).into())
+}
+
+fn record_of(row: &Row<'_>, staged: &mut Staged) -> Result<ActionRecord, Error> {
+    let id = DriverActionId(u64_of(row.get(0)?, "action id")?);
+    let what = || format!("action {id}");
+    let (tool, args) = match staged.get(&id.0) {
+        Some(known) => known.clone(),
+        None => {
+            let tool: Arc<str> = Arc::from(row.get_ref(1)?.as_str()?);
+            let args: Value = serde_json::from_str(row.get_ref(2)?.as_str()?)
+                .map_err(|e| StoreError::decode(what(), e))?;
+            if staged.len() >= STAGED_CACHE {
+                staged.clear();
+            }
+            let known = (tool, Arc::new(args));
+            staged.insert(id.0, known.clone());
+            known
+        }
+    };
+    let state = match row.get::<_, String>(3)?.as_str() {
+        "pending" => ActionState::Pending,
+        "applying" => ActionState::Applying,
+        "applied" => {
+            let result: ToolResult = serde_json::from_str(&row.get::<_, String>(8)?)
+                .map_err(|e| StoreError::decode(what(), e))?;
+            ActionState::Applied {
+                result: Arc::new(result),
+            }
+        }
+        "failed" => ActionState::Failed {
+            retryable: row.get::<_, i64>(6)? == 1,
+            message: row.get(7)?,
+        },
+        "rejected" => ActionState::Rejected,
+        other => {
+            return Err(StoreError::decode(what(), format!("unknown state {other:?}")).into());
+        }
+    };
+    let claimed_at = match row.get::<_, Option<i64>>(5)? {
+        Some(at) => Some(Timestamp(u64_of(at, "claim time")?)),
+        None => None,
+    };
+    Ok(ActionRecord {
+        id,
+        tool,
+        args,
+        submitted_at: Timestamp(u64_of(row.get(4)?, "stage time")?),
+        claimed_at,
+        state,
+    })
+}
+
+/// Whether a record is the one recovery makes of a leftover claim.
+fn is_interruption(record: &ActionRecord) -> bool {
+    matches!(
+        &record.state,
+        ActionState::Failed { retryable: false, message } if message == INTERRUPTED_MESSAGE
+    )
+}
+
+/// The row values of a record's state.
+struct StateColumns<'a> {
+    state: &'static str,
+    retryable: Option<bool>,
+    error: Option<&'a str>,
+    result_json: Option<String>,
+}
+
+fn state_columns(record: &ActionRecord) -> Result<StateColumns<'_>, Error> {
+    let plain = |state| StateColumns {
+        state,
+        retryable: None,
+        error: None,
+        result_json: None,
+    };
+    Ok(match &record.state {
+        ActionState::Pending => plain("pending"),
+        ActionState::Applying => plain("applying"),
+        ActionState::Applied { result } => {
+            StateColumns {
+                result_json: Some(serde_json::to_string(&**result).map_err(|e| {
+                    StoreError::decode(format!("result of action {}", record.id), e)
+                })?),
+                ..plain("applied")
+            }
+        }
+        ActionState::Failed { retryable, message } => StateColumns {
+            retryable: Some(*retryable),
+            error: Some(message.as_str()),
+            ..plain("failed")
+        },
+        ActionState::Rejected => plain("rejected"),
+    })
+}
+
+/// Write `record` over the row if it is still in `from`; with `claimant` set, only if the
+/// claim is held by that session (or by none). Returns whether it was written.
+fn write_state(
+    db: &Connection,
+    gatekeeper: &str,
+    from: StateTag,
+    record: &ActionRecord,
+    session: Option<&str>,
+    only_claimant: Option<Option<&str>>,
+) -> Result<bool, Error> {
+    let StateColumns {
+        state,
+        retryable,
+        error,
+        result_json: result,
+    } = state_columns(record)?;
+    let claimed_by = if state == "applying" { session } else { None };
+    let keep_claimant = state != "applying";
+    let sql = "UPDATE actions SET state = ?4, claimed_at = ?5,
+            claimed_by = CASE WHEN ?10 THEN claimed_by ELSE ?6 END,
+            retryable = ?7, error = ?8, result_json = ?9
+         WHERE gatekeeper = ?1 AND id = ?2 AND state = ?3
+           AND (NOT ?12 OR claimed_by IS ?11)";
+    let changed = db.prepare_cached(sql)?.execute(params![
+        gatekeeper,
+        i64_of(record.id.0),
+        from.as_str(),
+        state,
+        record.claimed_at.map(|t| i64_of(t.0)),
+        claimed_by,
+        retryable,
+        error,
+        result,
+        keep_claimant,
+        only_claimant.flatten(),
+        only_claimant.is_some(),
+    ])?;
+    Ok(changed == 1)
+}
+
+/// Bring the ledger entry of an interrupted action to the same failure, in the same
+/// transaction, unless the ledger has already moved on.
+fn interrupt_in_ledger(db: &Connection, gatekeeper: &str, id: DriverActionId) -> Result<(), Error> {
+    db.prepare_cached(
+        "UPDATE ledger SET state = 'failed', failure = ?3, failure_retryable = 0
+         WHERE kind = 'action' AND gatekeeper = ?1 AND driver_id = ?2
+           AND (state = 'pending' OR (state = 'failed' AND failure_retryable = 1))",
+    )?
+    .execute(params![gatekeeper, i64_of(id.0), INTERRUPTED_MESSAGE])?;
+    Ok(())
+}
+
+/// Settle a claim whose session is gone: failed, not retryable, interrupted; and the
+/// ledger with it. Used by `Database::open` for every gatekeeper.
+pub(crate) fn interrupt_dead_claims(db: &Database) -> Result<usize, StoreError> {
+    let shared = db.shared();
+    let claims: Vec<(String, i64, Option<String>)> = shared.read(|db| {
+        let mut statement = db.prepare(
+            "SELECT gatekeeper, id, claimed_by FROM actions WHERE state = 'applying' ORDER BY gatekeeper, id",
+        )?;
+        let rows = statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    })?;
+    let dead: Vec<(String, i64, Option<String>)> = claims
+        .into_iter()
+        .filter(|(_, _, by)| !shared.claimant_alive(by.as_deref()))
+        .collect();
+    if dead.is_empty() {
+        return Ok(0);
+    }
+    shared.write(Durability::Now, Steps::Many, |conn| {
+        let mut settled = 0;
+        for (gatekeeper, id, by) in &dead {
+            let changed = conn
+                .db
+                .prepare_cached(
+                    "UPDATE actions SET state = 'failed', retryable = 0, error = ?4
+                     WHERE gatekeeper = ?1 AND id = ?2 AND state = 'applying' AND claimed_by IS ?3",
+                )?
+                .execute(params![gatekeeper, id, by, INTERRUPTED_MESSAGE])?;
+            if changed == 1 {
+                let id = DriverActionId(u64_of(*id, "action id")?);
+                interrupt_in_ledger(&conn.db, gatekeeper, id)?;
+                tracing::warn!(%gatekeeper, action = %id, "action.apply.interrupted");
+                settled += 1;
+            }
+        }
+        Ok(settled)
+    })
+}
+
+fn compare_and_set_in(
+    conn: &mut Conn,
+    shared: &crate::db::Shared,
+    gatekeeper: &str,
+    from: StateTag,
+    record: &ActionRecord,
+) -> Result<bool, Error> {
+    let session = shared.session_id();
+    let written = if from == StateTag::Applying {
+        // Our own claim (or, in memory, any claim) settles directly.
+        if write_state(&conn.db, gatekeeper, from, record, session, Some(session))? {
+            true
+        } else {
+            let claimant: Option<Option<String>> = conn
+                .db
+                .prepare_cached(
+                    "SELECT claimed_by FROM actions WHERE gatekeeper = ?1 AND id = ?2 AND state = 'applying'",
+                )?
+                .query_row(params![gatekeeper, i64_of(record.id.0)], |r| r.get(0))
+                .optional()?;
+            match claimant {
+                Some(by) if !shared.claimant_alive(by.as_deref()) => write_state(
+                    &conn.db,
+                    gatekeeper,
+                    from,
+                    record,
+                    session,
+                    Some(by.as_deref()),
+                )?,
+                _ => false,
+            }
+        }
+    } else {
+        write_state(&conn.db, gatekeeper, from, record, session, None)?
+    };
+    if written && from == StateTag::Applying && is_interruption(record) {
+        interrupt_in_ledger(&conn.db, gatekeeper, record.id)?;
+    }
+    Ok(written)
+}
+
+/// Settled rows of one gatekeeper, counted on the `actions_final` partial index.
+const COUNT_FINAL: &str = "SELECT count(*) FROM actions WHERE gatekeeper = ?1
+     AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0))";
+
+/// The `?2` oldest settled rows of one gatekeeper.
+const OLDEST_FINAL: &str = "SELECT id FROM actions WHERE gatekeeper = ?1
+     AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0))
+     ORDER BY id LIMIT ?2";
+
+const DELETE_ONE: &str = "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2";
+
+const SELECT_ONE: &str =
+    "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json
+     FROM actions WHERE gatekeeper = ?1 AND id = ?2";
+
+const SELECT_IN_STATE: &str =
+    "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json
+     FROM actions WHERE gatekeeper = ?1 AND state = ?2 ORDER BY id";
+
+#[async_trait]
+impl ActionStorage for SqliteActionStorage {
+    async fn insert_pending(
+        &self,
+        tool: Arc<str>,
+        args: Arc<Value>,
+        submitted_at: Timestamp,
+        max_open: usize,
+    ) -> Result<Option<DriverActionId>, StorageError> {
+        let args = serde_json::to_string(&*args)
+            .map_err(|e| port(StoreError::decode("tool arguments", e)))?;
+        let gatekeeper = &*self.gatekeeper;
+        self.db
+            .shared()
+            // One write that matters: if the INSERT fails after the id counter moved, the
+            // id is skipped, which ids may be (they only increase and are never reused).
+            .write(Durability::Deferred, Steps::One, |conn| {
+                let open: i64 = conn
+                    .db
+                    .prepare_cached(
+                        "SELECT count(*) FROM actions
+                         WHERE gatekeeper = ?1 AND state IN ('pending', 'applying')",
+                    )?
+                    .query_row([gatekeeper], |r| r.get(0))?;
+                if open as u64 >= max_open as u64 {
+                    return Ok(None);
+                }
+                let last: i64 = conn
+                    .db
+                    .prepare_cached("SELECT last_id FROM action_ids WHERE gatekeeper = ?1")?
+                    .query_row([gatekeeper], |r| r.get(0))
+                    .optional()?
+                    .unwrap_or(0);
+                let id = u64_of(last, "last action id")?.max(conn.floor(gatekeeper)) + 1;
+                conn.db
+                    .prepare_cached(
+                        "INSERT INTO action_ids (gatekeeper, last_id) VALUES (?1, ?2)
+                         ON CONFLICT (gatekeeper) DO UPDATE SET last_id = excluded.last_id",
+                    )?
+                    .execute(params![gatekeeper, i64_of(id)])?;
+                conn.db
+                    .prepare_cached(
+                        "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at)
+                         VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
+                    )?
+                    .execute(params![
+                        gatekeeper,
+                        i64_of(id),
+                        &*tool,
+                        args,
+                        i64_of(submitted_at.0)
+                    ])?;
+                conn.hand_out(gatekeeper, id);
+                Ok(Some(DriverActionId(id)))
+            })
+            .map_err(port)
+    }
+
+    async fn get(&self, id: DriverActionId) -> Result<Option<ActionRecord>, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                let mut statement = db.prepare_cached(SELECT_ONE)?;
+                let mut rows = statement.query(params![&*self.gatekeeper, i64_of(id.0)])?;
+                match rows.next()? {
+                    Some(row) => Ok(Some(record_of(row, &mut self.staged())?)),
+                    None => Ok(None),
+                }
+            })
+            .map_err(port)
+    }
+
+    async fn compare_and_set(
+        &self,
+        from: StateTag,
+        record: &ActionRecord,
+    ) -> Result<bool, StorageError> {
+        let durability = if record.state == ActionState::Applying
+            || (from == StateTag::Applying && is_interruption(record))
+        {
+            // The claim, and the recovery of one: on disk before anything acts on them.
+            Durability::Now
+        } else {
+            Durability::Deferred
+        };
+        // Recovery writes the ledger entry too; every other transition is one UPDATE.
+        let steps = if is_interruption(record) {
+            Steps::Many
+        } else {
+            Steps::One
+        };
+        let shared = self.db.shared();
+        shared
+            .write(durability, steps, |conn| {
+                compare_and_set_in(conn, shared, &self.gatekeeper, from, record)
+            })
+            .map_err(port)
+    }
+
+    async fn count_open(&self) -> Result<usize, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                let open: i64 = db
+                    .prepare_cached(
+                        "SELECT count(*) FROM actions
+                         WHERE gatekeeper = ?1 AND state IN ('pending', 'applying')",
+                    )?
+                    .query_row([&*self.gatekeeper], |r| r.get(0))?;
+                Ok(open as usize)
+            })
+            .map_err(port)
+    }
+
+    async fn delete_pending(&self, id: DriverActionId) -> Result<bool, StorageError> {
+        self.db
+            .shared()
+            .write(Durability::Deferred, Steps::One, |conn| {
+                let deleted = conn
+                    .db
+                    .prepare_cached(
+                        "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2 AND state = 'pending'",
+                    )?
+                    .execute(params![&*self.gatekeeper, i64_of(id.0)])?;
+                Ok(deleted == 1)
+            })
+            .map_err(port)
+    }
+
+    async fn records_in(&self, state: StateTag) -> Result<Vec<ActionRecord>, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                let mut statement = db.prepare_cached(SELECT_IN_STATE)?;
+                let mut rows = statement.query(params![&*self.gatekeeper, state.as_str()])?;
+                let mut records = Vec::new();
+                while let Some(row) = rows.next()? {
+                    records.push(record_of(row, &mut self.staged())?);
+                }
+                Ok(records)
+            })
+            .map_err(port)
+    }
+
+    async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {
+        let shared = self.db.shared();
+        let gatekeeper = &*self.gatekeeper;
+        // Look before writing (one walk of the small `actions_final` index): most calls
+        // find nothing to prune and open no transaction.
+        let settled: i64 = shared
+            .read(|db| {
+                Ok(db
+                    .prepare_cached(COUNT_FINAL)?
+                    .query_row([gatekeeper], |r| r.get(0))?)
+            })
+            .map_err(port)?;
+        let excess = settled - i64::try_from(keep).unwrap_or(i64::MAX);
+        if excess <= 0 {
+            return Ok(0);
+        }
+        // Deleting fewer than asked (a failure half way) is harmless: the next prune
+        // finishes the job.
+        shared
+            .write(Durability::Deferred, Steps::One, |conn| {
+                let oldest: Vec<i64> = conn
+                    .db
+                    .prepare_cached(OLDEST_FINAL)?
+                    .query_map(params![gatekeeper, excess], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                let mut delete = conn.db.prepare_cached(DELETE_ONE)?;
+                let mut pruned = 0;
+                for id in oldest {
+                    pruned += delete.execute(params![gatekeeper, id])?;
+                }
+                Ok(pruned)
+            })
+            .map_err(port)
+    }
+}

@@ -1,0 +1,407 @@
+//! A child process for the crash test: the real kernel, gatekeeper-core's gatekeeper and
+//! action store on a database file, and a service that logs every delivery durably.
+//! The test kills it with SIGKILL at chosen points, restarts it, and checks the logs.
+//!
+//! ```text
+//! crash-worker work  <db> <dir> <total> [--kill POINT:SCOPE:N]
+//! crash-worker stage <db> <dir> <count>
+//! ```
+//!
+//! `work` stages actions 1..=total (every fifth manual, the rest auto-approvable under a
+//! rule enabled by "rule-owner"), lets drains run, and plays a person who approves the
+//! manual ones now and then; it resumes from whatever an earlier life left in the
+//! database, and when everything is staged it approves what is left, prints `done` and
+//! exits. With `--kill`, on the N-th time it reaches POINT (`claimed`: the claim is
+//! committed and the call is about to be sent; `sent`: the delivery is logged and the
+//! outcome not yet recorded; `settled`: the driver recorded the outcome, the kernel not
+//! yet) within SCOPE (`any`, or `drain`: only inside an auto-approval drain), it prints
+//! `KILLPOINT ...` and waits to be killed.
+//!
+//! `stage` (the two-process test) stages `count` manual actions, slowly, while another
+//! process decides them; it waits until all are decided and prints what it saw.
+//!
+//! Files in `<dir>`: `deliveries.log` (the service's own log: `deliver <seq>` per call)
+//! and `journal.log` (`submitted <seq> <ledger id>`, `attempt <seq>`, `settled <seq>`),
+//! each line appended and fsync'd before the worker goes on.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use gatekeeper_core::{
+    CallError, GatekeeperConfig, ServerTrust, Session, Tool, ToolGatekeeper, ToolResult,
+    ToolService,
+};
+use kernel::{
+    ActionKind, Clock, DriverActionId, Gatekeeper, GatekeeperError, Overseer, RejectOutcome,
+    RevertOutcome, SystemClock,
+};
+use serde_json::{Value, json};
+use store_sqlite::Database;
+
+/// The gatekeeper's name in the kernel and in the database.
+const GATEKEEPER: &str = "svc";
+
+/// An append-only file whose every line is on disk before `line` returns.
+struct DurableLog(Mutex<File>);
+
+impl DurableLog {
+    fn open(path: &Path) -> Self {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+        Self(Mutex::new(file))
+    }
+
+    fn line(&self, text: &str) {
+        let mut file = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        file.write_all(format!("{text}\n").as_bytes())
+            .and_then(|()| file.sync_data())
+            .expect("durable log write");
+    }
+}
+
+/// Where the worker stops to be killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Point {
+    Claimed,
+    Sent,
+    Settled,
+}
+
+struct KillPlan {
+    point: Point,
+    drain_only: bool,
+    nth: u64,
+    seen: AtomicU64,
+}
+
+/// Set while the worker waits in `settle`, where auto-approval drains run.
+static IN_DRAIN: AtomicBool = AtomicBool::new(false);
+
+struct Hooks {
+    plan: Option<KillPlan>,
+}
+
+impl Hooks {
+    fn reached(&self, point: Point, seq: u64) {
+        let Some(plan) = &self.plan else {
+            return;
+        };
+        if plan.point != point || (plan.drain_only && !IN_DRAIN.load(Ordering::SeqCst)) {
+            return;
+        }
+        if plan.seen.fetch_add(1, Ordering::SeqCst) + 1 == plan.nth {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(
+                out,
+                "KILLPOINT {point:?} seq {seq} drain {}",
+                plan.drain_only
+            );
+            let _ = out.flush();
+            loop {
+                std::thread::sleep(Duration::from_secs(60));
+            }
+        }
+    }
+}
+
+fn seq_of(args: &Value) -> u64 {
+    args.get("seq").and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// The service: every delivery appended, durably, to its own log.
+struct LogService {
+    log: DurableLog,
+    hooks: Arc<Hooks>,
+}
+
+#[async_trait]
+impl ToolService for LogService {
+    async fn list_tools(&self) -> Vec<Tool> {
+        catalog()
+    }
+
+    async fn call(&self, _tool: &str, args: &Value) -> Result<ToolResult, CallError> {
+        let seq = seq_of(args);
+        self.hooks.reached(Point::Claimed, seq);
+        self.log.line(&format!("deliver {seq}"));
+        self.hooks.reached(Point::Sent, seq);
+        Ok(ToolResult::from_text(format!("delivered {seq}")))
+    }
+}
+
+fn catalog() -> Vec<Tool> {
+    Tool::catalog_from_json(json!([
+        {"name": "deliverAuto", "description": "Deliver a parcel (safe to repeat).",
+         "annotations": {"destructiveHint": false, "idempotentHint": true}},
+        {"name": "deliverManual", "description": "Deliver a parcel that needs a signature."}
+    ]))
+    .expect("valid catalog")
+}
+
+/// The real gatekeeper, with the journal lines and the `settled` kill point around apply.
+struct Journaled {
+    inner: Arc<ToolGatekeeper>,
+    journal: Arc<DurableLog>,
+    hooks: Arc<Hooks>,
+}
+
+#[async_trait]
+impl Gatekeeper for Journaled {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn apply_action(&self, action: DriverActionId) -> Result<(), GatekeeperError> {
+        let seq = match self.inner.store().get(action).await {
+            Ok(Some(record)) => seq_of(&record.args),
+            _ => 0,
+        };
+        self.journal.line(&format!("attempt {seq}"));
+        let result = self.inner.apply_action(action).await;
+        self.journal.line(&format!("settled {seq}"));
+        self.hooks.reached(Point::Settled, seq);
+        result
+    }
+
+    async fn reject_action(
+        &self,
+        action: DriverActionId,
+    ) -> Result<RejectOutcome, GatekeeperError> {
+        self.inner.reject_action(action).await
+    }
+
+    async fn revert_action(
+        &self,
+        action: DriverActionId,
+    ) -> Result<RevertOutcome, GatekeeperError> {
+        self.inner.revert_action(action).await
+    }
+
+    fn auto_approvable_actions(&self) -> Vec<ActionKind> {
+        self.inner.auto_approvable_actions()
+    }
+}
+
+struct World {
+    overseer: Overseer,
+    session: Session,
+    journal: Arc<DurableLog>,
+    auto_kind: ActionKind,
+}
+
+async fn world(db: &Database, dir: &Path, plan: Option<KillPlan>) -> World {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let hooks = Arc::new(Hooks { plan });
+    let journal = Arc::new(DurableLog::open(&dir.join("journal.log")));
+    let overseer = Overseer::with_store(db.ledger(), clock.clone());
+    let store = db
+        .action_store(GATEKEEPER, clock)
+        .await
+        .expect("open the action store");
+    let service = Arc::new(LogService {
+        log: DurableLog::open(&dir.join("deliveries.log")),
+        hooks: hooks.clone(),
+    });
+    let inner = Arc::new(ToolGatekeeper::new(
+        GatekeeperConfig {
+            name: GATEKEEPER.into(),
+            server_name: "Parcel service".into(),
+            endpoint: "https://parcels.example/mcp".into(),
+            trust: ServerTrust::Vetted,
+            scope: "mcp:parcels".into(),
+        },
+        catalog(),
+        service,
+        store,
+    ));
+    let auto_kind = inner
+        .action_kind("deliverAuto")
+        .expect("in the catalog")
+        .clone();
+    overseer
+        .register(Arc::new(Journaled {
+            inner: inner.clone(),
+            journal: journal.clone(),
+            hooks,
+        }))
+        .expect("register");
+    let queue = overseer.queue_for(GATEKEEPER, "agent").expect("queue");
+    let session = inner
+        .grant_on(queue, &["deliverAuto", "deliverManual"])
+        .expect("grant")
+        .into_session();
+    World {
+        overseer,
+        session,
+        journal,
+        auto_kind,
+    }
+}
+
+async fn settle(overseer: &Overseer) {
+    IN_DRAIN.store(true, Ordering::SeqCst);
+    overseer.settle().await;
+    IN_DRAIN.store(false, Ordering::SeqCst);
+}
+
+/// Approve the open actions a person must decide (or every open one), oldest first.
+async fn person(world: &World, everything: bool) {
+    for entry in world.overseer.open_actions().expect("open actions") {
+        let manual = !entry
+            .action()
+            .is_some_and(|a| a.description.auto_approvable);
+        if manual || everything {
+            // A refusal (decided meanwhile, in flight) is fine: the next round sees it.
+            let _ = world.overseer.approve(entry.id, "person").await;
+        }
+    }
+}
+
+async fn work(db_path: &Path, dir: &Path, total: u64, plan: Option<KillPlan>) {
+    let db = Database::open(db_path).expect("open the database");
+    let world = world(&db, dir, plan).await;
+    // Enabling the rule again (same person) drains whatever an earlier life left pending.
+    world
+        .overseer
+        .enable_rule(GATEKEEPER, world.auto_kind.clone(), "rule-owner")
+        .expect("rule");
+    settle(&world.overseer).await;
+    let submitted = world
+        .overseer
+        .ledger()
+        .expect("ledger")
+        .iter()
+        .filter(|e| e.action().is_some())
+        .count() as u64;
+    for seq in submitted + 1..=total {
+        let tool = if seq % 5 == 0 {
+            "deliverManual"
+        } else {
+            "deliverAuto"
+        };
+        let outcome = world
+            .session
+            .call_tool(tool, json!({"seq": seq}))
+            .await
+            .expect("stage and submit");
+        let ledger = outcome.ledger().expect("an action is pending");
+        world.journal.line(&format!("submitted {seq} {}", ledger.0));
+        if seq % 3 == 0 {
+            settle(&world.overseer).await;
+        }
+        if seq % 7 == 0 {
+            person(&world, false).await;
+            settle(&world.overseer).await;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !world.overseer.open_actions().expect("open").is_empty() {
+        assert!(Instant::now() < deadline, "open actions did not drain");
+        person(&world, true).await;
+        settle(&world.overseer).await;
+    }
+    db.flush().expect("flush");
+    println!("done");
+}
+
+async fn stage(db_path: &Path, dir: &Path, count: u64) {
+    let db = Database::open(db_path).expect("open the database");
+    let world = world(&db, dir, None).await;
+    for seq in 1..=count {
+        let outcome = world
+            .session
+            .call_tool("deliverManual", json!({"seq": seq}))
+            .await
+            .expect("stage and submit");
+        world.journal.line(&format!(
+            "submitted {seq} {}",
+            outcome.ledger().expect("pending").0
+        ));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ledger = world.overseer.ledger().expect("ledger");
+        let open = ledger
+            .iter()
+            .filter(|e| e.action().is_some_and(|a| a.is_open()))
+            .count();
+        if open == 0 {
+            let count = |state: kernel::ActionState| {
+                ledger
+                    .iter()
+                    .filter(|e| e.action().is_some_and(|a| a.state == state))
+                    .count()
+            };
+            println!(
+                "decided approved {} rejected {}",
+                count(kernel::ActionState::Approved),
+                count(kernel::ActionState::Rejected)
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} actions were never decided"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn parse_plan(spec: &str) -> KillPlan {
+    let parts: Vec<&str> = spec.split(':').collect();
+    let [point, scope, nth] = parts[..] else {
+        panic!("--kill wants POINT:SCOPE:N, got {spec:?}");
+    };
+    KillPlan {
+        point: match point {
+            "claimed" => Point::Claimed,
+            "sent" => Point::Sent,
+            "settled" => Point::Settled,
+            other => panic!("unknown kill point {other:?}"),
+        },
+        drain_only: match scope {
+            "any" => false,
+            "drain" => true,
+            other => panic!("unknown kill scope {other:?}"),
+        },
+        nth: nth.parse().expect("N is a number"),
+        seen: AtomicU64::new(0),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: crash-worker work <db> <dir> <total> [--kill POINT:SCOPE:N] | stage <db> <dir> <count>";
+    if args.len() < 4 {
+        eprintln!("{usage}");
+        std::process::exit(2);
+    }
+    let db = PathBuf::from(&args[1]);
+    let dir = PathBuf::from(&args[2]);
+    let n: u64 = args[3].parse().expect("a count");
+    let plan = match args.get(4).map(String::as_str) {
+        Some("--kill") => Some(parse_plan(args.get(5).expect("--kill wants a plan"))),
+        _ => None,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    match args[0].as_str() {
+        "work" => runtime.block_on(work(&db, &dir, n, plan)),
+        "stage" => runtime.block_on(stage(&db, &dir, n)),
+        _ => {
+            eprintln!("{usage}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,699 @@
+//! The database handle: opening and checking a file, the one connection, and when writes
+//! are committed.
+//!
+//! # Commits
+//!
+//! Every write runs inside a transaction on the process's one connection. A write is
+//! either *committed now* (its call returns only after `COMMIT`, which with
+//! `synchronous=FULL` means after the write-ahead log was fsync'd) or *deferred*: it is
+//! written into the open transaction and committed with the next write that is
+//! committed now, or by the flusher thread at most [`DEFERRED_COMMIT_WINDOW`] after the
+//! transaction opened, whichever comes first.
+//!
+//! Only writes whose loss in a crash is safe are deferred; the adapters document which.
+//! A claim (the `applying` write of the at-most-once protocol) is never deferred, so no
+//! crash can undo a claim whose call was sent.
+//!
+//! In memory there is no flusher: deferred writes wait for the next write committed now
+//! (or [`Database::flush`], or the last handle closing). Nothing is lost by waiting, since
+//! the one connection reads its own uncommitted writes.
+//!
+//! If a commit fails (disk full, I/O error), the whole transaction is lost, including
+//! deferred writes whose calls had already returned. Each such record falls back to its
+//! last committed state, which is always one a crash could also have produced; action ids
+//! handed out by the lost transaction are never handed out again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, MAIN_DB, OpenFlags};
+use tracing::{debug, info, warn};
+
+use crate::error::{BUSY_TIMEOUT, StoreError};
+use crate::schema::{APPLICATION_ID, CREATE, SCHEMA_VERSION};
+use crate::session::{self, Session};
+
+/// How long a deferred write may wait for a commit to ride with before the flusher
+/// commits it on its own. Long enough that a drain's next claim (microseconds later)
+/// carries the previous outcome; short enough that another process waiting to write
+/// barely notices.
+pub const DEFERRED_COMMIT_WINDOW: Duration = Duration::from_millis(10);
+
+/// When a write must be on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// Committed (and fsync'd, on a file) before the call returns.
+    Now,
+    /// Committed with the next `Now` write, or by the flusher within the window.
+    Deferred,
+}
+
+/// How many writing statements a write runs (see [`Shared::write`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Steps {
+    /// At most one writing statement, and nothing fallible after it.
+    One,
+    /// Several: run inside a savepoint so a failure undoes all of them.
+    Many,
+}
+
+/// An error inside a read or write closure, before it is sorted for a person.
+#[derive(Debug)]
+pub(crate) enum Error {
+    Sql(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(error: rusqlite::Error) -> Self {
+        Self::Sql(error)
+    }
+}
+
+impl From<rusqlite::types::FromSqlError> for Error {
+    fn from(error: rusqlite::types::FromSqlError) -> Self {
+        Self::Store(StoreError::decode("stored value", error))
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error)
+    }
+}
+
+/// The open transaction that deferred writes sit in.
+struct Batch {
+    opened: Instant,
+    /// Action ids handed out in this transaction, per gatekeeper.
+    handed_out: Vec<(String, u64)>,
+}
+
+/// The connection and what rides on it.
+pub(crate) struct Conn {
+    pub(crate) db: Connection,
+    batch: Option<Batch>,
+    closed: bool,
+    /// The flusher waits with no deadline and must be woken for the next batch. While it
+    /// waits on a deadline it needs no wake-up: it looks again when the deadline passes.
+    flusher_idle: bool,
+    /// Per gatekeeper, the highest action id handed out by a transaction that was lost:
+    /// the next id must be above it.
+    floors: HashMap<String, u64>,
+}
+
+impl Conn {
+    /// Record that `id` was handed out for `gatekeeper` in the current transaction.
+    pub(crate) fn hand_out(&mut self, gatekeeper: &str, id: u64) {
+        if let Some(batch) = &mut self.batch {
+            batch.handed_out.push((gatekeeper.to_owned(), id));
+        }
+    }
+
+    /// The lowest id that may not be handed out again for `gatekeeper`.
+    pub(crate) fn floor(&self, gatekeeper: &str) -> u64 {
+        self.floors.get(gatekeeper).copied().unwrap_or(0)
+    }
+}
+
+/// Run a transaction-control statement from the statement cache (parsing `BEGIN` or
+/// `COMMIT` again for every write costs more than running it).
+fn run(db: &Connection, sql: &str) -> rusqlite::Result<()> {
+    db.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// State shared by every adapter of one database, and by its flusher thread.
+pub(crate) struct Shared {
+    conn: Mutex<Conn>,
+    wake: Condvar,
+    commits: Arc<AtomicU64>,
+    path: Option<PathBuf>,
+    session: Option<Session>,
+    /// Lockdown is a latch: once seen, it is never looked up again.
+    locked_down: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Conn> {
+        match self.conn.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => {
+                // A closure panicked mid-write. Its transaction may be half done: drop it
+                // (as a crash would), then carry on.
+                let mut guard = poisoned.into_inner();
+                if !guard.db.is_autocommit() {
+                    let _ = guard.db.execute_batch("ROLLBACK");
+                }
+                self.lose_batch(&mut guard, "a write panicked");
+                self.conn.clear_poison();
+                guard
+            }
+        }
+    }
+
+    fn sorted(&self, error: Error) -> StoreError {
+        match error {
+            Error::Sql(error) => StoreError::from_sqlite(error, self.path.as_deref()),
+            Error::Store(error) => error,
+        }
+    }
+
+    /// Run a read on the connection. It sees this process's deferred writes.
+    pub(crate) fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, Error>,
+    ) -> Result<T, StoreError> {
+        let conn = self.lock();
+        f(&conn.db).map_err(|e| self.sorted(e))
+    }
+
+    /// Run a write as one atomic step, committed now or deferred.
+    ///
+    /// `steps` says whether `f` may leave a partial write behind if it fails: with
+    /// [`Steps::One`] it runs at most one writing statement and nothing fallible after
+    /// it, so SQLite's own statement rollback keeps it atomic; with [`Steps::Many`] it
+    /// runs inside a savepoint.
+    pub(crate) fn write<T>(
+        &self,
+        durability: Durability,
+        steps: Steps,
+        f: impl FnOnce(&mut Conn) -> Result<T, Error>,
+    ) -> Result<T, StoreError> {
+        let mut guard = self.lock();
+        let conn = &mut *guard;
+        if conn.closed {
+            return Err(StoreError::Closed);
+        }
+        let opened_here = conn.batch.is_none();
+        let savepoint = !opened_here && steps == Steps::Many;
+        let begin = if opened_here {
+            Some("BEGIN IMMEDIATE")
+        } else if savepoint {
+            Some("SAVEPOINT op")
+        } else {
+            None
+        };
+        if let Some(begin) = begin
+            && let Err(error) = run(&conn.db, begin)
+        {
+            self.after_error(conn);
+            return Err(self.sorted(error.into()));
+        }
+        if opened_here {
+            conn.batch = Some(Batch {
+                opened: Instant::now(),
+                handed_out: Vec::new(),
+            });
+        }
+        match f(conn) {
+            Err(error) => {
+                if conn.db.is_autocommit() {
+                    // SQLite rolled the whole transaction back itself (disk full, I/O).
+                    self.lose_batch(conn, "a write failed");
+                } else if opened_here {
+                    let _ = run(&conn.db, "ROLLBACK");
+                    conn.batch = None;
+                } else if savepoint
+                    && run(&conn.db, "ROLLBACK TO op")
+                        .and_then(|()| run(&conn.db, "RELEASE op"))
+                        .is_err()
+                {
+                    self.after_error(conn);
+                }
+                // Steps::One inside a batch: SQLite already undid the failed statement.
+                Err(self.sorted(error))
+            }
+            Ok(value) => {
+                if savepoint && let Err(error) = run(&conn.db, "RELEASE op") {
+                    self.after_error(conn);
+                    return Err(self.sorted(error.into()));
+                }
+                match durability {
+                    Durability::Now => self.commit(conn).map_err(|e| self.sorted(e))?,
+                    Durability::Deferred => {
+                        if opened_here && conn.flusher_idle && self.session.is_some() {
+                            conn.flusher_idle = false;
+                            self.wake.notify_one();
+                        }
+                    }
+                }
+                Ok(value)
+            }
+        }
+    }
+
+    /// Commit the open transaction, if any.
+    fn commit(&self, conn: &mut Conn) -> Result<(), Error> {
+        if conn.batch.is_none() {
+            return Ok(());
+        }
+        match run(&conn.db, "COMMIT") {
+            Ok(()) => {
+                conn.batch = None;
+                Ok(())
+            }
+            Err(error) => {
+                if !conn.db.is_autocommit() {
+                    let _ = run(&conn.db, "ROLLBACK");
+                }
+                self.lose_batch(conn, "its commit failed");
+                Err(error.into())
+            }
+        }
+    }
+
+    /// After an error outside the closure: if SQLite ended the transaction, account for it.
+    fn after_error(&self, conn: &mut Conn) {
+        if conn.batch.is_some() && conn.db.is_autocommit() {
+            self.lose_batch(conn, "a statement failed");
+        }
+    }
+
+    fn lose_batch(&self, conn: &mut Conn, why: &str) {
+        let Some(batch) = conn.batch.take() else {
+            return;
+        };
+        warn!(
+            why,
+            ids = batch.handed_out.len(),
+            "uncommitted writes were lost; their records fall back to the last committed state"
+        );
+        for (gatekeeper, id) in batch.handed_out {
+            let floor = conn.floors.entry(gatekeeper).or_default();
+            *floor = (*floor).max(id);
+        }
+    }
+
+    /// This process's session id, recorded in the claims it takes (`None` in memory).
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.session.as_ref().map(Session::id)
+    }
+
+    /// Whether the session that took a claim is still alive.
+    pub(crate) fn claimant_alive(&self, claimed_by: Option<&str>) -> bool {
+        match (&self.session, claimed_by) {
+            // In memory there is one connection, one process: every claim is ours.
+            (None, _) => true,
+            // A claim without a session was taken by no live process we can know of.
+            (Some(_), None) => false,
+            (Some(session), Some(id)) => session::is_alive(session.dir(), id, session.id()),
+        }
+    }
+
+    pub(crate) fn locked_down_cached(&self) -> bool {
+        self.locked_down.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn remember_locked_down(&self) {
+        self.locked_down.store(true, Ordering::Release);
+    }
+}
+
+/// The flusher: commits a deferred transaction nobody else committed in time.
+fn flusher(shared: Arc<Shared>) {
+    let mut guard = shared.lock();
+    loop {
+        if guard.closed {
+            return;
+        }
+        let due = guard
+            .batch
+            .as_ref()
+            .map(|b| b.opened + DEFERRED_COMMIT_WINDOW);
+        match due {
+            None => {
+                guard.flusher_idle = true;
+                guard = shared.wake.wait(guard).unwrap_or_else(|p| p.into_inner());
+            }
+            Some(due) => {
+                let now = Instant::now();
+                if now >= due {
+                    if let Err(error) = shared.commit(&mut guard) {
+                        let error = shared.sorted(error);
+                        warn!(%error, "deferred writes could not be committed");
+                    }
+                } else {
+                    guard = shared
+                        .wake
+                        .wait_timeout(guard, due - now)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                }
+            }
+        }
+    }
+}
+
+struct Handle {
+    shared: Arc<Shared>,
+    flusher: Option<JoinHandle<()>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        {
+            let mut conn = self.shared.lock();
+            if let Err(error) = self.shared.commit(&mut conn) {
+                let error = self.shared.sorted(error);
+                warn!(%error, "deferred writes could not be committed at close");
+            }
+            conn.closed = true;
+        }
+        self.shared.wake.notify_all();
+        if let Some(flusher) = self.flusher.take() {
+            let _ = flusher.join();
+        }
+    }
+}
+
+/// One SQLite database holding every durable record of a workspace: the kernel's ledger,
+/// the drivers' action stores and their key-value records.
+///
+/// Cheap to clone; clones and the adapters made from it share one connection (behind a
+/// mutex) and one flusher thread. Several processes may open the same file: each sees
+/// the others' committed writes, and writers wait for each other (up to
+/// [`BUSY_TIMEOUT`](crate::BUSY_TIMEOUT)) instead of failing with "database is locked".
+#[derive(Clone)]
+pub struct Database {
+    handle: Arc<Handle>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("path", &self.handle.shared.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Database {
+    /// Open (or create) the database file at `path`.
+    ///
+    /// Before anything is written, the file is checked: that it is an SQLite database
+    /// at all, that it is ours (`application_id`), that its schema is not newer than this
+    /// build (`user_version`), that its pages pass SQLite's `quick_check`, and that its
+    /// location can be written. Any failure is a clear [`StoreError`] and leaves the file
+    /// untouched.
+    ///
+    /// Then: write-ahead logging, `synchronous=FULL`, the schema if the file is new, and
+    /// the ledger reconciled with the action stores (see the crate docs).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let db = Connection::open_with_flags(&path, flags).map_err(|e| open_error(e, &path))?;
+        let sorted = |e: rusqlite::Error| StoreError::from_sqlite(e, Some(&path));
+        db.busy_timeout(BUSY_TIMEOUT).map_err(sorted)?;
+        let version = inspect(&db, &path)?;
+        if db.is_readonly(MAIN_DB).map_err(sorted)? {
+            return Err(StoreError::ReadOnly {
+                path,
+                detail: "the file is write-protected".into(),
+            });
+        }
+        let session = Session::start(&path).map_err(|e| {
+            let detail = format!("cannot create its session lock: {e}");
+            if e.kind() == std::io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(30) {
+                StoreError::ReadOnly {
+                    path: path.clone(),
+                    detail,
+                }
+            } else {
+                StoreError::CannotOpen {
+                    path: path.clone(),
+                    detail,
+                }
+            }
+        })?;
+        // Write-ahead logging: readers in other processes never block the writer, and a
+        // commit is one append to the log.
+        let mode: String = db
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(sorted)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::CannotOpen {
+                path,
+                detail: format!("write-ahead logging is not available here (journal mode {mode})"),
+            });
+        }
+        // synchronous=FULL: in WAL mode, NORMAL does not fsync the log on commit, so a
+        // power cut can undo a committed claim whose call was already sent; the restarted
+        // process would then see the action pending and could send it a second time.
+        // FULL fsyncs the log at every commit, so a claim is on disk before the send.
+        db.pragma_update(None, "synchronous", "FULL")
+            .map_err(sorted)?;
+        let database = Self::start(db, Some(path), Some(session), version)?;
+        Ok(database)
+    }
+
+    /// A database in memory: same schema and rules, gone when the last handle drops.
+    /// Lectures and tests use it; nothing is deferred to a flusher (there is nothing to
+    /// make durable), and every claim belongs to this process.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        let db = Connection::open_in_memory().map_err(|e| StoreError::from_sqlite(e, None))?;
+        Self::start(db, None, None, 0)
+    }
+
+    fn start(
+        mut db: Connection,
+        path: Option<PathBuf>,
+        session: Option<Session>,
+        version: i64,
+    ) -> Result<Self, StoreError> {
+        let sorted = |e: rusqlite::Error| StoreError::from_sqlite(e, path.as_deref());
+        db.set_prepared_statement_cache_capacity(128);
+        // Query-planner stability: plans do not depend on bound values. Without it, a
+        // parameter compared against a partial index's condition makes SQLite re-prepare
+        // the statement at every bind (with STAT4 compiled in), several microseconds each.
+        db.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )
+        .map_err(sorted)?;
+        let commits = Arc::new(AtomicU64::new(0));
+        let counter = commits.clone();
+        db.commit_hook(Some(move || {
+            counter.fetch_add(1, Ordering::Relaxed);
+            false
+        }))
+        .map_err(sorted)?;
+        if version == 0 {
+            create_schema(&db).map_err(sorted)?;
+            info!(path = ?path, "database created");
+        }
+        let file_backed = session.is_some();
+        let shared = Arc::new(Shared {
+            conn: Mutex::new(Conn {
+                db,
+                batch: None,
+                closed: false,
+                flusher_idle: false,
+                floors: HashMap::new(),
+            }),
+            wake: Condvar::new(),
+            commits,
+            path,
+            session,
+            locked_down: AtomicBool::new(false),
+        });
+        let flusher = if file_backed {
+            let for_thread = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("store-sqlite-flusher".into())
+                    .spawn(move || flusher(for_thread))
+                    .map_err(|e| StoreError::CannotOpen {
+                        path: shared.path.clone().unwrap_or_default(),
+                        detail: format!("cannot start the commit thread: {e}"),
+                    })?,
+            )
+        } else {
+            None
+        };
+        let database = Self {
+            handle: Arc::new(Handle { shared, flusher }),
+        };
+        if file_backed {
+            let reconciled = crate::recover::reconcile(&database)?;
+            if reconciled > 0 {
+                info!(
+                    reconciled,
+                    "ledger brought up to date with the action stores"
+                );
+            }
+        }
+        Ok(database)
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.handle.shared
+    }
+
+    /// The file, or `None` in memory.
+    pub fn path(&self) -> Option<&Path> {
+        self.handle.shared.path.as_deref()
+    }
+
+    /// How many transactions this handle has committed since it was opened (counted by
+    /// SQLite's commit hook). Tests and benchmarks use it to check what each step costs.
+    pub fn commits(&self) -> u64 {
+        self.handle.shared.commits.load(Ordering::Relaxed)
+    }
+
+    /// Commit deferred writes now instead of within [`DEFERRED_COMMIT_WINDOW`].
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let shared = self.shared();
+        let mut conn = shared.lock();
+        shared.commit(&mut conn).map_err(|e| shared.sorted(e))
+    }
+
+    /// Cap the database at about `bytes` (rounded down to whole pages, and never below
+    /// its current size). A write that would grow it further fails with
+    /// [`StoreError::Full`] and records nothing, as on a full disk. Returns the cap.
+    pub fn limit_size(&self, bytes: u64) -> Result<u64, StoreError> {
+        self.shared().read(|db| {
+            let page: i64 = db.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+            let pages = (bytes / page.max(1) as u64).max(1);
+            let set: i64 = db.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                r.get(0)
+            })?;
+            Ok(set as u64 * page as u64)
+        })
+    }
+
+    /// Run a read-only SQL query and return each row's columns as text (`NULL` as
+    /// `None`). For tests, documentation and ad-hoc audits; the ledger's columns are
+    /// described in `docs/sql-queries.md`.
+    pub fn query_text(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, StoreError> {
+        self.shared().read(|db| {
+            let mut statement = db.prepare(sql)?;
+            if !statement.readonly() {
+                return Err(StoreError::NotReadOnly.into());
+            }
+            let columns = statement.column_count();
+            let rows = statement.query_map([], |row| {
+                (0..columns)
+                    .map(|i| {
+                        let value: rusqlite::types::Value = row.get(i)?;
+                        Ok(match value {
+                            rusqlite::types::Value::Null => None,
+                            rusqlite::types::Value::Integer(i) => Some(i.to_string()),
+                            rusqlite::types::Value::Real(f) => Some(f.to_string()),
+                            rusqlite::types::Value::Text(t) => Some(t),
+                            rusqlite::types::Value::Blob(b) => Some(format!("<{} bytes>", b.len())),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+}
+
+/// Sort an error met while opening: "cannot open" in a location that refuses writes is
+/// a read-only location.
+fn open_error(error: rusqlite::Error, path: &Path) -> StoreError {
+    match StoreError::from_sqlite(error, Some(path)) {
+        StoreError::CannotOpen { path, detail } if !writable_dir(&path) => {
+            StoreError::ReadOnly { path, detail }
+        }
+        other => other,
+    }
+}
+
+/// Whether the directory of `path` can take new files. A directory that does not exist
+/// counts as writable: that failure is "cannot open", not "read-only".
+fn writable_dir(path: &Path) -> bool {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(dir) {
+        Ok(meta) => !meta.permissions().readonly() && tempfile_probe(dir),
+        Err(_) => true,
+    }
+}
+
+fn tempfile_probe(dir: &Path) -> bool {
+    let probe = dir.join(format!(".store-sqlite-probe-{}", std::process::id()));
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Check an opened file without writing to it. Returns its schema version (0: empty).
+fn inspect(db: &Connection, path: &Path) -> Result<i64, StoreError> {
+    let sorted = |e: rusqlite::Error| open_error(e, path);
+    let application: i64 = db
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(sorted)?;
+    let version: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(sorted)?;
+    let objects: i64 = db
+        .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+        .map_err(sorted)?;
+    if application != 0 && application != APPLICATION_ID {
+        return Err(StoreError::Foreign {
+            path: path.to_path_buf(),
+            detail: format!("its application id is {application:#x}"),
+        });
+    }
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if objects > 0 && (application != APPLICATION_ID || version == 0) {
+        return Err(StoreError::Foreign {
+            path: path.to_path_buf(),
+            detail: "it already holds tables this build did not create".into(),
+        });
+    }
+    if objects > 0 {
+        let mut statement = db.prepare("PRAGMA quick_check(5)").map_err(sorted)?;
+        let findings: Vec<String> = statement
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect())
+            .map_err(sorted)?;
+        if findings != ["ok"] {
+            return Err(StoreError::Corrupt {
+                path: path.to_path_buf(),
+                detail: findings.join("; "),
+            });
+        }
+        debug!(?path, version, "database checked");
+    }
+    Ok(version)
+}
+
+fn create_schema(db: &Connection) -> rusqlite::Result<()> {
+    db.execute_batch("BEGIN IMMEDIATE")?;
+    // Another process may have created it while this one was checking the empty file.
+    let version: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version != 0 {
+        return db.execute_batch("COMMIT");
+    }
+    let created = db.execute_batch(CREATE).and_then(|()| {
+        db.pragma_update(None, "application_id", APPLICATION_ID)?;
+        db.pragma_update(None, "user_version", SCHEMA_VERSION)
+    });
+    match created {
+        Ok(()) => db.execute_batch("COMMIT"),
+        Err(error) => {
+            let _ = db.execute_batch("ROLLBACK");
+            Err(error)
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The one error type of this crate, sorted by what a person can do about it.
+//!
+//! Every storage port has its own small error (a string newtype); adapters convert a
+//! [`StoreError`] into it through `Display`, so the text below is what reaches a person.
+//! Each message says what happened, then what to do next.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::ErrorCode;
+
+/// Why the database refused or failed an operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The file or its directory could not be opened or created.
+    #[error(
+        "cannot open the database at {path}: {detail}; check that the path exists and is accessible"
+    )]
+    CannotOpen {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite or the operating system said.
+        detail: String,
+    },
+    /// The location refuses writes (permissions, a read-only mount).
+    #[error(
+        "the database at {path} cannot be written ({detail}); open it from a writable location or fix its permissions"
+    )]
+    ReadOnly {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite or the operating system said.
+        detail: String,
+    },
+    /// The file is not an SQLite database, or its pages are damaged (for example truncated).
+    #[error(
+        "the database at {path} is damaged or is not a database ({detail}); nothing was changed in it: restore it from a backup, or move it aside to start a new one"
+    )]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite's integrity check found.
+        detail: String,
+    },
+    /// The file was written by a newer build with a schema this build does not know.
+    #[error(
+        "the database at {path} uses schema version {found}, newer than the {supported} this build understands; nothing was changed in it: open it with the newer build"
+    )]
+    NewerSchema {
+        /// The database file.
+        path: PathBuf,
+        /// `PRAGMA user_version` of the file.
+        found: i64,
+        /// The newest version this build reads.
+        supported: i64,
+    },
+    /// The file is an SQLite database that belongs to another application.
+    #[error(
+        "the database at {path} belongs to another application ({detail}); nothing was changed in it: choose another file"
+    )]
+    Foreign {
+        /// The database file.
+        path: PathBuf,
+        /// Why it was not recognised.
+        detail: String,
+    },
+    /// The disk, or the size limit set with [`crate::Database::limit_size`], is full.
+    #[error(
+        "the database is full ({detail}), so this was not recorded; free disk space or raise the size limit, then try again"
+    )]
+    Full {
+        /// What SQLite said.
+        detail: String,
+    },
+    /// Another process held the database for longer than the busy timeout.
+    #[error(
+        "the database stayed busy in another process for {waited:?}; close whatever holds it open in a transaction (for example an sqlite3 shell) and try again"
+    )]
+    Busy {
+        /// How long this process waited.
+        waited: Duration,
+    },
+    /// A stored row could not be turned back into a record.
+    #[error(
+        "a stored {what} could not be read back ({detail}); the file may have been edited by hand: restore it from a backup"
+    )]
+    Decode {
+        /// Which record.
+        what: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A write was refused because the record it changes does not exist.
+    #[error("{0}; list the records to see which exist")]
+    Missing(String),
+    /// [`crate::Database::query_text`] was given a statement that writes.
+    #[error(
+        "query_text runs only read-only statements; write through the storage adapters instead"
+    )]
+    NotReadOnly,
+    /// The database was closed while a write was starting.
+    #[error("the database was closed while a write was starting; open it again to write")]
+    Closed,
+    /// Any other SQLite failure.
+    #[error("the database failed: {0}; if this repeats, check the disk and the file")]
+    Sqlite(#[source] rusqlite::Error),
+}
+
+/// How long a writer waits for another process before giving up with [`StoreError::Busy`].
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl StoreError {
+    /// Sort a SQLite error by what a person can do about it.
+    pub(crate) fn from_sqlite(error: rusqlite::Error, path: Option<&Path>) -> Self {
+        let path = || {
+            path.map(Path::to_path_buf)
+                .unwrap_or_else(|| ":memory:".into())
+        };
+        let detail = error.to_string();
+        match error.sqlite_error_code() {
+            Some(ErrorCode::DiskFull) => Self::Full { detail },
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Self::Busy {
+                waited: BUSY_TIMEOUT,
+            },
+            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => Self::Corrupt {
+                path: path(),
+                detail,
+            },
+            Some(ErrorCode::ReadOnly | ErrorCode::PermissionDenied) => Self::ReadOnly {
+                path: path(),
+                detail,
+            },
+            Some(ErrorCode::CannotOpen) => Self::CannotOpen {
+                path: path(),
+                detail,
+            },
+            _ => Self::Sqlite(error),
+        }
+    }
+
+    pub(crate) fn decode(what: impl Into<String>, detail: impl ToString) -> Self {
+        Self::Decode {
+            what: what.into(),
+            detail: detail.to_string(),
+        }
+    }
+}

@@ -1,0 +1,548 @@
+//! The kernel's [`LedgerStore`] on SQLite: the `ledger`, `auto_approval_rules` and
+//! `lockdown` tables.
+//!
+//! What each write costs:
+//!
+//! - A new entry (a submission, an observation), a rule change and the lockdown latch
+//!   are committed before the call returns. A submission's commit also carries the
+//!   driver's staged record (deferred by the action store), so the agent is told
+//!   "pending" only once both are on disk.
+//! - The outcome of a decision a *person* took is committed before the call returns;
+//!   the driver's outcome write (deferred) rides in the same commit.
+//! - The outcome of an *automatic* decision (an auto-approval rule applied it) is
+//!   deferred: it rides with the next claim of the same drain, or is committed by the
+//!   flusher within [`DEFERRED_COMMIT_WINDOW`](crate::DEFERRED_COMMIT_WINDOW). A crash
+//!   in between leaves the driver's claim on disk, which is recovered as "interrupted"
+//!   (outcome unknown), never as something to send again.
+//!
+//! A description is stored exactly as submitted and never rewritten by [`LedgerStore::put`],
+//! which stores only what moves: state, resolution, failure, flags and revert.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kernel::{
+    ActionDescription, ActionEntry, ActionKind, ActionState, AutoApprovalRule, DriverActionId,
+    EntryBody, Failure, LedgerEntry, LedgerId, LedgerStore, ObservationDescription, Resolution,
+    RevertRecord, StorageError, Timestamp,
+};
+use rusqlite::{OptionalExtension, Row, params};
+
+use crate::db::{Database, Durability, Error, Steps};
+use crate::error::StoreError;
+
+/// The kernel's ledger, rules and lockdown latch in a [`Database`].
+#[derive(Debug, Clone)]
+pub struct SqliteLedger {
+    db: Database,
+    descriptions: Arc<Mutex<Descriptions>>,
+}
+
+/// Action descriptions already read, by ledger id. A description is stored once and never
+/// rewritten, and ledger ids are never reused, so a hit saves parsing its JSON again.
+type Descriptions = HashMap<u64, Arc<ActionDescription>>;
+
+/// Past this many entries the cache starts over.
+const DESCRIPTION_CACHE: usize = 4096;
+
+impl SqliteLedger {
+    pub(crate) fn new(db: Database) -> Self {
+        Self {
+            db,
+            descriptions: Arc::default(),
+        }
+    }
+
+    fn descriptions(&self) -> MutexGuard<'_, Descriptions> {
+        // The cache holds only immutable facts; a poisoned lock still guards valid entries.
+        self.descriptions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+macro_rules! select_entries {
+    ($($tail:literal)?) => {
+        concat!(
+            "SELECT id, kind, gatekeeper, caller, created_at, description_json, driver_id, ",
+            "state, resolved_by, auto_approved, resolved_at, resolution_cause, failure, ",
+            "failure_retryable, depends_on_json, blocked_by, restart_requested, revert_by, ",
+            "revert_at, revert_refused FROM ledger" $(, " ", $tail)?
+        )
+    };
+}
+
+const SELECT_BY_ID: &str = select_entries!("WHERE id = ?1");
+const SELECT_ALL: &str = select_entries!("ORDER BY id");
+
+fn port(error: StoreError) -> StorageError {
+    StorageError(error.to_string())
+}
+
+fn u64_of(value: i64, what: &str) -> Result<u64, Error> {
+    u64::try_from(value)
+        .map_err(|_| StoreError::decode(what.to_owned(), format!("negative value {value}")).into())
+}
+
+fn i64_of(value: u64) -> i64 {
+    // Ids and timestamps stay far below 2^63; saturate rather than wrap if one did not.
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn state_name(state: ActionState) -> &'static str {
+    state.as_str()
+}
+
+fn parse_state(name: &str) -> Result<ActionState, Error> {
+    Ok(match name {
+        "pending" => ActionState::Pending,
+        "approved" => ActionState::Approved,
+        "rejected" => ActionState::Rejected,
+        "failed" => ActionState::Failed,
+        "reverted" => ActionState::Reverted,
+        other => {
+            return Err(
+                StoreError::decode("ledger state", format!("unknown state {other:?}")).into(),
+            );
+        }
+    })
+}
+
+/// Read one ledger row back into an entry.
+fn entry_of(row: &Row<'_>, descriptions: &mut Descriptions) -> Result<LedgerEntry, Error> {
+    let id = LedgerId(u64_of(row.get(0)?, "ledger id")?);
+    let kind = row.get_ref(1)?.as_str()?;
+    let gatekeeper: Arc<str> = Arc::from(row.get_ref(2)?.as_str()?);
+    let caller: Arc<str> = Arc::from(row.get_ref(3)?.as_str()?);
+    let created_at = Timestamp(u64_of(row.get(4)?, "ledger time")?);
+    let what = || format!("ledger entry {id}");
+    let body = match kind {
+        "observation" => EntryBody::Observation(
+            serde_json::from_str::<ObservationDescription>(row.get_ref(5)?.as_str()?)
+                .map_err(|e| StoreError::decode(what(), e))?,
+        ),
+        "action" => {
+            let description = match descriptions.get(&id.0) {
+                Some(known) => known.clone(),
+                None => {
+                    let parsed: ActionDescription = serde_json::from_str(row.get_ref(5)?.as_str()?)
+                        .map_err(|e| StoreError::decode(what(), e))?;
+                    if descriptions.len() >= DESCRIPTION_CACHE {
+                        descriptions.clear();
+                    }
+                    let parsed = Arc::new(parsed);
+                    descriptions.insert(id.0, parsed.clone());
+                    parsed
+                }
+            };
+            let driver_id = DriverActionId(u64_of(row.get(6)?, "driver id")?);
+            let state = parse_state(&row.get::<_, String>(7)?)?;
+            let resolved_by: Option<String> = row.get(8)?;
+            let resolution = match resolved_by {
+                Some(by) => Some(Resolution {
+                    by,
+                    auto: row.get::<_, i64>(9)? == 1,
+                    at: Timestamp(u64_of(row.get(10)?, "resolution time")?),
+                    cause: row.get(11)?,
+                }),
+                None => None,
+            };
+            let failure = match row.get::<_, Option<String>>(12)? {
+                Some(message) => Some(Failure {
+                    message,
+                    retryable: row.get::<_, i64>(13)? == 1,
+                }),
+                None => None,
+            };
+            let depends_on: Vec<u64> = serde_json::from_str(&row.get::<_, String>(14)?)
+                .map_err(|e| StoreError::decode(what(), e))?;
+            let blocked_by = match row.get::<_, Option<i64>>(15)? {
+                Some(id) => Some(LedgerId(u64_of(id, "blocked_by")?)),
+                None => None,
+            };
+            let revert = match row.get::<_, Option<String>>(17)? {
+                Some(by) => Some(RevertRecord {
+                    by,
+                    at: Timestamp(u64_of(row.get(18)?, "revert time")?),
+                    refused: row.get(19)?,
+                }),
+                None => None,
+            };
+            EntryBody::Action(ActionEntry {
+                driver_id,
+                description,
+                state,
+                resolution,
+                failure,
+                depends_on: depends_on.into_iter().map(LedgerId).collect(),
+                blocked_by,
+                restart_requested: row.get::<_, i64>(16)? == 1,
+                revert,
+            })
+        }
+        other => {
+            return Err(StoreError::decode(what(), format!("unknown kind {other:?}")).into());
+        }
+    };
+    Ok(LedgerEntry {
+        id,
+        gatekeeper,
+        caller,
+        created_at,
+        body,
+    })
+}
+
+fn depends_on_json(action: &ActionEntry) -> String {
+    let ids: Vec<u64> = action.depends_on.iter().map(|id| id.0).collect();
+    serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned())
+}
+
+fn encode<T: serde::Serialize>(value: &T, id: LedgerId) -> Result<String, Error> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::decode(format!("description of ledger entry {id}"), e).into())
+}
+
+/// Whether a `put` records the outcome of an automatic decision, which may be deferred.
+fn automatic_outcome(entry: &LedgerEntry) -> bool {
+    entry.action().is_some_and(|action| {
+        matches!(action.state, ActionState::Approved | ActionState::Failed)
+            && action.resolution.as_ref().is_some_and(|r| r.auto)
+    })
+}
+
+impl SqliteLedger {
+    fn query_entries(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<LedgerEntry>, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                let mut statement = db.prepare_cached(sql)?;
+                let mut rows = statement.query(params)?;
+                let mut entries = Vec::new();
+                while let Some(row) = rows.next()? {
+                    entries.push(entry_of(row, &mut self.descriptions())?);
+                }
+                Ok(entries)
+            })
+            .map_err(port)
+    }
+}
+
+impl LedgerStore for SqliteLedger {
+    fn insert(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<LedgerId, StorageError> {
+        self.db
+            .shared()
+            .write(Durability::Now, Steps::One, |conn| {
+                let db = &conn.db;
+                let next: i64 = db
+                    .prepare_cached("SELECT COALESCE(MAX(id), 0) + 1 FROM ledger")?
+                    .query_row([], |r| r.get(0))?;
+                let id = LedgerId(u64_of(next, "ledger id")?);
+                let entry = make(id);
+                if entry.id != id {
+                    return Err(StoreError::Missing(format!(
+                        "entry built for {id} carries id {}",
+                        entry.id
+                    ))
+                    .into());
+                }
+                match &entry.body {
+                    EntryBody::Observation(observation) => {
+                        db.prepare_cached(
+                            "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json)
+                             VALUES (?1, 'observation', ?2, ?3, ?4, ?5)",
+                        )?
+                        .execute(params![
+                            next,
+                            &*entry.gatekeeper,
+                            &*entry.caller,
+                            i64_of(entry.created_at.0),
+                            encode(observation, id)?,
+                        ])?;
+                    }
+                    EntryBody::Action(action) => {
+                        let resolution = action.resolution.as_ref();
+                        let failure = action.failure.as_ref();
+                        let revert = action.revert.as_ref();
+                        db.prepare_cached(
+                            "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
+                                driver_id, state, resolved_by, auto_approved, resolved_at, resolution_cause,
+                                failure, failure_retryable, depends_on_json, blocked_by, restart_requested,
+                                revert_by, revert_at, revert_refused)
+                             VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+                                ?15, ?16, ?17, ?18, ?19)",
+                        )?
+                        .execute(params![
+                            next,
+                            &*entry.gatekeeper,
+                            &*entry.caller,
+                            i64_of(entry.created_at.0),
+                            encode(&*action.description, id)?,
+                            i64_of(action.driver_id.0),
+                            state_name(action.state),
+                            resolution.map(|r| r.by.as_str()),
+                            resolution.map(|r| r.auto),
+                            resolution.map(|r| i64_of(r.at.0)),
+                            resolution.and_then(|r| r.cause.as_deref()),
+                            failure.map(|f| f.message.as_str()),
+                            failure.map(|f| f.retryable),
+                            depends_on_json(action),
+                            action.blocked_by.map(|b| i64_of(b.0)),
+                            action.restart_requested,
+                            revert.map(|r| r.by.as_str()),
+                            revert.map(|r| i64_of(r.at.0)),
+                            revert.and_then(|r| r.refused.as_deref()),
+                        ])?;
+                    }
+                }
+                Ok(id)
+            })
+            .map_err(port)
+    }
+
+    fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                let mut statement = db.prepare_cached(SELECT_BY_ID)?;
+                let mut rows = statement.query([i64_of(id.0)])?;
+                match rows.next()? {
+                    Some(row) => Ok(Some(entry_of(row, &mut self.descriptions())?)),
+                    None => Ok(None),
+                }
+            })
+            .map_err(port)
+    }
+
+    fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
+        let entry = &entry;
+        let durability = if automatic_outcome(entry) {
+            Durability::Deferred
+        } else {
+            Durability::Now
+        };
+        self.db
+            .shared()
+            .write(durability, Steps::One, |conn| {
+                let changed = match &entry.body {
+                    EntryBody::Observation(observation) => conn
+                        .db
+                        .prepare_cached(
+                            "UPDATE ledger SET description_json = ?2 WHERE id = ?1 AND kind = 'observation'",
+                        )?
+                        .execute(params![i64_of(entry.id.0), encode(observation, entry.id)?])?,
+                    EntryBody::Action(action) => {
+                        let resolution = action.resolution.as_ref();
+                        let failure = action.failure.as_ref();
+                        let revert = action.revert.as_ref();
+                        conn.db
+                            .prepare_cached(
+                                "UPDATE ledger SET state = ?2, resolved_by = ?3, auto_approved = ?4,
+                                    resolved_at = ?5, resolution_cause = ?6, failure = ?7,
+                                    failure_retryable = ?8, depends_on_json = ?9, blocked_by = ?10,
+                                    restart_requested = ?11, revert_by = ?12, revert_at = ?13,
+                                    revert_refused = ?14
+                                 WHERE id = ?1 AND kind = 'action'",
+                            )?
+                            .execute(params![
+                                i64_of(entry.id.0),
+                                state_name(action.state),
+                                resolution.map(|r| r.by.as_str()),
+                                resolution.map(|r| r.auto),
+                                resolution.map(|r| i64_of(r.at.0)),
+                                resolution.and_then(|r| r.cause.as_deref()),
+                                failure.map(|f| f.message.as_str()),
+                                failure.map(|f| f.retryable),
+                                depends_on_json(action),
+                                action.blocked_by.map(|b| i64_of(b.0)),
+                                action.restart_requested,
+                                revert.map(|r| r.by.as_str()),
+                                revert.map(|r| i64_of(r.at.0)),
+                                revert.and_then(|r| r.refused.as_deref()),
+                            ])?
+                    }
+                };
+                if changed == 0 {
+                    return Err(StoreError::Missing(format!(
+                        "there is no ledger entry {} of this kind to replace",
+                        entry.id
+                    ))
+                    .into());
+                }
+                Ok(())
+            })
+            .map_err(port)
+    }
+
+    fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError> {
+        self.query_entries(SELECT_ALL, [])
+    }
+
+    fn open_action_ids(&self, gatekeeper: &str) -> Result<Vec<LedgerId>, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                let mut statement = db.prepare_cached(
+                    "SELECT id FROM ledger WHERE gatekeeper = ?1
+                       AND (state = 'pending' OR (state = 'failed' AND failure_retryable = 1))
+                     ORDER BY id",
+                )?;
+                let mut rows = statement.query([gatekeeper])?;
+                let mut ids = Vec::new();
+                while let Some(row) = rows.next()? {
+                    ids.push(LedgerId(u64_of(row.get(0)?, "ledger id")?));
+                }
+                Ok(ids)
+            })
+            .map_err(port)
+    }
+
+    fn find_action(
+        &self,
+        gatekeeper: &str,
+        driver_id: DriverActionId,
+    ) -> Result<Option<LedgerId>, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                let id: Option<i64> = db
+                    .prepare_cached(
+                        "SELECT id FROM ledger WHERE gatekeeper = ?1 AND driver_id = ?2 AND kind = 'action'",
+                    )?
+                    .query_row(params![gatekeeper, i64_of(driver_id.0)], |r| r.get(0))
+                    .optional()?;
+                match id {
+                    Some(id) => Ok(Some(LedgerId(u64_of(id, "ledger id")?))),
+                    None => Ok(None),
+                }
+            })
+            .map_err(port)
+    }
+
+    fn put_rule(&self, rule: &AutoApprovalRule) -> Result<(), StorageError> {
+        self.db
+            .shared()
+            .write(Durability::Now, Steps::One, |conn| {
+                conn.db
+                    .prepare_cached(
+                        "INSERT INTO auto_approval_rules (gatekeeper, tag, label, enabled_by)
+                         VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (gatekeeper, tag)
+                         DO UPDATE SET label = excluded.label, enabled_by = excluded.enabled_by",
+                    )?
+                    .execute(params![
+                        rule.gatekeeper,
+                        rule.kind.tag,
+                        rule.kind.label,
+                        rule.enabled_by
+                    ])?;
+                Ok(())
+            })
+            .map_err(port)
+    }
+
+    fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, StorageError> {
+        self.db
+            .shared()
+            .write(Durability::Now, Steps::One, |conn| {
+                let removed = conn
+                    .db
+                    .prepare_cached(
+                        "DELETE FROM auto_approval_rules WHERE gatekeeper = ?1 AND tag = ?2",
+                    )?
+                    .execute([gatekeeper, tag])?;
+                Ok(removed > 0)
+            })
+            .map_err(port)
+    }
+
+    fn rule(
+        &self,
+        gatekeeper: &str,
+        tag: &str,
+    ) -> Result<Option<Arc<AutoApprovalRule>>, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                Ok(db
+                    .prepare_cached(
+                        "SELECT label, enabled_by FROM auto_approval_rules
+                         WHERE gatekeeper = ?1 AND tag = ?2",
+                    )?
+                    .query_row([gatekeeper, tag], |r| {
+                        Ok(Arc::new(AutoApprovalRule {
+                            gatekeeper: gatekeeper.to_owned(),
+                            kind: ActionKind::new(tag, r.get::<_, String>(0)?),
+                            enabled_by: r.get(1)?,
+                        }))
+                    })
+                    .optional()?)
+            })
+            .map_err(port)
+    }
+
+    fn rules(&self) -> Result<Vec<AutoApprovalRule>, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                let mut statement = db.prepare_cached(
+                    "SELECT gatekeeper, tag, label, enabled_by FROM auto_approval_rules
+                     ORDER BY gatekeeper, tag",
+                )?;
+                let rules = statement.query_map([], |r| {
+                    Ok(AutoApprovalRule {
+                        gatekeeper: r.get(0)?,
+                        kind: ActionKind::new(r.get::<_, String>(1)?, r.get::<_, String>(2)?),
+                        enabled_by: r.get(3)?,
+                    })
+                })?;
+                Ok(rules.collect::<Result<Vec<_>, _>>()?)
+            })
+            .map_err(port)
+    }
+
+    fn latch_lockdown(&self) -> Result<(), StorageError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        self.db
+            .shared()
+            .write(Durability::Now, Steps::One, |conn| {
+                conn.db
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO lockdown (id, latched_at) VALUES (1, ?1)",
+                    )?
+                    .execute([i64_of(now)])?;
+                Ok(())
+            })
+            .map_err(port)?;
+        self.db.shared().remember_locked_down();
+        Ok(())
+    }
+
+    fn locked_down(&self) -> Result<bool, StorageError> {
+        let shared = self.db.shared();
+        // Once latched, always latched. In memory this process holds the only connection,
+        // so the cached answer is the whole truth; on a file another process may latch it.
+        if shared.locked_down_cached() || shared.session_id().is_none() {
+            return Ok(shared.locked_down_cached());
+        }
+        let latched = shared
+            .read(|db| {
+                Ok(db
+                    .prepare_cached("SELECT EXISTS (SELECT 1 FROM lockdown)")?
+                    .query_row([], |r| r.get::<_, bool>(0))?)
+            })
+            .map_err(port)?;
+        if latched {
+            shared.remember_locked_down();
+        }
+        Ok(latched)
+    }
+}

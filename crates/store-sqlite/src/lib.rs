@@ -1,0 +1,111 @@
+//! Durable storage on SQLite for every storage port of the approval gate.
+//!
+//! # What a caller can rely on after a crash
+//!
+//! Written first, as a guarantee; the mechanism follows.
+//!
+//! 1. **A call is never sent twice.** The claim of the at-most-once protocol (the
+//!    action's `applying` record) is committed, with `synchronous=FULL` (the write-ahead
+//!    log fsync'd), before the driver's store returns from the claim, and so before the
+//!    service is called. A claim is never held back to ride with a later commit.
+//! 2. **A call that may have been sent is never forgotten.** A process that dies holding
+//!    a claim leaves it on disk; the next process that opens the database turns it into a
+//!    failure that cannot be retried ("interrupted after it had been sent; check the
+//!    service"), in the action store and in the ledger, in one commit. A claim whose
+//!    process is still alive (another process on the same file) is left alone.
+//! 3. **An acknowledged submission survives.** When the kernel answers a submission, the
+//!    driver's staged record and the ledger entry are both committed.
+//! 4. **A person's decision survives.** When `approve`, `reject` or `revert` returns, its
+//!    outcome is committed, together with the driver's.
+//! 5. **An automatic outcome may be lost, safely.** The outcome of an auto-approved action
+//!    is committed with the next claim of the drain or within
+//!    [`DEFERRED_COMMIT_WINDOW`]. A crash before that leaves the claim, which point 2
+//!    turns into "interrupted": the action is reported as possibly sent, never resent.
+//! 6. **A damaged or foreign file is refused, not repaired.** Opening checks the file
+//!    before writing anything to it, and any failure leaves it untouched.
+//!
+//! What these points rest on: the gatekeeper registers with the kernel under the same
+//! name its action store uses in [`Database::action_storage`], so the two records of one
+//! action can be matched (and written in one transaction).
+//!
+//! # What each commit contains
+//!
+//! Writes are either committed before the call returns, or deferred into the open
+//! transaction to ride with the next such commit (see `Database` for the rules). For one
+//! action through the kernel and gatekeeper-core, approved by a person:
+//!
+//! | commit | written by | contains |
+//! |---|---|---|
+//! | 1. stage | the kernel's submission (`LedgerStore::insert`) | the driver's `pending` row and id counter (deferred by `insert_pending`) and the ledger's `pending` entry |
+//! | 2. claim | `ActionStorage::compare_and_set` to `applying` | the `applying` row with its session, and nothing the protocol still needs after it |
+//! | 3. outcome | the kernel's `LedgerStore::put` of the person's decision | the driver's `applied`/`failed` row and any pruning (deferred), and the ledger's decided entry |
+//!
+//! In a drain of auto-approved actions the kernel's put of each outcome is deferred too,
+//! so commit 2 of action *n + 1* carries commit 3 of action *n*: one commit per applied
+//! action, plus one for the last outcome (made by the flusher within
+//! [`DEFERRED_COMMIT_WINDOW`], or by whatever write comes next). The tests
+//! `one_durable_cycle_costs_exactly_three_commits` and
+//! `a_drain_shares_each_outcome_with_the_next_claim` count them with SQLite's commit hook.
+//!
+//! # The pieces
+//!
+//! - [`Database`]: opens and checks a file (or memory), owns the one connection per
+//!   process, counts commits, and commits deferred writes ([`db`](Database) docs).
+//! - [`SqliteLedger`]: the kernel's [`kernel::LedgerStore`].
+//! - [`SqliteActionStorage`]: gatekeeper-core's [`gatekeeper_core::ActionStorage`], one
+//!   namespace per gatekeeper.
+//! - [`SqliteKv`]: gatekeeper-confluence's [`gatekeeper_confluence::KvStore`], one
+//!   namespace per driver instance.
+//!
+//! Several adapters share one [`Database`], and so one file and one transaction stream:
+//! that is what lets a driver's write and the kernel's write about the same action share
+//! a commit.
+
+mod actions;
+mod db;
+mod error;
+mod kv;
+mod ledger;
+mod recover;
+mod schema;
+mod session;
+
+use std::sync::Arc;
+
+pub use actions::SqliteActionStorage;
+pub use db::{DEFERRED_COMMIT_WINDOW, Database};
+pub use error::{BUSY_TIMEOUT, StoreError};
+pub use kv::SqliteKv;
+pub use ledger::SqliteLedger;
+pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+
+impl Database {
+    /// The kernel's ledger, rules and lockdown latch in this database, for
+    /// [`kernel::Overseer::with_store`].
+    pub fn ledger(&self) -> Arc<dyn kernel::LedgerStore> {
+        Arc::new(SqliteLedger::new(self.clone()))
+    }
+
+    /// The action store of the gatekeeper named `gatekeeper` (the name it registers with
+    /// the kernel under: the ledger and the store are matched by it), for
+    /// [`gatekeeper_core::ActionStore::open`].
+    pub fn action_storage(&self, gatekeeper: &str) -> Arc<dyn gatekeeper_core::ActionStorage> {
+        Arc::new(SqliteActionStorage::new(self.clone(), gatekeeper))
+    }
+
+    /// [`gatekeeper_core::ActionStore::open`] over [`Database::action_storage`]: leftover
+    /// claims of dead processes become "interrupted" failures, durably.
+    pub async fn action_store(
+        &self,
+        gatekeeper: &str,
+        clock: Arc<dyn kernel::Clock>,
+    ) -> Result<gatekeeper_core::ActionStore, gatekeeper_core::StorageError> {
+        gatekeeper_core::ActionStore::open(self.action_storage(gatekeeper), clock).await
+    }
+
+    /// The key-value records of the driver instance `scope` (for example the wiki
+    /// gatekeeper's name), for [`gatekeeper_confluence::ConfluenceGatekeeper::open`].
+    pub fn kv(&self, scope: &str) -> Arc<dyn gatekeeper_confluence::KvStore> {
+        Arc::new(SqliteKv::new(self.clone(), scope))
+    }
+}

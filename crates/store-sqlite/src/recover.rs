@@ -1,0 +1,62 @@
+//! What opening a database does before anyone uses it: settle the claims of dead
+//! processes, and bring the kernel's ledger up to date with the drivers' action stores.
+//!
+//! A claim (`applying`) whose process is gone may have been sent: it becomes a failure
+//! that cannot be retried ("interrupted"), in the action store and in the ledger, in one
+//! commit (see `actions.rs`). gatekeeper-core's `ActionStore::open` does the same through
+//! the port; doing it here too means a process that registers no driver (a reviewing
+//! shell) also sees a consistent ledger at once.
+//!
+//! The two are written in one transaction whenever the protocol allows, but a deferred
+//! driver outcome can be committed by the flusher a moment before the kernel records the
+//! same outcome in the ledger. If the process dies in that moment, the action store is
+//! ahead: it says applied (or failed, or rejected) while the ledger still says pending.
+//! Reconciling moves the ledger forward to match, never backward, and never touches an
+//! action whose call is still claimed.
+
+use crate::db::{Database, Durability, Steps};
+use crate::error::StoreError;
+
+/// Ledger actions that are still open although their driver record has settled.
+const BEHIND: &str = "
+    FROM actions AS a
+    WHERE ledger.kind = 'action'
+      AND a.gatekeeper = ledger.gatekeeper AND a.id = ledger.driver_id
+      AND (ledger.state = 'pending' OR (ledger.state = 'failed' AND ledger.failure_retryable = 1))
+      AND (a.state IN ('applied', 'rejected')
+           OR (a.state = 'failed' AND NOT (ledger.state = 'failed'
+                AND ledger.failure IS a.error AND ledger.failure_retryable IS a.retryable)))";
+
+/// Move every ledger action whose driver record has settled to the matching state.
+/// Returns how many entries moved; writes (and commits) only if some did.
+pub(crate) fn reconcile(db: &Database) -> Result<usize, StoreError> {
+    let interrupted = crate::actions::interrupt_dead_claims(db)?;
+    Ok(interrupted + bring_ledger_forward(db)?)
+}
+
+fn bring_ledger_forward(db: &Database) -> Result<usize, StoreError> {
+    let shared = db.shared();
+    let behind: i64 = shared.read(|db| {
+        Ok(db.query_row(
+            &format!("SELECT count(*) FROM ledger WHERE EXISTS (SELECT 1 {BEHIND} )"),
+            [],
+            |r| r.get(0),
+        )?)
+    })?;
+    if behind == 0 {
+        return Ok(0);
+    }
+    shared.write(Durability::Now, Steps::Many, |conn| {
+        Ok(conn.db.execute(
+            &format!(
+                "UPDATE ledger SET
+                    state = CASE a.state WHEN 'applied' THEN 'approved' ELSE a.state END,
+                    failure = CASE a.state WHEN 'failed' THEN a.error ELSE ledger.failure END,
+                    failure_retryable = CASE a.state WHEN 'failed' THEN a.retryable
+                                        ELSE ledger.failure_retryable END
+                 {BEHIND}"
+            ),
+            [],
+        )?)
+    })
+}

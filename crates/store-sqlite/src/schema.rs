@@ -1,0 +1,165 @@
+//! The schema: STRICT tables whose CHECK constraints and triggers restate the state
+//! machines, so a bug (or a hand edit) that would break an invariant fails loudly.
+//!
+//! Everything a person may want to query is a real column (state, who resolved, when,
+//! auto or manual, the failure). What a driver submitted is kept as it was, in a JSON
+//! column, with generated columns for the parts worth filtering on (title, kind tag).
+//!
+//! Versioning: `PRAGMA user_version` holds [`SCHEMA_VERSION`]; `PRAGMA application_id`
+//! holds [`APPLICATION_ID`] so a stranger's database is never mistaken for ours. A file
+//! with a newer version is refused before anything is written to it.
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// `PRAGMA application_id` of our files: "GKSQ".
+pub const APPLICATION_ID: i64 = 0x474B_5351;
+
+/// The whole schema, version 1. Run in one transaction on an empty file.
+pub(crate) const CREATE: &str = r#"
+-- The kernel's ledger: every action and observation, one row each, never deleted.
+CREATE TABLE ledger (
+    id                 INTEGER PRIMARY KEY CHECK (id > 0),
+    kind               TEXT    NOT NULL CHECK (kind IN ('action', 'observation')),
+    gatekeeper         TEXT    NOT NULL,
+    caller             TEXT    NOT NULL,
+    created_at         INTEGER NOT NULL CHECK (created_at >= 0),
+    -- What the driver submitted, unchanged: the audit record of what a person was asked.
+    description_json   TEXT    NOT NULL
+        CHECK (json_valid(description_json) AND json_type(description_json) = 'object'),
+    title              TEXT    GENERATED ALWAYS AS (json_extract(description_json, '$.title')) VIRTUAL,
+    body               TEXT    GENERATED ALWAYS AS (json_extract(description_json, '$.description')) VIRTUAL,
+    kind_tag           TEXT    GENERATED ALWAYS AS (json_extract(description_json, '$.action_kind.tag')) VIRTUAL,
+    kind_label         TEXT    GENERATED ALWAYS AS (json_extract(description_json, '$.action_kind.label')) VIRTUAL,
+    auto_approvable    INTEGER GENERATED ALWAYS AS (json_extract(description_json, '$.auto_approvable')) VIRTUAL,
+    prohibit_all_sharing INTEGER GENERATED ALWAYS AS (json_extract(description_json, '$.prohibit_all_sharing')) VIRTUAL,
+    -- Actions only (NULL for observations).
+    driver_id          INTEGER CHECK (driver_id >= 0),
+    state              TEXT    CHECK (state IN ('pending', 'approved', 'rejected', 'failed', 'reverted')),
+    resolved_by        TEXT,
+    auto_approved      INTEGER CHECK (auto_approved IN (0, 1)),
+    resolved_at        INTEGER CHECK (resolved_at >= 0),
+    resolution_cause   TEXT,
+    failure            TEXT,
+    failure_retryable  INTEGER CHECK (failure_retryable IN (0, 1)),
+    depends_on_json    TEXT
+        CHECK (depends_on_json IS NULL OR (json_valid(depends_on_json) AND json_type(depends_on_json) = 'array')),
+    blocked_by         INTEGER CHECK (blocked_by > 0),
+    restart_requested  INTEGER CHECK (restart_requested IN (0, 1)),
+    revert_by          TEXT,
+    revert_at          INTEGER CHECK (revert_at >= 0),
+    revert_refused     TEXT,
+    CHECK (
+        (kind = 'action' AND driver_id IS NOT NULL AND state IS NOT NULL
+            AND depends_on_json IS NOT NULL AND restart_requested IS NOT NULL)
+        OR
+        (kind = 'observation' AND driver_id IS NULL AND state IS NULL AND resolved_by IS NULL
+            AND failure IS NULL AND depends_on_json IS NULL AND revert_by IS NULL)
+    ),
+    CHECK ((resolved_by IS NULL) = (auto_approved IS NULL) AND (resolved_by IS NULL) = (resolved_at IS NULL)),
+    CHECK ((failure IS NULL) = (failure_retryable IS NULL)),
+    CHECK (state IS NOT 'failed' OR failure IS NOT NULL),
+    CHECK ((revert_by IS NULL) = (revert_at IS NULL))
+) STRICT;
+
+CREATE UNIQUE INDEX ledger_by_driver ON ledger (gatekeeper, driver_id) WHERE kind = 'action';
+CREATE INDEX ledger_open ON ledger (gatekeeper, id)
+    WHERE state = 'pending' OR (state = 'failed' AND failure_retryable = 1);
+
+-- The audit trail is append-only.
+CREATE TRIGGER ledger_is_append_only BEFORE DELETE ON ledger
+BEGIN
+    SELECT RAISE(ABORT, 'ledger entries are never deleted');
+END;
+
+-- An action never returns to pending, and approved/rejected/reverted are final
+-- (approved may only become reverted).
+CREATE TRIGGER ledger_states_move_forward BEFORE UPDATE OF state ON ledger
+WHEN OLD.state IS NOT NEW.state AND (
+    NEW.state = 'pending'
+    OR OLD.state IN ('rejected', 'reverted')
+    OR (OLD.state = 'approved' AND NEW.state IS NOT 'reverted')
+    OR (OLD.state = 'failed' AND OLD.failure_retryable = 0)
+)
+BEGIN
+    SELECT RAISE(ABORT, 'a ledger action cannot leave a final state');
+END;
+
+-- Auto-approval rules, keyed by gatekeeper and kind tag, with who enabled them.
+CREATE TABLE auto_approval_rules (
+    gatekeeper  TEXT NOT NULL,
+    tag         TEXT NOT NULL,
+    label       TEXT NOT NULL,
+    enabled_by  TEXT NOT NULL,
+    PRIMARY KEY (gatekeeper, tag)
+) STRICT, WITHOUT ROWID;
+
+-- The lockdown latch: at most one row, and once there it stays.
+CREATE TABLE lockdown (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    latched_at  INTEGER NOT NULL CHECK (latched_at >= 0)
+) STRICT;
+
+CREATE TRIGGER lockdown_is_a_latch BEFORE DELETE ON lockdown
+BEGIN
+    SELECT RAISE(ABORT, 'lockdown is a latch and is never lifted');
+END;
+
+-- gatekeeper-core's action store: one row per staged call, per gatekeeper.
+CREATE TABLE actions (
+    gatekeeper    TEXT    NOT NULL,
+    id            INTEGER NOT NULL CHECK (id > 0),
+    tool          TEXT    NOT NULL,
+    args_json     TEXT    NOT NULL CHECK (json_valid(args_json) AND json_type(args_json) = 'object'),
+    state         TEXT    NOT NULL CHECK (state IN ('pending', 'applying', 'applied', 'failed', 'rejected')),
+    submitted_at  INTEGER NOT NULL CHECK (submitted_at >= 0),
+    claimed_at    INTEGER CHECK (claimed_at >= 0),
+    -- The process session that holds (or held) the claim; NULL for in-memory databases.
+    claimed_by    TEXT,
+    retryable     INTEGER CHECK (retryable IN (0, 1)),
+    error         TEXT,
+    result_json   TEXT    CHECK (result_json IS NULL OR json_valid(result_json)),
+    CHECK ((state = 'failed') = (retryable IS NOT NULL)),
+    CHECK ((state = 'failed') = (error IS NOT NULL)),
+    CHECK ((state = 'applied') = (result_json IS NOT NULL)),
+    CHECK (state <> 'applying' OR claimed_at IS NOT NULL),
+    PRIMARY KEY (gatekeeper, id)
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX actions_by_state ON actions (gatekeeper, state, id);
+-- The settled calls that retention prunes, oldest first.
+CREATE INDEX actions_final ON actions (gatekeeper, id)
+    WHERE state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0);
+
+-- The last id handed out per gatekeeper, so ids are never reused after a delete.
+CREATE TABLE action_ids (
+    gatekeeper  TEXT    PRIMARY KEY,
+    last_id     INTEGER NOT NULL CHECK (last_id >= 0)
+) STRICT, WITHOUT ROWID;
+
+-- The at-most-once protocol, restated: a claim is taken only from pending or a retryable
+-- failure, and a settled call (applied, rejected, failed for good) never changes again.
+CREATE TRIGGER actions_claim_only_what_may_be_sent BEFORE UPDATE OF state ON actions
+WHEN NEW.state = 'applying' AND NOT (OLD.state = 'pending' OR (OLD.state = 'failed' AND OLD.retryable = 1))
+BEGIN
+    SELECT RAISE(ABORT, 'an action may be claimed only while pending or after a retryable failure');
+END;
+
+CREATE TRIGGER actions_settled_is_final BEFORE UPDATE OF state ON actions
+WHEN OLD.state IS NOT NEW.state AND (
+    OLD.state IN ('applied', 'rejected')
+    OR (OLD.state = 'failed' AND OLD.retryable = 0)
+    OR NEW.state = 'pending'
+)
+BEGIN
+    SELECT RAISE(ABORT, 'a settled action never changes state again');
+END;
+
+-- The drivers' key-value port: opaque (postcard) values under string keys, per driver.
+CREATE TABLE kv (
+    scope  TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    value  BLOB NOT NULL,
+    PRIMARY KEY (scope, key)
+) STRICT, WITHOUT ROWID;
+"#;

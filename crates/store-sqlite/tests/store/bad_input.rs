@@ -1,0 +1,256 @@
+//! Bad input: a corrupt or truncated file, a newer schema, a stranger's database, a
+//! read-only location, a full disk. Each is a clear error, and nothing already stored is
+//! lost or changed.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use kernel::{
+    ActionDescription, DriverActionId, EntryBody, LedgerEntry, ObservationDescription, Timestamp,
+};
+use store_sqlite::{Database, SCHEMA_VERSION, StoreError};
+
+use crate::support::TempDir;
+
+fn observation(text: &str) -> impl FnMut(kernel::LedgerId) -> LedgerEntry + '_ {
+    move |id| LedgerEntry {
+        id,
+        gatekeeper: Arc::from("gk"),
+        caller: Arc::from("agent"),
+        created_at: Timestamp(id.0),
+        body: EntryBody::Observation(ObservationDescription::new(format!("read {id}"), text)),
+    }
+}
+
+/// A database file holding `n` observations, closed (so its log is checkpointed).
+fn filled(path: &Path, n: usize) {
+    let db = Database::open(path).unwrap();
+    let ledger = db.ledger();
+    let text = "x".repeat(300);
+    for _ in 0..n {
+        ledger.insert(&mut observation(&text)).unwrap();
+    }
+}
+
+fn count(path: &Path) -> usize {
+    Database::open(path)
+        .unwrap()
+        .ledger()
+        .entries()
+        .unwrap()
+        .len()
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_refused_and_left_alone() {
+    let dir = TempDir::new("garbage");
+    let path = dir.join("gate.db");
+    let garbage: Vec<u8> = b"this is a shopping list, not a database\n".repeat(200);
+    std::fs::write(&path, &garbage).unwrap();
+    let error = Database::open(&path).unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("damaged or is not a database"),
+        "{message}"
+    );
+    assert!(message.contains("restore it from a backup"), "{message}");
+    assert_eq!(std::fs::read(&path).unwrap(), garbage);
+}
+
+#[test]
+fn a_truncated_file_is_refused_and_left_alone() {
+    let dir = TempDir::new("truncated");
+    let path = dir.join("gate.db");
+    filled(&path, 200);
+    let full = std::fs::read(&path).unwrap();
+    assert!(full.len() > 64 * 1024, "expected a multi-page file");
+    let cut = &full[..full.len() * 6 / 10];
+    std::fs::write(&path, cut).unwrap();
+    let error = Database::open(&path).unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+    assert!(error.to_string().contains("nothing was changed"), "{error}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        cut,
+        "the failed open wrote to the file"
+    );
+
+    // Putting the whole file back brings every record back.
+    std::fs::write(&path, &full).unwrap();
+    assert_eq!(count(&path), 200);
+}
+
+#[test]
+fn a_file_from_a_newer_schema_is_refused_and_left_alone() {
+    let dir = TempDir::new("newer");
+    let path = dir.join("gate.db");
+    filled(&path, 3);
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let error = Database::open(&path).unwrap_err();
+    match &error {
+        StoreError::NewerSchema {
+            found, supported, ..
+        } => {
+            assert_eq!((*found, *supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+        }
+        other => panic!("expected NewerSchema, got {other:?}"),
+    }
+    assert!(
+        error.to_string().contains("open it with the newer build"),
+        "{error}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn another_applications_database_is_refused_and_left_alone() {
+    let dir = TempDir::new("foreign");
+    let path = dir.join("notes.db");
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('keep me');")
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let error = Database::open(&path).unwrap_err();
+    assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
+    assert!(error.to_string().contains("choose another file"), "{error}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn a_location_that_cannot_be_written_is_a_clear_error() {
+    // Nobody, root included, can create a file here.
+    let error = Database::open("/proc/self/gate.db").unwrap_err();
+    assert!(matches!(error, StoreError::ReadOnly { .. }), "{error:?}");
+    assert!(error.to_string().contains("writable location"), "{error}");
+}
+
+/// Makes a directory refuse new entries for as long as it lives: by permissions, or,
+/// for root (whom permissions do not stop), by the immutable attribute.
+struct Frozen<'a> {
+    dir: &'a Path,
+    immutable: bool,
+}
+
+impl<'a> Frozen<'a> {
+    fn new(dir: &'a Path) -> Option<Self> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let frozen = |dir: &Path| std::fs::File::create(dir.join("probe")).is_err();
+        if frozen(dir) {
+            return Some(Self {
+                dir,
+                immutable: false,
+            });
+        }
+        let _ = std::fs::remove_file(dir.join("probe"));
+        let chattr = Command::new("chattr").arg("+i").arg(dir).status();
+        if chattr.is_ok_and(|s| s.success()) && frozen(dir) {
+            return Some(Self {
+                dir,
+                immutable: true,
+            });
+        }
+        None
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        if self.immutable {
+            let _ = Command::new("chattr").arg("-i").arg(self.dir).status();
+        }
+        let _ = std::fs::set_permissions(self.dir, std::fs::Permissions::from_mode(0o755));
+    }
+}
+
+#[test]
+fn an_existing_database_in_a_read_only_directory_is_a_clear_error_and_keeps_its_records() {
+    let dir = TempDir::new("readonly");
+    let home = dir.join("home");
+    std::fs::create_dir(&home).unwrap();
+    let path = home.join("gate.db");
+    filled(&path, 5);
+    let _ = std::fs::remove_dir_all(home.join("gate.db-sessions"));
+    {
+        let Some(_frozen) = Frozen::new(&home) else {
+            // Neither permissions nor the immutable attribute hold here; the /proc case
+            // above still covers the error.
+            eprintln!("cannot make a read-only directory on this machine; covered by /proc");
+            return;
+        };
+        let error = Database::open(&path).unwrap_err();
+        assert!(matches!(error, StoreError::ReadOnly { .. }), "{error:?}");
+        assert!(error.to_string().contains("cannot be written"), "{error}");
+    }
+    assert_eq!(count(&path), 5);
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_the_write_and_keeps_everything_stored_before() {
+    let dir = TempDir::new("full");
+    let path = dir.join("gate.db");
+    let db = Database::open(&path).unwrap();
+    let ledger = db.ledger();
+    let text = "y".repeat(2000);
+    for _ in 0..10 {
+        ledger.insert(&mut observation(&text)).unwrap();
+    }
+    let size = std::fs::metadata(&path).unwrap().len().max(4096 * 8);
+    db.limit_size(size + 4 * 4096).unwrap();
+    let mut stored = 10;
+    let error = loop {
+        match ledger.insert(&mut observation(&text)) {
+            Ok(_) => stored += 1,
+            Err(error) => break error,
+        }
+        assert!(stored < 1000, "the size limit never took effect");
+    };
+    assert!(error.0.contains("database is full"), "{error}");
+    assert!(
+        error.0.contains("free disk space or raise the size limit"),
+        "{error}"
+    );
+    assert_eq!(ledger.entries().unwrap().len(), stored);
+
+    // Through the kernel, a refused submission is a storage error and records nothing.
+    let overseer =
+        kernel::Overseer::with_store(ledger.clone(), Arc::new(kernel::StepClock::default()));
+    overseer
+        .register(crate::support::FakeGatekeeper::new("gk"))
+        .unwrap();
+    let queue = overseer.queue_for("gk", "agent").unwrap();
+    let big = ActionDescription::new("big", "z".repeat(20_000));
+    let refused = queue.submit_action(DriverActionId(1), big.clone()).await;
+    assert!(
+        matches!(&refused, Err(kernel::QueueError::Storage(m)) if m.contains("database is full")),
+        "{refused:?}"
+    );
+    assert_eq!(ledger.entries().unwrap().len(), stored);
+
+    // Room again: writes work, and nothing stored earlier was lost.
+    db.limit_size(1 << 30).unwrap();
+    queue.submit_action(DriverActionId(1), big).await.unwrap();
+    drop((queue, overseer, ledger, db));
+    assert_eq!(count(&path), stored + 1);
+}
+
+#[test]
+fn a_missing_directory_is_cannot_open_not_read_only() {
+    let dir = TempDir::new("missing");
+    let error = Database::open(dir.join("no/such/dir/gate.db")).unwrap_err();
+    assert!(matches!(error, StoreError::CannotOpen { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("check that the path exists"),
+        "{error}"
+    );
+}

@@ -1,0 +1,11 @@
+//! store-sqlite's behaviour, one module per concern; the list below is the table of contents.
+
+mod support;
+
+mod actions;
+mod bad_input;
+mod crash;
+mod kv;
+mod ledger;
+mod sql_queries;
+mod two_handles;

@@ -21,6 +21,8 @@ pub enum DrainCause {
     Rejected(LedgerId),
     /// A person enabled an auto-approval rule.
     RuleEnabled,
+    /// The kernel was started over an existing ledger.
+    Resumed,
 }
 
 impl fmt::Display for DrainCause {
@@ -30,6 +32,7 @@ impl fmt::Display for DrainCause {
             Self::Approved(id) => write!(f, "approved {id}"),
             Self::Rejected(id) => write!(f, "rejected {id}"),
             Self::RuleEnabled => f.write_str("rule enabled"),
+            Self::Resumed => f.write_str("resumed"),
         }
     }
 }

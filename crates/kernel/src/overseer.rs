@@ -430,6 +430,19 @@ impl Overseer {
         Ok(())
     }
 
+    /// Drain every registered gatekeeper that has a rule: call this once the drivers are
+    /// registered on a kernel opened over an existing (durable) ledger, so actions that
+    /// became eligible before a restart do not wait for the next trigger.
+    ///
+    /// Must be called within a tokio runtime (the drains run as tasks).
+    pub fn resume(&self) -> Result<(), DecisionError> {
+        for name in self.gatekeeper_names() {
+            let name = self.inner.gatekeeper_name(&name)?;
+            self.drain_if_ruled(&name, DrainCause::Resumed)?;
+        }
+        Ok(())
+    }
+
     /// Remove a rule. Actions of that kind submitted later need a person again; returns
     /// whether a rule existed.
     pub fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, DecisionError> {

@@ -172,3 +172,38 @@ async fn concurrent_drains_never_apply_one_action_twice() {
     assert_eq!(unique.len(), applied.len(), "an action was applied twice");
     assert!(overseer.open_actions().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_kernel_reopened_over_a_ledger_resumes_eligible_work() {
+    use kernel::{AutoApprovalRule, LedgerStore, MemoryLedger, Overseer, StepClock};
+
+    let store: Arc<dyn LedgerStore> = Arc::new(MemoryLedger::new());
+    let clock = Arc::new(StepClock::default());
+    let first = Overseer::with_store(store.clone(), clock.clone());
+    first
+        .register(crate::support::FakeGatekeeper::new("issues"))
+        .unwrap();
+    let queue = first.queue_for("issues", "agent").unwrap();
+    let id = submit(&queue, 1, true).await;
+    first.settle().await;
+    drop(first);
+    // Meanwhile the rule was enabled by another process sharing the ledger; nothing
+    // in this process triggered a drain.
+    store
+        .put_rule(&AutoApprovalRule {
+            gatekeeper: "issues".into(),
+            kind: label_kind(),
+            enabled_by: "alice".into(),
+        })
+        .unwrap();
+
+    let second = Overseer::with_store(store, clock);
+    let gatekeeper = crate::support::FakeGatekeeper::new("issues");
+    second.register(gatekeeper.clone()).unwrap();
+    second.settle().await;
+    assert_eq!(state(&second, id), ActionState::Pending, "no trigger yet");
+    second.resume().unwrap();
+    second.settle().await;
+    assert_eq!(state(&second, id), ActionState::Approved);
+    assert_eq!(gatekeeper.applied(), vec![1]);
+}

@@ -10,28 +10,77 @@
 //! 2. **Simulate** (every read). The pending records of the content read are folded over
 //!    the wiki's state ([`crate::overlay`]). A `~N` handle resolves to the real id once
 //!    its create is applied.
-//! 3. **Apply** ([`Gatekeeper::apply_action`]). Re-read the latest version and write
-//!    version + 1. Anything aimed at a `~N` not created yet fails, retryably, with
-//!    "content ~N has not been created yet"; nothing is created on the side. A 409 from
-//!    the wiki fails retryably and leaves the action pending. Under
-//!    [`Policy::refuse_stale`] a replace or retitle whose page moved on since staging
-//!    fails for good; under [`Policy::ordered_apply`] an action is refused while an
-//!    earlier one on the same content (or its provisional parent) is pending.
+//! 3. **Apply** ([`Gatekeeper::apply_action`]), at most once (see
+//!    [below](#the-at-most-once-apply)): re-read the latest version, store the
+//!    `applying` claim, write version + 1, store the outcome. Anything aimed at a `~N`
+//!    not created yet fails, retryably, with "content ~N has not been created yet";
+//!    nothing is created on the side. A 409 from the wiki fails retryably and leaves the
+//!    action pending. Under [`Policy::refuse_stale`] a replace or retitle whose page
+//!    moved on since staging fails for good; under [`Policy::ordered_apply`] an action
+//!    is refused while an earlier one on the same content (or its provisional parent)
+//!    is pending.
 //! 4. **Reject** ([`Gatekeeper::reject_action`]). The record is deleted; a create takes
 //!    every pending action on it and on its provisional descendants with it, reported
-//!    as `cascaded` under [`Policy::report_cascade`].
+//!    as `cascaded` under [`Policy::report_cascade`]. An `applying` action may already
+//!    be in the wiki: rejecting it is refused.
 //! 5. **Revert** ([`Gatekeeper::revert_action`]). The reference writes back a snapshot;
 //!    under [`Policy::careful_revert`] only the action's own change is undone, or
 //!    nothing is written and the refusal says why.
+//!
+//! # The at-most-once apply
+//!
+//! A wiki write is not idempotent (an append sent twice appends twice), and the
+//! key-value port may be durable (SQLite), so an action must never be sent again after
+//! a crash or a restart that may have come after the request left. What a caller can
+//! rely on:
+//!
+//! - The `applying` claim is stored through the key-value port **before** the request
+//!   is sent, and the outcome after it.
+//! - An apply that finds the action `applying` refuses with "already being applied" and
+//!   sends nothing; one that finds it `applied` succeeds and sends nothing.
+//! - A gatekeeper opened over a record left `applying` ([`ConfluenceGatekeeper::open`])
+//!   marks it `failed`, not retryable, with [`INTERRUPTED_MESSAGE`], and never sends
+//!   it: reads stop showing it as pending, and approving it again returns that message.
+//!
+//! This is *at most once*, not exactly once: when the outcome is unknown, the driver
+//! prefers losing a write to repeating it. The steps, all under the store lock:
+//!
+//! 1. **Read** the record. Unknown, or failed for good: refuse, final. `applying`:
+//!    refuse, retryable, "already being applied". `applied` or `reverted`: succeed
+//!    without sending anything.
+//! 2. **Check and plan**, sending nothing: the order rule ([`Policy::ordered_apply`]),
+//!    resolving `~N`, re-reading the latest version, the stale check
+//!    ([`Policy::refuse_stale`]), the space lookup. The result is the one write request
+//!    to send. A refusal here writes no claim: the record stays `pending` (retryable)
+//!    or becomes `failed` (final).
+//! 3. **Claim**: write the record as `applying` through the port. If the write fails,
+//!    refuse, retryable: nothing was sent. **Nothing is sent before this write is
+//!    stored**, so a crash from here on leaves a record that is never replayed.
+//! 4. **Send** the request: the apply's only write to the wiki.
+//! 5. **Record the outcome.** Accepted: for a create, the `prov:~N` mapping first; then
+//!    the record as `applied`, with what revert and the stale check need. Refused by the
+//!    wiki (a refused request changes nothing there, a 409 say): the record goes back
+//!    to `pending`, retryable. If this write fails, the apply fails for good and the
+//!    record stays `applying` in the port: no apply sends it again, and the next open
+//!    marks it failed.
+//!
+//! Opening ([`ConfluenceGatekeeper::open`]) turns every record left `applying` into
+//! `failed` before the gatekeeper can be used. The claim is checked in this process's
+//! index, not by a compare-and-set in the port (the port has none): one gatekeeper
+//! instance owns a store at a time.
 //!
 //! # Concurrency
 //!
 //! The wiki service is in-process and synchronous, so every apply, reject, revert,
 //! staging and read runs its service calls and store updates under one lock, with no
 //! `.await` inside. A read therefore never sees a write whose record is not yet marked
-//! applied (which would show an append twice). Only the kernel calls
-//! (`submit_action`, `authorize_observation`) are awaited, outside the lock. A remote
-//! service behind an async port would need a per-content lock instead.
+//! applied (which would show an append twice), and two applies of one action run one
+//! after the other: the second finds it `applied` and sends nothing. Within a process, a
+//! record is seen `applying` only when an apply could not record its outcome. Only the
+//! kernel calls (`submit_action`, `authorize_observation`) are awaited, outside the
+//! lock. A remote service behind an async port would need a per-content lock instead,
+//! and the claim would then also be what stops a second apply while the first is in
+//! flight.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -62,12 +111,67 @@ use crate::session::WikiSession;
 use crate::store::ActionStore;
 use crate::view::{ContentSummary, PageView};
 
+/// The failure kept for an action found `applying` when the gatekeeper is opened: the
+/// process stopped after the claim, so the request may or may not have reached the wiki.
+pub const INTERRUPTED_MESSAGE: &str = "This call was interrupted after it had been sent, so it may or may not have taken effect. Check the wiki before staging it again.";
+
 /// Why an apply did not happen.
 enum Refusal {
     /// Nothing was sent; approving again may succeed.
     Retry(String),
     /// Nothing was sent, and approving again never will: stage it anew.
     Final(String),
+}
+
+/// The one write request an apply sends (step 4), as planned in step 2.
+enum Request {
+    /// Create the page or blog post.
+    Create(NewContent),
+    /// PUT the next version; `current` is the page it was derived from.
+    Update {
+        id: u64,
+        current: Page,
+        update: ContentUpdate,
+        /// For an append: exactly the storage fragment added.
+        appended: Option<String>,
+    },
+    /// Add a footer comment.
+    Comment { id: u64, body: String },
+    /// Add or remove a label.
+    Label {
+        id: u64,
+        name: String,
+        adding: bool,
+        label_changed: Option<bool>,
+    },
+    /// Move to the trash.
+    Trash(u64),
+    /// Restore from the trash.
+    Restore(u64),
+}
+
+impl Request {
+    /// PUT version + 1 of `current` with this title and body, keeping a draft a draft.
+    fn update(
+        id: u64,
+        current: Page,
+        title: String,
+        body: String,
+        appended: Option<String>,
+    ) -> Self {
+        let update = ContentUpdate {
+            version: current.version + 1,
+            title,
+            body,
+            status: keep_status(current.status),
+        };
+        Self::Update {
+            id,
+            current,
+            update,
+            appended,
+        }
+    }
 }
 
 fn from_service(error: ServiceError) -> Refusal {
@@ -126,7 +230,9 @@ pub struct ConfluenceGatekeeper {
 
 impl ConfluenceGatekeeper {
     /// A gatekeeper named `name` over `service`, keeping its records in `kv` (loaded
-    /// from it if it already holds some).
+    /// from it if it already holds some). Every record left `applying` by an apply that
+    /// never recorded its outcome becomes `failed`, not retryable, with
+    /// [`INTERRUPTED_MESSAGE`]: it may have reached the wiki, so it is never sent again.
     pub fn open(
         name: impl Into<String>,
         service: Arc<WikiService>,
@@ -134,12 +240,18 @@ impl ConfluenceGatekeeper {
         clock: Arc<dyn Clock>,
         policy: Policy,
     ) -> Result<Self, KvError> {
+        let mut store = ActionStore::open(kv)?;
+        // An action left `applying` may have reached the wiki: it fails for good, before
+        // anything else can apply it.
+        for id in store.fail_interrupted(INTERRUPTED_MESSAGE)? {
+            warn!(%id, "apply interrupted after its claim; marked failed, it will not be sent again");
+        }
         Ok(Self {
             name: name.into(),
             policy,
             service,
             clock,
-            store: Mutex::new(ActionStore::open(kv)?),
+            store: Mutex::new(store),
         })
     }
 
@@ -563,8 +675,12 @@ impl ConfluenceGatekeeper {
 
     // ----- apply -----
 
+    /// Send an approved action to the wiki at most once: the five steps of
+    /// [the at-most-once apply](crate::gatekeeper#the-at-most-once-apply), under the
+    /// store lock.
     fn apply_now(&self, id: DriverActionId) -> Result<(), GatekeeperError> {
         let mut store = self.store();
+        // Step 1: read the record.
         let Some(record) = store.get(id).cloned() else {
             return Err(GatekeeperError::fatal(format!(
                 "unknown action {id}: the wiki gatekeeper holds no such action (it was dropped with a rejected page, or never staged), so nothing was sent; reject it"
@@ -579,40 +695,125 @@ impl ConfluenceGatekeeper {
                     }),
                 ));
             }
+            RecordState::Applying => {
+                info!(%id, "apply refused: already being applied");
+                return Err(GatekeeperError::retryable(format!(
+                    "{} is already being applied, so nothing was sent again; wait for that attempt's outcome (if it could not be recorded, the action stays claimed until the gatekeeper is reopened, which marks it failed)",
+                    record.display_id()
+                )));
+            }
             RecordState::Pending => {}
         }
+        // Step 2: check and plan; nothing is sent and nothing is claimed yet.
         if self.policy.ordered_apply
             && let Some(message) = blocker(&store, &record)
         {
             info!(%id, "apply refused: an earlier action is pending");
             return Err(GatekeeperError::retryable(message));
         }
-        match self.perform(&mut store, &record) {
-            Ok(applied) => {
-                let mut next = (*record).clone();
-                next.state = RecordState::Applied;
-                next.applied = Some(applied);
-                store.put(next).map_err(|e| {
-                    GatekeeperError::fatal(format!(
-                        "the change was sent to the wiki but could not be recorded ({e}); check the content before approving anything else on it"
-                    ))
-                })?;
-                info!(%id, "action applied");
-                Ok(())
+        let request = match self.plan(&mut store, &record) {
+            Ok(request) => request,
+            Err(refusal) => return Err(self.refused(&mut store, &record, refusal, false)),
+        };
+        // Step 3: the claim is stored before anything is sent.
+        let mut claim = (*record).clone();
+        claim.state = RecordState::Applying;
+        if let Err(error) = store.put(claim) {
+            warn!(%id, %error, "apply failed: the claim could not be recorded; nothing was sent");
+            return Err(GatekeeperError::retryable(format!(
+                "{error}; the claim to apply this could not be recorded, so nothing was sent; approve again to retry"
+            )));
+        }
+        // Step 4: the only send.
+        let sent = self.send(request);
+        // Step 5: record the outcome.
+        match sent {
+            Ok(applied) => self.settle_sent(&mut store, &record, applied),
+            // The wiki refused the request, and a refused request changes nothing there.
+            Err(error) => Err(self.refused(&mut store, &record, from_service(error), true)),
+        }
+    }
+
+    /// Step 5 after the wiki accepted the request: the `prov:~N` mapping of a create,
+    /// then the record as `applied`. When either cannot be written the apply fails for
+    /// good: the record is left `applying` (or `failed`), so it is never sent again.
+    fn settle_sent(
+        &self,
+        store: &mut ActionStore,
+        record: &ActionRecord,
+        applied: Applied,
+    ) -> Result<(), GatekeeperError> {
+        let id = record.id;
+        if let WikiAction::Create { provisional, .. } = record.action
+            && let Some(created) = applied.created
+            && let Err(error) = store.set_provisional(provisional, created)
+        {
+            let message = format!(
+                "content {created} was created, but its handle ~{provisional} could not be recorded ({error}); do not stage it again, that would create a duplicate"
+            );
+            warn!(%id, %message, "apply sent, outcome not recorded");
+            let mut next = record.clone();
+            next.state = RecordState::Failed;
+            next.failure = Some(message.clone());
+            if let Err(error) = store.put(next) {
+                warn!(%id, %error, "could not record the failure; the claim stays");
             }
-            Err(Refusal::Retry(message)) => {
+            return Err(GatekeeperError::fatal(message));
+        }
+        let mut next = record.clone();
+        next.state = RecordState::Applied;
+        next.applied = Some(applied);
+        if let Err(error) = store.put(next) {
+            warn!(%id, %error, "apply sent, outcome not recorded; the claim stays");
+            return Err(GatekeeperError::fatal(format!(
+                "the change was sent to the wiki but could not be recorded ({error}); the action stays claimed and will not be sent again; check the content before approving anything else on it"
+            )));
+        }
+        info!(%id, "action applied");
+        Ok(())
+    }
+
+    /// Record an apply that reached nothing in the wiki: a retryable refusal leaves the
+    /// record (or puts it back, if `claimed`) `pending`; a final one marks it `failed`.
+    fn refused(
+        &self,
+        store: &mut ActionStore,
+        record: &ActionRecord,
+        refusal: Refusal,
+        claimed: bool,
+    ) -> GatekeeperError {
+        let id = record.id;
+        let (next, error) = match refusal {
+            Refusal::Retry(message) => {
                 warn!(%id, %message, "apply failed; nothing was written");
-                Err(GatekeeperError::retryable(message))
+                (
+                    claimed.then(|| record.clone()),
+                    GatekeeperError::retryable(message),
+                )
             }
-            Err(Refusal::Final(message)) => {
+            Refusal::Final(message) => {
                 warn!(%id, %message, "apply refused for good; nothing was written");
-                let mut next = (*record).clone();
+                let mut next = record.clone();
                 next.state = RecordState::Failed;
                 next.failure = Some(message.clone());
-                if let Err(error) = store.put(next) {
-                    warn!(%id, %error, "could not record the failure");
-                }
-                Err(GatekeeperError::fatal(message))
+                (Some(next), GatekeeperError::fatal(message))
+            }
+        };
+        let Some(next) = next else {
+            return error;
+        };
+        match store.put(next) {
+            Ok(_) => error,
+            Err(kv) if claimed => {
+                warn!(%id, error = %kv, "could not release the claim of an apply that sent nothing");
+                GatekeeperError::fatal(format!(
+                    "{}; but that nothing was sent could not be recorded ({kv}), so the action stays claimed and is marked failed when the gatekeeper is reopened; stage it again",
+                    error.message
+                ))
+            }
+            Err(kv) => {
+                warn!(%id, error = %kv, "could not record the failure");
+                error
             }
         }
     }
@@ -672,16 +873,18 @@ impl ConfluenceGatekeeper {
         )))
     }
 
-    fn perform(&self, store: &mut ActionStore, record: &ActionRecord) -> Result<Applied, Refusal> {
+    /// Step 2: every read and check an apply makes before it writes, ending in the one
+    /// request it will send. Sends nothing; the only port write is the space-id cache.
+    fn plan(&self, store: &mut ActionStore, record: &ActionRecord) -> Result<Request, Refusal> {
         let service = &self.service;
         match &record.action {
             WikiAction::Create {
-                provisional,
                 kind,
                 parent,
                 title,
                 content,
                 status,
+                ..
             } => {
                 let space = parent.space();
                 if space.is_empty() {
@@ -702,32 +905,14 @@ impl ConfluenceGatekeeper {
                     (ContentKind::Page, Some(p)) => Some(self.require_resolved(store, p)?),
                     _ => None,
                 };
-                let created = service
-                    .create_content(NewContent {
-                        kind: *kind,
-                        space_id,
-                        parent: parent_id,
-                        title: title.clone(),
-                        body: markdown_to_storage(content.as_deref().unwrap_or("")),
-                        status: *status,
-                    })
-                    .map_err(from_service)?;
-                store.set_provisional(*provisional, created.id).map_err(|e| {
-                    Refusal::Final(format!(
-                        "content {} was created, but its handle ~{provisional} could not be recorded ({e}); do not stage it again, that would create a duplicate",
-                        created.id
-                    ))
-                })?;
-                Ok(Applied {
-                    created: Some(created.id),
-                    write: Some(VersionedWrite {
-                        before: 0,
-                        after: created.version,
-                        previous_body: String::new(),
-                        previous_title: String::new(),
-                    }),
-                    ..Applied::default()
-                })
+                Ok(Request::Create(NewContent {
+                    kind: *kind,
+                    space_id,
+                    parent: parent_id,
+                    title: title.clone(),
+                    body: markdown_to_storage(content.as_deref().unwrap_or("")),
+                    status: *status,
+                }))
             }
             WikiAction::SetContent { target, markdown } => {
                 let id = self.require_resolved(store, *target)?;
@@ -741,24 +926,15 @@ impl ConfluenceGatekeeper {
                         "replacement",
                     )?;
                 }
-                self.write(
-                    id,
-                    current,
-                    |page| (page.title.clone(), markdown_to_storage(markdown)),
-                    None,
-                )
+                let (title, body) = (current.title.clone(), markdown_to_storage(markdown));
+                Ok(Request::update(id, current, title, body, None))
             }
             WikiAction::AppendContent { target, markdown } => {
                 let id = self.require_resolved(store, *target)?;
                 let current = service.get_content(id).map_err(from_service)?;
                 let fragment = markdown_to_storage(markdown);
-                let appended = fragment.clone();
-                self.write(
-                    id,
-                    current,
-                    move |page| (page.title.clone(), format!("{}{fragment}", page.body)),
-                    Some(appended),
-                )
+                let (title, body) = (current.title.clone(), format!("{}{fragment}", current.body));
+                Ok(Request::update(id, current, title, body, Some(fragment)))
             }
             WikiAction::SetTitle { target, title } => {
                 let id = self.require_resolved(store, *target)?;
@@ -772,18 +948,16 @@ impl ConfluenceGatekeeper {
                         "rename",
                     )?;
                 }
-                self.write(id, current, |page| (title.clone(), page.body.clone()), None)
+                let body = current.body.clone();
+                Ok(Request::update(id, current, title.clone(), body, None))
             }
             WikiAction::AddComment { target, text } => {
                 let id = self.require_resolved(store, *target)?;
                 // The reference reads the target to choose the comment container.
                 service.get_content(id).map_err(from_service)?;
-                let comment = service
-                    .add_comment(id, markdown_to_storage(text), &self.name)
-                    .map_err(from_service)?;
-                Ok(Applied {
-                    created: Some(comment),
-                    ..Applied::default()
+                Ok(Request::Comment {
+                    id,
+                    body: markdown_to_storage(text),
                 })
             }
             WikiAction::AddLabel { target, name } | WikiAction::RemoveLabel { target, name } => {
@@ -800,60 +974,81 @@ impl ConfluenceGatekeeper {
                 } else {
                     None
                 };
+                Ok(Request::Label {
+                    id,
+                    name: name.clone(),
+                    adding,
+                    label_changed,
+                })
+            }
+            WikiAction::Trash { target } => {
+                Ok(Request::Trash(self.require_resolved(store, *target)?))
+            }
+            WikiAction::Restore { target } => {
+                Ok(Request::Restore(self.require_resolved(store, *target)?))
+            }
+        }
+    }
+
+    /// Step 4: send the one request, and say what it did (for revert and the stale check).
+    /// An error means the wiki refused it and nothing changed there.
+    fn send(&self, request: Request) -> Result<Applied, ServiceError> {
+        let service = &self.service;
+        match request {
+            Request::Create(new) => {
+                let created = service.create_content(new)?;
+                Ok(Applied {
+                    created: Some(created.id),
+                    write: Some(VersionedWrite {
+                        before: 0,
+                        after: created.version,
+                        previous_body: String::new(),
+                        previous_title: String::new(),
+                    }),
+                    ..Applied::default()
+                })
+            }
+            Request::Update {
+                id,
+                current,
+                update,
+                appended,
+            } => {
+                let updated = service.update_content(id, update)?;
+                Ok(Applied {
+                    write: Some(VersionedWrite {
+                        before: current.version,
+                        after: updated.version,
+                        previous_body: current.body,
+                        previous_title: current.title,
+                    }),
+                    appended,
+                    ..Applied::default()
+                })
+            }
+            Request::Comment { id, body } => Ok(Applied {
+                created: Some(service.add_comment(id, body, &self.name)?),
+                ..Applied::default()
+            }),
+            Request::Label {
+                id,
+                name,
+                adding,
+                label_changed,
+            } => {
                 if adding {
-                    service.add_label(id, name).map_err(from_service)?;
+                    service.add_label(id, &name)?;
                 } else {
-                    service.remove_label(id, name).map_err(from_service)?;
+                    service.remove_label(id, &name)?;
                 }
                 Ok(Applied {
                     label_changed,
                     ..Applied::default()
                 })
             }
-            WikiAction::Trash { target } => {
-                let id = self.require_resolved(store, *target)?;
-                service.trash(id).map_err(from_service)?;
-                Ok(Applied::default())
-            }
-            WikiAction::Restore { target } => {
-                let id = self.require_resolved(store, *target)?;
-                service.restore(id).map_err(from_service)?;
-                Ok(Applied::default())
-            }
+            Request::Trash(id) => service.trash(id).map(|()| Applied::default()),
+            Request::Restore(id) => service.restore(id).map(|()| Applied::default()),
         }
-    }
-
-    /// PUT version + 1 with the title and body `make` derives from the latest page.
-    fn write(
-        &self,
-        id: u64,
-        current: Page,
-        make: impl FnOnce(&Page) -> (String, String),
-        appended: Option<String>,
-    ) -> Result<Applied, Refusal> {
-        let (title, body) = make(&current);
-        let updated = self
-            .service
-            .update_content(
-                id,
-                ContentUpdate {
-                    version: current.version + 1,
-                    title,
-                    body,
-                    status: keep_status(current.status),
-                },
-            )
-            .map_err(from_service)?;
-        Ok(Applied {
-            write: Some(VersionedWrite {
-                before: current.version,
-                after: updated.version,
-                previous_body: current.body,
-                previous_title: current.title,
-            }),
-            appended,
-            ..Applied::default()
-        })
     }
 
     // ----- reject -----
@@ -864,6 +1059,12 @@ impl ConfluenceGatekeeper {
             // Already gone (dropped with a rejected page): nothing to do.
             return Ok(RejectOutcome::default());
         };
+        if record.state == RecordState::Applying {
+            return Err(GatekeeperError::retryable(format!(
+                "{} is being applied right now (or its outcome could not be recorded), so it may already be in the wiki and can no longer be rejected; wait for its outcome",
+                record.display_id()
+            )));
+        }
         if record.state != RecordState::Pending {
             // An applied action stays, so that it can still be reverted.
             return Ok(RejectOutcome::default());
@@ -946,6 +1147,12 @@ impl ConfluenceGatekeeper {
             RecordState::Pending | RecordState::Failed => {
                 return Ok(RevertOutcome::refused(
                     "this action was never applied, so there is nothing to revert",
+                    false,
+                ));
+            }
+            RecordState::Applying => {
+                return Ok(RevertOutcome::refused(
+                    "this action is being applied right now (or its outcome could not be recorded), so what it changed is not known; check the wiki",
                     false,
                 ));
             }
@@ -1228,6 +1435,8 @@ impl Gatekeeper for ConfluenceGatekeeper {
         &self.name
     }
 
+    /// Send the action at most once: the steps of
+    /// [the at-most-once apply](crate::gatekeeper#the-at-most-once-apply).
     async fn apply_action(&self, action: DriverActionId) -> Result<(), GatekeeperError> {
         self.apply_now(action)
     }

@@ -64,7 +64,7 @@ mod store;
 pub mod view;
 
 pub use error::WikiError;
-pub use gatekeeper::ConfluenceGatekeeper;
+pub use gatekeeper::{ConfluenceGatekeeper, INTERRUPTED_MESSAGE};
 pub use handle::{ContentHandle, ParseHandleError};
 pub use kv::{KvError, KvStore, MemoryKv};
 pub use lab::Lab;

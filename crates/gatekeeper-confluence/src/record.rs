@@ -204,9 +204,21 @@ impl WikiAction {
 
 /// Where a staged action is in its life, as the driver sees it.
 ///
-/// `pending → applied → reverted`, or `pending → failed` when applying it can never
-/// succeed (a stale replacement). A rejected action is deleted, not kept. A failed
-/// apply that may be retried leaves the record `pending`.
+/// ```text
+/// (stage) ──► pending ──claim──► applying ──sent──► applied ──revert──► reverted
+///               │  ▲                 │
+///               │  └─wiki refused────┘    (nothing changed there: approve again)
+///               └──stale──► failed
+/// applying ──(gatekeeper reopened)──► failed   (it may have landed: never re-sent)
+/// ```
+///
+/// A rejected action is deleted, not kept. A failed apply that may be retried leaves
+/// the record `pending`. The protocol that moves a record through `applying` is in
+/// [the driver's docs](crate::gatekeeper#the-at-most-once-apply).
+///
+/// The variants are stored by their position (postcard), so a new state is only ever
+/// added at the end: `Applying` came last, and records written before it existed still
+/// decode unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RecordState {
     /// Staged, overlaid on reads, not yet sent.
@@ -215,8 +227,13 @@ pub enum RecordState {
     Applied,
     /// Applied, then undone.
     Reverted,
-    /// Refused for good at apply time; no longer overlaid. Stage it again to retry.
+    /// Refused for good at apply time, or interrupted after it may have been sent; no
+    /// longer overlaid, never sent again. Stage it again to retry.
     Failed,
+    /// Claimed by an apply: written before the request is sent, so the request may have
+    /// reached the wiki. Not overlaid; a second apply is refused. A gatekeeper opened
+    /// over a record left in this state marks it failed and never sends it.
+    Applying,
 }
 
 /// What the driver captured when the action was staged.
@@ -357,5 +374,66 @@ mod tests {
         let bytes = stored.encode();
         assert_eq!(StoredRecord::decode(&bytes).unwrap(), stored);
         assert!(StoredRecord::decode(&[7, 7]).is_err());
+    }
+
+    /// An append to page 100 as layout 1 stored it before `Applying` existed, with the
+    /// state byte (offset 13) left out: 0 pending, 1 applied, 2 reverted, 3 failed.
+    fn layout1_bytes(state: u8) -> Vec<u8> {
+        let mut bytes = vec![
+            0, 1, 3, 1, 9, 2, 0, 100, 4, 109, 111, 114, 101, 5, 2, 1, 3, 111, 108, 100, 0, 1, 1, 0,
+            1, 5, 115, 116, 97, 108, 101,
+        ];
+        bytes.insert(13, state);
+        bytes
+    }
+
+    fn layout1_record(state: RecordState) -> ActionRecord {
+        ActionRecord {
+            id: DriverActionId(3),
+            ledger: Some(LedgerId(9)),
+            action: WikiAction::AppendContent {
+                target: ContentHandle::Real(100),
+                markdown: "more".into(),
+            },
+            state,
+            submitted_at: Timestamp(5),
+            staging: Staging {
+                base_version: 2,
+                previous_markdown: Some("old".into()),
+                previous_title: None,
+            },
+            depends_on: vec![DriverActionId(1)],
+            applied: None,
+            failure: Some("stale".into()),
+        }
+    }
+
+    #[test]
+    fn records_stored_before_the_applying_state_still_decode() {
+        let states = [
+            RecordState::Pending,
+            RecordState::Applied,
+            RecordState::Reverted,
+            RecordState::Failed,
+        ];
+        for (byte, state) in (0u8..).zip(states) {
+            let stored = StoredRecord::V1(StoredV1::Action(Box::new(layout1_record(state))));
+            assert_eq!(
+                StoredRecord::decode(&layout1_bytes(byte)).unwrap(),
+                stored,
+                "{state:?}"
+            );
+            assert_eq!(stored.encode(), layout1_bytes(byte), "{state:?}");
+        }
+    }
+
+    #[test]
+    fn an_applying_record_is_stored_after_the_old_states() {
+        let stored = StoredRecord::V1(StoredV1::Action(Box::new(layout1_record(
+            RecordState::Applying,
+        ))));
+        let bytes = stored.encode();
+        assert_eq!(bytes, layout1_bytes(4));
+        assert_eq!(StoredRecord::decode(&bytes).unwrap(), stored);
     }
 }

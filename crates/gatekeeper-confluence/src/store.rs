@@ -191,6 +191,30 @@ impl ActionStore {
         Ok(record)
     }
 
+    /// Turn every record left `applying` (by a process that stopped between its claim and
+    /// its outcome) into `failed` with `message`, through the port; returns their ids.
+    /// Such an action may have reached the wiki, so it must never be sent again.
+    pub(crate) fn fail_interrupted(
+        &mut self,
+        message: &str,
+    ) -> Result<Vec<DriverActionId>, KvError> {
+        let leftover: Vec<Arc<ActionRecord>> = self
+            .records
+            .values()
+            .filter(|r| r.state == RecordState::Applying)
+            .cloned()
+            .collect();
+        let mut failed = Vec::with_capacity(leftover.len());
+        for record in leftover {
+            let mut next = (*record).clone();
+            next.state = RecordState::Failed;
+            next.failure = Some(message.to_owned());
+            self.put(next)?;
+            failed.push(record.id);
+        }
+        Ok(failed)
+    }
+
     /// Delete a record from the port and the indexes.
     pub(crate) fn delete(&mut self, id: DriverActionId) -> Result<(), KvError> {
         self.kv.delete(&action_key(id))?;
@@ -245,7 +269,9 @@ impl ActionStore {
                     }
                 }
             }
-            RecordState::Reverted | RecordState::Failed => {}
+            // An applying record may already be in the wiki: folding it over the wiki's
+            // state could show it twice, so it is not overlaid.
+            RecordState::Applying | RecordState::Reverted | RecordState::Failed => {}
         }
         self.records.insert(record.id, record);
     }
@@ -354,5 +380,42 @@ mod tests {
         let mut again = reloaded;
         assert_eq!(again.allocate_action().unwrap(), DriverActionId(3));
         assert_eq!(again.allocate_provisional().unwrap(), 2);
+    }
+
+    #[test]
+    fn an_applying_record_is_not_overlaid_and_fails_when_reopened() {
+        let kv: Arc<dyn KvStore> = Arc::new(MemoryKv::new());
+        let mut store = ActionStore::open(kv.clone()).unwrap();
+        let target = ContentHandle::Real(100);
+        for id in [1, 2] {
+            let action = WikiAction::AppendContent {
+                target,
+                markdown: "x".into(),
+            };
+            store.put(record(id, action)).unwrap();
+        }
+        let mut claim = (**store.get(DriverActionId(1)).unwrap()).clone();
+        claim.state = RecordState::Applying;
+        store.put(claim).unwrap();
+        let pending = |s: &ActionStore| s.pending_on(target).keys().copied().collect::<Vec<_>>();
+        assert_eq!(pending(&store), vec![DriverActionId(2)]);
+
+        let mut reopened = ActionStore::open(kv.clone()).unwrap();
+        assert_eq!(pending(&reopened), vec![DriverActionId(2)]);
+        assert_eq!(
+            reopened.fail_interrupted("interrupted").unwrap(),
+            vec![DriverActionId(1)]
+        );
+        let failed = reopened.get(DriverActionId(1)).unwrap();
+        assert_eq!(failed.state, RecordState::Failed);
+        assert_eq!(failed.failure.as_deref(), Some("interrupted"));
+        assert_eq!(pending(&reopened), vec![DriverActionId(2)]);
+
+        let mut again = ActionStore::open(kv).unwrap();
+        assert_eq!(
+            again.get(DriverActionId(1)).unwrap().state,
+            RecordState::Failed
+        );
+        assert!(again.fail_interrupted("interrupted").unwrap().is_empty());
     }
 }

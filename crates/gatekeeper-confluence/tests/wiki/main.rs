@@ -5,8 +5,11 @@
 //!   under the reference policy and ours where they differ.
 //! - `sessions`: the agent's API: handles, reads, overlay details, staging refusals.
 //! - `lifecycle`: apply, reject and revert beyond the 11 cases, and persistence.
+//! - `claims`: the at-most-once apply: the claim before the write, a crash after it,
+//!   concurrent applies.
 
 mod cases;
+mod claims;
 mod lifecycle;
 mod sessions;
 

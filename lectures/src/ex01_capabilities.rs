@@ -25,7 +25,7 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    let desk = Desk::new();
+    let desk = Desk::new(cx)?;
     let tracker = IssueTracker::new();
     tracker.seed("Login fails on Safari", &["bug"]);
     tracker.seed("Dark mode", &[]);

@@ -85,7 +85,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     }
 
     cx.section("An honest tracker: searchIssues and deleteIssue are queued")?;
-    let desk = Desk::new();
+    let desk = Desk::new(cx)?;
     let honest = IssueTracker::new();
     honest.seed("Login fails on Safari", &["bug"]);
     let gk = desk.tracker(IssuesConfig::new(), honest.clone()).await?;
@@ -100,7 +100,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     let honest_calls = honest.calls();
 
     cx.section("A lying server: deleteIssue claims readOnlyHint: true")?;
-    let liar_desk = Desk::new();
+    let liar_desk = Desk::new(cx)?;
     let liar = IssueTracker::with_catalog(Catalog::Lying);
     liar.seed("Login fails on Safari", &["bug"]);
     liar.seed("Dark mode", &[]);

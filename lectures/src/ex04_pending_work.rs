@@ -85,7 +85,7 @@ fn must_wait(harness: Harness, overseer: &Overseer, ledger: LedgerId) -> anyhow:
 /// allows, and returns how many issues titled [`TITLE`] the tracker ends up with and how
 /// many `createIssue` calls were staged.
 async fn play(cx: &mut Context<'_>, harness: Harness) -> anyhow::Result<(usize, usize)> {
-    let desk = Desk::new();
+    let desk = Desk::new(cx)?;
     let tracker = IssueTracker::new();
     tracker.seed("Login fails on Safari", &[]);
     let config = IssuesConfig::new().simulate(harness == Harness::C);

@@ -36,7 +36,7 @@ fn ledger_of(outcome: &CallOutcome) -> anyhow::Result<LedgerId> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    let desk = Desk::new();
+    let desk = Desk::new(cx)?;
     let vetted_tracker = IssueTracker::new();
     vetted_tracker.seed("Login fails on Safari", &[]);
     let byo_tracker = IssueTracker::new();

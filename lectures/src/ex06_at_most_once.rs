@@ -9,16 +9,20 @@
 //!    second approval sends it once.
 //! 4. The process dies while a call is in flight: the restarted gatekeeper finds the claim
 //!    (`applying`) and turns it into a final failure; approving again sends nothing.
+//!    In memory the "restart" is a new kernel and gatekeeper over the same stores. With
+//!    `--db` every handle of the old process is dropped and the file is opened again, as a
+//!    new process would: opening it settles the dead claim at once, in the action store and
+//!    in the ledger, so the second approval is refused instead of failing.
 
 use std::io::Write;
 
-use gatekeeper_core::{ActionStore, Grants, Session};
+use gatekeeper_core::{Grants, Session};
 use gatekeeper_issues::{IssueTracker, IssuesConfig};
 use kernel::{LedgerId, Overseer};
 use serde_json::{Value, json};
 use shell::{Decision, Shell};
 
-use crate::setup::{Desk, call, poll, show_issues};
+use crate::setup::{Desk, call, poll, show_issues, visible};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -56,7 +60,7 @@ async fn stage(
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    let desk = Desk::new();
+    let desk = Desk::new(cx)?;
     let tracker = IssueTracker::new();
     let issues = desk.tracker(IssuesConfig::new(), tracker.clone()).await?;
     let mut grants = Grants::new();
@@ -176,14 +180,40 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         "  the process died after the tracker received the call ({received} call); the store says: {record}"
     )?;
 
-    writeln!(
-        cx,
-        "  restart: a new kernel over the same ledger, a new gatekeeper over the same action store"
-    )?;
-    let overseer = Overseer::with_store(desk.ledger.clone(), desk.clock.clone());
-    let store = ActionStore::open(issues.store().storage().clone(), desk.clock.clone()).await?;
-    let restarted = IssuesConfig::new().build(tracker.clone(), store).await;
-    overseer.register(restarted.clone())?;
+    // The process is gone, and everything it held goes with it: its people's shells, the
+    // agent's grants and session, its gatekeeper, and (in `Desk::restart`) its kernel and
+    // its handle on the database. With --db nothing of the old process may stay open: a
+    // claim whose process still holds the file counts as live and is left alone.
+    drop((alice, bob, grants, session, issues));
+    match desk.file() {
+        None => writeln!(
+            cx,
+            "  restart: a new kernel over the same ledger, a new gatekeeper over the same action store"
+        )?,
+        Some(path) => writeln!(
+            cx,
+            "  restart: every handle of {} is closed; a new process opens the file again: a new kernel over its ledger, a new gatekeeper over its action store",
+            visible(&path.display().to_string())
+        )?,
+    }
+    let desk = desk.restart()?;
+    if desk.file().is_some() {
+        let settled = state_of(&desk.overseer, id)?;
+        if settled == "pending" {
+            // The claim was left alone: its session still counts as alive, so some handle
+            // of the old process survived the "crash". That would be a bug here, not a
+            // lesson; say so instead of printing a restart that did not happen.
+            anyhow::bail!(
+                "the restart kept a handle of the old database open; the claim of {id} is still live"
+            );
+        }
+        writeln!(
+            cx,
+            "  opening the file settled the dead process's claim: the ledger says {id} is {settled}"
+        )?;
+    }
+    let restarted = desk.tracker(IssuesConfig::new(), tracker.clone()).await?;
+    let overseer = desk.overseer.clone();
     let mut grants = Grants::new();
     grants.introduce(
         "ISSUES",

@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use gatekeeper_core::{
-    ActionStore, CallError, GatekeeperConfig, Grants, ServerTrust, Tool, ToolGatekeeper,
-    ToolResult, ToolService,
+    CallError, GatekeeperConfig, Grants, ServerTrust, Tool, ToolGatekeeper, ToolResult, ToolService,
 };
 use serde_json::{Value, json};
 use shell::Shell;
@@ -107,11 +106,12 @@ fn count(markdown: &str) -> Counts {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    let desk = Desk::new();
+    let desk = Desk::new(cx)?;
     let service = Arc::new(HostileServer);
     let tools = service.list_tools().await;
+    let name = "reports".to_owned();
     let config = GatekeeperConfig {
-        name: "reports".to_owned(),
+        name: name.clone(),
         server_name: SERVER.to_owned(),
         endpoint: ENDPOINT.to_owned(),
         trust: ServerTrust::Byo,
@@ -121,7 +121,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         config,
         tools,
         service,
-        ActionStore::in_memory(desk.clock.clone()),
+        desk.action_store(&name).await?,
     ));
     desk.overseer.register(gatekeeper.clone())?;
     let mut grants = Grants::new();

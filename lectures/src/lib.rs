@@ -5,6 +5,11 @@
 //! into a service or the kernel to fake a result; when it reads a service's call counter
 //! or lists its issues, it prints that as evidence, after the fact.
 //!
+//! By default every kernel and driver store lives in memory. With `--db PATH` (a
+//! [`DbPlan`] on the [`Context`]) each desk keeps them in a SQLite file of its own, ex06's
+//! restart really closes and reopens its file, and [`ledger_view`] (`lectures ledger --db
+//! PATH`) prints what a file holds from another process.
+//!
 //! The transcripts are snapshot-tested (`tests/transcripts.rs`), so the behaviour they
 //! show cannot drift silently. Each lecture has a page in `docs/lectures/` naming the
 //! crate, module and type that implement its decision.
@@ -15,6 +20,7 @@
 //! and add one line to [`LECTURES`]. `--list`, `all`, the snapshot test and the check that
 //! its docs page exists pick it up from the table.
 
+mod db;
 mod runner;
 mod setup;
 
@@ -30,6 +36,7 @@ pub mod ex09_approval_gap;
 pub mod ex10_dependencies;
 pub mod ex11_order_and_revert;
 
+pub use db::{DbPlan, ledger_view};
 pub use runner::{
     Context, Lecture, LectureFuture, find, list, run_lecture, snapshot_filters, transcript,
     valid_names,

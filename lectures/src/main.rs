@@ -1,4 +1,5 @@
-//! The lecture runner's command line: `lectures ex05 | all | --list [--interactive]`.
+//! The lecture runner's command line: `lectures ex05 | all | --list [--interactive]
+//! [--db PATH]`, and `lectures ledger --db PATH` to read a database a run left behind.
 //!
 //! Transcripts go to stdout, errors to stderr. An unknown name exits non-zero with the list
 //! of valid names. `cargo xtask lecture ...` runs this binary in release mode.
@@ -7,14 +8,18 @@ use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
-use lectures::{Context, LECTURES, Lecture, find, list, run_lecture, valid_names};
+use clap::{Parser, Subcommand};
+use lectures::{
+    Context, DbPlan, LECTURES, Lecture, find, ledger_view, list, run_lecture, valid_names,
+};
 use shell::Interactive;
 
 /// Run the approval-gate lectures: each shows one design decision at work.
 #[derive(Debug, Parser)]
 #[command(name = "lectures")]
 struct Args {
+    #[command(subcommand)]
+    view: Option<View>,
     /// The lecture to run (ex01, ex02, ...), or `all` to run every lecture in order.
     lecture: Option<String>,
     /// List the lectures with a one-line summary each.
@@ -24,19 +29,50 @@ struct Args {
     /// instead of the lecture's script.
     #[arg(long)]
     interactive: bool,
-    /// Keep the ledger in this database file (not supported yet).
-    #[arg(long, value_name = "PATH")]
+    /// Keep each desk's ledger, rules and action stores in a new SQLite file instead of in
+    /// memory: the first desk of the run uses PATH, later desks PATH.2, PATH.3, ... (desks
+    /// never share a file). A file that already exists is refused, never reused or
+    /// overwritten. With ex06 the restart really closes the file and opens it again.
+    /// Read what a run wrote with `lectures ledger --db PATH`.
+    #[arg(long, value_name = "PATH", global = true)]
     db: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum View {
+    /// Print the ledger and the open actions of the existing database named by `--db`
+    /// (read-only: nothing is decided or sent, no file is created). Works while another
+    /// process is writing the file.
+    Ledger,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(path) = &args.db {
-        eprintln!(
-            "--db {} is not supported yet: durable storage arrives with a later issue. Run without --db; lectures keep their ledger in memory.",
-            path.display()
-        );
-        return ExitCode::from(2);
+    if let Some(View::Ledger) = &args.view {
+        let Some(db) = &args.db else {
+            eprintln!("name the database to read: lectures ledger --db PATH");
+            return ExitCode::from(2);
+        };
+        if args.lecture.is_some() || args.list || args.interactive {
+            eprintln!("`ledger` only reads a database: run it alone, as lectures ledger --db PATH");
+            return ExitCode::from(2);
+        }
+        return match ledger_view(db) {
+            Ok(text) => {
+                let mut out = io::stdout().lock();
+                match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(error) => {
+                        eprintln!("could not write the ledger: {error}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
+            Err(error) => {
+                eprintln!("{error:#}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if args.list {
         print!("{}", list());
@@ -57,6 +93,13 @@ fn main() -> ExitCode {
             }
         }
     };
+    let plan = args.db.as_ref().map(DbPlan::new);
+    if let Some(plan) = &plan
+        && let Err(error) = plan.check_free()
+    {
+        eprintln!("{error:#}");
+        return ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -80,6 +123,9 @@ fn main() -> ExitCode {
         } else {
             Context::scripted(&mut out)
         };
+        if let Some(plan) = plan {
+            cx = cx.with_db(plan);
+        }
         for (n, lecture) in chosen.iter().enumerate() {
             if n > 0 {
                 writeln!(cx)?;

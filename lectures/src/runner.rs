@@ -10,7 +10,8 @@
 //! use [`kernel::StepClock`] and sequential ids, and the one measured duration (a turn's
 //! wall time) is printed as `turn ended in 0.042 ms` and replaced by
 //! [`snapshot_filters`]. Nothing else a lecture prints may depend on time or on the
-//! machine.
+//! machine. (With `--db` a desk prints one more line, naming its file; snapshots are
+//! taken in memory.)
 
 use std::fmt;
 use std::future::Future;
@@ -19,6 +20,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use shell::{Decider, ReviewSummary, Scripted, Shell};
+
+use crate::DbPlan;
 
 /// What a lecture's `run` function returns: its body, boxed so lectures fit in one table.
 pub type LectureFuture<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
@@ -53,12 +56,17 @@ impl fmt::Debug for Lecture {
 pub struct Context<'a> {
     out: &'a mut dyn Write,
     person: Option<Box<dyn Decider + 'a>>,
+    db: Option<DbPlan>,
 }
 
 impl<'a> Context<'a> {
     /// A context writing to `out`, with the lectures' scripts answering every review.
     pub fn scripted(out: &'a mut dyn Write) -> Self {
-        Self { out, person: None }
+        Self {
+            out,
+            person: None,
+            db: None,
+        }
     }
 
     /// A context writing to `out`, with `person` answering every review instead of the
@@ -67,7 +75,24 @@ impl<'a> Context<'a> {
         Self {
             out,
             person: Some(person),
+            db: None,
         }
+    }
+
+    /// The same context with every desk keeping its records in a SQLite file of `plan`
+    /// (`--db`) instead of in memory.
+    pub fn with_db(mut self, plan: DbPlan) -> Self {
+        self.db = Some(plan);
+        self
+    }
+
+    /// The `--db` plan, with the files desks have opened so far; `None` in memory.
+    pub fn db(&self) -> Option<&DbPlan> {
+        self.db.as_ref()
+    }
+
+    pub(crate) fn db_mut(&mut self) -> Option<&mut DbPlan> {
+        self.db.as_mut()
     }
 
     /// Whether a person, not a script, answers reviews.
@@ -131,7 +156,17 @@ pub async fn run_lecture(lecture: &Lecture, cx: &mut Context<'_>) -> anyhow::Res
     writeln!(cx, "{} · {}", lecture.name, lecture.title)?;
     writeln!(cx, "{}", lecture.summary)?;
     writeln!(cx, "{rule}")?;
+    let desks_before = cx.db().map(|plan| plan.files().len());
     (lecture.run)(cx).await?;
+    if let (Some(before), Some(plan)) = (desks_before, cx.db())
+        && plan.files().len() == before
+    {
+        writeln!(cx)?;
+        writeln!(
+            cx,
+            "[--db: this lecture opened no desk: its kernel and drivers stayed in memory, and it wrote no file]"
+        )?;
+    }
     cx.flush()?;
     Ok(())
 }

@@ -1,59 +1,168 @@
 //! Wiring shared by the lectures: a deterministic kernel, the issue tracker behind its
 //! gatekeeper, and how an agent's calls and their answers are printed.
 //!
+//! A [`Desk`] keeps its records in memory, or with `--db` in a SQLite file of its own
+//! (see `db.rs` for which file): the kernel's ledger, rules and lockdown latch, and the
+//! action store of every driver built through [`Desk::action_store`]. Both print the same
+//! transcript, apart from one line naming the file.
+//!
 //! This is deployment code, the part of the OS that starts drivers and hands grants to
 //! agents. It never decides an action or fakes a result: decisions go through the shell,
 //! calls through sessions.
 
+use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use gatekeeper_core::{
-    ActionResult, ActionStore, CallOutcome, Session, SessionError, ToolGatekeeper,
+    ActionResult, ActionStorage, ActionStore, CallOutcome, Session, SessionError, ToolGatekeeper,
 };
 use gatekeeper_issues::{IssueTracker, IssuesConfig};
 use kernel::{Clock, DriverActionId, LedgerStore, MemoryLedger, Overseer, StepClock};
 use prompt_sanitize::neutralize_controls;
 use serde_json::Value;
+use store_sqlite::Database;
 
 use crate::Context;
 
-/// A kernel on a deterministic clock (09:00:00, one second per reading).
+/// A kernel on a deterministic clock (09:00:00, one second per reading), and where it
+/// keeps its records: in memory, or (with `--db`) in a SQLite file of its own.
 pub(crate) struct Desk {
     pub(crate) overseer: Overseer,
     pub(crate) clock: Arc<dyn Clock>,
     /// The same clock, to move it forward ("three hours later").
     pub(crate) time: Arc<StepClock>,
-    /// The kernel's storage, kept so a "restarted" kernel can be opened over it.
-    pub(crate) ledger: Arc<dyn LedgerStore>,
+    storage: Storage,
+}
+
+/// Where a desk's ledger and its drivers' action stores live.
+enum Storage {
+    Memory {
+        /// The kernel's storage, kept so a "restarted" kernel can be opened over it.
+        ledger: Arc<dyn LedgerStore>,
+        /// Each driver's action storage by gatekeeper name, kept for the same reason.
+        actions: Mutex<HashMap<String, Arc<dyn ActionStorage>>>,
+    },
+    File {
+        path: PathBuf,
+        database: Database,
+    },
 }
 
 impl Desk {
-    pub(crate) fn new() -> Self {
+    /// A desk in memory, or, when the context has a `--db` plan, over the plan's next
+    /// file (saying so in the transcript).
+    pub(crate) fn new(cx: &mut Context<'_>) -> anyhow::Result<Self> {
         let time = Arc::new(StepClock::default());
+        let storage = match cx.db_mut() {
+            None => Storage::Memory {
+                ledger: Arc::new(MemoryLedger::new()),
+                actions: Mutex::default(),
+            },
+            Some(plan) => {
+                let (path, database) = plan.open_next()?;
+                writeln!(
+                    cx,
+                    "  [--db: this desk's ledger, rules and action stores live in {}]",
+                    visible(&path.display().to_string())
+                )?;
+                Storage::File { path, database }
+            }
+        };
+        Ok(Self::over(time, storage))
+    }
+
+    fn over(time: Arc<StepClock>, storage: Storage) -> Self {
         let clock: Arc<dyn Clock> = time.clone();
-        let ledger: Arc<dyn LedgerStore> = Arc::new(MemoryLedger::new());
+        let ledger = match &storage {
+            Storage::Memory { ledger, .. } => ledger.clone(),
+            Storage::File { database, .. } => database.ledger(),
+        };
         Self {
-            overseer: Overseer::with_store(ledger.clone(), clock.clone()),
+            overseer: Overseer::with_store(ledger, clock.clone()),
             clock,
             time,
-            ledger,
+            storage,
         }
     }
 
-    /// Builds the tracker's gatekeeper from `config` over a fresh action store, and
-    /// registers it with the kernel.
+    /// The database file, with `--db`.
+    pub(crate) fn file(&self) -> Option<&Path> {
+        match &self.storage {
+            Storage::Memory { .. } => None,
+            Storage::File { path, .. } => Some(path),
+        }
+    }
+
+    /// The process dies and starts again: a new kernel (on the same clock) over the same
+    /// records. In memory, the new kernel reads the ledger the old one wrote, and
+    /// [`Desk::action_store`] reopens each driver's store. With `--db` the file is really
+    /// closed and opened again: this desk's handles are dropped here, so every other
+    /// handle of the old process (its shells, sessions and gatekeepers) must have been
+    /// dropped before, or the old process would still count as alive and its claims would
+    /// be left alone.
+    pub(crate) fn restart(self) -> anyhow::Result<Self> {
+        let Self {
+            overseer,
+            clock,
+            time,
+            storage,
+        } = self;
+        drop(overseer);
+        drop(clock);
+        let storage = match storage {
+            memory @ Storage::Memory { .. } => memory,
+            Storage::File { path, database } => {
+                drop(database);
+                let database = Database::open(&path)?;
+                Storage::File { path, database }
+            }
+        };
+        Ok(Self::over(time, storage))
+    }
+
+    /// The action store of the gatekeeper named `gatekeeper` (the name it registers
+    /// with the kernel under). In memory: a fresh store, or after [`Desk::restart`] the
+    /// store the old process used, reopened. With `--db`: the store in the desk's file,
+    /// opened (which settles claims a dead process left behind).
+    pub(crate) async fn action_store(&self, gatekeeper: &str) -> anyhow::Result<ActionStore> {
+        match &self.storage {
+            Storage::File { database, .. } => Ok(database
+                .action_store(gatekeeper, self.clock.clone())
+                .await?),
+            Storage::Memory { actions, .. } => {
+                let kept = lock(actions).get(gatekeeper).cloned();
+                match kept {
+                    Some(storage) => Ok(ActionStore::open(storage, self.clock.clone()).await?),
+                    None => {
+                        let store = ActionStore::in_memory(self.clock.clone());
+                        lock(actions).insert(gatekeeper.to_owned(), store.storage().clone());
+                        Ok(store)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Builds the tracker's gatekeeper from `config` over its action store (see
+    /// [`Desk::action_store`]), and registers it with the kernel.
     pub(crate) async fn tracker(
         &self,
         config: IssuesConfig,
         tracker: Arc<IssueTracker>,
     ) -> anyhow::Result<Arc<ToolGatekeeper>> {
-        let gatekeeper = config
-            .build(tracker, ActionStore::in_memory(self.clock.clone()))
-            .await;
+        let store = self.action_store(&config.name).await?;
+        let gatekeeper = config.build(tracker, store).await;
         self.overseer.register(gatekeeper.clone())?;
         Ok(gatekeeper)
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Compact JSON, as the agent wrote it, with control and invisible characters made

@@ -115,18 +115,6 @@ fn list_prints_one_line_per_lecture() {
 }
 
 #[test]
-fn db_is_refused_until_durable_storage_exists() {
-    let output = runner()
-        .args(["--db", "ledger.sqlite", "ex05"])
-        .output()
-        .expect("runs");
-    assert!(!output.status.success());
-    assert!(output.stdout.is_empty());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("not supported yet"), "{stderr}");
-}
-
-#[test]
 fn interactive_end_of_input_approves_nothing() {
     use std::io::Write;
     use std::process::Stdio;

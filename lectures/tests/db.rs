@@ -1,0 +1,348 @@
+//! `--db PATH`: lectures on SQLite files, the refusal to reuse a file, and the ledger view.
+//!
+//! Every test works in a directory of its own under the system's temp dir, removed when
+//! the test ends (the database, its write-ahead log and store-sqlite's session locks all
+//! live next to the file).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gatekeeper_core::ActionState;
+use gatekeeper_core::store::INTERRUPTED_MESSAGE;
+use kernel::DriverActionId;
+use lectures::{Context, DbPlan, LECTURES, find, ledger_view, run_lecture, transcript};
+use store_sqlite::Database;
+
+/// A directory under the system's temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "lectures-db-{label}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("temp dir");
+        Self(path)
+    }
+
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `name` with `plan`; returns the transcript (or the error) and the plan afterwards.
+async fn run_with(name: &str, plan: DbPlan) -> (anyhow::Result<String>, DbPlan) {
+    let lecture = find(name).expect("a lecture");
+    let mut out = Vec::new();
+    let (result, plan) = {
+        let mut cx = Context::scripted(&mut out).with_db(plan);
+        let result = run_lecture(lecture, &mut cx).await;
+        (result, cx.db().expect("the plan").clone())
+    };
+    let text = String::from_utf8(out).expect("utf-8");
+    (result.map(|()| text), plan)
+}
+
+fn runner() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lectures"))
+}
+
+fn desk_line(path: &Path) -> String {
+    format!(
+        "  [--db: this desk's ledger, rules and action stores live in {}]",
+        path.display()
+    )
+}
+
+#[tokio::test]
+async fn ex06_with_a_db_reopens_the_file_and_recovers_the_claim_as_failed() {
+    let dir = TempDir::new("ex06");
+    let path = dir.join("gate.db");
+    let (text, plan) = run_with("ex06", DbPlan::new(&path)).await;
+    let text = text.expect("ex06 runs on a file");
+    assert_eq!(
+        plan.files(),
+        std::slice::from_ref(&path),
+        "ex06 opens one desk"
+    );
+    assert_eq!(text.matches("[--db: this desk's").count(), 1, "{text}");
+    assert!(text.contains(&desk_line(&path)), "{text}");
+    let expected = [
+        format!("restart: every handle of {} is closed", path.display()),
+        "opening the file settled the dead process's claim: the ledger says #4 is failed, not retryable".to_owned(),
+        "could not approve #4: action #4 failed and cannot be retried".to_owned(),
+        // The same evidence as in memory.
+        "evidence: #4: store state at the restart = applying".to_owned(),
+        "evidence: #4: calls the tracker received before the crash = 1".to_owned(),
+        "evidence: #4: calls sent after the restart = 0".to_owned(),
+        "evidence: #4: state after approving again = failed, not retryable".to_owned(),
+        "evidence: tracker calls in all = 5".to_owned(),
+    ];
+    for line in &expected {
+        assert!(text.contains(line.as_str()), "missing {line:?} in:\n{text}");
+    }
+
+    // The file itself holds the settled claim: failed for good, in the action store.
+    let db = Database::open(&path).expect("reopens");
+    let record = db
+        .action_storage("issues")
+        .get(DriverActionId(4))
+        .await
+        .expect("reads")
+        .expect("action 4 is stored");
+    assert_eq!(
+        record.state,
+        ActionState::Failed {
+            retryable: false,
+            message: INTERRUPTED_MESSAGE.into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn ex06_in_memory_and_on_a_file_show_the_same_evidence() {
+    let dir = TempDir::new("evidence");
+    let evidence = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("  evidence: "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let memory = transcript("ex06").await.expect("runs in memory");
+    let (file, _) = run_with("ex06", DbPlan::new(dir.join("gate.db"))).await;
+    let file = file.expect("runs on a file");
+    assert_eq!(evidence(&memory).len(), 12, "{memory}");
+    assert_eq!(evidence(&memory), evidence(&file));
+}
+
+#[tokio::test]
+async fn a_second_run_on_the_same_path_is_refused_and_the_file_is_left_alone() {
+    let dir = TempDir::new("twice");
+    let path = dir.join("gate.db");
+    let first = runner()
+        .args(["ex06", "--db"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(String::from_utf8_lossy(&first.stdout).contains(&desk_line(&path)));
+    let before = std::fs::read(&path).expect("the file exists");
+    let refusal = format!(
+        "{} already exists; choose a new --db path or delete it",
+        path.display()
+    );
+
+    // The binary refuses before the transcript starts.
+    let second = runner()
+        .args(["ex06", "--db"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(!second.status.success());
+    assert!(second.stdout.is_empty(), "nothing runs");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains(&refusal), "{stderr}");
+
+    // So does a desk, through the library.
+    let (again, plan) = run_with("ex06", DbPlan::new(&path)).await;
+    let error = format!("{:#}", again.expect_err("refused"));
+    assert!(error.contains(&refusal), "{error}");
+    assert!(plan.files().is_empty(), "no desk opened");
+
+    assert_eq!(
+        std::fs::read(&path).expect("still there"),
+        before,
+        "untouched"
+    );
+}
+
+#[tokio::test]
+async fn a_later_desk_file_of_an_earlier_run_is_refused_before_anything_runs() {
+    let dir = TempDir::new("later");
+    let path = dir.join("gate.db");
+    std::fs::write(dir.join("gate.db.3"), b"someone's data").expect("writes");
+    let output = runner()
+        .args(["all", "--db"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "nothing runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("gate.db.3 already exists; choose a new --db path or delete it"),
+        "{stderr}"
+    );
+    assert!(!path.exists(), "no file created");
+    assert_eq!(
+        std::fs::read(dir.join("gate.db.3")).expect("kept"),
+        b"someone's data"
+    );
+}
+
+#[tokio::test]
+async fn the_ledger_view_lists_the_ex06_entries() {
+    let dir = TempDir::new("view");
+    let path = dir.join("gate.db");
+    let (text, _) = run_with("ex06", DbPlan::new(&path)).await;
+    text.expect("ex06 runs on a file");
+
+    let view = ledger_view(&path).expect("reads the file");
+    assert!(
+        view.starts_with(&format!("The ledger in {}:\n", path.display())),
+        "{view}"
+    );
+    let entries: Vec<&str> = view.lines().filter(|l| l.starts_with("  #")).collect();
+    assert_eq!(entries.len(), 4, "{view}");
+    for (line, (id, state)) in entries.iter().zip([
+        ("#1", "approved"),
+        ("#2", "failed, final"),
+        ("#3", "approved"),
+        ("#4", "failed, final"),
+    ]) {
+        assert!(line.starts_with(&format!("  {id} ")), "{line}");
+        assert!(line.contains(state), "{line}");
+        assert!(line.contains("[issues]"), "{line}");
+    }
+    assert!(view.contains("Nothing waits for you."), "{view}");
+    assert!(
+        view.contains("No auto-approval rules are enabled."),
+        "{view}"
+    );
+
+    // The binary prints the same.
+    let output = runner()
+        .args(["ledger", "--db"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout), view);
+}
+
+#[tokio::test]
+async fn the_ledger_view_never_creates_a_file() {
+    let dir = TempDir::new("missing");
+    let path = dir.join("nothing-here.db");
+    let error = format!("{:#}", ledger_view(&path).expect_err("no file"));
+    assert!(error.contains("no database at"), "{error}");
+    assert!(error.contains("never creates one"), "{error}");
+    assert!(!path.exists());
+
+    let output = runner()
+        .args(["ledger", "--db"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no database at"));
+    assert!(!path.exists());
+    assert_eq!(
+        std::fs::read_dir(&dir.0).expect("lists").count(),
+        0,
+        "nothing was created next to it either"
+    );
+}
+
+/// Lines that only exist with `--db`: a desk's location, and the note (after a blank
+/// line) of a lecture that opened no desk.
+fn without_db_lines(text: &str) -> Vec<&str> {
+    let mut kept: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("  [--db: ") {
+            continue;
+        }
+        if line.starts_with("[--db: ") {
+            assert_eq!(kept.pop(), Some(""), "the note follows a blank line");
+            continue;
+        }
+        if line.contains("turn ended in") {
+            continue;
+        }
+        kept.push(line);
+    }
+    kept
+}
+
+#[tokio::test]
+async fn with_a_db_every_desk_has_its_own_file_and_every_other_lecture_reads_the_same() {
+    let dir = TempDir::new("all");
+    let path = dir.join("gate.db");
+    let mut plan = DbPlan::new(&path);
+    let mut desks = 0;
+    let mut ex02 = Vec::new();
+    for lecture in LECTURES {
+        let memory = transcript(lecture.name).await.expect("runs in memory");
+        let before = plan.files().len();
+        let (file, after) = run_with(lecture.name, plan).await;
+        plan = after;
+        let file = file.unwrap_or_else(|e| panic!("{} on a file: {e:#}", lecture.name));
+        let opened = &plan.files()[before..];
+        for desk in opened {
+            assert!(file.contains(&desk_line(desk)), "{}: {file}", lecture.name);
+            assert!(desk.is_file(), "{}", desk.display());
+        }
+        if opened.is_empty() {
+            assert!(
+                file.contains("[--db: this lecture opened no desk"),
+                "{file}"
+            );
+        }
+        desks += opened.len();
+        if lecture.name == "ex02" {
+            ex02 = opened.to_vec();
+        }
+        // ex06's restart reads differently on a file (the reopened file has already
+        // settled the claim); its evidence is compared in its own test.
+        if lecture.name != "ex06" {
+            assert_eq!(
+                without_db_lines(&memory),
+                without_db_lines(&file),
+                "{} reads differently with --db",
+                lecture.name
+            );
+        }
+    }
+    let files = plan.files();
+    assert_eq!(files.len(), desks);
+    assert!(desks >= 2, "at least one lecture opens two desks");
+    assert_eq!(files[0], path);
+    for (n, file) in files.iter().enumerate().skip(1) {
+        assert_eq!(
+            file,
+            &PathBuf::from(format!("{}.{}", path.display(), n + 1))
+        );
+    }
+
+    // ex02 opens two desks: the honest tracker's still has its two open actions, the
+    // lying tracker's only the read that ran without approval.
+    assert_eq!(ex02.len(), 2, "{ex02:?}");
+    let honest = ledger_view(&ex02[0]).expect("reads");
+    assert!(
+        honest.contains("2 actions wait for you, oldest first:"),
+        "{honest}"
+    );
+    let liar = ledger_view(&ex02[1]).expect("reads");
+    assert!(liar.contains("[liar]"), "{liar}");
+    assert!(liar.contains("Nothing waits for you."), "{liar}");
+}

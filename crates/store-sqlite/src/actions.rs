@@ -7,9 +7,9 @@
 //! |---|---|
 //! | the claim (`compare_and_set` to `applying`) | now: fsync'd before the call returns, and so before the send |
 //! | recovery of a dead claim (`applying` → failed, interrupted) | now, together with the same action's ledger entry |
-//! | `insert_pending` (stage) | deferred: rides with the kernel's ledger insert that submits it |
+//! | `insert_pending` (stage) | deferred: rides with the kernel's ledger insert that submits it; one read (open count and next id) and one write (the row) |
 //! | an outcome (`applying` → applied / failed), a rejection | deferred: rides with the kernel's ledger write about the same decision, or the next claim |
-//! | `delete_pending`, `prune_final` | deferred |
+//! | `delete_pending`, `prune_final` | deferred; each records the highest id it deletes in `action_ids` first |
 //!
 //! A deferred stage lost in a crash was never acknowledged to the agent (the kernel's
 //! submission commit carries it). A deferred outcome lost in a crash leaves the committed
@@ -319,6 +319,18 @@ const OLDEST_FINAL: &str = "SELECT id FROM actions WHERE gatekeeper = ?1
      AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0))
      ORDER BY id LIMIT ?2";
 
+/// The number of open calls of one gatekeeper, and the highest id it ever handed out:
+/// the highest still in `actions`, or the highest deleted from it (`action_ids` records
+/// an id before its row is deleted). Staging then writes only the new row.
+const NEXT_ID: &str = "SELECT
+       (SELECT count(*) FROM actions WHERE gatekeeper = ?1 AND state IN ('pending', 'applying')),
+       max(COALESCE((SELECT max(id) FROM actions WHERE gatekeeper = ?1), 0),
+           COALESCE((SELECT last_id FROM action_ids WHERE gatekeeper = ?1), 0))";
+
+/// Record `?2` as handed out before its row is deleted, so it is never handed out again.
+const REMEMBER_ID: &str = "INSERT INTO action_ids (gatekeeper, last_id) VALUES (?1, ?2)
+     ON CONFLICT (gatekeeper) DO UPDATE SET last_id = max(last_id, excluded.last_id)";
+
 const DELETE_ONE: &str = "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2";
 
 const SELECT_ONE: &str =
@@ -343,32 +355,17 @@ impl ActionStorage for SqliteActionStorage {
         let gatekeeper = &*self.gatekeeper;
         self.db
             .shared()
-            // One write that matters: if the INSERT fails after the id counter moved, the
-            // id is skipped, which ids may be (they only increase and are never reused).
+            // One writing statement: the row itself. Its id is above every id still in
+            // the table and every id recorded as deleted (see `NEXT_ID`).
             .write(Durability::Deferred, Steps::One, |conn| {
-                let open: i64 = conn
+                let (open, last): (i64, i64) = conn
                     .db
-                    .prepare_cached(
-                        "SELECT count(*) FROM actions
-                         WHERE gatekeeper = ?1 AND state IN ('pending', 'applying')",
-                    )?
-                    .query_row([gatekeeper], |r| r.get(0))?;
+                    .prepare_cached(NEXT_ID)?
+                    .query_row([gatekeeper], |r| Ok((r.get(0)?, r.get(1)?)))?;
                 if open as u64 >= max_open as u64 {
                     return Ok(None);
                 }
-                let last: i64 = conn
-                    .db
-                    .prepare_cached("SELECT last_id FROM action_ids WHERE gatekeeper = ?1")?
-                    .query_row([gatekeeper], |r| r.get(0))
-                    .optional()?
-                    .unwrap_or(0);
                 let id = u64_of(last, "last action id")?.max(conn.floor(gatekeeper)) + 1;
-                conn.db
-                    .prepare_cached(
-                        "INSERT INTO action_ids (gatekeeper, last_id) VALUES (?1, ?2)
-                         ON CONFLICT (gatekeeper) DO UPDATE SET last_id = excluded.last_id",
-                    )?
-                    .execute(params![gatekeeper, i64_of(id)])?;
                 conn.db
                     .prepare_cached(
                         "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at)
@@ -446,7 +443,12 @@ impl ActionStorage for SqliteActionStorage {
     async fn delete_pending(&self, id: DriverActionId) -> Result<bool, StorageError> {
         self.db
             .shared()
+            // Two writes, in an order that is safe to stop between: recording the id
+            // first only makes it unavailable, which it is about to be anyway.
             .write(Durability::Deferred, Steps::One, |conn| {
+                conn.db
+                    .prepare_cached(REMEMBER_ID)?
+                    .execute(params![&*self.gatekeeper, i64_of(id.0)])?;
                 let deleted = conn
                     .db
                     .prepare_cached(
@@ -498,6 +500,11 @@ impl ActionStorage for SqliteActionStorage {
                     .prepare_cached(OLDEST_FINAL)?
                     .query_map(params![gatekeeper, excess], |r| r.get(0))?
                     .collect::<Result<_, _>>()?;
+                if let Some(newest) = oldest.iter().max() {
+                    conn.db
+                        .prepare_cached(REMEMBER_ID)?
+                        .execute(params![gatekeeper, newest])?;
+                }
                 let mut delete = conn.db.prepare_cached(DELETE_ONE)?;
                 let mut pruned = 0;
                 for id in oldest {

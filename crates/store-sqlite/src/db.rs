@@ -34,7 +34,7 @@ use rusqlite::{Connection, MAIN_DB, OpenFlags};
 use tracing::{debug, info, warn};
 
 use crate::error::{BUSY_TIMEOUT, StoreError};
-use crate::schema::{APPLICATION_ID, CREATE, SCHEMA_VERSION};
+use crate::schema::{APPLICATION_ID, CREATE, SCHEMA_VERSION, UPGRADE_FROM_1};
 use crate::session::{self, Session};
 
 /// How long a deferred write may wait for a commit to ride with before the flusher
@@ -485,6 +485,9 @@ impl Database {
         if version == 0 {
             create_schema(&db).map_err(sorted)?;
             info!(path = ?path, "database created");
+        } else if version == 1 {
+            upgrade_from_1(&db).map_err(sorted)?;
+            info!(path = ?path, "database upgraded to schema version 2");
         }
         let file_backed = session.is_some();
         let shared = Arc::new(Shared {
@@ -690,6 +693,22 @@ fn create_schema(db: &Connection) -> rusqlite::Result<()> {
         db.pragma_update(None, "user_version", SCHEMA_VERSION)
     });
     match created {
+        Ok(()) => db.execute_batch("COMMIT"),
+        Err(error) => {
+            let _ = db.execute_batch("ROLLBACK");
+            Err(error)
+        }
+    }
+}
+
+fn upgrade_from_1(db: &Connection) -> rusqlite::Result<()> {
+    db.execute_batch("BEGIN IMMEDIATE")?;
+    // Another process may have upgraded it while this one was checking the file.
+    let version: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version != 1 {
+        return db.execute_batch("COMMIT");
+    }
+    match db.execute_batch(UPGRADE_FROM_1) {
         Ok(()) => db.execute_batch("COMMIT"),
         Err(error) => {
             let _ = db.execute_batch("ROLLBACK");

@@ -10,12 +10,24 @@
 //! with a newer version is refused before anything is written to it.
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+///
+/// Version 2 (from 1): `action_ids` holds the highest *deleted* id instead of the last
+/// one handed out (staging writes only its row), and `actions` has no index on state
+/// (one page less written by each stage, claim and outcome). A version 1 file is
+/// upgraded on open by [`UPGRADE_FROM_1`]; a build that knows only version 1 then
+/// refuses it rather than reading `action_ids` the old way.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Upgrade a version 1 file (run in one transaction, after the file was checked).
+pub(crate) const UPGRADE_FROM_1: &str = "
+    DROP INDEX IF EXISTS actions_by_state;
+    PRAGMA user_version = 2;
+";
 
 /// `PRAGMA application_id` of our files: "GKSQ".
 pub const APPLICATION_ID: i64 = 0x474B_5351;
 
-/// The whole schema, version 1. Run in one transaction on an empty file.
+/// The whole schema, version 2. Run in one transaction on an empty file.
 pub(crate) const CREATE: &str = r#"
 -- The kernel's ledger: every action and observation, one row each, never deleted.
 CREATE TABLE ledger (
@@ -126,12 +138,12 @@ CREATE TABLE actions (
     PRIMARY KEY (gatekeeper, id)
 ) STRICT, WITHOUT ROWID;
 
-CREATE INDEX actions_by_state ON actions (gatekeeper, state, id);
 -- The settled calls that retention prunes, oldest first.
 CREATE INDEX actions_final ON actions (gatekeeper, id)
     WHERE state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0);
 
--- The last id handed out per gatekeeper, so ids are never reused after a delete.
+-- Per gatekeeper, the highest id deleted from `actions` (written before the delete), so
+-- ids are never reused: the next id is above it and above every id still in `actions`.
 CREATE TABLE action_ids (
     gatekeeper  TEXT    PRIMARY KEY,
     last_id     INTEGER NOT NULL CHECK (last_id >= 0)

@@ -1,6 +1,6 @@
 //! Bad input: a corrupt or truncated file, a newer schema, a stranger's database, a
 //! read-only location, a full disk. Each is a clear error, and nothing already stored is
-//! lost or changed.
+//! lost or changed. An older schema is upgraded on open, keeping its records.
 
 use std::path::Path;
 use std::process::Command;
@@ -253,4 +253,38 @@ fn a_missing_directory_is_cannot_open_not_read_only() {
         error.to_string().contains("check that the path exists"),
         "{error}"
     );
+}
+
+#[test]
+fn a_version_1_file_is_upgraded_on_open_and_keeps_its_records() {
+    let dir = TempDir::new("upgrade");
+    let path = dir.join("gate.db");
+    filled(&path, 3);
+    {
+        // What a version 1 file looked like: the index on state, user_version 1.
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch(
+            "CREATE INDEX actions_by_state ON actions (gatekeeper, state, id);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    }
+    {
+        let db = Database::open(&path).unwrap();
+        assert_eq!(db.ledger().entries().unwrap().len(), 3);
+    }
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = raw
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let index: i64 = raw
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'actions_by_state'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(index, 0, "the upgrade drops the index");
+    assert_eq!(count(&path), 3);
 }

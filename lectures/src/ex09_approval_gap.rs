@@ -98,7 +98,7 @@ struct Ending {
 
 async fn b1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
     heading(cx, "b1 · a replace approved after bob's edit", policy)?;
-    let lab = manual_lab(policy, "Manual", "original");
+    let lab = manual_lab(cx, policy, "Manual", "original")?;
     let agent = lab.session("agent");
     let shell = Shell::new(lab.overseer.clone(), "ana");
     let page = agent.open("100").await?;
@@ -132,7 +132,7 @@ async fn b1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
 
 async fn b2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
     heading(cx, "b2 · an append approved after bob's edit", policy)?;
-    let lab = manual_lab(policy, "Manual", "original");
+    let lab = manual_lab(cx, policy, "Manual", "original")?;
     let agent = lab.session("agent");
     let shell = Shell::new(lab.overseer.clone(), "ana");
     let page = agent.open("100").await?;
@@ -173,7 +173,7 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
         "c · bob's edit lands between the driver's read and its write",
         policy,
     )?;
-    let lab = manual_lab(policy, "Manual", "original");
+    let lab = manual_lab(cx, policy, "Manual", "original")?;
     let agent = lab.session("agent");
     let shell = Shell::new(lab.overseer.clone(), "ana");
     let page = agent.open("100").await?;
@@ -259,12 +259,36 @@ pub(crate) fn heading(cx: &mut Context<'_>, case: &str, policy: Policy) -> std::
     cx.section(&format!("{case} · {}", side(policy)))
 }
 
+/// A lab under `policy`: in memory, or with `--db` over the plan's next file (its kernel
+/// ledger and the wiki driver's records; the wiki itself, outside the OS, stays in memory).
+pub(crate) fn wiki_lab(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Lab> {
+    let Some(plan) = cx.db_mut() else {
+        return Ok(Lab::new(policy));
+    };
+    let (path, database) = plan.open_next()?;
+    writeln!(
+        cx,
+        "  [--db: this desk's ledger, rules and action stores live in {}]",
+        visible(&path.display().to_string())
+    )?;
+    Ok(Lab::over(
+        policy,
+        database.ledger(),
+        database.kv(gatekeeper_confluence::lab::GATEKEEPER_NAME),
+    )?)
+}
+
 /// A lab under `policy` whose wiki holds page 100 in space OPS, at version 1, as if it had
 /// always been there.
-pub(crate) fn manual_lab(policy: Policy, title: &str, body: &str) -> Lab {
-    let lab = Lab::new(policy);
+pub(crate) fn manual_lab(
+    cx: &mut Context<'_>,
+    policy: Policy,
+    title: &str,
+    body: &str,
+) -> anyhow::Result<Lab> {
+    let lab = wiki_lab(cx, policy)?;
     lab.service.seed_page_with_id(100, "OPS", title, body);
-    lab
+    Ok(lab)
 }
 
 fn yes_no(b: bool) -> &'static str {

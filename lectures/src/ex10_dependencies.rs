@@ -20,7 +20,7 @@ use shell::{Decision, Scripted, Shell};
 
 use crate::ex09_approval_gap::{
     Row, action_state, created, heading, manual_lab, page_evidence, read, read_body, review,
-    side_by_side, staged,
+    side_by_side, staged, wiki_lab,
 };
 use crate::setup::visible;
 use crate::{Context, Lecture, LectureFuture};
@@ -127,7 +127,7 @@ async fn d(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Cascade> {
         "d · a page, its child, its grandchild, an append",
         policy,
     )?;
-    let lab = Lab::new(policy);
+    let lab = wiki_lab(cx, policy)?;
     let agent = lab.session("agent");
     let shell = Shell::new(lab.overseer.clone(), "ana");
     let (page, page_id) = created(
@@ -232,7 +232,7 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
         "e · a comment quoting a title that is then rejected",
         policy,
     )?;
-    let lab = manual_lab(policy, "Draft", "procedure");
+    let lab = manual_lab(cx, policy, "Draft", "procedure")?;
     let agent = lab.session("agent");
     let shell = Shell::new(lab.overseer.clone(), "ana");
     let page = agent.open("100").await?;

@@ -20,7 +20,7 @@ use shell::{Decision, Scripted, Shell};
 
 use crate::ex09_approval_gap::{
     Row, action_state, created, heading, human_edit, manual_lab, page_evidence, read, read_body,
-    review, side_by_side, staged,
+    review, side_by_side, staged, wiki_lab,
 };
 use crate::setup::visible;
 use crate::{Context, Lecture, LectureFuture};
@@ -142,7 +142,7 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
         "f1 · replace then append, approved in reverse order",
         policy,
     )?;
-    let lab = manual_lab(policy, "Manual", "old procedure");
+    let lab = manual_lab(cx, policy, "Manual", "old procedure")?;
     let agent = lab.session("agent");
     let shell = Shell::new(lab.overseer.clone(), "ana");
     let page = agent.open("100").await?;
@@ -204,7 +204,7 @@ fn short(text: &str) -> String {
 
 async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     heading(cx, "f2 · append then replace, approved in id order", policy)?;
-    let lab = manual_lab(policy, "Manual", "old procedure");
+    let lab = manual_lab(cx, policy, "Manual", "old procedure")?;
     let agent = lab.session("agent");
     let shell = Shell::new(lab.overseer.clone(), "ana");
     let page = agent.open("100").await?;
@@ -239,7 +239,7 @@ async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
 
 async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     heading(cx, "g · a child page approved before its parent", policy)?;
-    let lab = Lab::new(policy);
+    let lab = wiki_lab(cx, policy)?;
     let agent = lab.session("agent");
     let shell = Shell::new(lab.overseer.clone(), "ana");
     let (parent, parent_id) = created(
@@ -326,7 +326,7 @@ async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyh
         "h1 · revert an append"
     };
     heading(cx, case, policy)?;
-    let lab = manual_lab(policy, "Manual", "old");
+    let lab = manual_lab(cx, policy, "Manual", "old")?;
     let agent = lab.session("agent");
     let shell = Shell::new(lab.overseer.clone(), "ana");
     let page = agent.open("100").await?;

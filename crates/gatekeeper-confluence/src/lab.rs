@@ -18,10 +18,12 @@
 
 use std::sync::Arc;
 
-use kernel::{DecisionError, LedgerEntry, LedgerId, Overseer, StepClock};
+use kernel::{
+    DecisionError, LedgerEntry, LedgerId, LedgerStore, MemoryLedger, Overseer, StepClock,
+};
 
 use crate::gatekeeper::ConfluenceGatekeeper;
-use crate::kv::MemoryKv;
+use crate::kv::{KvError, KvStore, MemoryKv};
 use crate::policy::Policy;
 use crate::service::WikiService;
 use crate::session::WikiSession;
@@ -42,39 +44,51 @@ pub struct Lab {
     /// The wiki, outside the OS. Starts with the space [`SPACE`] and no pages.
     pub service: Arc<WikiService>,
     /// The gatekeeper's key-value store.
-    pub kv: Arc<MemoryKv>,
+    pub kv: Arc<dyn KvStore>,
     /// The gatekeeper, registered with the kernel as [`GATEKEEPER_NAME`].
     pub wiki: Arc<ConfluenceGatekeeper>,
 }
 
 impl Lab {
-    /// A fresh lab under `policy`.
+    /// A fresh lab under `policy`, everything in memory.
     pub fn new(policy: Policy) -> Self {
+        Self::over(
+            policy,
+            Arc::new(MemoryLedger::new()),
+            Arc::new(MemoryKv::new()),
+        )
+        .expect("an empty in-memory store always opens")
+    }
+
+    /// A lab under `policy` whose kernel keeps its ledger in `ledger` and whose driver
+    /// keeps its records in `kv` (for example both in one SQLite file). The stores should
+    /// be empty: the lab's wiki starts empty too.
+    pub fn over(
+        policy: Policy,
+        ledger: Arc<dyn LedgerStore>,
+        kv: Arc<dyn KvStore>,
+    ) -> Result<Self, KvError> {
         let clock = Arc::new(StepClock::default());
-        let overseer = Overseer::new(clock.clone());
+        let overseer = Overseer::with_store(ledger, clock.clone());
         let service = Arc::new(WikiService::new());
         service.add_space(SPACE);
-        let kv = Arc::new(MemoryKv::new());
-        let wiki = Arc::new(
-            ConfluenceGatekeeper::open(
-                GATEKEEPER_NAME,
-                service.clone(),
-                kv.clone(),
-                clock.clone(),
-                policy,
-            )
-            .expect("an empty in-memory store always opens"),
-        );
+        let wiki = Arc::new(ConfluenceGatekeeper::open(
+            GATEKEEPER_NAME,
+            service.clone(),
+            kv.clone(),
+            clock.clone(),
+            policy,
+        )?);
         overseer
             .register(wiki.clone())
             .expect("a fresh kernel has no gatekeeper of this name");
-        Self {
+        Ok(Self {
             clock,
             overseer,
             service,
             kv,
             wiki,
-        }
+        })
     }
 
     /// A session for the agent `caller`.

@@ -35,7 +35,13 @@ async fn pending_work_survives_a_restart_of_the_gatekeeper() {
     assert_eq!(record.state, RecordState::Pending);
     reopened.apply_action(DriverActionId(2)).await.unwrap();
     assert_eq!(storage(&lab, 100), "<p>original</p><p>more</p>");
-    let keys = lab.kv.keys();
+    let keys: Vec<String> = lab
+        .kv
+        .scan_prefix("")
+        .unwrap()
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
     for key in [
         "action:00000000000000000001",
         "prov:~1",

@@ -254,7 +254,8 @@ impl Overseer {
     ///
     /// The action becomes approved only if the driver's apply succeeds; if it fails the
     /// action becomes failed, the error is returned, and the failure is in the ledger.
-    /// Either way a drain of the gatekeeper follows, since a gate may have cleared.
+    /// Either way, if the gatekeeper has an auto-approval rule, a drain follows: a gate
+    /// may have cleared.
     pub async fn approve(&self, id: LedgerId, by: &str) -> Result<(), DecisionError> {
         let inner = &self.inner;
         let slot = inner.claim(id)?;
@@ -268,7 +269,10 @@ impl Overseer {
         let result = inner
             .apply_claimed(slot, entry, &*gatekeeper, Decider { by, auto: false })
             .await;
-        self.drain_if_ruled(&name, DrainCause::Approved(id))?;
+        // The decision is recorded; a failure to start the drain must not hide its result.
+        if let Err(error) = self.drain_if_ruled(&name, DrainCause::Approved(id)) {
+            warn!(action = %id, %error, "could not start a drain after the approval");
+        }
         result
     }
 
@@ -556,7 +560,10 @@ impl Overseer {
                 let task = tokio::spawn(
                     async move { inner.drain(gatekeeper, cause).await }.instrument(span),
                 );
-                lock(&self.inner.tasks).push(task);
+                let mut tasks = lock(&self.inner.tasks);
+                // A process that never settles must not keep every finished drain.
+                tasks.retain(|task| !task.is_finished());
+                tasks.push(task);
             }
         }
     }

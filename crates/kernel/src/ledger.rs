@@ -72,7 +72,9 @@ pub struct Resolution {
     pub by: String,
     /// Whether an auto-approval rule decided rather than a person.
     pub auto: bool,
-    /// When the decision took effect.
+    /// When the decision was taken. For an approval this is just before the driver was
+    /// called, and the record is written then, while the action is still open: a crash
+    /// mid-apply leaves the ledger saying who approved a call that may have been sent.
     pub at: Timestamp,
     /// Why, when the kernel decided on someone's behalf (for example
     /// "cascaded from #3").
@@ -108,7 +110,9 @@ pub struct ActionEntry {
     pub description: Arc<ActionDescription>,
     /// Current state.
     pub state: ActionState,
-    /// Set when the action left `pending` (approved, rejected) or was last attempted.
+    /// Set when a person or a rule decided: on rejection, and on approval just before the
+    /// driver is called (so an action being applied, or interrupted while applied, already
+    /// carries it); updated by each later attempt.
     pub resolution: Option<Resolution>,
     /// Set while the action is `failed`.
     pub failure: Option<Failure>,

@@ -739,17 +739,22 @@ impl Inner {
         decider: Decider<'_>,
     ) -> Result<(), DecisionError> {
         let id = entry.id;
-        let driver_id = entry.action().expect("caller checked").driver_id;
-        // Events, not a span, on this path: it runs once per applied action and a span
-        // per apply would cost more than the rest of the kernel's work for it.
-        let result = gatekeeper.apply_action(driver_id).await;
         let record = entry.action_mut().expect("caller checked");
+        let driver_id = record.driver_id;
+        // Who decided is written before the driver is called (the action is still open):
+        // if the process dies mid-apply, the ledger still says who approved what may have
+        // been sent. A durable store may let this write ride with the driver's claim.
         record.resolution = Some(Resolution {
             by: decider.by.to_owned(),
             auto: decider.auto,
             at: self.clock.now(),
             cause: None,
         });
+        self.store.put(entry.clone())?;
+        // Events, not a span, on this path: it runs once per applied action and a span
+        // per apply would cost more than the rest of the kernel's work for it.
+        let result = gatekeeper.apply_action(driver_id).await;
+        let record = entry.action_mut().expect("caller checked");
         match result {
             Ok(()) => {
                 record.state = ActionState::Approved;

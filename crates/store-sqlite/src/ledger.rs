@@ -209,6 +209,16 @@ fn automatic_outcome(entry: &LedgerEntry) -> bool {
     })
 }
 
+/// The kernel's record of who decided, written just before it calls the driver (the
+/// action is still open). It rides with the driver's claim, the next commit, which is
+/// made before anything is sent: after a crash the ledger says who approved a call that
+/// may have been sent, at no extra commit.
+fn apply_attempt(entry: &LedgerEntry) -> bool {
+    entry
+        .action()
+        .is_some_and(|action| action.is_open() && action.resolution.is_some())
+}
+
 impl SqliteLedger {
     fn query_entries(
         &self,
@@ -321,7 +331,7 @@ impl LedgerStore for SqliteLedger {
 
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
         let entry = &entry;
-        let durability = if automatic_outcome(entry) {
+        let durability = if automatic_outcome(entry) || apply_attempt(entry) {
             Durability::Deferred
         } else {
             Durability::Now

@@ -250,3 +250,24 @@ async fn a_second_decision_while_one_is_in_flight_is_refused() {
     first.await.unwrap().unwrap();
     assert_eq!(gatekeeper.times_applied(1), 1);
 }
+
+#[tokio::test]
+async fn who_decided_is_recorded_before_the_driver_is_called() {
+    let (overseer, gatekeeper, queue) = setup();
+    let id = submit(&queue, 1, false).await;
+    let (entered, release) = gatekeeper.park(1);
+    let approval = {
+        let overseer = overseer.clone();
+        tokio::spawn(async move { overseer.approve(id, "alice").await })
+    };
+    entered.notified().await;
+    // Mid-apply (a crash here would leave exactly this record): still open, and the
+    // ledger already says who approved the call that may be on its way.
+    let entry = overseer.entry(id).unwrap().unwrap();
+    let action = entry.action().unwrap();
+    assert_eq!(action.state, ActionState::Pending);
+    assert_eq!(action.resolution.as_ref().unwrap().by, "alice");
+    release.notify_one();
+    approval.await.unwrap().unwrap();
+    assert_eq!(state(&overseer, id), ActionState::Approved);
+}

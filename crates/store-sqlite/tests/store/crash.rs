@@ -219,13 +219,19 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
     let by_seq: HashMap<u64, &LedgerEntry> = ledger.iter().map(|e| (seq_of(e), e)).collect();
     assert_eq!(by_seq.len(), ledger.len(), "two ledger entries for one seq");
 
-    // 2. Every delivery is in the ledger as applied or outcome unknown.
+    // 2. Every delivery is in the ledger as applied or outcome unknown, with its approver.
     let mut unknown = 0;
     for seq in delivered.keys() {
         let entry = by_seq
             .get(seq)
             .unwrap_or_else(|| panic!("delivery {seq} not in the ledger"));
         let action = entry.action().unwrap();
+        // Who approved it is on disk, even when the process died mid-apply: the kernel's
+        // record of the decision rides with the claim.
+        assert!(
+            action.resolution.as_ref().is_some_and(|r| !r.by.is_empty()),
+            "delivery {seq} has no record of who approved it"
+        );
         match (action.state, &action.failure) {
             (ActionState::Approved, _) => {}
             (ActionState::Failed, Some(f)) if !f.retryable => unknown += 1,

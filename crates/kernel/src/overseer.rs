@@ -744,13 +744,14 @@ impl Inner {
         // Who decided is written before the driver is called (the action is still open):
         // if the process dies mid-apply, the ledger still says who approved what may have
         // been sent. A durable store may let this write ride with the driver's claim.
-        record.resolution = Some(Resolution {
+        let resolution = Resolution {
             by: decider.by.to_owned(),
             auto: decider.auto,
             at: self.clock.now(),
             cause: None,
-        });
-        self.store.put(entry.clone())?;
+        };
+        self.store.record_attempt(id, &resolution)?;
+        record.resolution = Some(resolution);
         // Events, not a span, on this path: it runs once per applied action and a span
         // per apply would cost more than the rest of the kernel's work for it.
         let result = gatekeeper.apply_action(driver_id).await;

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::contract::DriverActionId;
-use crate::ledger::{ActionEntry, AutoApprovalRule, EntryBody, LedgerEntry, LedgerId};
+use crate::ledger::{ActionEntry, AutoApprovalRule, EntryBody, LedgerEntry, LedgerId, Resolution};
 
 /// A storage backend refused or failed an operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +35,22 @@ pub trait LedgerStore: Send + Sync {
 
     /// Replace an existing entry (same id).
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError>;
+
+    /// Record who decided an open action, just before its driver is called; the action
+    /// stays open. The default reads the entry and writes it back; a backend may do it in
+    /// place. A durable backend may let this write ride with its next commit, provided
+    /// that commit comes before anything is sent (the driver's claim).
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<(), StorageError> {
+        let Some(mut entry) = self.get(id)? else {
+            return Err(StorageError(format!(
+                "no entry {id} to record a decision on"
+            )));
+        };
+        if let Some(action) = entry.action_mut() {
+            action.resolution = Some(resolution.clone());
+        }
+        self.put(entry)
+    }
 
     /// Every entry, in ascending id.
     fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError>;
@@ -177,6 +193,17 @@ impl LedgerStore for MemoryLedger {
         drop(tables);
         // The replaced entry is dropped outside the lock.
         drop(old);
+        Ok(())
+    }
+
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<(), StorageError> {
+        let mut tables = self.tables();
+        let Some(action) = tables.slot_mut(id).and_then(LedgerEntry::action_mut) else {
+            return Err(StorageError(format!(
+                "no action {id} to record a decision on"
+            )));
+        };
+        action.resolution = Some(resolution.clone());
         Ok(())
     }
 

@@ -329,6 +329,37 @@ impl LedgerStore for SqliteLedger {
             .map_err(port)
     }
 
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<(), StorageError> {
+        // One narrow update; deferred, so it rides with the driver's claim (the next
+        // commit, made before anything is sent). See `apply_attempt`.
+        self.db
+            .shared()
+            .write(Durability::Deferred, Steps::One, |conn| {
+                let changed = conn
+                    .db
+                    .prepare_cached(
+                        "UPDATE ledger SET resolved_by = ?2, auto_approved = ?3, resolved_at = ?4,
+                            resolution_cause = ?5
+                         WHERE id = ?1 AND kind = 'action'",
+                    )?
+                    .execute(params![
+                        i64_of(id.0),
+                        resolution.by.as_str(),
+                        resolution.auto,
+                        i64_of(resolution.at.0),
+                        resolution.cause.as_deref(),
+                    ])?;
+                if changed == 0 {
+                    return Err(StoreError::Missing(format!(
+                        "there is no ledger action {id} to record a decision on"
+                    ))
+                    .into());
+                }
+                Ok(())
+            })
+            .map_err(port)
+    }
+
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
         let entry = &entry;
         let durability = if automatic_outcome(entry) || apply_attempt(entry) {

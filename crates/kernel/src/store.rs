@@ -37,20 +37,9 @@ pub trait LedgerStore: Send + Sync {
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError>;
 
     /// Record who decided an open action, just before its driver is called; the action
-    /// stays open. The default reads the entry and writes it back; a backend may do it in
-    /// place. A durable backend may let this write ride with its next commit, provided
-    /// that commit comes before anything is sent (the driver's claim).
-    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<(), StorageError> {
-        let Some(mut entry) = self.get(id)? else {
-            return Err(StorageError(format!(
-                "no entry {id} to record a decision on"
-            )));
-        };
-        if let Some(action) = entry.action_mut() {
-            action.resolution = Some(resolution.clone());
-        }
-        self.put(entry)
-    }
+    /// stays open. A durable backend may let this write ride with its next commit,
+    /// provided that commit comes before anything is sent (the driver's claim).
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<(), StorageError>;
 
     /// Every entry, in ascending id.
     fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError>;

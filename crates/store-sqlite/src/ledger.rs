@@ -209,16 +209,6 @@ fn automatic_outcome(entry: &LedgerEntry) -> bool {
     })
 }
 
-/// The kernel's record of who decided, written just before it calls the driver (the
-/// action is still open). It rides with the driver's claim, the next commit, which is
-/// made before anything is sent: after a crash the ledger says who approved a call that
-/// may have been sent, at no extra commit.
-fn apply_attempt(entry: &LedgerEntry) -> bool {
-    entry
-        .action()
-        .is_some_and(|action| action.is_open() && action.resolution.is_some())
-}
-
 impl SqliteLedger {
     fn query_entries(
         &self,
@@ -330,8 +320,10 @@ impl LedgerStore for SqliteLedger {
     }
 
     fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<(), StorageError> {
-        // One narrow update; deferred, so it rides with the driver's claim (the next
-        // commit, made before anything is sent). See `apply_attempt`.
+        // The kernel's record of who decided, written just before it calls the driver:
+        // one narrow update, deferred, so it rides with the driver's claim (the next
+        // commit, made before anything is sent). After a crash the ledger says who
+        // approved a call that may have been sent, at no extra commit.
         self.db
             .shared()
             .write(Durability::Deferred, Steps::One, |conn| {
@@ -362,7 +354,7 @@ impl LedgerStore for SqliteLedger {
 
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
         let entry = &entry;
-        let durability = if automatic_outcome(entry) || apply_attempt(entry) {
+        let durability = if automatic_outcome(entry) {
             Durability::Deferred
         } else {
             Durability::Now

@@ -196,6 +196,34 @@ fn depends_on_json(action: &ActionEntry) -> String {
     serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned())
 }
 
+/// Binds, by name, the action columns that both writing an entry (`insert`) and
+/// replacing it (`put`) set: one list, so the two statements cannot drift apart.
+fn bind_action_columns(
+    statement: &mut rusqlite::Statement<'_>,
+    action: &ActionEntry,
+) -> rusqlite::Result<()> {
+    let resolution = action.resolution.as_ref();
+    let failure = action.failure.as_ref();
+    let revert = action.revert.as_ref();
+    statement.raw_bind_parameter(":state", state_name(action.state))?;
+    statement.raw_bind_parameter(":resolved_by", resolution.map(|r| r.by.as_str()))?;
+    statement.raw_bind_parameter(":auto_approved", resolution.map(|r| r.auto))?;
+    statement.raw_bind_parameter(":resolved_at", resolution.map(|r| i64_of(r.at.0)))?;
+    statement.raw_bind_parameter(
+        ":resolution_cause",
+        resolution.and_then(|r| r.cause.as_deref()),
+    )?;
+    statement.raw_bind_parameter(":failure", failure.map(|f| f.message.as_str()))?;
+    statement.raw_bind_parameter(":failure_retryable", failure.map(|f| f.retryable))?;
+    statement.raw_bind_parameter(":depends_on_json", depends_on_json(action))?;
+    statement.raw_bind_parameter(":blocked_by", action.blocked_by.map(|b| i64_of(b.0)))?;
+    statement.raw_bind_parameter(":restart_requested", action.restart_requested)?;
+    statement.raw_bind_parameter(":revert_by", revert.map(|r| r.by.as_str()))?;
+    statement.raw_bind_parameter(":revert_at", revert.map(|r| i64_of(r.at.0)))?;
+    statement.raw_bind_parameter(":revert_refused", revert.and_then(|r| r.refused.as_deref()))?;
+    Ok(())
+}
+
 fn encode<T: serde::Serialize>(value: &T, id: LedgerId) -> Result<String, Error> {
     serde_json::to_string(value)
         .map_err(|e| StoreError::decode(format!("description of ledger entry {id}"), e).into())
@@ -266,38 +294,27 @@ impl LedgerStore for SqliteLedger {
                         ])?;
                     }
                     EntryBody::Action(action) => {
-                        let resolution = action.resolution.as_ref();
-                        let failure = action.failure.as_ref();
-                        let revert = action.revert.as_ref();
-                        db.prepare_cached(
+                        let mut statement = db.prepare_cached(
                             "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
                                 driver_id, state, resolved_by, auto_approved, resolved_at, resolution_cause,
                                 failure, failure_retryable, depends_on_json, blocked_by, restart_requested,
                                 revert_by, revert_at, revert_refused)
-                             VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                                ?15, ?16, ?17, ?18, ?19)",
-                        )?
-                        .execute(params![
-                            next,
-                            &*entry.gatekeeper,
-                            &*entry.caller,
-                            i64_of(entry.created_at.0),
+                             VALUES (:id, 'action', :gatekeeper, :caller, :created_at, :description_json,
+                                :driver_id, :state, :resolved_by, :auto_approved, :resolved_at,
+                                :resolution_cause, :failure, :failure_retryable, :depends_on_json,
+                                :blocked_by, :restart_requested, :revert_by, :revert_at, :revert_refused)",
+                        )?;
+                        statement.raw_bind_parameter(":id", next)?;
+                        statement.raw_bind_parameter(":gatekeeper", &*entry.gatekeeper)?;
+                        statement.raw_bind_parameter(":caller", &*entry.caller)?;
+                        statement.raw_bind_parameter(":created_at", i64_of(entry.created_at.0))?;
+                        statement.raw_bind_parameter(
+                            ":description_json",
                             encode(&*action.description, id)?,
-                            i64_of(action.driver_id.0),
-                            state_name(action.state),
-                            resolution.map(|r| r.by.as_str()),
-                            resolution.map(|r| r.auto),
-                            resolution.map(|r| i64_of(r.at.0)),
-                            resolution.and_then(|r| r.cause.as_deref()),
-                            failure.map(|f| f.message.as_str()),
-                            failure.map(|f| f.retryable),
-                            depends_on_json(action),
-                            action.blocked_by.map(|b| i64_of(b.0)),
-                            action.restart_requested,
-                            revert.map(|r| r.by.as_str()),
-                            revert.map(|r| i64_of(r.at.0)),
-                            revert.and_then(|r| r.refused.as_deref()),
-                        ])?;
+                        )?;
+                        statement.raw_bind_parameter(":driver_id", i64_of(action.driver_id.0))?;
+                        bind_action_columns(&mut statement, action)?;
+                        statement.raw_execute()?;
                     }
                 }
                 Ok(id)
@@ -370,34 +387,19 @@ impl LedgerStore for SqliteLedger {
                         )?
                         .execute(params![i64_of(entry.id.0), encode(observation, entry.id)?])?,
                     EntryBody::Action(action) => {
-                        let resolution = action.resolution.as_ref();
-                        let failure = action.failure.as_ref();
-                        let revert = action.revert.as_ref();
-                        conn.db
-                            .prepare_cached(
-                                "UPDATE ledger SET state = ?2, resolved_by = ?3, auto_approved = ?4,
-                                    resolved_at = ?5, resolution_cause = ?6, failure = ?7,
-                                    failure_retryable = ?8, depends_on_json = ?9, blocked_by = ?10,
-                                    restart_requested = ?11, revert_by = ?12, revert_at = ?13,
-                                    revert_refused = ?14
-                                 WHERE id = ?1 AND kind = 'action'",
-                            )?
-                            .execute(params![
-                                i64_of(entry.id.0),
-                                state_name(action.state),
-                                resolution.map(|r| r.by.as_str()),
-                                resolution.map(|r| r.auto),
-                                resolution.map(|r| i64_of(r.at.0)),
-                                resolution.and_then(|r| r.cause.as_deref()),
-                                failure.map(|f| f.message.as_str()),
-                                failure.map(|f| f.retryable),
-                                depends_on_json(action),
-                                action.blocked_by.map(|b| i64_of(b.0)),
-                                action.restart_requested,
-                                revert.map(|r| r.by.as_str()),
-                                revert.map(|r| i64_of(r.at.0)),
-                                revert.and_then(|r| r.refused.as_deref()),
-                            ])?
+                        let mut statement = conn.db.prepare_cached(
+                            "UPDATE ledger SET state = :state, resolved_by = :resolved_by,
+                                auto_approved = :auto_approved, resolved_at = :resolved_at,
+                                resolution_cause = :resolution_cause, failure = :failure,
+                                failure_retryable = :failure_retryable,
+                                depends_on_json = :depends_on_json, blocked_by = :blocked_by,
+                                restart_requested = :restart_requested, revert_by = :revert_by,
+                                revert_at = :revert_at, revert_refused = :revert_refused
+                             WHERE id = :id AND kind = 'action'",
+                        )?;
+                        statement.raw_bind_parameter(":id", i64_of(entry.id.0))?;
+                        bind_action_columns(&mut statement, action)?;
+                        statement.raw_execute()?
                     }
                 };
                 if changed == 0 {

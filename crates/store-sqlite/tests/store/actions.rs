@@ -145,11 +145,7 @@ async fn the_claim_is_on_disk_before_the_call_is_sent() {
             "the claim was not committed before the send"
         );
     }));
-    let queued = rig
-        .session
-        .call_tool("createIssue", json!({"title": "Add dark mode"}))
-        .await
-        .unwrap();
+    let queued = rig.queue_issue("Add dark mode").await;
     rig.overseer
         .approve(queued.ledger().unwrap(), "alice")
         .await
@@ -162,11 +158,7 @@ async fn one_durable_cycle_costs_exactly_three_commits() {
     let dir = TempDir::new("cycle");
     let rig = Rig::new(Database::open(dir.join("gate.db")).unwrap()).await;
     let before = rig.db.commits();
-    let queued = rig
-        .session
-        .call_tool("createIssue", json!({"title": "Add dark mode"}))
-        .await
-        .unwrap();
+    let queued = rig.queue_issue("Add dark mode").await;
     assert_eq!(
         rig.db.commits() - before,
         1,
@@ -224,11 +216,7 @@ async fn reopening_turns_a_dead_claim_into_an_interrupted_failure_in_store_and_l
     let path = dir.join("gate.db");
     let ledger_id = {
         let rig = Rig::new(Database::open(&path).unwrap()).await;
-        let queued = rig
-            .session
-            .call_tool("createIssue", json!({"title": "Add dark mode"}))
-            .await
-            .unwrap();
+        let queued = rig.queue_issue("Add dark mode").await;
         // What the first two steps of apply write, and then the process "dies".
         let storage = rig.db.action_storage("issues");
         let record = storage
@@ -287,11 +275,7 @@ async fn a_second_handle_never_settles_a_claim_that_is_still_being_sent() {
     let dir = TempDir::new("live-claim");
     let path = dir.join("gate.db");
     let rig = Rig::new(Database::open(&path).unwrap()).await;
-    let queued = rig
-        .session
-        .call_tool("createIssue", json!({"title": "Add dark mode"}))
-        .await
-        .unwrap();
+    let queued = rig.queue_issue("Add dark mode").await;
     let ledger_id = queued.ledger().unwrap();
     let (entered, release) = rig.service.hold_next();
     let approve = rig.overseer.approve(ledger_id, "alice");
@@ -332,11 +316,7 @@ async fn a_ledger_left_behind_its_store_is_brought_forward_on_reopen() {
     let path = dir.join("gate.db");
     let ledger_id = {
         let rig = Rig::new(Database::open(&path).unwrap()).await;
-        let queued = rig
-            .session
-            .call_tool("createIssue", json!({"title": "Add dark mode"}))
-            .await
-            .unwrap();
+        let queued = rig.queue_issue("Add dark mode").await;
         // The driver settles (as the flusher may commit it) but the kernel never records it.
         rig.gatekeeper
             .apply_action(queued.action().unwrap())

@@ -154,11 +154,7 @@ async fn the_unknown_outcome_query_shows_what_an_interrupted_call_sent() {
     let path = dir.join("gate.db");
     {
         let rig = crate::support::Rig::new(Database::open(&path).unwrap()).await;
-        let queued = rig
-            .session
-            .call_tool("createIssue", serde_json::json!({"title": "Add dark mode"}))
-            .await
-            .unwrap();
+        let queued = rig.queue_issue("Add dark mode").await;
         // The claim is committed, then the process "dies" before the send returns.
         let storage = rig.db.action_storage("issues");
         let record = storage

@@ -223,6 +223,14 @@ impl Rig {
         }
     }
 
+    /// The agent asks to create an issue titled `title`: staged and submitted, pending.
+    pub async fn queue_issue(&self, title: &str) -> gatekeeper_core::CallOutcome {
+        self.session
+            .call_tool("createIssue", serde_json::json!({ "title": title }))
+            .await
+            .expect("staged and submitted")
+    }
+
     /// The auto-approval kind of `addLabel`.
     pub fn label_kind(&self) -> ActionKind {
         self.gatekeeper

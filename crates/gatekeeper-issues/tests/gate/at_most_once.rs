@@ -17,12 +17,7 @@ async fn two_concurrent_applies_of_one_action_call_the_tracker_once() {
     let s = w.session(&["createIssue"]);
     let (action, _) = create(&s, "Fix login").await;
 
-    let park = w.tracker.park_next();
-    let first = {
-        let issues = w.issues.clone();
-        tokio::spawn(async move { issues.apply_action(action).await })
-    };
-    park.wait_until_parked().await;
+    let (park, first) = w.apply_parked(action).await;
 
     let second = w.issues.apply_action(action).await.unwrap_err();
     assert_eq!(
@@ -152,12 +147,7 @@ async fn a_store_reopened_over_an_applying_record_never_resends_it() {
     let (action, _) = create(&s, "Fix login").await;
 
     // The first process claims the action and is stuck mid-send.
-    let park = w.tracker.park_next();
-    let first = {
-        let issues = w.issues.clone();
-        tokio::spawn(async move { issues.apply_action(action).await })
-    };
-    park.wait_until_parked().await;
+    let (park, first) = w.apply_parked(action).await;
 
     // A new process opens the same records.
     let reopened = ActionStore::open(Arc::new(w.storage.clone()), w.clock.clone())

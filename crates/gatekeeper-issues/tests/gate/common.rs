@@ -4,9 +4,13 @@
 use std::sync::Arc;
 
 use gatekeeper_core::{ActionStore, CallOutcome, MemoryActionStorage, Session, ToolGatekeeper};
+use gatekeeper_issues::service::ParkHandle;
 use gatekeeper_issues::{Catalog, IssueTracker, IssuesConfig};
-use kernel::{ActionEntry, Clock, DriverActionId, LedgerId, Overseer, StepClock};
+use kernel::{
+    ActionEntry, Clock, DriverActionId, Gatekeeper, GatekeeperError, LedgerId, Overseer, StepClock,
+};
 use serde_json::{Value, json};
+use tokio::task::JoinHandle;
 
 pub struct World {
     pub clock: Arc<dyn Clock>,
@@ -45,6 +49,20 @@ impl World {
             .grant(&self.overseer, "agent", tools)
             .expect("grant")
             .into_session()
+    }
+
+    /// Starts applying `action` through the driver and returns once the tracker holds
+    /// the call in flight: the park handle (release it to let the call land) and the
+    /// apply's task.
+    pub async fn apply_parked(
+        &self,
+        action: DriverActionId,
+    ) -> (ParkHandle, JoinHandle<Result<(), GatekeeperError>>) {
+        let park = self.tracker.park_next();
+        let issues = self.issues.clone();
+        let apply = tokio::spawn(async move { issues.apply_action(action).await });
+        park.wait_until_parked().await;
+        (park, apply)
     }
 
     pub fn entry(&self, ledger: LedgerId) -> ActionEntry {

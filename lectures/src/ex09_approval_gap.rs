@@ -98,10 +98,8 @@ struct Ending {
 
 async fn b1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
     heading(cx, "b1 · a replace approved after bob's edit", policy)?;
-    let lab = manual_lab(cx, policy, "Manual", "original")?;
-    let agent = lab.session("agent");
-    let shell = Shell::new(lab.overseer.clone(), "ana");
-    let page = agent.open("100").await?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Manual", "original").await?;
     read(cx, &agent, &page).await?;
     let replace = staged(
         cx,
@@ -132,10 +130,8 @@ async fn b1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
 
 async fn b2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
     heading(cx, "b2 · an append approved after bob's edit", policy)?;
-    let lab = manual_lab(cx, policy, "Manual", "original")?;
-    let agent = lab.session("agent");
-    let shell = Shell::new(lab.overseer.clone(), "ana");
-    let page = agent.open("100").await?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Manual", "original").await?;
     read(cx, &agent, &page).await?;
     let append = staged(
         cx,
@@ -173,10 +169,8 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
         "c · bob's edit lands between the driver's read and its write",
         policy,
     )?;
-    let lab = manual_lab(cx, policy, "Manual", "original")?;
-    let agent = lab.session("agent");
-    let shell = Shell::new(lab.overseer.clone(), "ana");
-    let page = agent.open("100").await?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Manual", "original").await?;
     read(cx, &agent, &page).await?;
     let replace = staged(
         cx,
@@ -261,7 +255,7 @@ pub(crate) fn heading(cx: &mut Context<'_>, case: &str, policy: Policy) -> std::
 
 /// A lab under `policy`: in memory, or with `--db` over the plan's next file (its kernel
 /// ledger and the wiki driver's records; the wiki itself, outside the OS, stays in memory).
-pub(crate) fn wiki_lab(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Lab> {
+fn wiki_lab(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Lab> {
     let Some(plan) = cx.db_mut() else {
         return Ok(Lab::new(policy));
     };
@@ -278,17 +272,38 @@ pub(crate) fn wiki_lab(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<L
     )?)
 }
 
-/// A lab under `policy` whose wiki holds page 100 in space OPS, at version 1, as if it had
-/// always been there.
-pub(crate) fn manual_lab(
-    cx: &mut Context<'_>,
-    policy: Policy,
-    title: &str,
-    body: &str,
-) -> anyhow::Result<Lab> {
-    let lab = wiki_lab(cx, policy)?;
-    lab.service.seed_page_with_id(100, "OPS", title, body);
-    Ok(lab)
+/// Who is on stage in one case: the wiring, the agent's session and ana at the shell.
+pub(crate) struct Scene {
+    /// The kernel, the wiki and its gatekeeper.
+    pub(crate) lab: Lab,
+    /// The agent's session.
+    pub(crate) agent: WikiSession,
+    /// Ana, the person at the shell.
+    pub(crate) shell: Shell,
+}
+
+impl Scene {
+    /// A fresh lab under `policy` (see [`wiki_lab`]), the agent and ana.
+    pub(crate) fn new(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Self> {
+        let lab = wiki_lab(cx, policy)?;
+        let agent = lab.session("agent");
+        let shell = Shell::new(lab.overseer.clone(), "ana");
+        Ok(Self { lab, agent, shell })
+    }
+
+    /// A scene whose wiki holds page 100 in space OPS, at version 1, as if it had always
+    /// been there, and the agent's handle on it.
+    pub(crate) async fn manual(
+        cx: &mut Context<'_>,
+        policy: Policy,
+        title: &str,
+        body: &str,
+    ) -> anyhow::Result<(Self, ContentHandle)> {
+        let scene = Self::new(cx, policy)?;
+        scene.lab.service.seed_page_with_id(100, "OPS", title, body);
+        let page = scene.agent.open("100").await?;
+        Ok((scene, page))
+    }
 }
 
 fn yes_no(b: bool) -> &'static str {

@@ -16,11 +16,11 @@ use std::io::Write;
 
 use gatekeeper_confluence::{Lab, Policy};
 use kernel::LedgerId;
-use shell::{Decision, Scripted, Shell};
+use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, action_state, created, heading, manual_lab, page_evidence, read, read_body, review,
-    side_by_side, staged, wiki_lab,
+    Row, Scene, action_state, created, heading, page_evidence, read, read_body, review,
+    side_by_side, staged,
 };
 use crate::setup::visible;
 use crate::{Context, Lecture, LectureFuture};
@@ -127,9 +127,7 @@ async fn d(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Cascade> {
         "d · a page, its child, its grandchild, an append",
         policy,
     )?;
-    let lab = wiki_lab(cx, policy)?;
-    let agent = lab.session("agent");
-    let shell = Shell::new(lab.overseer.clone(), "ana");
+    let Scene { lab, agent, shell } = Scene::new(cx, policy)?;
     let (page, page_id) = created(
         cx,
         &agent,
@@ -232,10 +230,8 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
         "e · a comment quoting a title that is then rejected",
         policy,
     )?;
-    let lab = manual_lab(cx, policy, "Draft", "procedure")?;
-    let agent = lab.session("agent");
-    let shell = Shell::new(lab.overseer.clone(), "ana");
-    let page = agent.open("100").await?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Draft", "procedure").await?;
     let rename = staged(
         cx,
         r#"set_title(100, "Publishable")"#,

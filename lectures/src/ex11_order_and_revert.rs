@@ -16,11 +16,11 @@ use std::io::Write;
 
 use gatekeeper_confluence::{Edit, Lab, Policy};
 use kernel::LedgerId;
-use shell::{Decision, Scripted, Shell};
+use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, action_state, created, heading, human_edit, manual_lab, page_evidence, read, read_body,
-    review, side_by_side, staged, wiki_lab,
+    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body, review,
+    side_by_side, staged,
 };
 use crate::setup::visible;
 use crate::{Context, Lecture, LectureFuture};
@@ -142,10 +142,8 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
         "f1 · replace then append, approved in reverse order",
         policy,
     )?;
-    let lab = manual_lab(cx, policy, "Manual", "old procedure")?;
-    let agent = lab.session("agent");
-    let shell = Shell::new(lab.overseer.clone(), "ana");
-    let page = agent.open("100").await?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Manual", "old procedure").await?;
     let replace = staged(
         cx,
         r#"set_content(100, "new procedure")"#,
@@ -204,10 +202,8 @@ fn short(text: &str) -> String {
 
 async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     heading(cx, "f2 · append then replace, approved in id order", policy)?;
-    let lab = manual_lab(cx, policy, "Manual", "old procedure")?;
-    let agent = lab.session("agent");
-    let shell = Shell::new(lab.overseer.clone(), "ana");
-    let page = agent.open("100").await?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Manual", "old procedure").await?;
     let append = staged(
         cx,
         r#"append_content(100, "safety notes")"#,
@@ -239,9 +235,7 @@ async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
 
 async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     heading(cx, "g · a child page approved before its parent", policy)?;
-    let lab = wiki_lab(cx, policy)?;
-    let agent = lab.session("agent");
-    let shell = Shell::new(lab.overseer.clone(), "ana");
+    let Scene { lab, agent, shell } = Scene::new(cx, policy)?;
     let (parent, parent_id) = created(
         cx,
         &agent,
@@ -326,10 +320,7 @@ async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyh
         "h1 · revert an append"
     };
     heading(cx, case, policy)?;
-    let lab = manual_lab(cx, policy, "Manual", "old")?;
-    let agent = lab.session("agent");
-    let shell = Shell::new(lab.overseer.clone(), "ana");
-    let page = agent.open("100").await?;
+    let (Scene { lab, agent, shell }, page) = Scene::manual(cx, policy, "Manual", "old").await?;
     read_body(cx, &agent, &page).await?;
     let append = staged(
         cx,

@@ -161,26 +161,14 @@ pub fn simulate_trashed(
 
 #[cfg(test)]
 mod tests {
-    use kernel::Timestamp;
-
     use super::*;
     use crate::handle::ContentHandle;
-    use crate::record::{ContentKind, Parent, RecordState, Staging};
+    use crate::record::{ContentKind, Parent};
 
     const PAGE: ContentHandle = ContentHandle::Real(100);
 
     fn record(id: u64, action: WikiAction) -> ActionRecord {
-        ActionRecord {
-            id: DriverActionId(id),
-            ledger: None,
-            action,
-            state: RecordState::Pending,
-            submitted_at: Timestamp(0),
-            staging: Staging::default(),
-            depends_on: Vec::new(),
-            applied: None,
-            failure: None,
-        }
+        ActionRecord::pending(id, action)
     }
 
     fn set(id: u64, md: &str) -> ActionRecord {

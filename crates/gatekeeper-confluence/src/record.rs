@@ -298,6 +298,25 @@ pub struct ActionRecord {
     pub failure: Option<String>,
 }
 
+#[cfg(test)]
+impl ActionRecord {
+    /// A pending record of `action` with driver id `id` and nothing else set: the fixture
+    /// the unit tests of the overlay and the store build on.
+    pub(crate) fn pending(id: u64, action: WikiAction) -> Self {
+        Self {
+            id: DriverActionId(id),
+            ledger: None,
+            action,
+            state: RecordState::Pending,
+            submitted_at: Timestamp(0),
+            staging: Staging::default(),
+            depends_on: Vec::new(),
+            applied: None,
+            failure: None,
+        }
+    }
+}
+
 impl ActionRecord {
     /// How people name this action: the ledger id (`#5`) once known, else the driver id.
     pub fn display_id(&self) -> String {

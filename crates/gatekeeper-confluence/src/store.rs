@@ -297,24 +297,13 @@ impl ActionStore {
 
 #[cfg(test)]
 mod tests {
-    use kernel::Timestamp;
 
     use super::*;
     use crate::kv::MemoryKv;
-    use crate::record::{ContentKind, ContentStatus, Parent, Staging};
+    use crate::record::{ContentKind, ContentStatus, Parent};
 
     fn record(id: u64, action: WikiAction) -> ActionRecord {
-        ActionRecord {
-            id: DriverActionId(id),
-            ledger: None,
-            action,
-            state: RecordState::Pending,
-            submitted_at: Timestamp(0),
-            staging: Staging::default(),
-            depends_on: Vec::new(),
-            applied: None,
-            failure: None,
-        }
+        ActionRecord::pending(id, action)
     }
 
     #[test]

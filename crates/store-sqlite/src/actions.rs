@@ -41,6 +41,7 @@ use serde_json::Value;
 
 use crate::db::{Conn, Database, Durability, Error, Steps};
 use crate::error::StoreError;
+use crate::known::ActionCounts;
 
 /// One gatekeeper's action store in a [`Database`].
 #[derive(Debug, Clone)]
@@ -249,6 +250,8 @@ pub(crate) fn interrupt_dead_claims(db: &Database) -> Result<usize, StoreError> 
         return Ok(0);
     }
     shared.write(Durability::Now, Steps::Many, |conn| {
+        // Rows of every store and the ledger change here, behind the adapters' backs.
+        conn.known.forget();
         let mut settled = 0;
         for (gatekeeper, id, by) in &dead {
             let changed = conn
@@ -272,7 +275,7 @@ pub(crate) fn interrupt_dead_claims(db: &Database) -> Result<usize, StoreError> 
 fn compare_and_set_in(
     conn: &mut Conn,
     shared: &crate::db::Shared,
-    gatekeeper: &str,
+    gatekeeper: &Arc<str>,
     from: StateTag,
     record: &ActionRecord,
 ) -> Result<bool, Error> {
@@ -306,12 +309,21 @@ fn compare_and_set_in(
     };
     if written && from == StateTag::Applying && is_interruption(record) {
         interrupt_in_ledger(&conn.db, gatekeeper, record.id)?;
+        // The ledger row changed behind the ledger adapter's back.
+        conn.known.ledger = Default::default();
+    }
+    if written {
+        conn.known.actions_of(gatekeeper).moved(from, record);
     }
     Ok(written)
 }
 
 /// Settled rows of one gatekeeper, counted on the `actions_final` partial index.
 const COUNT_FINAL: &str = "SELECT count(*) FROM actions WHERE gatekeeper = ?1
+     AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0))";
+
+/// Every settled row of one gatekeeper.
+const ALL_FINAL: &str = "SELECT id FROM actions WHERE gatekeeper = ?1
      AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0))";
 
 /// The `?2` oldest settled rows of one gatekeeper.
@@ -341,6 +353,33 @@ const SELECT_IN_STATE: &str =
     "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json
      FROM actions WHERE gatekeeper = ?1 AND state = ?2 ORDER BY id";
 
+/// The counts of `gatekeeper`'s store, read once and then kept up to date in
+/// [`Conn::known`]. Only for a caller that may trust it (see `known.rs`).
+fn counts<'c>(conn: &'c mut Conn, gatekeeper: &Arc<str>) -> Result<&'c ActionCounts, Error> {
+    if conn.known.actions_of(gatekeeper).counts.is_none() {
+        let (open, last): (i64, i64) = conn
+            .db
+            .prepare_cached(NEXT_ID)?
+            .query_row([&**gatekeeper], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let settled = conn
+            .db
+            .prepare_cached(ALL_FINAL)?
+            .query_map([&**gatekeeper], |r| r.get::<_, i64>(0))?
+            .map(|id| Ok(u64_of(id?, "action id")?))
+            .collect::<Result<_, Error>>()?;
+        conn.known.actions_of(gatekeeper).counts = Some(ActionCounts {
+            open: usize::try_from(open).unwrap_or(usize::MAX),
+            last_id: u64_of(last, "last action id")?,
+            settled,
+        });
+    }
+    Ok(conn
+        .known
+        .actions_of(gatekeeper)
+        .counts
+        .get_or_insert_with(ActionCounts::default))
+}
+
 #[async_trait]
 impl ActionStorage for SqliteActionStorage {
     async fn insert_pending(
@@ -350,22 +389,20 @@ impl ActionStorage for SqliteActionStorage {
         submitted_at: Timestamp,
         max_open: usize,
     ) -> Result<Option<DriverActionId>, StorageError> {
-        let args = serde_json::to_string(&*args)
+        let args_json = serde_json::to_string(&*args)
             .map_err(|e| port(StoreError::decode("tool arguments", e)))?;
+        let staged_args = args;
         let gatekeeper = &*self.gatekeeper;
         self.db
             .shared()
             // One writing statement: the row itself. Its id is above every id still in
             // the table and every id recorded as deleted (see `NEXT_ID`).
             .write(Durability::Deferred, Steps::One, |conn| {
-                let (open, last): (i64, i64) = conn
-                    .db
-                    .prepare_cached(NEXT_ID)?
-                    .query_row([gatekeeper], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                if open as u64 >= max_open as u64 {
+                let counts = counts(conn, &self.gatekeeper)?;
+                if counts.open >= max_open {
                     return Ok(None);
                 }
-                let id = u64_of(last, "last action id")?.max(conn.floor(gatekeeper)) + 1;
+                let id = counts.last_id.max(conn.floor(gatekeeper)) + 1;
                 conn.db
                     .prepare_cached(
                         "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at)
@@ -375,10 +412,20 @@ impl ActionStorage for SqliteActionStorage {
                         gatekeeper,
                         i64_of(id),
                         &*tool,
-                        args,
+                        args_json,
                         i64_of(submitted_at.0)
                     ])?;
                 conn.hand_out(gatekeeper, id);
+                conn.known
+                    .actions_of(&self.gatekeeper)
+                    .staged(&ActionRecord {
+                        id: DriverActionId(id),
+                        tool,
+                        args: staged_args,
+                        submitted_at,
+                        claimed_at: None,
+                        state: ActionState::Pending,
+                    });
                 Ok(Some(DriverActionId(id)))
             })
             .map_err(port)
@@ -387,13 +434,22 @@ impl ActionStorage for SqliteActionStorage {
     async fn get(&self, id: DriverActionId) -> Result<Option<ActionRecord>, StorageError> {
         self.db
             .shared()
-            .read(|db| {
-                let mut statement = db.prepare_cached(SELECT_ONE)?;
-                let mut rows = statement.query(params![&*self.gatekeeper, i64_of(id.0)])?;
-                match rows.next()? {
-                    Some(row) => Ok(Some(record_of(row, &mut self.staged())?)),
-                    None => Ok(None),
+            .read_conn(|conn| {
+                if conn.trusted()
+                    && let Some(known) = conn.known.actions_of(&self.gatekeeper).record(id.0)
+                {
+                    return Ok(Some(known.clone()));
                 }
+                let mut statement = conn.db.prepare_cached(SELECT_ONE)?;
+                let mut rows = statement.query(params![&*self.gatekeeper, i64_of(id.0)])?;
+                let record = match rows.next()? {
+                    Some(row) => record_of(row, &mut self.staged())?,
+                    None => return Ok(None),
+                };
+                drop(rows);
+                drop(statement);
+                conn.known.actions_of(&self.gatekeeper).remember(&record);
+                Ok(Some(record))
             })
             .map_err(port)
     }
@@ -428,8 +484,12 @@ impl ActionStorage for SqliteActionStorage {
     async fn count_open(&self) -> Result<usize, StorageError> {
         self.db
             .shared()
-            .read(|db| {
-                let open: i64 = db
+            .read_conn(|conn| {
+                if conn.trusted() {
+                    return Ok(counts(conn, &self.gatekeeper)?.open);
+                }
+                let open: i64 = conn
+                    .db
                     .prepare_cached(
                         "SELECT count(*) FROM actions
                          WHERE gatekeeper = ?1 AND state IN ('pending', 'applying')",
@@ -455,6 +515,11 @@ impl ActionStorage for SqliteActionStorage {
                         "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2 AND state = 'pending'",
                     )?
                     .execute(params![&*self.gatekeeper, i64_of(id.0)])?;
+                if deleted == 1 {
+                    conn.known
+                        .actions_of(&self.gatekeeper)
+                        .deleted_pending(id.0);
+                }
                 Ok(deleted == 1)
             })
             .map_err(port)
@@ -481,8 +546,13 @@ impl ActionStorage for SqliteActionStorage {
         // Look before writing (one walk of the small `actions_final` index): most calls
         // find nothing to prune and open no transaction.
         let settled: i64 = shared
-            .read(|db| {
-                Ok(db
+            .read_conn(|conn| {
+                if conn.trusted() {
+                    let settled = counts(conn, &self.gatekeeper)?.settled.len();
+                    return Ok(i64::try_from(settled).unwrap_or(i64::MAX));
+                }
+                Ok(conn
+                    .db
                     .prepare_cached(COUNT_FINAL)?
                     .query_row([gatekeeper], |r| r.get(0))?)
             })
@@ -507,9 +577,11 @@ impl ActionStorage for SqliteActionStorage {
                 }
                 let mut delete = conn.db.prepare_cached(DELETE_ONE)?;
                 let mut pruned = 0;
-                for id in oldest {
+                for id in &oldest {
                     pruned += delete.execute(params![gatekeeper, id])?;
                 }
+                drop(delete);
+                conn.known.actions_of(&self.gatekeeper).pruned(&oldest);
                 Ok(pruned)
             })
             .map_err(port)

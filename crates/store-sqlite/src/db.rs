@@ -14,9 +14,13 @@
 //! A claim (the `applying` write of the at-most-once protocol) is never deferred, so no
 //! crash can undo a claim whose call was sent.
 //!
-//! In memory there is no flusher: deferred writes wait for the next write committed now
-//! (or [`Database::flush`], or the last handle closing). Nothing is lost by waiting, since
-//! the one connection reads its own uncommitted writes.
+//! In memory nothing can be made durable and no other connection can look, so a commit
+//! buys nothing but its cost: every write is deferred, and the open transaction is
+//! committed after [`MEMORY_BATCH`] writes, by [`Database::flush`], or when the last
+//! handle closes. Nothing is lost by waiting, since the one connection reads its own
+//! uncommitted writes; atomicity per write still comes from savepoints and SQLite's
+//! statement rollback. [`Database::limit_size`] turns this off (a failed commit would
+//! lose the whole batch).
 //!
 //! If a commit fails (disk full, I/O error), the whole transaction is lost, including
 //! deferred writes whose calls had already returned. Each such record falls back to its
@@ -34,7 +38,8 @@ use rusqlite::{Connection, MAIN_DB, OpenFlags};
 use tracing::{debug, info, warn};
 
 use crate::error::{BUSY_TIMEOUT, StoreError};
-use crate::schema::{APPLICATION_ID, CREATE, SCHEMA_VERSION, UPGRADE_FROM_1};
+use crate::known::Known;
+use crate::schema::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::session::{self, Session};
 
 /// How long a deferred write may wait for a commit to ride with before the flusher
@@ -42,6 +47,9 @@ use crate::session::{self, Session};
 /// carries the previous outcome; short enough that another process waiting to write
 /// barely notices.
 pub const DEFERRED_COMMIT_WINDOW: Duration = Duration::from_millis(10);
+
+/// In memory, how many writes share one transaction (see the module docs).
+pub(crate) const MEMORY_BATCH: u32 = 256;
 
 /// When a write must be on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +97,8 @@ impl From<StoreError> for Error {
 /// The open transaction that deferred writes sit in.
 struct Batch {
     opened: Instant,
+    /// Writes made in this transaction.
+    writes: u32,
     /// Action ids handed out in this transaction, per gatekeeper.
     handed_out: Vec<(String, u64)>,
 }
@@ -104,6 +114,12 @@ pub(crate) struct Conn {
     /// Per gatekeeper, the highest action id handed out by a transaction that was lost:
     /// the next id must be above it.
     floors: HashMap<String, u64>,
+    /// In memory: writes committed now are coalesced into batches of [`MEMORY_BATCH`].
+    coalesce: bool,
+    /// In memory: no other connection exists.
+    in_memory: bool,
+    /// What this connection already knows of the database (see `known.rs`).
+    pub(crate) known: Known,
 }
 
 impl Conn {
@@ -112,6 +128,26 @@ impl Conn {
         if let Some(batch) = &mut self.batch {
             batch.handed_out.push((gatekeeper.to_owned(), id));
         }
+    }
+
+    /// Whether [`Conn::known`] may be trusted now: in memory, or on a file while this
+    /// connection holds the write transaction (see `known.rs`).
+    pub(crate) fn trusted(&self) -> bool {
+        self.in_memory || self.batch.is_some()
+    }
+
+    /// After a write transaction opened on a file: forget what is known if another
+    /// connection committed since the last one.
+    fn check_data_version(&mut self) -> rusqlite::Result<()> {
+        let version: i64 = self
+            .db
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |r| r.get(0))?;
+        if self.known.data_version != Some(version) {
+            self.known.forget();
+            self.known.data_version = Some(version);
+        }
+        Ok(())
     }
 
     /// The lowest id that may not be handed out again for `gatekeeper`.
@@ -149,6 +185,7 @@ impl Shared {
                     let _ = guard.db.execute_batch("ROLLBACK");
                 }
                 self.lose_batch(&mut guard, "a write panicked");
+                guard.known.forget();
                 self.conn.clear_poison();
                 guard
             }
@@ -160,6 +197,15 @@ impl Shared {
             Error::Sql(error) => StoreError::from_sqlite(error, self.path.as_deref()),
             Error::Store(error) => error,
         }
+    }
+
+    /// Run a read with the whole connection at hand, to use or fill [`Conn::known`].
+    pub(crate) fn read_conn<T>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T, Error>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.lock();
+        f(&mut conn).map_err(|e| self.sorted(e))
     }
 
     /// Run a read on the connection. It sees this process's deferred writes.
@@ -203,14 +249,22 @@ impl Shared {
             self.after_error(conn);
             return Err(self.sorted(error.into()));
         }
+        if opened_here && !conn.in_memory && let Err(error) = conn.check_data_version() {
+            let _ = run(&conn.db, "ROLLBACK");
+            conn.known.forget();
+            return Err(self.sorted(error.into()));
+        }
         if opened_here {
             conn.batch = Some(Batch {
                 opened: Instant::now(),
+                writes: 0,
                 handed_out: Vec::new(),
             });
         }
         match f(conn) {
             Err(error) => {
+                // Some of its statements may have been undone: forget what it told us.
+                conn.known.forget();
                 if conn.db.is_autocommit() {
                     // SQLite rolled the whole transaction back itself (disk full, I/O).
                     self.lose_batch(conn, "a write failed");
@@ -232,6 +286,16 @@ impl Shared {
                     self.after_error(conn);
                     return Err(self.sorted(error.into()));
                 }
+                let writes = conn.batch.as_mut().map_or(0, |batch| {
+                    batch.writes += 1;
+                    batch.writes
+                });
+                let durability = match durability {
+                    Durability::Now if conn.coalesce && writes < MEMORY_BATCH => {
+                        Durability::Deferred
+                    }
+                    other => other,
+                };
                 match durability {
                     Durability::Now => self.commit(conn).map_err(|e| self.sorted(e))?,
                     Durability::Deferred => {
@@ -277,6 +341,7 @@ impl Shared {
         let Some(batch) = conn.batch.take() else {
             return;
         };
+        conn.known.forget();
         warn!(
             why,
             ids = batch.handed_out.len(),
@@ -452,8 +517,9 @@ impl Database {
     }
 
     /// A database in memory: same schema and rules, gone when the last handle drops.
-    /// Lectures and tests use it; nothing is deferred to a flusher (there is nothing to
-    /// make durable), and every claim belongs to this process.
+    /// Lectures and tests use it. There is nothing to make durable, so writes share
+    /// transactions of [`MEMORY_BATCH`] (see the module docs); every claim belongs to
+    /// this process.
     pub fn open_in_memory() -> Result<Self, StoreError> {
         let db = Connection::open_in_memory().map_err(|e| StoreError::from_sqlite(e, None))?;
         Self::start(db, None, None, 0)
@@ -485,9 +551,9 @@ impl Database {
         if version == 0 {
             create_schema(&db).map_err(sorted)?;
             info!(path = ?path, "database created");
-        } else if version == 1 {
-            upgrade_from_1(&db).map_err(sorted)?;
-            info!(path = ?path, "database upgraded to schema version 2");
+        } else if version < SCHEMA_VERSION {
+            upgrade(&db).map_err(sorted)?;
+            info!(path = ?path, from = version, to = SCHEMA_VERSION, "database upgraded");
         }
         let file_backed = session.is_some();
         let shared = Arc::new(Shared {
@@ -497,6 +563,9 @@ impl Database {
                 closed: false,
                 flusher_idle: false,
                 floors: HashMap::new(),
+                coalesce: !file_backed,
+                in_memory: !file_backed,
+                known: Known::default(),
             }),
             wake: Condvar::new(),
             commits,
@@ -559,7 +628,15 @@ impl Database {
     /// its current size). A write that would grow it further fails with
     /// [`StoreError::Full`] and records nothing, as on a full disk. Returns the cap.
     pub fn limit_size(&self, bytes: u64) -> Result<u64, StoreError> {
-        self.shared().read(|db| {
+        let shared = self.shared();
+        {
+            // From now on a commit may fail for want of space: stop batching in memory,
+            // so such a failure loses only the write that caused it.
+            let mut conn = shared.lock();
+            shared.commit(&mut conn).map_err(|e| shared.sorted(e))?;
+            conn.coalesce = false;
+        }
+        shared.read(|db| {
             let page: i64 = db.query_row("PRAGMA page_size", [], |r| r.get(0))?;
             let pages = (bytes / page.max(1) as u64).max(1);
             let set: i64 = db.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
@@ -688,7 +765,7 @@ fn create_schema(db: &Connection) -> rusqlite::Result<()> {
     if version != 0 {
         return db.execute_batch("COMMIT");
     }
-    let created = db.execute_batch(CREATE).and_then(|()| {
+    let created = crate::schema::create(db).and_then(|()| {
         db.pragma_update(None, "application_id", APPLICATION_ID)?;
         db.pragma_update(None, "user_version", SCHEMA_VERSION)
     });
@@ -701,14 +778,14 @@ fn create_schema(db: &Connection) -> rusqlite::Result<()> {
     }
 }
 
-fn upgrade_from_1(db: &Connection) -> rusqlite::Result<()> {
+fn upgrade(db: &Connection) -> rusqlite::Result<()> {
     db.execute_batch("BEGIN IMMEDIATE")?;
     // Another process may have upgraded it while this one was checking the file.
     let version: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version != 1 {
+    if version >= SCHEMA_VERSION {
         return db.execute_batch("COMMIT");
     }
-    match db.execute_batch(UPGRADE_FROM_1) {
+    match crate::schema::upgrade(db, version) {
         Ok(()) => db.execute_batch("COMMIT"),
         Err(error) => {
             let _ = db.execute_batch("ROLLBACK");

@@ -15,8 +15,9 @@
 //!   in between leaves the driver's claim on disk, which is recovered as "interrupted"
 //!   (outcome unknown), never as something to send again.
 //!
-//! A description is stored exactly as submitted and never rewritten by [`LedgerStore::put`],
-//! which stores only what moves: state, resolution, failure, flags and revert.
+//! A description (and the dependencies it declared) is stored exactly as submitted and
+//! never rewritten by [`LedgerStore::put`], which stores only what moves: state,
+//! resolution, failure, flags and revert.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -197,7 +198,9 @@ fn depends_on_json(action: &ActionEntry) -> String {
 }
 
 /// Binds, by name, the action columns that both writing an entry (`insert`) and
-/// replacing it (`put`) set: one list, so the two statements cannot drift apart.
+/// replacing it (`put`) set: one list, so the two statements cannot drift apart. (What
+/// never moves after the submission, the description and its dependencies, is bound by
+/// `insert` alone.)
 fn bind_action_columns(
     statement: &mut rusqlite::Statement<'_>,
     action: &ActionEntry,
@@ -215,7 +218,6 @@ fn bind_action_columns(
     )?;
     statement.raw_bind_parameter(":failure", failure.map(|f| f.message.as_str()))?;
     statement.raw_bind_parameter(":failure_retryable", failure.map(|f| f.retryable))?;
-    statement.raw_bind_parameter(":depends_on_json", depends_on_json(action))?;
     statement.raw_bind_parameter(":blocked_by", action.blocked_by.map(|b| i64_of(b.0)))?;
     statement.raw_bind_parameter(":restart_requested", action.restart_requested)?;
     statement.raw_bind_parameter(":revert_by", revert.map(|r| r.by.as_str()))?;
@@ -266,11 +268,18 @@ impl LedgerStore for SqliteLedger {
         self.db
             .shared()
             .write(Durability::Now, Steps::One, |conn| {
+                let last = match conn.known.ledger.last_id {
+                    Some(last) => last,
+                    None => u64_of(
+                        conn.db
+                            .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM ledger")?
+                            .query_row([], |r| r.get(0))?,
+                        "ledger id",
+                    )?,
+                };
                 let db = &conn.db;
-                let next: i64 = db
-                    .prepare_cached("SELECT COALESCE(MAX(id), 0) + 1 FROM ledger")?
-                    .query_row([], |r| r.get(0))?;
-                let id = LedgerId(u64_of(next, "ledger id")?);
+                let id = LedgerId(last + 1);
+                let next = i64_of(id.0);
                 let entry = make(id);
                 if entry.id != id {
                     return Err(StoreError::Missing(format!(
@@ -313,10 +322,14 @@ impl LedgerStore for SqliteLedger {
                             encode(&*action.description, id)?,
                         )?;
                         statement.raw_bind_parameter(":driver_id", i64_of(action.driver_id.0))?;
+                        statement
+                            .raw_bind_parameter(":depends_on_json", depends_on_json(action))?;
                         bind_action_columns(&mut statement, action)?;
                         statement.raw_execute()?;
                     }
                 }
+                conn.known.ledger.last_id = Some(id.0);
+                conn.known.ledger.remember(entry);
                 Ok(id)
             })
             .map_err(port)
@@ -325,13 +338,22 @@ impl LedgerStore for SqliteLedger {
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {
         self.db
             .shared()
-            .read(|db| {
-                let mut statement = db.prepare_cached(SELECT_BY_ID)?;
-                let mut rows = statement.query([i64_of(id.0)])?;
-                match rows.next()? {
-                    Some(row) => Ok(Some(entry_of(row, &mut self.descriptions())?)),
-                    None => Ok(None),
+            .read_conn(|conn| {
+                if conn.trusted()
+                    && let Some(known) = conn.known.ledger.entry(id.0)
+                {
+                    return Ok(Some(known.clone()));
                 }
+                let mut statement = conn.db.prepare_cached(SELECT_BY_ID)?;
+                let mut rows = statement.query([i64_of(id.0)])?;
+                let entry = match rows.next()? {
+                    Some(row) => entry_of(row, &mut self.descriptions())?,
+                    None => return Ok(None),
+                };
+                drop(rows);
+                drop(statement);
+                conn.known.ledger.remember(entry.clone());
+                Ok(Some(entry))
             })
             .map_err(port)
     }
@@ -364,14 +386,21 @@ impl LedgerStore for SqliteLedger {
                     ))
                     .into());
                 }
+                if let Some(action) = conn
+                    .known
+                    .ledger
+                    .entry_mut(id.0)
+                    .and_then(LedgerEntry::action_mut)
+                {
+                    action.resolution = Some(resolution.clone());
+                }
                 Ok(())
             })
             .map_err(port)
     }
 
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
-        let entry = &entry;
-        let durability = if automatic_outcome(entry) {
+        let durability = if automatic_outcome(&entry) {
             Durability::Deferred
         } else {
             Durability::Now
@@ -391,8 +420,7 @@ impl LedgerStore for SqliteLedger {
                             "UPDATE ledger SET state = :state, resolved_by = :resolved_by,
                                 auto_approved = :auto_approved, resolved_at = :resolved_at,
                                 resolution_cause = :resolution_cause, failure = :failure,
-                                failure_retryable = :failure_retryable,
-                                depends_on_json = :depends_on_json, blocked_by = :blocked_by,
+                                failure_retryable = :failure_retryable, blocked_by = :blocked_by,
                                 restart_requested = :restart_requested, revert_by = :revert_by,
                                 revert_at = :revert_at, revert_refused = :revert_refused
                              WHERE id = :id AND kind = 'action'",
@@ -409,6 +437,7 @@ impl LedgerStore for SqliteLedger {
                     ))
                     .into());
                 }
+                conn.known.ledger.remember(entry);
                 Ok(())
             })
             .map_err(port)

@@ -64,6 +64,7 @@
 mod actions;
 mod db;
 mod error;
+mod known;
 mod kv;
 mod ledger;
 mod recover;

@@ -47,6 +47,8 @@ fn bring_ledger_forward(db: &Database) -> Result<usize, StoreError> {
         return Ok(0);
     }
     shared.write(Durability::Now, Steps::Many, |conn| {
+        // Ledger rows change here, behind the ledger adapter's back.
+        conn.known.forget();
         Ok(conn.db.execute(
             &format!(
                 "UPDATE ledger SET

@@ -3,7 +3,8 @@
 //!
 //! Everything a person may want to query is a real column (state, who resolved, when,
 //! auto or manual, the failure). What a driver submitted is kept as it was, in a JSON
-//! column, with generated columns for the parts worth filtering on (title, kind tag).
+//! column; the view `ledger_view` adds the parts worth filtering on (title, kind tag) as
+//! columns.
 //!
 //! Versioning: `PRAGMA user_version` holds [`SCHEMA_VERSION`]; `PRAGMA application_id`
 //! holds [`APPLICATION_ID`] so a stranger's database is never mistaken for ours. A file
@@ -11,24 +12,54 @@
 
 /// The schema version this build writes and reads.
 ///
-/// Version 2 (from 1): `action_ids` holds the highest *deleted* id instead of the last
-/// one handed out (staging writes only its row), and `actions` has no index on state
-/// (one page less written by each stage, claim and outcome). A version 1 file is
-/// upgraded on open by [`UPGRADE_FROM_1`]; a build that knows only version 1 then
-/// refuses it rather than reading `action_ids` the old way.
-pub const SCHEMA_VERSION: i64 = 2;
+/// - Version 2 (from 1): `action_ids` holds the highest *deleted* id instead of the last
+///   one handed out (staging writes only its row), and `actions` has no index on state
+///   (one page less written by each stage, claim and outcome).
+/// - Version 3 (from 2): the description's fields (title, body, kind tag and label,
+///   flags) moved from generated columns of `ledger`, which SQLite computed on every
+///   insert and update, to the view `ledger_view`.
+///
+/// An older file is upgraded on open, in one transaction; a build that knows only an older
+/// version then refuses it.
+pub const SCHEMA_VERSION: i64 = 3;
 
-/// Upgrade a version 1 file (run in one transaction, after the file was checked).
-pub(crate) const UPGRADE_FROM_1: &str = "
-    DROP INDEX IF EXISTS actions_by_state;
-    PRAGMA user_version = 2;
-";
+/// The columns version 2 generated from `description_json`, dropped by the upgrade.
+pub(crate) const GENERATED_IN_V2: [&str; 6] = [
+    "title",
+    "body",
+    "kind_tag",
+    "kind_label",
+    "auto_approvable",
+    "prohibit_all_sharing",
+];
+
+/// The ledger with the description's fields as columns, for people and reports.
+const LEDGER_VIEW: &str = r#"
+CREATE VIEW ledger_view AS
+SELECT ledger.*,
+    json_extract(description_json, '$.title')                AS title,
+    json_extract(description_json, '$.description')          AS body,
+    json_extract(description_json, '$.action_kind.tag')      AS kind_tag,
+    json_extract(description_json, '$.action_kind.label')    AS kind_label,
+    json_extract(description_json, '$.auto_approvable')      AS auto_approvable,
+    json_extract(description_json, '$.prohibit_all_sharing') AS prohibit_all_sharing
+FROM ledger;
+"#;
+
+/// Each upgrade step, from the version it starts at. Run in one transaction, after the
+/// file was checked; the generated columns of version 2 are dropped separately (only
+/// those present).
+pub(crate) const UPGRADES: [(i64, &str); 2] = [
+    (1, "DROP INDEX IF EXISTS actions_by_state;"),
+    (2, LEDGER_VIEW),
+];
 
 /// `PRAGMA application_id` of our files: "GKSQ".
 pub const APPLICATION_ID: i64 = 0x474B_5351;
 
-/// The whole schema, version 2. Run in one transaction on an empty file.
-pub(crate) const CREATE: &str = r#"
+/// The whole schema, version 3, but for [`LEDGER_VIEW`] ([`create`] adds it). Run in one
+/// transaction on an empty file.
+const CREATE_TABLES: &str = r#"
 -- The kernel's ledger: every action and observation, one row each, never deleted.
 CREATE TABLE ledger (
     id                 INTEGER PRIMARY KEY CHECK (id > 0),
@@ -39,12 +70,6 @@ CREATE TABLE ledger (
     -- What the driver submitted, unchanged: the audit record of what a person was asked.
     description_json   TEXT    NOT NULL
         CHECK (json_valid(description_json) AND json_type(description_json) = 'object'),
-    title              TEXT    GENERATED ALWAYS AS (json_extract(description_json, '$.title')) VIRTUAL,
-    body               TEXT    GENERATED ALWAYS AS (json_extract(description_json, '$.description')) VIRTUAL,
-    kind_tag           TEXT    GENERATED ALWAYS AS (json_extract(description_json, '$.action_kind.tag')) VIRTUAL,
-    kind_label         TEXT    GENERATED ALWAYS AS (json_extract(description_json, '$.action_kind.label')) VIRTUAL,
-    auto_approvable    INTEGER GENERATED ALWAYS AS (json_extract(description_json, '$.auto_approvable')) VIRTUAL,
-    prohibit_all_sharing INTEGER GENERATED ALWAYS AS (json_extract(description_json, '$.prohibit_all_sharing')) VIRTUAL,
     -- Actions only (NULL for observations).
     driver_id          INTEGER CHECK (driver_id >= 0),
     state              TEXT    CHECK (state IN ('pending', 'approved', 'rejected', 'failed', 'reverted')),
@@ -175,3 +200,30 @@ CREATE TABLE kv (
     PRIMARY KEY (scope, key)
 ) STRICT, WITHOUT ROWID;
 "#;
+
+/// Create the whole schema (run in one transaction on an empty file).
+pub(crate) fn create(db: &rusqlite::Connection) -> rusqlite::Result<()> {
+    db.execute_batch(CREATE_TABLES)?;
+    db.execute_batch(LEDGER_VIEW)
+}
+
+/// Bring a file at `version` up to [`SCHEMA_VERSION`] (run in one transaction).
+pub(crate) fn upgrade(db: &rusqlite::Connection, version: i64) -> rusqlite::Result<()> {
+    if version <= 2 {
+        let present: Vec<String> = db
+            .prepare("SELECT name FROM pragma_table_xinfo('ledger')")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        for column in GENERATED_IN_V2 {
+            if present.iter().any(|name| name == column) {
+                db.execute_batch(&format!("ALTER TABLE ledger DROP COLUMN {column}"))?;
+            }
+        }
+    }
+    for (from, step) in UPGRADES {
+        if version <= from {
+            db.execute_batch(step)?;
+        }
+    }
+    db.pragma_update(None, "user_version", SCHEMA_VERSION)
+}

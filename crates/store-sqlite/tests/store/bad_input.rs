@@ -255,14 +255,68 @@ fn a_missing_directory_is_cannot_open_not_read_only() {
     );
 }
 
+/// Turn a fresh file into what version 2 wrote: the description's fields as
+/// generated columns of `ledger`, and no `ledger_view`.
+fn make_version_2(raw: &rusqlite::Connection) {
+    raw.execute_batch(
+        "DROP VIEW ledger_view;
+         ALTER TABLE ledger ADD COLUMN title TEXT
+             GENERATED ALWAYS AS (json_extract(description_json, '$.title')) VIRTUAL;
+         ALTER TABLE ledger ADD COLUMN body TEXT
+             GENERATED ALWAYS AS (json_extract(description_json, '$.description')) VIRTUAL;
+         ALTER TABLE ledger ADD COLUMN kind_tag TEXT
+             GENERATED ALWAYS AS (json_extract(description_json, '$.action_kind.tag')) VIRTUAL;
+         ALTER TABLE ledger ADD COLUMN kind_label TEXT
+             GENERATED ALWAYS AS (json_extract(description_json, '$.action_kind.label')) VIRTUAL;
+         ALTER TABLE ledger ADD COLUMN auto_approvable INTEGER
+             GENERATED ALWAYS AS (json_extract(description_json, '$.auto_approvable')) VIRTUAL;
+         ALTER TABLE ledger ADD COLUMN prohibit_all_sharing INTEGER
+             GENERATED ALWAYS AS (json_extract(description_json, '$.prohibit_all_sharing')) VIRTUAL;
+         PRAGMA user_version = 2;",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_version_2_file_is_upgraded_on_open_and_keeps_its_records() {
+    let dir = TempDir::new("upgrade2");
+    let path = dir.join("gate.db");
+    filled(&path, 3);
+    make_version_2(&rusqlite::Connection::open(&path).unwrap());
+    {
+        let db = Database::open(&path).unwrap();
+        assert_eq!(db.ledger().entries().unwrap().len(), 3);
+        let titles = db
+            .query_text("SELECT title FROM ledger_view ORDER BY id")
+            .unwrap();
+        assert_eq!(titles.len(), 3, "the view answers for every entry");
+        assert!(titles.iter().all(|row| row[0].is_some()), "{titles:?}");
+    }
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = raw
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let generated: i64 = raw
+        .query_row(
+            "SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE hidden <> 0",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(generated, 0, "the upgrade drops the generated columns");
+    assert_eq!(count(&path), 3);
+}
+
 #[test]
 fn a_version_1_file_is_upgraded_on_open_and_keeps_its_records() {
     let dir = TempDir::new("upgrade");
     let path = dir.join("gate.db");
     filled(&path, 3);
     {
-        // What a version 1 file looked like: the index on state, user_version 1.
+        // What a version 1 file looked like: version 2 with the index on state.
         let raw = rusqlite::Connection::open(&path).unwrap();
+        make_version_2(&raw);
         raw.execute_batch(
             "CREATE INDEX actions_by_state ON actions (gatekeeper, state, id);
              PRAGMA user_version = 1;",

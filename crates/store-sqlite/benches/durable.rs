@@ -15,6 +15,16 @@
 //! - `memory_turn`: the ex03 turn, one read then three actions staged. Target ≤ 15 µs.
 //! - `memory_cycle`: stage + approve + apply (+ the drain it triggers). Target ≤ 10 µs.
 //!
+//! Floors, to tell what the targets leave to win (plain rusqlite, no kernel, no
+//! gatekeeper-core, no adapters):
+//! - `sqlite_commit_floor`: the smallest commit SQLite can make on the same file system
+//!   (one integer of a one-row table, WAL, `synchronous=FULL`).
+//! - `durable_floor`: the six writes one cycle must make (stage: the action row and the
+//!   ledger entry; claim: the approver and the `applying` row; outcome: the `applied` row
+//!   and the ledger entry), as bare SQL on our schema, in the cycle's three commits.
+//! - `memory_floor`: the same six writes on our schema in memory, sharing transactions
+//!   as the in-memory database does.
+//!
 //! Run: `cargo bench -p store-sqlite --bench durable`. A summary with the ratios and
 //! commit counts is printed at the end.
 
@@ -251,12 +261,201 @@ fn memory_cycle(c: &mut Criterion) {
     });
 }
 
+/// What one real cycle wrote, to replay as bare SQL: the tool arguments, the ledger
+/// description and the service's result, as JSON.
+struct CycleRows {
+    args: String,
+    description: String,
+    result: String,
+}
+
+/// Run one real cycle on a fresh file and read back what it wrote.
+fn cycle_rows(dir: &TempDir) -> CycleRows {
+    let rt = runtime();
+    let path = dir.join("rows.db");
+    rt.block_on(async {
+        let rig = Rig::new(Database::open(&path).unwrap()).await;
+        cycle_once(&rig).await;
+    });
+    let db = Database::open(&path).unwrap();
+    let text = |sql: &str| {
+        db.query_text(sql).unwrap()[0][0]
+            .clone()
+            .expect("the cycle wrote it")
+    };
+    CycleRows {
+        args: text("SELECT args_json FROM actions ORDER BY id DESC LIMIT 1"),
+        description: text(
+            "SELECT description_json FROM ledger WHERE kind = 'action' ORDER BY id DESC LIMIT 1",
+        ),
+        result: text("SELECT result_json FROM actions ORDER BY id DESC LIMIT 1"),
+    }
+}
+
+/// An empty database with our schema: a plain connection to a file `Database::open`
+/// created (WAL, `synchronous=FULL`), or an in-memory copy of its schema.
+fn floor_connection(dir: &TempDir, name: &str, in_memory: bool) -> rusqlite::Connection {
+    let path = dir.join(name);
+    drop(Database::open(&path).unwrap());
+    let file = rusqlite::Connection::open(&path).unwrap();
+    file.pragma_update(None, "synchronous", "FULL").unwrap();
+    if !in_memory {
+        return file;
+    }
+    let memory = rusqlite::Connection::open_in_memory().unwrap();
+    let schema: Vec<String> = file
+        .prepare("SELECT sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for statement in schema {
+        memory.execute_batch(&statement).unwrap();
+    }
+    memory
+}
+
+/// The six writes of cycle `n`, as bare SQL. `commit` runs between the three steps.
+fn floor_cycle(db: &rusqlite::Connection, rows: &CycleRows, n: i64, commit: &mut dyn FnMut()) {
+    use rusqlite::params;
+    let run = |sql: &str, values: &[&dyn rusqlite::ToSql]| {
+        db.prepare_cached(sql).unwrap().execute(values).unwrap();
+    };
+    run(
+        "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at)
+         VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
+        params!["issues", n, "createIssue", rows.args, n],
+    );
+    run(
+        "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
+            driver_id, state, depends_on_json, restart_requested)
+         VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, 'pending', '[]', 0)",
+        params![n, "issues", "agent", n, rows.description, n],
+    );
+    commit();
+    run(
+        "UPDATE ledger SET resolved_by = ?2, auto_approved = 0, resolved_at = ?3
+         WHERE id = ?1 AND kind = 'action'",
+        params![n, "alice", n],
+    );
+    run(
+        "UPDATE actions SET state = 'applying', claimed_at = ?3, claimed_by = ?4
+         WHERE gatekeeper = ?1 AND id = ?2 AND state = 'pending'",
+        params!["issues", n, n, "session"],
+    );
+    commit();
+    run(
+        "UPDATE actions SET state = 'applied', result_json = ?3
+         WHERE gatekeeper = ?1 AND id = ?2 AND state = 'applying'",
+        params!["issues", n, rows.result],
+    );
+    run(
+        "UPDATE ledger SET state = 'approved', resolved_by = ?2, auto_approved = 0,
+            resolved_at = ?3, resolution_cause = NULL, failure = NULL,
+            failure_retryable = NULL, blocked_by = NULL, restart_requested = 0,
+            revert_by = NULL, revert_at = NULL, revert_refused = NULL
+         WHERE id = ?1 AND kind = 'action'",
+        params![n, "alice", n],
+    );
+    commit();
+}
+
+fn durable_floor(c: &mut Criterion, dir: &TempDir, rows: &CycleRows) {
+    let db = floor_connection(dir, "floor.db", false);
+    let tx = |sql: &str| {
+        db.prepare_cached(sql).unwrap().execute([]).unwrap();
+    };
+    let mut n = 0;
+    c.bench_function("durable_floor", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                n += 1;
+                tx("BEGIN IMMEDIATE");
+                floor_cycle(&db, rows, n, &mut || {
+                    tx("COMMIT");
+                    tx("BEGIN IMMEDIATE");
+                });
+                tx("COMMIT");
+            }
+            let elapsed = start.elapsed();
+            tally("durable_floor", elapsed, iters, 0);
+            elapsed
+        })
+    });
+}
+
+fn sqlite_commit_floor(c: &mut Criterion, dir: &TempDir) {
+    let db = rusqlite::Connection::open(dir.join("commit.db")).unwrap();
+    let mode: String = db
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    db.pragma_update(None, "synchronous", "FULL").unwrap();
+    db.execute_batch(
+        "CREATE TABLE one (id INTEGER PRIMARY KEY, n INTEGER NOT NULL) STRICT;
+                      INSERT INTO one VALUES (1, 0);",
+    )
+    .unwrap();
+    let mut n = 0i64;
+    c.bench_function("sqlite_commit_floor", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                n += 1;
+                db.prepare_cached("UPDATE one SET n = ?1 WHERE id = 1")
+                    .unwrap()
+                    .execute([n])
+                    .unwrap();
+            }
+            let elapsed = start.elapsed();
+            tally("sqlite_commit_floor", elapsed, iters, 0);
+            elapsed
+        })
+    });
+}
+
+fn memory_floor(c: &mut Criterion, dir: &TempDir, rows: &CycleRows) {
+    let db = floor_connection(dir, "memory-floor.db", true);
+    let mut n = 0;
+    let mut writes = 0u32;
+    c.bench_function("memory_floor", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                n += 1;
+                if writes == 0 {
+                    db.prepare_cached("BEGIN IMMEDIATE")
+                        .unwrap()
+                        .execute([])
+                        .unwrap();
+                }
+                floor_cycle(&db, rows, n, &mut || {});
+                // The in-memory database commits every 256 writes; a cycle is six.
+                writes += 6;
+                if writes >= 256 {
+                    db.prepare_cached("COMMIT").unwrap().execute([]).unwrap();
+                    writes = 0;
+                }
+            }
+            let elapsed = start.elapsed();
+            tally("memory_floor", elapsed, iters, 0);
+            elapsed
+        })
+    });
+}
+
 fn file_benches(c: &mut Criterion) {
     // Same directory, same filesystem, for the database and the raw baseline.
     let dir = TempDir::new("bench");
+    let rows = cycle_rows(&dir);
     raw_fsync(c, &dir);
+    sqlite_commit_floor(c, &dir);
+    durable_floor(c, &dir, &rows);
     durable_cycle(c, &dir);
     drain_1000(c, &dir);
+    memory_floor(c, &dir, &rows);
 }
 
 fn summary(_: &mut Criterion) {
@@ -288,6 +487,23 @@ fn summary(_: &mut Criterion) {
                 us / (3.0 * b / 3.6)
             ))
         );
+    }
+    if let (Some((floor_us, _)), Some((raw_us, _))) = (per("sqlite_commit_floor"), raw) {
+        println!(
+            "  smallest SQLite commit (1 row, WAL, FULL): {floor_us:.1} µs = {:.2} × raw",
+            floor_us / raw_us
+        );
+    }
+    if let (Some((floor_us, _)), Some((raw_us, _))) = (per("durable_floor"), raw) {
+        let cycle = per("durable_cycle").map_or(f64::NAN, |(us, _)| us);
+        println!(
+            "  the cycle's six writes as bare SQL, 3 commits: {floor_us:.1} µs = {:.2} × 3 raw; the full stack is {:.2} × this floor",
+            floor_us / (3.0 * raw_us),
+            cycle / floor_us
+        );
+    }
+    if let Some((us, _)) = per("memory_floor") {
+        println!("  the cycle's six writes as bare SQL, in memory: {us:.2} µs");
     }
     if let Some((us, commits)) = per("drain_1000 (per applied action)") {
         println!(

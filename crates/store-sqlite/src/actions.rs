@@ -365,7 +365,7 @@ fn counts<'c>(conn: &'c mut Conn, gatekeeper: &Arc<str>) -> Result<&'c ActionCou
             .db
             .prepare_cached(ALL_FINAL)?
             .query_map([&**gatekeeper], |r| r.get::<_, i64>(0))?
-            .map(|id| Ok(u64_of(id?, "action id")?))
+            .map(|id| u64_of(id?, "action id"))
             .collect::<Result<_, Error>>()?;
         conn.known.actions_of(gatekeeper).counts = Some(ActionCounts {
             open: usize::try_from(open).unwrap_or(usize::MAX),

@@ -249,7 +249,10 @@ impl Shared {
             self.after_error(conn);
             return Err(self.sorted(error.into()));
         }
-        if opened_here && !conn.in_memory && let Err(error) = conn.check_data_version() {
+        if opened_here
+            && !conn.in_memory
+            && let Err(error) = conn.check_data_version()
+        {
             let _ = run(&conn.db, "ROLLBACK");
             conn.known.forget();
             return Err(self.sorted(error.into()));
@@ -518,8 +521,8 @@ impl Database {
 
     /// A database in memory: same schema and rules, gone when the last handle drops.
     /// Lectures and tests use it. There is nothing to make durable, so writes share
-    /// transactions of [`MEMORY_BATCH`] (see the module docs); every claim belongs to
-    /// this process.
+    /// transactions of a few hundred (see the module docs); every claim belongs to this
+    /// process.
     pub fn open_in_memory() -> Result<Self, StoreError> {
         let db = Connection::open_in_memory().map_err(|e| StoreError::from_sqlite(e, None))?;
         Self::start(db, None, None, 0)

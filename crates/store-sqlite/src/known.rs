@@ -109,7 +109,9 @@ fn standing(state: &ActionState) -> Standing {
     match state {
         ActionState::Pending | ActionState::Applying => Standing::Open,
         ActionState::Applied { .. } | ActionState::Rejected => Standing::Settled,
-        ActionState::Failed { retryable: true, .. } => Standing::Waiting,
+        ActionState::Failed {
+            retryable: true, ..
+        } => Standing::Waiting,
         ActionState::Failed {
             retryable: false, ..
         } => Standing::Settled,

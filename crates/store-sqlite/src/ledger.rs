@@ -20,7 +20,7 @@
 //! resolution, failure, flags and revert.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use kernel::{
     ActionDescription, ActionEntry, ActionKind, ActionState, AutoApprovalRule, DriverActionId,
@@ -197,32 +197,90 @@ fn depends_on_json(action: &ActionEntry) -> String {
     serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned())
 }
 
-/// Binds, by name, the action columns that both writing an entry (`insert`) and
-/// replacing it (`put`) set: one list, so the two statements cannot drift apart. (What
-/// never moves after the submission, the description and its dependencies, is bound by
-/// `insert` alone.)
+/// The action columns that both writing an entry (`insert`) and replacing it (`put`) set,
+/// in the order [`bind_action_columns`] binds them: one list, so the two statements
+/// cannot drift apart. (What never moves after the submission, the description and its
+/// dependencies, is written by `insert` alone.)
+const MOVING_COLUMNS: [&str; 12] = [
+    "state",
+    "resolved_by",
+    "auto_approved",
+    "resolved_at",
+    "resolution_cause",
+    "failure",
+    "failure_retryable",
+    "blocked_by",
+    "restart_requested",
+    "revert_by",
+    "revert_at",
+    "revert_refused",
+];
+
+/// Where [`MOVING_COLUMNS`] start among the parameters of [`INSERT_ACTION`].
+const INSERT_MOVING_FROM: usize = 8;
+
+/// A new action entry: `?1` id, `?2` gatekeeper, `?3` caller, `?4` time, `?5`
+/// description, `?6` driver id, `?7` dependencies, then [`MOVING_COLUMNS`].
+static INSERT_ACTION: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
+            driver_id, depends_on_json, {})
+         VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, {})",
+        MOVING_COLUMNS.join(", "),
+        numbered(INSERT_MOVING_FROM).join(", ")
+    )
+});
+
+/// Where [`MOVING_COLUMNS`] start among the parameters of [`UPDATE_ACTION`].
+const UPDATE_MOVING_FROM: usize = 2;
+
+/// An action entry's moving columns: `?1` id, then [`MOVING_COLUMNS`].
+static UPDATE_ACTION: LazyLock<String> = LazyLock::new(|| {
+    let sets: Vec<String> = MOVING_COLUMNS
+        .iter()
+        .zip(numbered(UPDATE_MOVING_FROM))
+        .map(|(column, parameter)| format!("{column} = {parameter}"))
+        .collect();
+    format!(
+        "UPDATE ledger SET {} WHERE id = ?1 AND kind = 'action'",
+        sets.join(", ")
+    )
+});
+
+/// `?first`, `?first+1`, … for each of [`MOVING_COLUMNS`].
+fn numbered(first: usize) -> Vec<String> {
+    (first..first + MOVING_COLUMNS.len())
+        .map(|n| format!("?{n}"))
+        .collect()
+}
+
+/// Binds [`MOVING_COLUMNS`] from `first` on, by position (SQLite looks a name up by
+/// walking every parameter name, which a dozen columns turn into measurable time).
 fn bind_action_columns(
     statement: &mut rusqlite::Statement<'_>,
+    first: usize,
     action: &ActionEntry,
 ) -> rusqlite::Result<()> {
     let resolution = action.resolution.as_ref();
     let failure = action.failure.as_ref();
     let revert = action.revert.as_ref();
-    statement.raw_bind_parameter(":state", state_name(action.state))?;
-    statement.raw_bind_parameter(":resolved_by", resolution.map(|r| r.by.as_str()))?;
-    statement.raw_bind_parameter(":auto_approved", resolution.map(|r| r.auto))?;
-    statement.raw_bind_parameter(":resolved_at", resolution.map(|r| i64_of(r.at.0)))?;
-    statement.raw_bind_parameter(
-        ":resolution_cause",
-        resolution.and_then(|r| r.cause.as_deref()),
-    )?;
-    statement.raw_bind_parameter(":failure", failure.map(|f| f.message.as_str()))?;
-    statement.raw_bind_parameter(":failure_retryable", failure.map(|f| f.retryable))?;
-    statement.raw_bind_parameter(":blocked_by", action.blocked_by.map(|b| i64_of(b.0)))?;
-    statement.raw_bind_parameter(":restart_requested", action.restart_requested)?;
-    statement.raw_bind_parameter(":revert_by", revert.map(|r| r.by.as_str()))?;
-    statement.raw_bind_parameter(":revert_at", revert.map(|r| i64_of(r.at.0)))?;
-    statement.raw_bind_parameter(":revert_refused", revert.and_then(|r| r.refused.as_deref()))?;
+    let values: [&dyn rusqlite::ToSql; MOVING_COLUMNS.len()] = [
+        &state_name(action.state),
+        &resolution.map(|r| r.by.as_str()),
+        &resolution.map(|r| r.auto),
+        &resolution.map(|r| i64_of(r.at.0)),
+        &resolution.and_then(|r| r.cause.as_deref()),
+        &failure.map(|f| f.message.as_str()),
+        &failure.map(|f| f.retryable),
+        &action.blocked_by.map(|b| i64_of(b.0)),
+        &action.restart_requested,
+        &revert.map(|r| r.by.as_str()),
+        &revert.map(|r| i64_of(r.at.0)),
+        &revert.and_then(|r| r.refused.as_deref()),
+    ];
+    for (offset, value) in values.into_iter().enumerate() {
+        statement.raw_bind_parameter(first + offset, value)?;
+    }
     Ok(())
 }
 
@@ -303,28 +361,15 @@ impl LedgerStore for SqliteLedger {
                         ])?;
                     }
                     EntryBody::Action(action) => {
-                        let mut statement = db.prepare_cached(
-                            "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
-                                driver_id, state, resolved_by, auto_approved, resolved_at, resolution_cause,
-                                failure, failure_retryable, depends_on_json, blocked_by, restart_requested,
-                                revert_by, revert_at, revert_refused)
-                             VALUES (:id, 'action', :gatekeeper, :caller, :created_at, :description_json,
-                                :driver_id, :state, :resolved_by, :auto_approved, :resolved_at,
-                                :resolution_cause, :failure, :failure_retryable, :depends_on_json,
-                                :blocked_by, :restart_requested, :revert_by, :revert_at, :revert_refused)",
-                        )?;
-                        statement.raw_bind_parameter(":id", next)?;
-                        statement.raw_bind_parameter(":gatekeeper", &*entry.gatekeeper)?;
-                        statement.raw_bind_parameter(":caller", &*entry.caller)?;
-                        statement.raw_bind_parameter(":created_at", i64_of(entry.created_at.0))?;
-                        statement.raw_bind_parameter(
-                            ":description_json",
-                            encode(&*action.description, id)?,
-                        )?;
-                        statement.raw_bind_parameter(":driver_id", i64_of(action.driver_id.0))?;
-                        statement
-                            .raw_bind_parameter(":depends_on_json", depends_on_json(action))?;
-                        bind_action_columns(&mut statement, action)?;
+                        let mut statement = db.prepare_cached(&INSERT_ACTION)?;
+                        statement.raw_bind_parameter(1, next)?;
+                        statement.raw_bind_parameter(2, &*entry.gatekeeper)?;
+                        statement.raw_bind_parameter(3, &*entry.caller)?;
+                        statement.raw_bind_parameter(4, i64_of(entry.created_at.0))?;
+                        statement.raw_bind_parameter(5, encode(&*action.description, id)?)?;
+                        statement.raw_bind_parameter(6, i64_of(action.driver_id.0))?;
+                        statement.raw_bind_parameter(7, depends_on_json(action))?;
+                        bind_action_columns(&mut statement, INSERT_MOVING_FROM, action)?;
                         statement.raw_execute()?;
                     }
                 }
@@ -416,17 +461,9 @@ impl LedgerStore for SqliteLedger {
                         )?
                         .execute(params![i64_of(entry.id.0), encode(observation, entry.id)?])?,
                     EntryBody::Action(action) => {
-                        let mut statement = conn.db.prepare_cached(
-                            "UPDATE ledger SET state = :state, resolved_by = :resolved_by,
-                                auto_approved = :auto_approved, resolved_at = :resolved_at,
-                                resolution_cause = :resolution_cause, failure = :failure,
-                                failure_retryable = :failure_retryable, blocked_by = :blocked_by,
-                                restart_requested = :restart_requested, revert_by = :revert_by,
-                                revert_at = :revert_at, revert_refused = :revert_refused
-                             WHERE id = :id AND kind = 'action'",
-                        )?;
-                        statement.raw_bind_parameter(":id", i64_of(entry.id.0))?;
-                        bind_action_columns(&mut statement, action)?;
+                        let mut statement = conn.db.prepare_cached(&UPDATE_ACTION)?;
+                        statement.raw_bind_parameter(1, i64_of(entry.id.0))?;
+                        bind_action_columns(&mut statement, UPDATE_MOVING_FROM, action)?;
                         statement.raw_execute()?
                     }
                 };

@@ -47,6 +47,18 @@
 //! `one_durable_cycle_costs_exactly_three_commits` and
 //! `a_drain_shares_each_outcome_with_the_next_claim` count them with SQLite's commit hook.
 //!
+//! A database in memory has nothing to make durable: its writes share transactions of a
+//! few hundred (see `Database`).
+//!
+//! # What is read from memory
+//!
+//! The connection remembers what it wrote and read: ledger entries and the highest ledger
+//! id, and per gatekeeper the action records, the open count, the highest action id and
+//! the settled ids retention prunes. The hot path then asks SQLite only to write. That
+//! copy is trusted in memory, and on a file only while this connection holds the write
+//! transaction (it compared `PRAGMA data_version` when the transaction began, and forgot
+//! everything if another connection had committed since); otherwise readers ask SQLite.
+//!
 //! # The pieces
 //!
 //! - [`Database`]: opens and checks a file (or memory), owns the one connection per

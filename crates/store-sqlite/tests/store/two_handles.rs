@@ -113,3 +113,124 @@ fn one_handle_submits_while_another_decides_and_both_agree() {
         );
     }
 }
+
+/// An action entry of gatekeeper `gk` for driver action `n`.
+fn submitted(n: u64) -> impl FnMut(kernel::LedgerId) -> kernel::LedgerEntry {
+    move |id| kernel::LedgerEntry {
+        id,
+        gatekeeper: Arc::from("gk"),
+        caller: Arc::from("agent"),
+        created_at: kernel::Timestamp(n),
+        body: kernel::EntryBody::Action(kernel::ActionEntry {
+            driver_id: DriverActionId(n),
+            description: Arc::new(ActionDescription::new(format!("write {n}"), "body")),
+            state: ActionState::Pending,
+            resolution: None,
+            failure: None,
+            depends_on: vec![],
+            blocked_by: None,
+            restart_requested: false,
+            revert: None,
+        }),
+    }
+}
+
+#[test]
+fn what_one_handle_remembers_gives_way_to_what_another_wrote() {
+    // Each handle keeps what it wrote and read (the next ledger id, entries, the store's
+    // counts) to spare SQLite the question. Writes through another handle must win.
+    let dir = TempDir::new("two-handles-known");
+    let path = dir.join("gate.db");
+    let first = Database::open(&path).unwrap();
+    let second = Database::open(&path).unwrap();
+    let (one, two) = (first.ledger(), second.ledger());
+
+    let a = one.insert(&mut submitted(1)).unwrap();
+    let b = two.insert(&mut submitted(2)).unwrap();
+    let c = one.insert(&mut submitted(3)).unwrap();
+    assert_eq!(
+        (a.0, b.0, c.0),
+        (1, 2, 3),
+        "ledger ids are never handed out twice"
+    );
+
+    // The second handle decides an entry the first one wrote and remembers.
+    let mut decided = two.get(a).unwrap().unwrap();
+    let action = decided.action_mut().unwrap();
+    action.state = ActionState::Rejected;
+    action.resolution = Some(kernel::Resolution {
+        by: "reviewer".into(),
+        auto: false,
+        at: kernel::Timestamp(9),
+        cause: None,
+    });
+    two.put(decided.clone()).unwrap();
+    assert_eq!(one.get(a).unwrap().unwrap(), decided);
+    // Still true once the first handle writes again (it looks inside its transaction).
+    one.insert(&mut submitted(4)).unwrap();
+    assert_eq!(one.get(a).unwrap().unwrap(), decided);
+}
+
+/// One handle's action store of gatekeeper `gk`, with its database to commit it.
+struct Desk {
+    db: Database,
+    store: Arc<dyn gatekeeper_core::ActionStorage>,
+}
+
+impl Desk {
+    fn open(path: &std::path::Path) -> Self {
+        let db = Database::open(path).unwrap();
+        let store = db.action_storage("gk");
+        Self { db, store }
+    }
+
+    /// Stage a call and commit it, as the kernel's submission commit would; `None` when
+    /// the store is full (ten open calls).
+    async fn stage(&self) -> Option<DriverActionId> {
+        let id = self
+            .store
+            .insert_pending(
+                Arc::from("write"),
+                Arc::new(serde_json::json!({})),
+                kernel::Timestamp(1),
+                10,
+            )
+            .await
+            .unwrap();
+        self.db.flush().unwrap();
+        id
+    }
+}
+
+#[tokio::test]
+async fn two_handles_staging_into_one_store_never_share_an_id() {
+    let dir = TempDir::new("two-handles-ids");
+    let path = dir.join("gate.db");
+    let (first, second) = (Desk::open(&path), Desk::open(&path));
+    let mut ids = vec![
+        first.stage().await,
+        second.stage().await,
+        first.stage().await,
+    ];
+    // The second handle discards the first handle's newest record; the first must not
+    // hand its id out again, nor count it as open.
+    assert!(second.store.delete_pending(ids[2].unwrap()).await.unwrap());
+    second.db.flush().unwrap();
+    ids.push(first.stage().await);
+    assert_eq!(
+        ids.iter().map(|id| id.unwrap().0).collect::<Vec<_>>(),
+        [1, 2, 3, 4],
+        "ids ascend across handles and are never reused"
+    );
+    assert_eq!(first.store.count_open().await.unwrap(), 3);
+    assert_eq!(second.store.count_open().await.unwrap(), 3);
+    // Ten open at most: the first handle counts the second's records too.
+    for _ in 0..7 {
+        assert!(second.stage().await.is_some());
+    }
+    assert_eq!(
+        first.stage().await,
+        None,
+        "the store is full, whichever handle filled it"
+    );
+}

@@ -11,9 +11,14 @@
 //!   calls, so the 1,000 are staged straight through the storage port with a larger cap
 //!   and submitted to the kernel as the session would.
 //!
-//! On SQLite in memory (fresh world per iteration, built outside the measurement):
-//! - `memory_turn`: the ex03 turn, one read then three actions staged. Target ≤ 15 µs.
-//! - `memory_cycle`: stage + approve + apply (+ the drain it triggers). Target ≤ 10 µs.
+//! On SQLite in memory, each measured two ways: on a fresh world per iteration (built
+//! outside the measurement: the first turn of a new process, caches cold), and steady
+//! (one world, turn after turn, as in a process that has been running a while):
+//! - `memory_turn`, `memory_turn_steady`: the ex03 turn, one read then three actions
+//!   staged. Target ≤ 15 µs. Steady, the three are rejected after each turn, outside the
+//!   measurement, so the store never fills.
+//! - `memory_cycle`, `memory_cycle_steady`: stage + approve + apply (+ the drain it
+//!   triggers). Target ≤ 10 µs.
 //!
 //! Floors, to tell what the targets leave to win (plain rusqlite, no kernel, no
 //! gatekeeper-core, no adapters):
@@ -206,10 +211,12 @@ fn memory_world() -> Rig {
     })
 }
 
-async fn turn_once(rig: &Rig) {
+/// One ex03 turn; returns the ledger ids of the three actions it left pending.
+async fn turn_once(rig: &Rig) -> Vec<kernel::LedgerId> {
     let s = &rig.session;
     let read = s.call_tool("listIssues", json!({})).await.unwrap();
     assert!(matches!(read, CallOutcome::Data { .. }));
+    let mut pending = Vec::with_capacity(3);
     for (tool, args) in [
         ("createIssue", json!({"title": "Add dark mode"})),
         ("addLabel", json!({"issue": 1, "label": "bug"})),
@@ -217,7 +224,9 @@ async fn turn_once(rig: &Rig) {
     ] {
         let queued = s.call_tool(tool, args).await.unwrap();
         assert!(matches!(queued, CallOutcome::Pending { .. }));
+        pending.push(queued.ledger().unwrap());
     }
+    pending
 }
 
 async fn cycle_once(rig: &Rig) {
@@ -446,6 +455,44 @@ fn memory_floor(c: &mut Criterion, dir: &TempDir, rows: &CycleRows) {
     });
 }
 
+/// Turn after turn on one world; `after` runs outside the measurement.
+fn memory_steady(
+    c: &mut Criterion,
+    name: &'static str,
+    routine: impl AsyncFn(&Rig) -> Vec<kernel::LedgerId>,
+) {
+    let rt = runtime();
+    let rig = memory_world();
+    c.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut elapsed = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    let left_pending = routine(&rig).await;
+                    elapsed += start.elapsed();
+                    for id in left_pending {
+                        rig.overseer.reject(id, "bob").await.unwrap();
+                    }
+                }
+                tally(name, elapsed, iters, 0);
+                elapsed
+            })
+        })
+    });
+}
+
+fn memory_turn_steady(c: &mut Criterion) {
+    memory_steady(c, "memory_turn_steady", async |rig| turn_once(rig).await);
+}
+
+fn memory_cycle_steady(c: &mut Criterion) {
+    memory_steady(c, "memory_cycle_steady", async |rig| {
+        cycle_once(rig).await;
+        Vec::new()
+    });
+}
+
 fn file_benches(c: &mut Criterion) {
     // Same directory, same filesystem, for the database and the raw baseline.
     let dir = TempDir::new("bench");
@@ -505,6 +552,14 @@ fn summary(_: &mut Criterion) {
     if let Some((us, _)) = per("memory_floor") {
         println!("  the cycle's six writes as bare SQL, in memory: {us:.2} µs");
     }
+    for (name, what) in [
+        ("memory_turn_steady", "ex03 turn in memory, steady"),
+        ("memory_cycle_steady", "stage + apply in memory, steady"),
+    ] {
+        if let Some((us, _)) = per(name) {
+            println!("  {what}: {us:.2} µs");
+        }
+    }
     if let Some((us, commits)) = per("drain_1000 (per applied action)") {
         println!(
             "  drain of 1,000: {us:.1} µs and {commits:.4} commits per applied action (stages: 1 commit each)"
@@ -512,5 +567,13 @@ fn summary(_: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, file_benches, memory_turn, memory_cycle, summary);
+criterion_group!(
+    benches,
+    file_benches,
+    memory_turn,
+    memory_cycle,
+    memory_turn_steady,
+    memory_cycle_steady,
+    summary
+);
 criterion_main!(benches);

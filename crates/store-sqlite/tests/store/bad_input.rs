@@ -258,31 +258,42 @@ fn a_missing_directory_is_cannot_open_not_read_only() {
 /// Turn a fresh file into what version 2 wrote: the description's fields as
 /// generated columns of `ledger`, and no `ledger_view`.
 fn make_version_2(raw: &rusqlite::Connection) {
-    raw.execute_batch(
-        "DROP VIEW ledger_view;
-         ALTER TABLE ledger ADD COLUMN title TEXT
-             GENERATED ALWAYS AS (json_extract(description_json, '$.title')) VIRTUAL;
-         ALTER TABLE ledger ADD COLUMN body TEXT
-             GENERATED ALWAYS AS (json_extract(description_json, '$.description')) VIRTUAL;
-         ALTER TABLE ledger ADD COLUMN kind_tag TEXT
-             GENERATED ALWAYS AS (json_extract(description_json, '$.action_kind.tag')) VIRTUAL;
-         ALTER TABLE ledger ADD COLUMN kind_label TEXT
-             GENERATED ALWAYS AS (json_extract(description_json, '$.action_kind.label')) VIRTUAL;
-         ALTER TABLE ledger ADD COLUMN auto_approvable INTEGER
-             GENERATED ALWAYS AS (json_extract(description_json, '$.auto_approvable')) VIRTUAL;
-         ALTER TABLE ledger ADD COLUMN prohibit_all_sharing INTEGER
-             GENERATED ALWAYS AS (json_extract(description_json, '$.prohibit_all_sharing')) VIRTUAL;
-         PRAGMA user_version = 2;",
-    )
-    .unwrap();
+    raw.execute_batch("DROP VIEW ledger_view").unwrap();
+    for (column, kind, path) in [
+        ("title", "TEXT", "$.title"),
+        ("body", "TEXT", "$.description"),
+        ("kind_tag", "TEXT", "$.action_kind.tag"),
+        ("kind_label", "TEXT", "$.action_kind.label"),
+        ("auto_approvable", "INTEGER", "$.auto_approvable"),
+        ("prohibit_all_sharing", "INTEGER", "$.prohibit_all_sharing"),
+    ] {
+        raw.execute_batch(&format!(
+            "ALTER TABLE ledger ADD COLUMN {column} {kind}
+                 GENERATED ALWAYS AS (json_extract(description_json, '{path}')) VIRTUAL"
+        ))
+        .unwrap();
+    }
+    raw.execute_batch("PRAGMA user_version = 2").unwrap();
 }
 
-#[test]
-fn a_version_2_file_is_upgraded_on_open_and_keeps_its_records() {
-    let dir = TempDir::new("upgrade2");
+/// Make a file of schema `version` (1 or 2) with three entries, open it, and check that it
+/// was upgraded to the current version with every record kept.
+fn upgrades_from(version: i64) {
+    let dir = TempDir::new(&format!("upgrade{version}"));
     let path = dir.join("gate.db");
     filled(&path, 3);
-    make_version_2(&rusqlite::Connection::open(&path).unwrap());
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        make_version_2(&raw);
+        if version == 1 {
+            // Version 1 also had an index on state.
+            raw.execute_batch(
+                "CREATE INDEX actions_by_state ON actions (gatekeeper, state, id);
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+    }
     {
         let db = Database::open(&path).unwrap();
         assert_eq!(db.ledger().entries().unwrap().len(), 3);
@@ -293,52 +304,27 @@ fn a_version_2_file_is_upgraded_on_open_and_keeps_its_records() {
         assert!(titles.iter().all(|row| row[0].is_some()), "{titles:?}");
     }
     let raw = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = raw
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
-    let generated: i64 = raw
-        .query_row(
-            "SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE hidden <> 0",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
-    assert_eq!(generated, 0, "the upgrade drops the generated columns");
+    let number = |sql: &str| -> i64 { raw.query_row(sql, [], |row| row.get(0)).unwrap() };
+    assert_eq!(number("PRAGMA user_version"), SCHEMA_VERSION);
+    assert_eq!(
+        number("SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE hidden <> 0"),
+        0,
+        "the upgrade drops the generated columns"
+    );
+    assert_eq!(
+        number("SELECT count(*) FROM sqlite_schema WHERE name = 'actions_by_state'"),
+        0,
+        "the upgrade drops the index on state"
+    );
     assert_eq!(count(&path), 3);
 }
 
 #[test]
+fn a_version_2_file_is_upgraded_on_open_and_keeps_its_records() {
+    upgrades_from(2);
+}
+
+#[test]
 fn a_version_1_file_is_upgraded_on_open_and_keeps_its_records() {
-    let dir = TempDir::new("upgrade");
-    let path = dir.join("gate.db");
-    filled(&path, 3);
-    {
-        // What a version 1 file looked like: version 2 with the index on state.
-        let raw = rusqlite::Connection::open(&path).unwrap();
-        make_version_2(&raw);
-        raw.execute_batch(
-            "CREATE INDEX actions_by_state ON actions (gatekeeper, state, id);
-             PRAGMA user_version = 1;",
-        )
-        .unwrap();
-    }
-    {
-        let db = Database::open(&path).unwrap();
-        assert_eq!(db.ledger().entries().unwrap().len(), 3);
-    }
-    let raw = rusqlite::Connection::open(&path).unwrap();
-    let version: i64 = raw
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
-    let index: i64 = raw
-        .query_row(
-            "SELECT count(*) FROM sqlite_schema WHERE name = 'actions_by_state'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
-    assert_eq!(index, 0, "the upgrade drops the index");
-    assert_eq!(count(&path), 3);
+    upgrades_from(1);
 }

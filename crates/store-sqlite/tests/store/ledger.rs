@@ -9,7 +9,7 @@ use kernel::{
 };
 use store_sqlite::Database;
 
-use crate::support::{FakeGatekeeper, TempDir, auto_kind};
+use crate::support::{FakeGatekeeper, TempDir, auto_kind, pending_entry};
 
 fn action(title: &str, auto: bool) -> ActionDescription {
     ActionDescription {
@@ -229,23 +229,7 @@ fn the_schema_refuses_moving_an_action_backwards() {
     let db = Database::open_in_memory().unwrap();
     let store = db.ledger();
     let id = store
-        .insert(&mut |id| kernel::LedgerEntry {
-            id,
-            gatekeeper: Arc::from("gk"),
-            caller: Arc::from("agent"),
-            created_at: kernel::Timestamp(0),
-            body: kernel::EntryBody::Action(kernel::ActionEntry {
-                driver_id: DriverActionId(1),
-                description: Arc::new(action("x", false)),
-                state: ActionState::Pending,
-                resolution: None,
-                failure: None,
-                depends_on: vec![],
-                blocked_by: None,
-                restart_requested: false,
-                revert: None,
-            }),
-        })
+        .insert(&mut pending_entry("gk", 1, action("x", false)))
         .unwrap();
     let mut entry = store.get(id).unwrap().unwrap();
     entry.action_mut().unwrap().state = ActionState::Rejected;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use kernel::{ActionDescription, ActionState, DriverActionId, Overseer, StepClock};
 use store_sqlite::Database;
 
-use crate::support::{FakeGatekeeper, TempDir};
+use crate::support::{FakeGatekeeper, TempDir, pending_entry};
 
 const ACTIONS: u64 = 60;
 
@@ -114,25 +114,13 @@ fn one_handle_submits_while_another_decides_and_both_agree() {
     }
 }
 
-/// An action entry of gatekeeper `gk` for driver action `n`.
+/// A pending action entry of gatekeeper `gk` for driver action `n`.
 fn submitted(n: u64) -> impl FnMut(kernel::LedgerId) -> kernel::LedgerEntry {
-    move |id| kernel::LedgerEntry {
-        id,
-        gatekeeper: Arc::from("gk"),
-        caller: Arc::from("agent"),
-        created_at: kernel::Timestamp(n),
-        body: kernel::EntryBody::Action(kernel::ActionEntry {
-            driver_id: DriverActionId(n),
-            description: Arc::new(ActionDescription::new(format!("write {n}"), "body")),
-            state: ActionState::Pending,
-            resolution: None,
-            failure: None,
-            depends_on: vec![],
-            blocked_by: None,
-            restart_requested: false,
-            revert: None,
-        }),
-    }
+    pending_entry(
+        "gk",
+        n,
+        ActionDescription::new(format!("write {n}"), "body"),
+    )
 }
 
 #[test]

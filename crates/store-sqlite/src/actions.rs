@@ -318,18 +318,28 @@ fn compare_and_set_in(
     Ok(written)
 }
 
-/// Settled rows of one gatekeeper, counted on the `actions_final` partial index.
-const COUNT_FINAL: &str = "SELECT count(*) FROM actions WHERE gatekeeper = ?1
-     AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0))";
+/// `SELECT <what> FROM` the settled rows of gatekeeper `?1`, `<then>`. The condition is
+/// the one of the `actions_final` partial index, so these queries walk only that index.
+macro_rules! settled_rows {
+    ($what:literal, $then:literal) => {
+        concat!(
+            "SELECT ",
+            $what,
+            " FROM actions WHERE gatekeeper = ?1
+             AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0)) ",
+            $then
+        )
+    };
+}
+
+/// How many settled rows one gatekeeper has.
+const COUNT_FINAL: &str = settled_rows!("count(*)", "");
 
 /// Every settled row of one gatekeeper.
-const ALL_FINAL: &str = "SELECT id FROM actions WHERE gatekeeper = ?1
-     AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0))";
+const ALL_FINAL: &str = settled_rows!("id", "");
 
 /// The `?2` oldest settled rows of one gatekeeper.
-const OLDEST_FINAL: &str = "SELECT id FROM actions WHERE gatekeeper = ?1
-     AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0))
-     ORDER BY id LIMIT ?2";
+const OLDEST_FINAL: &str = settled_rows!("id", "ORDER BY id LIMIT ?2");
 
 /// The number of open calls of one gatekeeper, and the highest id it ever handed out:
 /// the highest still in `actions`, or the highest deleted from it (`action_ids` records
@@ -543,8 +553,8 @@ impl ActionStorage for SqliteActionStorage {
     async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {
         let shared = self.db.shared();
         let gatekeeper = &*self.gatekeeper;
-        // Look before writing (one walk of the small `actions_final` index): most calls
-        // find nothing to prune and open no transaction.
+        // Look before writing (what the connection knows, or one walk of the small
+        // `actions_final` index): most calls find nothing to prune and open no transaction.
         let settled: i64 = shared
             .read_conn(|conn| {
                 if conn.trusted() {

@@ -96,61 +96,67 @@ struct Ending {
     state: String,
 }
 
+/// The agent's write in b1 and b2, and bob's edit of the same kind.
+#[derive(Clone, Copy)]
+enum AgentWrite {
+    /// b1: the agent replaces the body; bob replaced it first.
+    Replace,
+    /// b2: the agent appends; bob appended first.
+    Append,
+}
+
 async fn b1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
-    heading(cx, "b1 · a replace approved after bob's edit", policy)?;
-    let (Scene { lab, agent, shell }, page) =
-        Scene::manual(cx, policy, "Manual", "original").await?;
-    read(cx, &agent, &page).await?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "agent body")"#,
-        agent.set_content(&page, "agent body").await,
-    )?;
-    human_edit(cx, &lab, "bob", 100, Edit::ReplaceBody("human edit".into()))?;
-    review(
-        cx,
-        &lab,
-        &shell,
-        Scripted::by_id([(replace, Decision::Approve)]),
-    )
-    .await?;
-    writeln!(cx)?;
-    let page_now = page_evidence(cx, &lab, 100)?;
-    cx.evidence("wiki writes", lab.service.writes())?;
-    let state = action_state(&lab, replace)?;
-    cx.evidence(&format!("{replace} in the kernel's ledger"), &state)?;
-    writeln!(cx)?;
-    writeln!(cx, "The agent reads the page again:")?;
-    read(cx, &agent, &page).await?;
-    Ok(Ending {
-        page: page_now,
-        state,
-    })
+    approved_after_bobs_edit(cx, policy, AgentWrite::Replace).await
 }
 
 async fn b2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Ending> {
-    heading(cx, "b2 · an append approved after bob's edit", policy)?;
+    approved_after_bobs_edit(cx, policy, AgentWrite::Append).await
+}
+
+/// b1 and b2: the agent stages `write`, bob edits the page the same way, ana approves.
+async fn approved_after_bobs_edit(
+    cx: &mut Context<'_>,
+    policy: Policy,
+    write: AgentWrite,
+) -> anyhow::Result<Ending> {
+    let title = match write {
+        AgentWrite::Replace => "b1 · a replace approved after bob's edit",
+        AgentWrite::Append => "b2 · an append approved after bob's edit",
+    };
+    heading(cx, title, policy)?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "original").await?;
     read(cx, &agent, &page).await?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "agent proposal")"#,
-        agent.append_content(&page, "agent proposal").await,
-    )?;
-    human_edit(cx, &lab, "bob", 100, Edit::AppendBody("human edit".into()))?;
-    review(
-        cx,
-        &lab,
-        &shell,
-        Scripted::by_id([(append, Decision::Approve)]),
-    )
-    .await?;
+    let (id, edit) = match write {
+        AgentWrite::Replace => (
+            staged(
+                cx,
+                r#"set_content(100, "agent body")"#,
+                agent.set_content(&page, "agent body").await,
+            )?,
+            Edit::ReplaceBody("human edit".into()),
+        ),
+        AgentWrite::Append => (
+            staged(
+                cx,
+                r#"append_content(100, "agent proposal")"#,
+                agent.append_content(&page, "agent proposal").await,
+            )?,
+            Edit::AppendBody("human edit".into()),
+        ),
+    };
+    human_edit(cx, &lab, "bob", 100, edit)?;
+    review(cx, &lab, &shell, Scripted::by_id([(id, Decision::Approve)])).await?;
     writeln!(cx)?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence("wiki writes", lab.service.writes())?;
-    let state = action_state(&lab, append)?;
-    cx.evidence(&format!("{append} in the kernel's ledger"), &state)?;
+    let state = action_state(&lab, id)?;
+    cx.evidence(&format!("{id} in the kernel's ledger"), &state)?;
+    if let AgentWrite::Replace = write {
+        writeln!(cx)?;
+        writeln!(cx, "The agent reads the page again:")?;
+        read(cx, &agent, &page).await?;
+    }
     Ok(Ending {
         page: page_now,
         state,

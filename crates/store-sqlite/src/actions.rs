@@ -353,6 +353,12 @@ const NEXT_ID: &str = "SELECT
 const REMEMBER_ID: &str = "INSERT INTO action_ids (gatekeeper, last_id) VALUES (?1, ?2)
      ON CONFLICT (gatekeeper) DO UPDATE SET last_id = max(last_id, excluded.last_id)";
 
+/// [`REMEMBER_ID`], only if `?2` is a pending row (the one `delete_pending` removes).
+const REMEMBER_PENDING_ID: &str = "INSERT INTO action_ids (gatekeeper, last_id)
+     SELECT ?1, ?2 WHERE EXISTS
+         (SELECT 1 FROM actions WHERE gatekeeper = ?1 AND id = ?2 AND state = 'pending')
+     ON CONFLICT (gatekeeper) DO UPDATE SET last_id = max(last_id, excluded.last_id)";
+
 const DELETE_ONE: &str = "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2";
 
 const SELECT_ONE: &str =
@@ -514,10 +520,12 @@ impl ActionStorage for SqliteActionStorage {
         self.db
             .shared()
             // Two writes, in an order that is safe to stop between: recording the id
-            // first only makes it unavailable, which it is about to be anyway.
+            // first only makes it unavailable, which it is about to be anyway. Only an id
+            // that is there to discard is recorded: discarding an id never handed out
+            // must not push the next one up (an agent could otherwise exhaust them).
             .write(Durability::Deferred, Steps::One, |conn| {
                 conn.db
-                    .prepare_cached(REMEMBER_ID)?
+                    .prepare_cached(REMEMBER_PENDING_ID)?
                     .execute(params![&*self.gatekeeper, i64_of(id.0)])?;
                 let deleted = conn
                     .db

@@ -359,3 +359,30 @@ async fn a_refused_submission_leaves_no_staged_record() {
         Err(ApplyError::Unknown(_))
     ));
 }
+
+#[tokio::test]
+async fn discarding_an_id_never_staged_changes_nothing() {
+    // "Delete the record if it is pending": when there is none, nothing may change. In
+    // particular the id must not be recorded as handed out, or the next stage would
+    // skip ahead (and the largest id would leave none to stage with, ever again).
+    let dir = TempDir::new("discard-unknown");
+    let path = dir.join("gate.db");
+    let clock = || -> Arc<dyn kernel::Clock> { Arc::new(StepClock::default()) };
+    let first = {
+        let db = Database::open(&path).unwrap();
+        let store = db.action_store("issues", clock()).await.unwrap();
+        let first = store.stage("ok", json!({})).await.unwrap();
+        for never in [first.0 + 1, 1_000, i64::MAX as u64, u64::MAX] {
+            assert_eq!(
+                store.discard(DriverActionId(never)).await.unwrap(),
+                Discard::NotPending
+            );
+        }
+        first
+    };
+    // Reopened, so the next id is read from the file, not from what a handle remembers.
+    let db = Database::open(&path).unwrap();
+    let store = db.action_store("issues", clock()).await.unwrap();
+    let next = store.stage("ok", json!({})).await.unwrap();
+    assert_eq!(next, DriverActionId(first.0 + 1));
+}

@@ -222,3 +222,161 @@ async fn two_handles_staging_into_one_store_never_share_an_id() {
         "the store is full, whichever handle filled it"
     );
 }
+
+/// A small deterministic generator, so a failing sequence can be replayed by its seed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[tokio::test]
+async fn two_handles_on_one_store_answer_as_one_model_for_any_sequence() {
+    use gatekeeper_core::{
+        ActionRecord, ActionState as Record, ActionStorage, MemoryActionStorage, StateTag,
+    };
+
+    const MAX_OPEN: usize = 6;
+    const KEEP: usize = 3;
+    for seed in 1..=25u64 {
+        let dir = TempDir::new("two-handles-model");
+        let path = dir.join("gate.db");
+        let desks = [Desk::open(&path), Desk::open(&path)];
+        let model = MemoryActionStorage::new();
+        // Which handle holds each claim: only that one may settle it.
+        let mut claimant = std::collections::HashMap::new();
+        let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut highest = 0u64;
+        for step in 0..60 {
+            let h = rng.below(2) as usize;
+            let desk = &desks[h];
+            let id = DriverActionId(1 + rng.below(highest.max(1) + 1));
+            let known = model.get(id).await.unwrap();
+            let what = format!("seed {seed}, step {step}, handle {h}");
+            match rng.below(6) {
+                0 | 1 => {
+                    let args = Arc::new(serde_json::json!({ "step": step }));
+                    let staged = desk
+                        .store
+                        .insert_pending(
+                            Arc::from("write"),
+                            args.clone(),
+                            kernel::Timestamp(step),
+                            MAX_OPEN,
+                        )
+                        .await
+                        .unwrap();
+                    let expected = model
+                        .insert_pending(Arc::from("write"), args, kernel::Timestamp(step), MAX_OPEN)
+                        .await
+                        .unwrap();
+                    assert_eq!(staged, expected, "stage: {what}");
+                    highest = highest.max(staged.map_or(0, |id| id.0));
+                }
+                2 => {
+                    // Claim (a pending call, or a retry after a failure that sent
+                    // nothing), or settle a claim: from either handle, only the claimant's
+                    // settle succeeds.
+                    let Some(record) = known else { continue };
+                    let (from, next) = match &record.state {
+                        Record::Pending
+                        | Record::Failed {
+                            retryable: true, ..
+                        } => (
+                            record.state.tag(),
+                            ActionRecord {
+                                state: Record::Applying,
+                                claimed_at: Some(kernel::Timestamp(step)),
+                                ..record.clone()
+                            },
+                        ),
+                        Record::Applying => (
+                            StateTag::Applying,
+                            ActionRecord {
+                                state: if step % 2 == 0 {
+                                    Record::Applied {
+                                        result: Arc::new(gatekeeper_core::ToolResult::from_text(
+                                            format!("done at {step}"),
+                                        )),
+                                    }
+                                } else {
+                                    Record::Failed {
+                                        retryable: step % 3 == 0,
+                                        message: format!("failed at {step}"),
+                                    }
+                                },
+                                ..record.clone()
+                            },
+                        ),
+                        _ => continue,
+                    };
+                    let written = desk.store.compare_and_set(from, &next).await.unwrap();
+                    let claim = from != StateTag::Applying;
+                    let own = claim || claimant.get(&id.0) == Some(&h);
+                    assert_eq!(written, own, "claim or settle: {what}");
+                    if written {
+                        assert!(model.compare_and_set(from, &next).await.unwrap());
+                        if claim {
+                            claimant.insert(id.0, h);
+                        }
+                    }
+                }
+                3 => {
+                    let Some(record) = known else { continue };
+                    // What may be rejected: pending, or a failure that sent nothing.
+                    if !matches!(
+                        record.state,
+                        Record::Pending
+                            | Record::Failed {
+                                retryable: true,
+                                ..
+                            }
+                    ) {
+                        continue;
+                    }
+                    let from = record.state.tag();
+                    let rejected = ActionRecord {
+                        state: Record::Rejected,
+                        ..record
+                    };
+                    let written = desk.store.compare_and_set(from, &rejected).await.unwrap();
+                    let expected = model.compare_and_set(from, &rejected).await.unwrap();
+                    assert_eq!(written, expected, "reject: {what}");
+                }
+                4 => {
+                    let deleted = desk.store.delete_pending(id).await.unwrap();
+                    let expected = model.delete_pending(id).await.unwrap();
+                    assert_eq!(deleted, expected, "discard: {what}");
+                }
+                _ => {
+                    let pruned = desk.store.prune_final(KEEP).await.unwrap();
+                    let expected = model.prune_final(KEEP).await.unwrap();
+                    assert_eq!(pruned, expected, "prune: {what}");
+                }
+            }
+            desk.db.flush().unwrap();
+            // Both handles answer as the model, whatever each remembered.
+            for (other, desk) in desks.iter().enumerate() {
+                let what = format!("{what}, read by handle {other}");
+                assert_eq!(
+                    desk.store.count_open().await.unwrap(),
+                    model.count_open().await.unwrap(),
+                    "open count: {what}"
+                );
+                for n in 1..=highest {
+                    let id = DriverActionId(n);
+                    assert_eq!(
+                        desk.store.get(id).await.unwrap(),
+                        model.get(id).await.unwrap(),
+                        "record {n}: {what}"
+                    );
+                }
+            }
+        }
+    }
+}

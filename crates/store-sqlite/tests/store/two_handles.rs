@@ -380,3 +380,113 @@ async fn two_handles_on_one_store_answer_as_one_model_for_any_sequence() {
         }
     }
 }
+
+#[test]
+fn two_handles_on_one_ledger_answer_as_one_model_for_any_sequence() {
+    use kernel::{LedgerStore, MemoryLedger, Resolution, Timestamp};
+
+    for seed in 1..=25u64 {
+        let dir = TempDir::new("two-handles-ledger-model");
+        let path = dir.join("gate.db");
+        let dbs = [
+            Database::open(&path).unwrap(),
+            Database::open(&path).unwrap(),
+        ];
+        let ledgers = [dbs[0].ledger(), dbs[1].ledger()];
+        let model = MemoryLedger::new();
+        let mut rng = XorShift(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+        let mut highest = 0u64;
+        for step in 0..60u64 {
+            let h = rng.below(2) as usize;
+            let ledger = &ledgers[h];
+            let id = kernel::LedgerId(1 + rng.below(highest.max(1) + 1));
+            let known = model.get(id).unwrap();
+            let op = rng.below(5);
+            let what = format!("seed {seed}, step {step}, handle {h}, op {op}, entry {id}");
+            let decided = |by: &str| Resolution {
+                by: by.into(),
+                auto: step % 2 == 0,
+                at: Timestamp(step),
+                cause: None,
+            };
+            match op {
+                0 | 1 => {
+                    let driver = 100 + step;
+                    let mut made =
+                        pending_entry("gk", driver, ActionDescription::new("write", "body"));
+                    let stored = ledger.insert(&mut made).unwrap();
+                    let expected = model.insert(&mut made).unwrap();
+                    assert_eq!(stored, expected, "insert: {what}");
+                    highest = highest.max(stored.0);
+                }
+                2 => {
+                    // A person's decision on a pending action, approver first.
+                    let Some(mut entry) = known
+                        .filter(|e| e.action().is_some_and(|a| a.state == ActionState::Pending))
+                    else {
+                        continue;
+                    };
+                    ledger.record_attempt(id, &decided("ana")).unwrap();
+                    model.record_attempt(id, &decided("ana")).unwrap();
+                    // Uncommitted yet (it rides with the next commit): this handle answers
+                    // from inside its open transaction, the other from the last commit.
+                    assert_eq!(ledger.get(id).unwrap(), model.get(id).unwrap(), "{what}");
+                    dbs[h].flush().unwrap();
+                    for other in &ledgers {
+                        assert_eq!(other.get(id).unwrap(), model.get(id).unwrap(), "{what}");
+                    }
+                    let action = entry.action_mut().unwrap();
+                    action.state = if step % 3 == 0 {
+                        ActionState::Rejected
+                    } else {
+                        ActionState::Approved
+                    };
+                    action.resolution = Some(decided("ana"));
+                    ledger.put(entry.clone()).unwrap();
+                    model.put(entry).unwrap();
+                }
+                3 => {
+                    // Flag an open action as blocked by another (a rejected dependency).
+                    let Some(mut entry) = known.filter(|e| e.action().is_some_and(|a| a.is_open()))
+                    else {
+                        continue;
+                    };
+                    entry.action_mut().unwrap().blocked_by = Some(kernel::LedgerId(1));
+                    ledger.put(entry.clone()).unwrap();
+                    model.put(entry).unwrap();
+                }
+                _ => {}
+            }
+            dbs[h].flush().unwrap();
+            // Both handles answer as the model, whatever each remembered.
+            for (other, ledger) in ledgers.iter().enumerate() {
+                let what = format!("{what}, read by handle {other}");
+                assert_eq!(
+                    ledger.entries().unwrap(),
+                    model.entries().unwrap(),
+                    "entries: {what}"
+                );
+                assert_eq!(
+                    ledger.open_action_ids("gk").unwrap(),
+                    model.open_action_ids("gk").unwrap(),
+                    "open: {what}"
+                );
+                for n in 1..=highest + 1 {
+                    let id = kernel::LedgerId(n);
+                    assert_eq!(
+                        ledger.get(id).unwrap(),
+                        model.get(id).unwrap(),
+                        "get {n}: {what}"
+                    );
+                    let driver = DriverActionId(100 + n);
+                    assert_eq!(
+                        ledger.find_action("gk", driver).unwrap(),
+                        model.find_action("gk", driver).unwrap(),
+                        "find driver {}: {what}",
+                        driver.0
+                    );
+                }
+            }
+        }
+    }
+}

@@ -359,6 +359,19 @@ async fn two_handles_on_one_store_answer_as_one_model_for_any_sequence() {
                     assert_eq!(pruned, expected, "prune: {what}");
                 }
             }
+            // Before its writes are committed, the acting handle answers from inside its
+            // open transaction (from what it remembers, where it may).
+            assert_eq!(
+                desk.store.count_open().await.unwrap(),
+                model.count_open().await.unwrap(),
+                "open count before the commit: {what}"
+            );
+            assert_eq!(
+                desk.store.get(id).await.unwrap(),
+                model.get(id).await.unwrap(),
+                "record {} before the commit: {what}",
+                id.0
+            );
             desk.db.flush().unwrap();
             // Both handles answer as the model, whatever each remembered.
             for (other, desk) in desks.iter().enumerate() {

@@ -379,10 +379,7 @@ pub(crate) async fn read(
             show_view(cx, &view)?;
             Ok(view)
         }
-        Err(error) => {
-            writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
-            Err(error.into())
-        }
+        Err(error) => refused(cx, error),
     }
 }
 
@@ -398,10 +395,7 @@ pub(crate) async fn read_body(
             indented(cx, "    ", &body)?;
             Ok(body)
         }
-        Err(error) => {
-            writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
-            Err(error.into())
-        }
+        Err(error) => refused(cx, error),
     }
 }
 
@@ -421,11 +415,14 @@ pub(crate) fn staged(
             )?;
             Ok(staged.ledger)
         }
-        Err(error) => {
-            writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
-            Err(error.into())
-        }
+        Err(error) => refused(cx, error),
     }
+}
+
+/// Prints the driver's refusal of an agent's call, and passes it on.
+fn refused<T>(cx: &mut Context<'_>, error: WikiError) -> anyhow::Result<T> {
+    writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
+    Err(error.into())
 }
 
 /// Prints a create the agent staged (`what`): the handle it works with at once, and the
@@ -449,10 +446,7 @@ pub(crate) fn created(
             )?;
             Ok((handle, ledger))
         }
-        Err(error) => {
-            writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
-            Err(error.into())
-        }
+        Err(error) => refused(cx, error),
     }
 }
 

@@ -242,13 +242,14 @@ async fn cycle_once(rig: &Rig) {
     rig.overseer.settle().await;
 }
 
-fn memory_turn(c: &mut Criterion) {
+/// `routine` once on each fresh world (built outside the measurement).
+fn memory_fresh<R>(c: &mut Criterion, name: &str, routine: impl AsyncFn(&Rig) -> R) {
     let rt = runtime();
-    c.bench_function("memory_turn", |b| {
+    c.bench_function(name, |b| {
         b.iter_batched(
             memory_world,
             |rig| {
-                rt.block_on(turn_once(&rig));
+                rt.block_on(routine(&rig));
                 rig
             },
             BatchSize::SmallInput,
@@ -256,18 +257,12 @@ fn memory_turn(c: &mut Criterion) {
     });
 }
 
+fn memory_turn(c: &mut Criterion) {
+    memory_fresh(c, "memory_turn", turn_once);
+}
+
 fn memory_cycle(c: &mut Criterion) {
-    let rt = runtime();
-    c.bench_function("memory_cycle", |b| {
-        b.iter_batched(
-            memory_world,
-            |rig| {
-                rt.block_on(cycle_once(&rig));
-                rig
-            },
-            BatchSize::SmallInput,
-        )
-    });
+    memory_fresh(c, "memory_cycle", cycle_once);
 }
 
 /// What one real cycle wrote, to replay as bare SQL: the tool arguments, the ledger

@@ -70,7 +70,7 @@ fn the_shared_filter_hides_the_measured_duration() {
     let text = String::from_utf8(out).expect("utf-8");
     assert_eq!(text, "  turn ended in 1.234 ms\n");
     insta::with_settings!({ filters => snapshot_filters() }, {
-        insta::assert_snapshot!(text, @"turn ended in [duration] ms");
+        insta::assert_snapshot!(text.trim(), @"turn ended in [duration] ms");
     });
 }
 

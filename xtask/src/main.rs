@@ -39,7 +39,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("{message}");
+            // An empty message: the failing child has already said what went wrong.
+            if !message.is_empty() {
+                eprintln!("{message}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -71,9 +74,9 @@ fn run(mut command: Command) -> Result<(), String> {
 }
 
 fn lecture(args: &[String]) -> Result<(), String> {
-    let mut command = cargo();
-    command.args(["run", "--quiet", "--release", "--package", "lectures", "--"]);
-    command.args(args);
+    let binary = build_lecture_runner()?;
+    let mut command = Command::new(binary);
+    command.current_dir(project_root()).args(args);
     // The lecture binary prints its own errors (e.g. the list of valid names).
     let status = command
         .status()
@@ -85,11 +88,90 @@ fn lecture(args: &[String]) -> Result<(), String> {
     }
 }
 
+/// Builds the lecture runner and returns the path of its executable.
+///
+/// Cargo's progress is shown as soon as something needs compiling (a fresh clone takes
+/// minutes, and silence would look like a hang); when everything is up to date nothing is
+/// printed, so a lecture's transcript starts on the first line.
+fn build_lecture_runner() -> Result<PathBuf, String> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+
+    let mut command = cargo();
+    command
+        .args([
+            "build",
+            "--release",
+            "--package",
+            "lectures",
+            "--bin",
+            "lectures",
+        ])
+        .args(["--message-format", "json-render-diagnostics"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("could not start cargo to build the lectures: {e}"))?;
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let progress = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        let mut showing = false;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if !showing && line.trim_start().starts_with("Compiling") {
+                showing = true;
+                let mut err = std::io::stderr().lock();
+                for earlier in held.drain(..) {
+                    let _ = writeln!(err, "{earlier}");
+                }
+            }
+            if showing {
+                let _ = writeln!(std::io::stderr().lock(), "{line}");
+            } else {
+                held.push(line);
+            }
+        }
+        held
+    });
+    let mut executable = None;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if message["reason"] == "compiler-artifact"
+            && message["target"]["name"] == "lectures"
+            && let Some(path) = message["executable"].as_str()
+        {
+            executable = Some(PathBuf::from(path));
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("cargo did not finish building the lectures: {e}"))?;
+    let held = progress.join().unwrap_or_default();
+    if !status.success() {
+        // Nothing was shown while nothing compiled: show what cargo said now.
+        for line in held {
+            eprintln!("{line}");
+        }
+        return Err(format!("building the lectures failed ({status})"));
+    }
+    executable.ok_or_else(|| "cargo built the lectures but named no executable".to_owned())
+}
+
 fn ci() -> Result<(), String> {
-    let mut fmt = cargo();
+    // The same environment as `.ci/run`: snapshot tests never write snapshots, a changed
+    // transcript fails.
+    let ci_cargo = || {
+        let mut command = cargo();
+        command.env("CI", "true").env("INSTA_UPDATE", "no");
+        command
+    };
+    let mut fmt = ci_cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
     run(fmt)?;
-    let mut clippy = cargo();
+    let mut clippy = ci_cargo();
     clippy.args([
         "clippy",
         "--workspace",
@@ -99,7 +181,7 @@ fn ci() -> Result<(), String> {
         "warnings",
     ]);
     run(clippy)?;
-    let mut test = cargo();
+    let mut test = ci_cargo();
     test.args(["test", "--workspace"]);
     run(test)
 }

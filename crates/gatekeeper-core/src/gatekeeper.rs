@@ -14,11 +14,13 @@ use kernel::{
     ActionKind, ApprovalQueue, DriverActionId, Gatekeeper, GatekeeperError, Overseer,
     RejectOutcome, RevertOutcome,
 };
-use prompt_sanitize::{MAX_INLINE_CHARS, Sanitized, code_span, plain_inline};
+use prompt_sanitize::{
+    MAX_INLINE_CHARS, MAX_SERVER_NAME_CHARS, Sanitized, code_span, plain_inline, untrusted_label,
+};
 use tracing::warn;
 
 use crate::classify::{ClassifiedTool, ServerTrust, classify_tool};
-use crate::describe::CallPrompt;
+use crate::describe::{CallPrompt, MAX_TITLE_TOOL_CHARS};
 use crate::grant::{Grant, GrantError};
 use crate::kind::action_kind_for;
 use crate::revert::{REVERT_UNSUPPORTED_MESSAGE, Reverter};
@@ -61,11 +63,13 @@ pub(crate) struct ToolEntry {
 impl ToolEntry {
     fn new(config: &GatekeeperConfig, tool: Tool) -> Self {
         let classified = classify_tool(&tool, config.trust);
-        let server = plain_inline(&config.server_name, MAX_INLINE_CHARS);
+        let server = plain_inline(&config.server_name, MAX_SERVER_NAME_CHARS);
+        // The gate's words first, each untrusted part capped on its own (as in the prompt).
         let result_title = Sanitized::concat(&[
+            &Sanitized::literal("Result of "),
+            &plain_inline(&tool.name, MAX_TITLE_TOOL_CHARS),
+            &Sanitized::literal(" on "),
             &server,
-            &Sanitized::literal(": result of "),
-            &plain_inline(&tool.name, MAX_INLINE_CHARS),
         ]);
         let result_description = Sanitized::concat(&[
             &Sanitized::literal("Read the response from the approved call to "),
@@ -131,7 +135,11 @@ impl ToolGatekeeper {
         let mut index = HashMap::new();
         for tool in tools.into_iter().take(MAX_TOOLS_PER_SERVER) {
             if index.contains_key(tool.name.as_str()) {
-                warn!(gatekeeper = %config.name, tool = %tool.name, "catalog.duplicate: later tool ignored");
+                warn!(
+                    gatekeeper = %untrusted_label(&config.name, MAX_INLINE_CHARS),
+                    tool = %untrusted_label(&tool.name, MAX_INLINE_CHARS),
+                    "catalog.duplicate: later tool ignored"
+                );
                 continue;
             }
             let entry = ToolEntry::new(&config, tool);

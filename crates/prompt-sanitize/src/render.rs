@@ -27,9 +27,12 @@ const TRUNCATED: &str = "\n... (truncated)";
 /// What follows any other text cut at its limit.
 const ELLIPSIS: char = '…';
 /// The characters `plain_inline` deletes, because each can open Markdown structure inline: the
-/// reference's set, plus `\` (which would escape the program's own `**` after a name) and `<`
-/// (which would open raw HTML or an autolink).
-const INLINE_MARKUP: &[char] = &['`', '*', '_', '[', ']', '(', ')', '#', '>', '|', '\\', '<'];
+/// reference's set, plus `\` (which would escape the program's own `**` after a name), `<`
+/// (which would open raw HTML or an autolink) and `$` (which opens math on renderers that
+/// have it, and would swallow the program's text up to the next `$`).
+const INLINE_MARKUP: &[char] = &[
+    '`', '*', '_', '[', ']', '(', ')', '#', '>', '|', '\\', '<', '$',
+];
 /// The characters that open a container block, a thematic break, a setext underline, a tilde
 /// fence or a definition when they start a line; `quote_untrusted` escapes one found there.
 const LINE_START_MARKUP: &[char] = &['-', '+', '*', '_', '=', '~', ':'];
@@ -142,8 +145,10 @@ fn push_inert(out: &mut String, text: &str, escape_at: Option<usize>) {
 /// Makes one line of a description plain paragraph text (see [`quote_untrusted`], step 3).
 fn inert_line(line: &str) -> String {
     let line = strip_block_markers(line);
-    let rest = line.trim_start_matches(' ');
-    let indent = line.len() - rest.len();
+    // Any leading whitespace, not only the spaces CommonMark counts: the whole text is trimmed
+    // later, and a trimmed no-break space must not uncover a marker that was not escaped.
+    let rest = line.trim_start();
+    let indent = line[..line.len() - rest.len()].chars().count();
     let mut out = String::with_capacity(line.len() + 4);
     // Four spaces would start an indented code block.
     out.push_str(&" ".repeat(indent.min(3)));
@@ -173,7 +178,7 @@ fn inert_line(line: &str) -> String {
 /// 3. every line is made paragraph text:
 ///    - a leading run of whitespace, `#` and `>` in any mix is removed if it holds at least one
 ///      `#` or `>` (so `# > # x` becomes `x`, where the reference left `> # x`);
-///    - indentation of more than three spaces is cut to three (four would start a code block);
+///    - leading whitespace becomes at most three spaces (four would start a code block);
 ///    - a first character that could start a list, a thematic break, a setext underline, a
 ///      tilde fence or a definition (`- + * _ = ~ :`) is escaped with a backslash, as is the
 ///      `.` or `)` of an ordered-list marker (`1.`, `1)`);
@@ -254,7 +259,7 @@ pub fn code_span(text: &str, max_chars: usize) -> Sanitized {
 
 /// Renders a name as plain inline text, with nothing that could open Markdown structure.
 ///
-/// Controls and hidden characters are neutralized, every one of `` ` * _ [ ] ( ) # > | \ < ``
+/// Controls and hidden characters are neutralized, every one of `` ` * _ [ ] ( ) # > | \ < $ ``
 /// removed, whitespace (newlines included) collapsed to one space and the result trimmed; if
 /// longer than `max_chars` chars it keeps the first `max_chars` and appends `…`; empty becomes
 /// `(unnamed)`. Last, a `&` that starts a character reference (`&rlm;`) gets a backslash, so

@@ -160,7 +160,7 @@ proptest! {
         // The only backslashes are the ones that keep a character reference from decoding.
         let unescaped = out.replace("\\&", "&");
         prop_assert!(chars(&unescaped) <= max.max(8) + 1);
-        let markup = ['`', '*', '_', '[', ']', '(', ')', '#', '>', '|', '\\', '<'];
+        let markup = ['`', '*', '_', '[', ']', '(', ')', '#', '>', '|', '\\', '<', '$'];
         prop_assert!(out == "(unnamed)" || !unescaped.contains(markup), "{out:?}");
         prop_assert_eq!(out.trim(), out);
     }

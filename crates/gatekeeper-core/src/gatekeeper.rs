@@ -15,7 +15,8 @@ use kernel::{
     RejectOutcome, RevertOutcome,
 };
 use prompt_sanitize::{
-    MAX_INLINE_CHARS, MAX_SERVER_NAME_CHARS, Sanitized, code_span, plain_inline, untrusted_label,
+    MAX_INLINE_CHARS, MAX_SERVER_NAME_CHARS, Sanitized, code_span, one_line, plain_inline,
+    untrusted_label,
 };
 use tracing::warn;
 
@@ -28,6 +29,9 @@ use crate::service::ToolService;
 use crate::simulate::Simulator;
 use crate::store::{ActionState, ActionStore};
 use crate::tool::Tool;
+
+/// The longest failure message handed to the kernel, in chars (then `…`).
+const MAX_MESSAGE_CHARS: usize = 2000;
 
 /// The most tools taken from one server's catalog; the rest are ignored with a warning.
 pub const MAX_TOOLS_PER_SERVER: usize = 200;
@@ -300,8 +304,10 @@ impl Gatekeeper for ToolGatekeeper {
     async fn apply_action(&self, action: DriverActionId) -> Result<(), GatekeeperError> {
         match self.store.apply(action, self.service.as_ref()).await {
             Ok(_sent_or_already) => Ok(()),
+            // The message may quote the service: one line, nothing hidden, before the kernel
+            // logs it and the ledger keeps it.
             Err(error) => Err(GatekeeperError {
-                message: error.to_string(),
+                message: one_line(&error.to_string(), MAX_MESSAGE_CHARS).into_string(),
                 retryable: error.retryable(),
             }),
         }

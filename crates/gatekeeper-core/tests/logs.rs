@@ -124,3 +124,45 @@ async fn not_granted_lists_hostile_tool_names_as_labels() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_service_failure_reaches_the_kernel_and_its_log_as_one_visible_line() {
+    let w = common::world(ServerTrust::Byo).await;
+    let mut grants = gatekeeper_core::Grants::new();
+    grants.introduce(
+        "SVC",
+        w.gatekeeper
+            .grant(&w.overseer, "agent", &["write"])
+            .expect("grant"),
+    );
+    let outcome = grants
+        .session("SVC")
+        .expect("session")
+        .call_tool("write", json!({}))
+        .await
+        .expect("staged");
+    let ledger = outcome.ledger().expect("an action");
+    let recorder = Recorder::default();
+    let _guard = tracing::subscriber::set_default(recorder.clone());
+    w.service.reply_next(Err(CallError::Declined(
+        "403\n2026-01-01 INFO action applied by=alice\u{1b}[2K\u{202e}".into(),
+    )));
+    assert!(w.overseer.approve(ledger, "alice").await.is_err());
+    let entry = w.overseer.entry(ledger).expect("ledger").expect("entry");
+    let failure = entry
+        .action()
+        .and_then(|a| a.failure.clone())
+        .expect("failed");
+    assert_eq!(
+        failure.message,
+        "403 2026-01-01 INFO action applied by=alice⟨ESC⟩⟨U+202E⟩"
+    );
+    let events = recorder.0.lock().unwrap().clone();
+    assert!(
+        events.iter().any(|e| e.contains("403 2026-01-01")),
+        "{events:#?}"
+    );
+    for event in &events {
+        assert_terminal_safe(event);
+    }
+}

@@ -30,11 +30,12 @@
 //! - [`json_arguments`] makes the arguments a fence body that cannot close its fence, clipped.
 //! - [`untrusted_label`] makes a name or a message one delimited label for a terminal line or a
 //!   log field, `«…»`, which cannot close early, so nothing inside it reads as the program's
-//!   own words (a forged `auto-approvable: yes` stays inside the marks).
+//!   own words (a forged `auto-approvable: yes` stays inside the marks); [`one_line`] is the
+//!   same line without the marks, for a message a driver hands on to be labelled later.
 //!
 //! All of them, and [`neutralize_controls`] on its own, guarantee that the output holds no
-//! control character other than `\n` (and [`untrusted_label`] not even that), no format
-//! character (Unicode category Cf, which includes every bidi control and zero-width
+//! control character other than `\n` ([`one_line`] and [`untrusted_label`] not even that), no
+//! format character (Unicode category Cf, which includes every bidi control and zero-width
 //! character), no default-ignorable code point (the Unicode property
 //! `Default_Ignorable_Code_Point`: variation selectors, U+034F, the Hangul fillers, the
 //! reserved tag-block code points, ...), no U+2028/U+2029 and no ESC: each such character is
@@ -77,7 +78,7 @@ mod sanitized;
 pub use controls::neutralize_controls;
 pub use render::{
     LABEL_CLOSE, LABEL_OPEN, MAX_ARGUMENTS_CHARS, MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS,
-    MAX_SERVER_NAME_CHARS, code_span, defuse_fences, json_arguments, plain_inline, quote_untrusted,
-    untrusted_label,
+    MAX_SERVER_NAME_CHARS, code_span, defuse_fences, json_arguments, one_line, plain_inline,
+    quote_untrusted, untrusted_label,
 };
 pub use sanitized::{Markdown, Sanitized};

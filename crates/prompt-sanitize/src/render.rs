@@ -278,6 +278,19 @@ pub fn plain_inline(text: &str, max_chars: usize) -> Sanitized {
     )))
 }
 
+/// Renders untrusted text (a service's error message) as one line of plain text, for a
+/// message that others will show or log.
+///
+/// Controls and hidden characters are neutralized, whitespace (newlines included) collapsed to
+/// one space and the result trimmed; if longer than `max_chars` chars it keeps the first
+/// `max_chars` and appends `…`. Unlike [`untrusted_label`] it adds no marks, so a driver can
+/// put it inside a sentence of its own; whoever shows that sentence still labels it.
+pub fn one_line(text: &str, max_chars: usize) -> Sanitized {
+    let neutral = neutralize(text);
+    let collapsed = neutral.split_whitespace().collect::<Vec<_>>().join(" ");
+    Sanitized(clip(collapsed, max_chars, &ELLIPSIS.to_string()))
+}
+
 /// The mark that opens an untrusted label on a terminal line.
 pub const LABEL_OPEN: char = '«';
 /// The mark that closes an untrusted label on a terminal line.
@@ -294,9 +307,7 @@ pub const LABEL_CLOSE: char = '»';
 /// reads as the program's own field. Empty text gives `«»`. No Markdown is removed: a terminal
 /// shows it as written.
 pub fn untrusted_label(text: &str, max_chars: usize) -> Sanitized {
-    let neutral = neutralize(text);
-    let collapsed = neutral.split_whitespace().collect::<Vec<_>>().join(" ");
-    let clipped = clip(collapsed, max_chars, &ELLIPSIS.to_string());
+    let clipped = one_line(text, max_chars).0;
     let mut out = String::with_capacity(clipped.len() + 8);
     out.push(LABEL_OPEN);
     for c in clipped.chars() {

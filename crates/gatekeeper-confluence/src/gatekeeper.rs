@@ -117,6 +117,12 @@ fn label(text: &str) -> prompt_sanitize::Sanitized {
     prompt_sanitize::untrusted_label(text, prompt_sanitize::MAX_INLINE_CHARS * 4)
 }
 
+/// A refusal's message as the kernel gets it: one line, controls and hidden characters
+/// made visible, clipped at 2000 chars.
+fn one_line(text: &str) -> String {
+    prompt_sanitize::one_line(text, 2000).into_string()
+}
+
 /// The failure kept for an action found `applying` when the gatekeeper is opened: the
 /// process stopped after the claim, so the request may or may not have reached the wiki.
 pub const INTERRUPTED_MESSAGE: &str = "This call was interrupted after it had been sent, so it may or may not have taken effect. Check the wiki before staging it again.";
@@ -789,6 +795,12 @@ impl ConfluenceGatekeeper {
         claimed: bool,
     ) -> GatekeeperError {
         let id = record.id;
+        // The message may quote the wiki, and through it the agent: one line, nothing
+        // hidden, before the kernel logs it and the ledger keeps it.
+        let refusal = match refusal {
+            Refusal::Retry(message) => Refusal::Retry(one_line(&message)),
+            Refusal::Final(message) => Refusal::Final(one_line(&message)),
+        };
         let (next, error) = match refusal {
             Refusal::Retry(message) => {
                 warn!(%id, message = %label(&message), "apply failed; nothing was written");

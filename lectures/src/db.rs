@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use kernel::{LedgerEntry, Overseer, SystemClock};
-use shell::{render_batch, render_ledger};
+use shell::{render_batch, render_ledger, render_rules};
 use store_sqlite::Database;
 
 use crate::setup::visible;
@@ -225,18 +225,7 @@ pub fn ledger_view(path: &Path) -> anyhow::Result<String> {
         );
     }
     out.push_str(&format!("{}\n", render_batch(&open, &rules)));
-    if rules.is_empty() {
-        out.push_str("No auto-approval rules are enabled.\n");
-    } else {
-        out.push_str("Auto-approval rules:\n");
-        for rule in &rules {
-            out.push_str(&format!(
-                "  [{}] {}, enabled by {}\n",
-                visible(&rule.gatekeeper),
-                visible(&rule.kind.label),
-                visible(&rule.enabled_by),
-            ));
-        }
-    }
+    // Rule labels and enablers are untrusted: the shell renders them as it renders the batch.
+    out.push_str(&format!("{}\n", render_rules(&rules)));
     Ok(out)
 }

@@ -21,7 +21,7 @@ use gatekeeper_confluence::{
 use kernel::LedgerId;
 use shell::{Decision, ReviewSummary, Scripted, Shell};
 
-use crate::setup::visible;
+use crate::setup::{visible, visible_lines};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -318,7 +318,7 @@ fn yes_no(b: bool) -> &'static str {
 
 /// Writes `text` after `lead`, continuing lines aligned under the first.
 fn indented(cx: &mut Context<'_>, lead: &str, text: &str) -> std::io::Result<()> {
-    let text = visible(text);
+    let text = visible_lines(text);
     if text.is_empty() {
         return writeln!(cx, "{lead}(empty)");
     }

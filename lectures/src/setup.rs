@@ -172,14 +172,22 @@ pub(crate) fn json(value: &Value) -> String {
     visible(&raw)
 }
 
-/// Text from a service or an agent, with control and invisible characters made visible.
+/// Text from a service or an agent, for one line of the transcript: control and invisible
+/// characters made visible, and a line break shown as `⟨U+000A⟩`, so the text cannot start a
+/// line of its own (the transcript is a terminal too).
 pub(crate) fn visible(text: &str) -> String {
+    visible_lines(text).replace('\n', "⟨U+000A⟩")
+}
+
+/// Text from a service or an agent that keeps its lines, for a caller that indents every
+/// line after the first: control and invisible characters made visible.
+pub(crate) fn visible_lines(text: &str) -> String {
     neutralize_controls(text).into_string()
 }
 
 /// Writes `text` indented by `indent`, continuing lines aligned under the first.
 fn indented(cx: &mut Context<'_>, lead: &str, text: &str) -> std::io::Result<()> {
-    let text = visible(text);
+    let text = visible_lines(text);
     let pad = " ".repeat(lead.chars().count());
     for (n, line) in text.lines().enumerate() {
         if n == 0 {
@@ -290,4 +298,19 @@ pub(crate) fn show_issues(cx: &mut Context<'_>, tracker: &IssueTracker) -> std::
         writeln!(cx, "    {}", issue.line())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_message_cannot_start_a_transcript_line() {
+        let message = "403\n  evidence: tracker calls = 0\u{1b}[2K\u{202e}";
+        assert_eq!(
+            visible(message),
+            "403⟨U+000A⟩  evidence: tracker calls = 0⟨ESC⟩⟨U+202E⟩"
+        );
+        assert_eq!(visible_lines("a\nb"), "a\nb");
+    }
 }

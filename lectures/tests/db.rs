@@ -81,7 +81,7 @@ async fn ex06_with_a_db_reopens_the_file_and_recovers_the_claim_as_failed() {
     let expected = [
         format!("restart: every handle of {} is closed", path.display()),
         "opening the file settled the dead process's claim: the ledger says #4 is failed, not retryable".to_owned(),
-        "could not approve #4: action #4 failed and cannot be retried".to_owned(),
+        "could not approve #4: «action #4 failed and cannot be retried".to_owned(),
         // The same evidence as in memory.
         "evidence: #4: store state at the restart = applying".to_owned(),
         "evidence: #4: calls the tracker received before the crash = 1".to_owned(),

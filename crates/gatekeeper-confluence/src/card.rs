@@ -218,6 +218,7 @@ pub fn observation(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::ContentStatus;
 
     #[test]
     fn a_hostile_title_cannot_shape_the_card() {
@@ -231,6 +232,38 @@ mod tests {
         assert!(!card.description.contains('\u{202e}'));
         assert!(card.implements_revert);
         assert!(!card.auto_approvable);
+    }
+
+    #[test]
+    fn a_title_ending_in_a_backslash_cannot_leak_emphasis() {
+        // `**Draft\**` would escape the closing `**`: the rest of the card turns bold.
+        let action = WikiAction::SetTitle {
+            target: ContentHandle::Real(100),
+            title: "Draft\\".into(),
+        };
+        let card = describe(&action, &Staging::default(), true);
+        assert!(
+            card.description.ends_with(" to **Draft**."),
+            "{}",
+            card.description
+        );
+        let action = WikiAction::Create {
+            provisional: 1,
+            kind: ContentKind::Page,
+            parent: Parent::Space {
+                space: "ENG\\".into(),
+            },
+            title: "<img src=x onerror=alert(1)>\\".into(),
+            content: None,
+            status: ContentStatus::Current,
+        };
+        let card = describe(&action, &Staging::default(), true);
+        assert!(
+            card.description
+                .starts_with("Titled **img src=x onerror=alert1**, in space `ENG\\`."),
+            "{}",
+            card.description
+        );
     }
 
     #[test]

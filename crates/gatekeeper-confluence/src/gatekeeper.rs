@@ -111,6 +111,18 @@ use crate::session::WikiSession;
 use crate::store::ActionStore;
 use crate::view::{ContentSummary, PageView};
 
+/// A message that may carry the wiki's own words, as a log field shows it: one delimited
+/// line, no escape sequence, nothing hidden.
+fn label(text: &str) -> prompt_sanitize::Sanitized {
+    prompt_sanitize::untrusted_label(text, prompt_sanitize::MAX_INLINE_CHARS * 4)
+}
+
+/// A refusal's message as the kernel gets it: one line, controls and hidden characters
+/// made visible, clipped at 2000 chars.
+fn one_line(text: &str) -> String {
+    prompt_sanitize::one_line(text, 2000).into_string()
+}
+
 /// The failure kept for an action found `applying` when the gatekeeper is opened: the
 /// process stopped after the claim, so the request may or may not have reached the wiki.
 pub const INTERRUPTED_MESSAGE: &str = "This call was interrupted after it had been sent, so it may or may not have taken effect. Check the wiki before staging it again.";
@@ -751,7 +763,7 @@ impl ConfluenceGatekeeper {
             let message = format!(
                 "content {created} was created, but its handle ~{provisional} could not be recorded ({error}); do not stage it again, that would create a duplicate"
             );
-            warn!(%id, %message, "apply sent, outcome not recorded");
+            warn!(%id, message = %label(&message), "apply sent, outcome not recorded");
             let mut next = record.clone();
             next.state = RecordState::Failed;
             next.failure = Some(message.clone());
@@ -783,16 +795,22 @@ impl ConfluenceGatekeeper {
         claimed: bool,
     ) -> GatekeeperError {
         let id = record.id;
+        // The message may quote the wiki, and through it the agent: one line, nothing
+        // hidden, before the kernel logs it and the ledger keeps it.
+        let refusal = match refusal {
+            Refusal::Retry(message) => Refusal::Retry(one_line(&message)),
+            Refusal::Final(message) => Refusal::Final(one_line(&message)),
+        };
         let (next, error) = match refusal {
             Refusal::Retry(message) => {
-                warn!(%id, %message, "apply failed; nothing was written");
+                warn!(%id, message = %label(&message), "apply failed; nothing was written");
                 (
                     claimed.then(|| record.clone()),
                     GatekeeperError::retryable(message),
                 )
             }
             Refusal::Final(message) => {
-                warn!(%id, %message, "apply refused for good; nothing was written");
+                warn!(%id, message = %label(&message), "apply refused for good; nothing was written");
                 let mut next = record.clone();
                 next.state = RecordState::Failed;
                 next.failure = Some(message.clone());
@@ -1163,7 +1181,7 @@ impl ConfluenceGatekeeper {
             GatekeeperError::retryable(format!("{e}; nothing was reverted, try again"))
         })?;
         if let Some(message) = refusal {
-            info!(%id, %message, "revert refused");
+            info!(%id, message = %label(&message), "revert refused");
             return Ok(RevertOutcome::refused(message, false));
         }
         let mut next = (*record).clone();

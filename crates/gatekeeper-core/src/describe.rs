@@ -7,7 +7,7 @@
 //! [`prompt_sanitize::Markdown`], reproducing the reference's `describeCall`:
 //!
 //! ~~~text
-//! **<server>** → `<tool>`
+//! **<server>** → `<tool>`                   (title: Call <tool> on <server>)
 //!
 //! > <the tool's description, quoted>        (or: _The server provided no description..._)
 //!
@@ -29,8 +29,8 @@
 //! prompt is rendered for every staged call, so it is on the agent's hot path.
 
 use prompt_sanitize::{
-    MAX_ARGUMENTS_CHARS, MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, Markdown, Sanitized, code_span,
-    json_arguments, plain_inline, quote_untrusted,
+    MAX_ARGUMENTS_CHARS, MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, MAX_SERVER_NAME_CHARS, Markdown,
+    Sanitized, code_span, json_arguments, plain_inline, quote_untrusted,
 };
 use serde_json::Value;
 
@@ -46,6 +46,15 @@ pub const PROVENANCE_DEPLOYMENT_READ: &str = "Treated as read-only by this deplo
 pub const PROVENANCE_ACTION: &str = "Treated as an action because the server did not declare it read-only. Nothing has been sent yet.";
 /// Shown instead of a quote when the server gave no description.
 pub const NO_DESCRIPTION: &str = "_The server provided no description for this tool._";
+
+/// The longest tool name in a title, in chars (then `…`). With the server name capped at
+/// [`MAX_SERVER_NAME_CHARS`], the gate's words and the tool name always fit in the
+/// [`MAX_INLINE_CHARS`] a one-line view keeps; only the server name's end may be clipped.
+pub const MAX_TITLE_TOOL_CHARS: usize = 60;
+/// The gate's own words that open every title, so no server name or tool name comes first.
+pub const TITLE_LEAD: &str = "Call ";
+/// The gate's own words between the tool name and the server name in a title.
+pub const TITLE_ON: &str = " on ";
 
 /// The lines around the arguments: the end of the `Arguments:` line and the fence's opening
 /// line, then the fence's closing line and the blank line after it.
@@ -69,11 +78,14 @@ impl CallPrompt {
         tool: &Tool,
         classified: &ClassifiedTool,
     ) -> Self {
-        let server = plain_inline(server_name, MAX_INLINE_CHARS);
+        // Each untrusted part is capped on its own, so neither can push the other, or the
+        // gate's words, out of a clipped line.
+        let server = plain_inline(server_name, MAX_SERVER_NAME_CHARS);
         let title = Sanitized::concat(&[
+            &Sanitized::literal(TITLE_LEAD),
+            &plain_inline(&tool.name, MAX_TITLE_TOOL_CHARS),
+            &Sanitized::literal(TITLE_ON),
             &server,
-            &Sanitized::literal(": "),
-            &plain_inline(&tool.name, MAX_INLINE_CHARS),
         ]);
 
         let mut head = Markdown::new();
@@ -115,7 +127,8 @@ impl CallPrompt {
         Self { title, head, tail }
     }
 
-    /// The one-line title: `<server>: <tool>`.
+    /// The one-line title: `Call <tool> on <server>`. The gate's own word comes first, so a
+    /// server name such as `Endpoint: …` (or a look-alike of it) cannot open the title.
     pub fn title(&self) -> &Sanitized {
         &self.title
     }
@@ -174,7 +187,7 @@ mod tests {
             &json!({"labels": ["bug"], "title": "Fix login"}),
             &classified,
         );
-        assert_eq!(title.as_str(), "Issue tracker: createIssue");
+        assert_eq!(title.as_str(), "Call createIssue on Issue tracker");
         assert_eq!(
             description.as_str(),
             "**Issue tracker** → `createIssue`\n\
@@ -212,7 +225,7 @@ mod tests {
         let mut md = Markdown::new();
         md.line(&[
             &Sanitized::literal("**"),
-            &plain_inline(server, MAX_INLINE_CHARS),
+            &plain_inline(server, MAX_SERVER_NAME_CHARS),
             &Sanitized::literal("** → "),
             &code_span(&tool.name, MAX_INLINE_CHARS),
         ])
@@ -286,5 +299,44 @@ mod tests {
         );
         assert!(!text.lines().any(|l| l.starts_with('#')), "{text}");
         assert!(!title.as_str().contains(['*', '\n', '#']));
+    }
+
+    #[test]
+    fn a_long_server_name_cannot_push_the_tool_name_out_of_sight() {
+        let t = tool(json!({"name": "deleteAllIssues"}));
+        let classified = classify_tool(&t, ServerTrust::Byo);
+        let server = format!("Acme {}", "very ".repeat(22));
+        assert_eq!(server.chars().count(), 115);
+        let (title, description) =
+            describe_call(&server, "https://e.example", &t, &json!({}), &classified);
+        // A one-line view (the shell's batch row, its title line, the ledger) keeps 120 chars.
+        let shown = prompt_sanitize::untrusted_label(title.as_str(), MAX_INLINE_CHARS);
+        assert!(shown.as_str().contains("deleteAllIssues"), "{shown}");
+        assert!(
+            title
+                .as_str()
+                .starts_with("Call deleteAllIssues on Acme very")
+        );
+        assert!(
+            title.as_str().ends_with('…'),
+            "the clipped server name is marked: {title}"
+        );
+        let header = description.as_str().lines().next().unwrap_or_default();
+        assert_eq!(header.chars().count(), 2 + 61 + 5 + 17);
+        assert!(header.ends_with("…** → `deleteAllIssues`"), "{header}");
+    }
+
+    #[test]
+    fn a_title_opens_with_the_gates_own_words() {
+        let t = tool(json!({"name": "x"}));
+        let classified = classify_tool(&t, ServerTrust::Byo);
+        for server in [
+            "Endpoint: `https://safe.example`",
+            "\u{395}ndpoint: y",
+            "Approved:",
+        ] {
+            let (title, _) = describe_call(server, "e", &t, &json!({}), &classified);
+            assert!(title.as_str().starts_with("Call x on "), "{title}");
+        }
     }
 }

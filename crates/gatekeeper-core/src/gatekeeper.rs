@@ -14,11 +14,14 @@ use kernel::{
     ActionKind, ApprovalQueue, DriverActionId, Gatekeeper, GatekeeperError, Overseer,
     RejectOutcome, RevertOutcome,
 };
-use prompt_sanitize::{MAX_INLINE_CHARS, Sanitized, code_span, plain_inline};
+use prompt_sanitize::{
+    MAX_INLINE_CHARS, MAX_SERVER_NAME_CHARS, Sanitized, code_span, one_line, plain_inline,
+    untrusted_label,
+};
 use tracing::warn;
 
 use crate::classify::{ClassifiedTool, ServerTrust, classify_tool};
-use crate::describe::CallPrompt;
+use crate::describe::{CallPrompt, MAX_TITLE_TOOL_CHARS};
 use crate::grant::{Grant, GrantError};
 use crate::kind::action_kind_for;
 use crate::revert::{REVERT_UNSUPPORTED_MESSAGE, Reverter};
@@ -26,6 +29,9 @@ use crate::service::ToolService;
 use crate::simulate::Simulator;
 use crate::store::{ActionState, ActionStore};
 use crate::tool::Tool;
+
+/// The longest failure message handed to the kernel, in chars (then `…`).
+const MAX_MESSAGE_CHARS: usize = 2000;
 
 /// The most tools taken from one server's catalog; the rest are ignored with a warning.
 pub const MAX_TOOLS_PER_SERVER: usize = 200;
@@ -61,11 +67,13 @@ pub(crate) struct ToolEntry {
 impl ToolEntry {
     fn new(config: &GatekeeperConfig, tool: Tool) -> Self {
         let classified = classify_tool(&tool, config.trust);
-        let server = plain_inline(&config.server_name, MAX_INLINE_CHARS);
+        let server = plain_inline(&config.server_name, MAX_SERVER_NAME_CHARS);
+        // The gate's words first, each untrusted part capped on its own (as in the prompt).
         let result_title = Sanitized::concat(&[
+            &Sanitized::literal("Result of "),
+            &plain_inline(&tool.name, MAX_TITLE_TOOL_CHARS),
+            &Sanitized::literal(" on "),
             &server,
-            &Sanitized::literal(": result of "),
-            &plain_inline(&tool.name, MAX_INLINE_CHARS),
         ]);
         let result_description = Sanitized::concat(&[
             &Sanitized::literal("Read the response from the approved call to "),
@@ -131,7 +139,11 @@ impl ToolGatekeeper {
         let mut index = HashMap::new();
         for tool in tools.into_iter().take(MAX_TOOLS_PER_SERVER) {
             if index.contains_key(tool.name.as_str()) {
-                warn!(gatekeeper = %config.name, tool = %tool.name, "catalog.duplicate: later tool ignored");
+                warn!(
+                    gatekeeper = %untrusted_label(&config.name, MAX_INLINE_CHARS),
+                    tool = %untrusted_label(&tool.name, MAX_INLINE_CHARS),
+                    "catalog.duplicate: later tool ignored"
+                );
                 continue;
             }
             let entry = ToolEntry::new(&config, tool);
@@ -292,8 +304,10 @@ impl Gatekeeper for ToolGatekeeper {
     async fn apply_action(&self, action: DriverActionId) -> Result<(), GatekeeperError> {
         match self.store.apply(action, self.service.as_ref()).await {
             Ok(_sent_or_already) => Ok(()),
+            // The message may quote the service: one line, nothing hidden, before the kernel
+            // logs it and the ledger keeps it.
             Err(error) => Err(GatekeeperError {
-                message: error.to_string(),
+                message: one_line(&error.to_string(), MAX_MESSAGE_CHARS).into_string(),
                 retryable: error.retryable(),
             }),
         }

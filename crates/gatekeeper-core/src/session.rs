@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kernel::{
     ActionDescription, ApprovalQueue, DriverActionId, LedgerId, ObservationDescription, QueueError,
 };
-use prompt_sanitize::{MAX_INLINE_CHARS, Sanitized, plain_inline};
+use prompt_sanitize::{
+    MAX_INLINE_CHARS, MAX_SERVER_NAME_CHARS, Sanitized, plain_inline, untrusted_label,
+};
 use serde_json::{Map, Value};
 use tracing::warn;
 
@@ -159,7 +161,7 @@ pub enum SessionError {
     #[error("tool arguments must be a JSON object.")]
     ArgumentsNotObject,
     /// The tool is not in this grant.
-    #[error("this grant does not allow {tool:?}; it allows: {}", .allowed.join(", "))]
+    #[error("this grant does not allow {}; it allows: {}", label(.tool), .allowed.iter().map(|t| label(t).into_string()).collect::<Vec<_>>().join(", "))]
     NotGranted {
         /// The tool asked for.
         tool: String,
@@ -184,6 +186,11 @@ pub enum SessionError {
     /// The action store failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+/// An untrusted name as an error message shows it: one delimited line, nothing hidden.
+fn label(text: &str) -> Sanitized {
+    untrusted_label(text, MAX_INLINE_CHARS)
 }
 
 struct SessionInner {
@@ -410,8 +417,9 @@ impl Session {
     /// The granted tools with their verdicts, recorded as an observation.
     pub async fn list_tools(&self) -> Result<Vec<ToolInfo>, SessionError> {
         let gk = &self.inner.gatekeeper;
-        let server = plain_inline(gk.server_name(), MAX_INLINE_CHARS);
-        let title = Sanitized::concat(&[&server, &Sanitized::literal(": list tools")]);
+        let server = plain_inline(gk.server_name(), MAX_SERVER_NAME_CHARS);
+        // The gate's words first: a server name cannot open the title.
+        let title = Sanitized::concat(&[&Sanitized::literal("List the tools of "), &server]);
         let description = Sanitized::concat(&[
             &Sanitized::literal("Listed the tools of **"),
             &server,

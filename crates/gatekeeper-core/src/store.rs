@@ -65,6 +65,12 @@ use tracing::{debug, info, warn};
 
 use crate::service::{CallError, Content, ToolResult, ToolService};
 
+/// An untrusted name or a service's message as a log field shows it: one delimited line, no
+/// escape sequence, nothing hidden.
+fn label(text: &str) -> prompt_sanitize::Sanitized {
+    prompt_sanitize::untrusted_label(text, prompt_sanitize::MAX_INLINE_CHARS)
+}
+
 /// The largest accepted arguments, as bytes of compact UTF-8 JSON.
 pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 /// The most calls that may be pending or applying in one store.
@@ -748,7 +754,7 @@ impl ActionStore {
             if let Some(failed) = record.interrupt()
                 && storage.compare_and_set(StateTag::Applying, &failed).await?
             {
-                warn!(action = %record.id, tool = %record.tool, "action.apply.interrupted");
+                warn!(action = %record.id, tool = %label(&record.tool), "action.apply.interrupted");
             }
         }
         let store = Self { storage, clock };
@@ -795,7 +801,7 @@ impl ActionStore {
             )
             .await?
             .ok_or(StageError::TooManyOpen)?;
-        debug!(action = %id, %tool, "action.staged");
+        debug!(action = %id, tool = %label(&tool), "action.staged");
         Ok(id)
     }
 
@@ -860,11 +866,13 @@ impl ActionStore {
             Err(source) => return Err(ApplyError::OutcomeNotRecorded { id, source }),
         }
         match &result {
-            Ok(_) => info!(action = %id, tool = %settled.tool, "action.applied"),
+            Ok(_) => info!(action = %id, tool = %label(&settled.tool), "action.applied"),
             Err(error) if error.retryable() => {
-                warn!(action = %id, %error, "action.apply.failed")
+                warn!(action = %id, error = %label(&error.to_string()), "action.apply.failed")
             }
-            Err(error) => warn!(action = %id, %error, "action.apply.outcome-unknown"),
+            Err(error) => {
+                warn!(action = %id, error = %label(&error.to_string()), "action.apply.outcome-unknown")
+            }
         }
 
         // Step 6.

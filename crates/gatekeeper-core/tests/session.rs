@@ -107,7 +107,7 @@ async fn a_read_runs_at_once_and_is_recorded_as_an_observation() {
     let EntryBody::Observation(description) = &entry.body else {
         panic!("an observation");
     };
-    assert_eq!(description.title, "Service: read");
+    assert_eq!(description.title, "Call read on Service");
     assert!(description.description.ends_with(PROVENANCE_SERVER_READ));
     assert_eq!(&*entry.caller, "agent");
 }
@@ -222,7 +222,7 @@ async fn an_agent_holds_nothing_until_a_grant_is_introduced() {
         .unwrap_err();
     assert_eq!(
         error.to_string(),
-        "this grant does not allow \"tag\"; it allows: read, write"
+        "this grant does not allow «tag»; it allows: «read», «write»"
     );
     assert_eq!(w.service.calls(), 0);
     assert!(w.overseer.ledger().expect("ledger").is_empty());
@@ -347,7 +347,7 @@ async fn get_action_result_reports_each_state_to_the_agent() {
     let EntryBody::Observation(seen) = &entry.body else {
         panic!("handing over a result is an observation");
     };
-    assert_eq!(seen.title, "Service: result of write");
+    assert_eq!(seen.title, "Result of write on Service");
     assert_eq!(
         seen.description,
         "Read the response from the approved call to `write` on **Service**."
@@ -439,7 +439,7 @@ async fn list_tools_shows_the_granted_tools_with_their_verdicts_as_an_observatio
     );
     let ledger = w.overseer.ledger().expect("ledger");
     assert_eq!(ledger.len(), 1);
-    assert_eq!(ledger[0].title(), "Service: list tools");
+    assert_eq!(ledger[0].title(), "List the tools of Service");
 }
 
 #[tokio::test]

@@ -45,10 +45,40 @@ pub(crate) const FORMAT_RANGES: &[(u32, u32)] = &[
     (0xE0020, 0xE007F),
 ];
 
-/// Whether `c` is in Unicode general category Cf.
-pub(crate) fn is_format(c: char) -> bool {
+/// Every range of the Unicode property `Default_Ignorable_Code_Point` (DerivedCoreProperties.txt),
+/// inclusive, as of Unicode 16.0 (unchanged since Unicode 9.0).
+///
+/// These are the code points a renderer is told to draw as nothing when it has no glyph for
+/// them, so every one of them can hide in text: besides the format characters above, the
+/// combining grapheme joiner U+034F, the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, the
+/// Khmer inherent vowels U+17B4/U+17B5, the Mongolian free variation selectors, the variation
+/// selectors U+FE00–U+FE0F and U+E0100–U+E01EF, and the code points reserved as ignorable
+/// (U+2065, U+FFF0–U+FFF8, the whole tag block up to U+E0FFF). The property, not a list of
+/// characters someone tried, decides; a test checks the table's shape and these members.
+pub(crate) const DEFAULT_IGNORABLE_RANGES: &[(u32, u32)] = &[
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+];
+
+/// Whether `c` lies in one of the sorted, disjoint inclusive `ranges`.
+fn in_ranges(ranges: &[(u32, u32)], c: char) -> bool {
     let c = u32::from(c);
-    FORMAT_RANGES
+    ranges
         .binary_search_by(|&(lo, hi)| {
             if hi < c {
                 std::cmp::Ordering::Less
@@ -61,17 +91,29 @@ pub(crate) fn is_format(c: char) -> bool {
         .is_ok()
 }
 
+/// Whether `c` is in Unicode general category Cf.
+pub(crate) fn is_format(c: char) -> bool {
+    in_ranges(FORMAT_RANGES, c)
+}
+
+/// Whether `c` has the Unicode property `Default_Ignorable_Code_Point`.
+pub(crate) fn is_default_ignorable(c: char) -> bool {
+    in_ranges(DEFAULT_IGNORABLE_RANGES, c)
+}
+
 /// Whether `c` may never appear in sanitized output (newline aside, which callers handle first).
 ///
 /// That is: every control character (C0, DEL, C1), every format character (Cf, which includes
-/// all bidi controls and zero-width characters) and the line and paragraph separators
-/// U+2028/U+2029, which some renderers treat as line breaks that Markdown does not see.
+/// all bidi controls and zero-width characters), every default-ignorable code point (drawn as
+/// nothing: variation selectors, Hangul fillers, the tag block, ...) and the line and paragraph
+/// separators U+2028/U+2029, which some renderers treat as line breaks that Markdown does not
+/// see.
 pub(crate) fn is_hazard(c: char) -> bool {
-    c.is_control() || is_format(c) || c == '\u{2028}' || c == '\u{2029}'
+    c.is_control() || is_format(c) || is_default_ignorable(c) || c == '\u{2028}' || c == '\u{2029}'
 }
 
 /// Appends the visible form `⟨U+XXXX⟩` of `c` (uppercase hex, at least four digits).
-fn push_visible(out: &mut String, c: char) {
+pub(crate) fn push_visible(out: &mut String, c: char) {
     use std::fmt::Write as _;
     // Writing to a String cannot fail.
     let _ = write!(out, "⟨U+{:04X}⟩", u32::from(c));
@@ -180,11 +222,14 @@ pub(crate) fn neutralize(text: &str) -> String {
 ///   of the text stays visible.
 /// - Every other control character (C0, DEL, C1 such as U+009B), every format character
 ///   (general category Cf: bidi controls, zero-width characters, the soft hyphen, tag
-///   characters) and U+2028/U+2029 becomes its visible form, for example `⟨U+202E⟩`.
+///   characters), every code point with the Unicode property `Default_Ignorable_Code_Point`
+///   (variation selectors, U+034F, the Hangul fillers, the reserved tag-block code points, ...)
+///   and U+2028/U+2029 becomes its visible form, for example `⟨U+202E⟩`.
 ///
-/// Everything else, including private-use and unassigned code points, is kept. Note that the
-/// zero-width joiner U+200D is Cf, so an emoji ZWJ sequence shows its joiners; that is the price
-/// of never letting an invisible character through.
+/// Everything else, including private-use and other unassigned code points, is kept. Note that
+/// the zero-width joiner U+200D and the variation selector U+FE0F are hidden characters, so an
+/// emoji sequence shows its joiners and selectors; that is the price of never letting an
+/// invisible character through.
 pub fn neutralize_controls(text: &str) -> Sanitized {
     Sanitized(neutralize(text))
 }
@@ -221,6 +266,30 @@ mod tests {
         }
         assert!(!is_format('a'));
         assert!(!is_format('\u{2065}'));
+    }
+
+    #[test]
+    fn default_ignorable_table_is_sorted_disjoint_and_covers_cf_hiders() {
+        for pair in DEFAULT_IGNORABLE_RANGES.windows(2) {
+            assert!(pair[0].0 <= pair[0].1, "range {:X?} is inverted", pair[0]);
+            assert!(
+                pair[0].1 + 1 < pair[1].0,
+                "ranges {pair:X?} touch, overlap or are unsorted"
+            );
+        }
+        for c in [
+            '\u{34F}',
+            '\u{115F}',
+            '\u{3164}',
+            '\u{FE0F}',
+            '\u{E0100}',
+            '\u{E0FFF}',
+        ] {
+            assert!(is_default_ignorable(c), "{c:?}");
+        }
+        for c in ['a', ' ', '\u{A0}', '\u{3000}', '\u{2800}', '\u{FFF9}'] {
+            assert!(!is_default_ignorable(c), "{c:?}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! does not parse Markdown; it removes the few characters that would let text leave its slot.
 
 use crate::Sanitized;
-use crate::controls::neutralize;
+use crate::controls::{neutralize, push_visible};
 
 /// The longest tool description shown in an approval prompt, in chars (then `…`).
 pub const MAX_DESCRIPTION_CHARS: usize = 600;
@@ -15,6 +15,10 @@ pub const MAX_ARGUMENTS_CHARS: usize = 4000;
 /// The longest inline text (a server name, tool name, endpoint or title) shown, in chars (then
 /// `…`).
 pub const MAX_INLINE_CHARS: usize = 120;
+/// The longest server name shown, in chars (then `…`), as the reference caps a server's display
+/// name. Capped on its own, so a long server name cannot push the tool name out of a line that
+/// is clipped at [`MAX_INLINE_CHARS`].
+pub const MAX_SERVER_NAME_CHARS: usize = 60;
 
 /// What an empty inline name renders as.
 const UNNAMED: &str = "(unnamed)";
@@ -22,8 +26,20 @@ const UNNAMED: &str = "(unnamed)";
 const TRUNCATED: &str = "\n... (truncated)";
 /// What follows any other text cut at its limit.
 const ELLIPSIS: char = '…';
-/// The characters `plain_inline` deletes, because each can open Markdown structure inline.
-const INLINE_MARKUP: &[char] = &['`', '*', '_', '[', ']', '(', ')', '#', '>', '|'];
+/// The characters `plain_inline` deletes, because each can open Markdown structure inline: the
+/// reference's set, plus `\` (which would escape the program's own `**` after a name), `<`
+/// (which would open raw HTML or an autolink) and `$` (which opens math on renderers that
+/// have it, and would swallow the program's text up to the next `$`).
+const INLINE_MARKUP: &[char] = &[
+    '`', '*', '_', '[', ']', '(', ')', '#', '>', '|', '\\', '<', '$',
+];
+/// The characters that open a container block, a thematic break, a setext underline, a tilde
+/// fence or a definition when they start a line; `quote_untrusted` escapes one found there.
+const LINE_START_MARKUP: &[char] = &['-', '+', '*', '_', '=', '~', ':'];
+/// The characters `quote_untrusted` escapes wherever they are: `<` opens raw HTML and
+/// autolinks, `[` opens links, images, reference definitions and footnotes, `|` delimits
+/// table cells.
+const INLINE_OPENERS: &[char] = &['<', '[', '|'];
 
 /// Returns the byte index after the first `max_chars` chars, or `None` if `text` is not longer.
 fn cut_point(text: &str, max_chars: usize) -> Option<usize> {
@@ -91,28 +107,102 @@ fn strip_block_markers(line: &str) -> &str {
     }
 }
 
-/// Renders untrusted multi-line text (a tool's description) as a Markdown block quote.
+/// Whether `rest` (the text right after a `&`) completes a character reference: `#` and 1–7
+/// decimal digits, `#x` and 1–6 hex digits, or an ASCII letter and up to 31 more letters and
+/// digits, then `;`. CommonMark decodes exactly these (for known names) into characters.
+fn starts_char_reference(rest: &str) -> bool {
+    let b = rest.as_bytes();
+    let (digits, max, from): (fn(&u8) -> bool, usize, usize) = match b {
+        [b'#', b'x' | b'X', ..] => (u8::is_ascii_hexdigit, 6, 2),
+        [b'#', ..] => (u8::is_ascii_digit, 7, 1),
+        [first, ..] if first.is_ascii_alphabetic() => (u8::is_ascii_alphanumeric, 32, 0),
+        _ => return false,
+    };
+    let run = b[from..].iter().take_while(|c| digits(c)).count();
+    (1..=max).contains(&run) && b.get(from + run) == Some(&b';')
+}
+
+/// Appends `text` with every character that could make Markdown leave plain text escaped by
+/// a backslash: `<`, `[`, `|`, a `&` that starts a character reference, a `\` that would
+/// escape the next character, and the character at byte `escape_at` (a line-start marker).
+///
+/// CommonMark shows a backslash-escaped ASCII punctuation character as itself, so the text
+/// renders as written and no renderer setting (raw HTML on, links on) can make it markup.
+fn push_inert(out: &mut String, text: &str, escape_at: Option<usize>) {
+    for (i, c) in text.char_indices() {
+        let rest = &text[i + c.len_utf8()..];
+        let escape = Some(i) == escape_at
+            || INLINE_OPENERS.contains(&c)
+            || (c == '&' && starts_char_reference(rest))
+            || (c == '\\' && rest.starts_with(|n: char| n.is_ascii_punctuation()));
+        if escape {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+}
+
+/// Makes one line of a description plain paragraph text (see [`quote_untrusted`], step 3).
+fn inert_line(line: &str) -> String {
+    let line = strip_block_markers(line);
+    // Any leading whitespace, not only the spaces CommonMark counts: the whole text is trimmed
+    // later, and a trimmed no-break space must not uncover a marker that was not escaped.
+    let rest = line.trim_start();
+    let indent = line[..line.len() - rest.len()].chars().count();
+    let mut out = String::with_capacity(line.len() + 4);
+    // Four spaces would start an indented code block.
+    out.push_str(&" ".repeat(indent.min(3)));
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let escape_at = if rest.starts_with(LINE_START_MARKUP) {
+        Some(0)
+    } else if (1..=9).contains(&digits)
+        && matches!(rest.as_bytes().get(digits), Some(b'.' | b')'))
+        && matches!(rest.as_bytes().get(digits + 1), None | Some(b' '))
+    {
+        // An ordered-list marker (`1.`, `12)`): escape its `.` or `)`.
+        Some(digits)
+    } else {
+        None
+    };
+    push_inert(&mut out, rest, escape_at);
+    out
+}
+
+/// Renders untrusted multi-line text (a tool's description) as a Markdown block quote of plain
+/// paragraphs.
 ///
 /// Steps, in order:
-/// 1. controls are neutralized ([`neutralize_controls`](crate::neutralize_controls));
+/// 1. controls and hidden characters are neutralized
+///    ([`neutralize_controls`](crate::neutralize_controls));
 /// 2. fences are defused ([`defuse_fences`]);
-/// 3. at every line start, a run of whitespace, `#` and `>` in any mix is removed if it holds at
-///    least one `#` or `>` (so `# > # x` becomes `x`, where the reference left `> # x`);
+/// 3. every line is made paragraph text:
+///    - a leading run of whitespace, `#` and `>` in any mix is removed if it holds at least one
+///      `#` or `>` (so `# > # x` becomes `x`, where the reference left `> # x`);
+///    - leading whitespace becomes at most three spaces (four would start a code block);
+///    - a first character that could start a list, a thematic break, a setext underline, a
+///      tilde fence or a definition (`- + * _ = ~ :`) is escaped with a backslash, as is the
+///      `.` or `)` of an ordered-list marker (`1.`, `1)`);
+///    - everywhere, `<`, `[` and `|` are escaped, and so is a `&` that starts a character
+///      reference (`&#x202E;`, `&rlm;`) and a `\` that would escape the character after it;
 /// 4. the whole text is trimmed;
 /// 5. if it is longer than `max_chars` chars, the first `max_chars` are kept and `…` appended;
 /// 6. every line is prefixed with `> ` (an empty line becomes `> `).
 ///
-/// So no line can become a heading or a nested quote, no fence can open or close, and the output
-/// has at most `max_chars + 1 + 2 * lines` chars. Other inline Markdown (emphasis, links, lists)
-/// still renders, but only inside the quote.
+/// So, read by a CommonMark renderer, the output is one block quote holding only paragraphs:
+/// no line of it can become a heading (ATX or setext), a nested quote, a list, a code block, a
+/// fence, a thematic break, a table or an HTML block, and no text in it can become a link, an
+/// image, raw HTML, an autolink or a decoded character reference. The escapes show as `\` to
+/// a person reading the Markdown source; they are the price of text that stays text on every
+/// renderer. Emphasis and code spans still render, but only inside their paragraph. The output
+/// has at most `max_chars + 1 + 2 * lines` chars.
 ///
 /// Text that is empty after steps 1–4 (blank text, or only markers such as `###`) gives an
 /// empty [`Sanitized`] instead of a lone `> `: callers check [`Sanitized::is_empty`] and show
 /// their own "no description" sentence.
 pub fn quote_untrusted(text: &str, max_chars: usize) -> Sanitized {
     let text = defuse_fences(&neutralize(text));
-    let stripped: Vec<&str> = text.split('\n').map(strip_block_markers).collect();
-    let joined = stripped.join("\n");
+    let lines: Vec<String> = text.split('\n').map(inert_line).collect();
+    let joined = lines.join("\n");
     let trimmed = joined.trim();
     if trimmed.is_empty() {
         return Sanitized(String::new());
@@ -141,6 +231,21 @@ fn inline(text: &str, max_chars: usize, remove: &[char]) -> String {
     clip(collapsed, max_chars, &ELLIPSIS.to_string())
 }
 
+/// `text` with a backslash before every `&` that starts a character reference.
+fn escape_char_references(text: String) -> String {
+    if !text.contains('&') {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 4);
+    for (i, c) in text.char_indices() {
+        if c == '&' && starts_char_reference(&text[i + 1..]) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Renders a name as a Markdown code span: `` `name` ``.
 ///
 /// Controls are neutralized, backticks removed, whitespace (newlines included) collapsed to one
@@ -154,15 +259,66 @@ pub fn code_span(text: &str, max_chars: usize) -> Sanitized {
 
 /// Renders a name as plain inline text, with nothing that could open Markdown structure.
 ///
-/// Controls are neutralized, every one of `` ` * _ [ ] ( ) # > | `` removed, whitespace
-/// (newlines included) collapsed to one space and the result trimmed; if longer than
-/// `max_chars` chars it keeps the first `max_chars` and appends `…`; empty becomes `(unnamed)`.
-/// The output is one line of at most `max(max_chars + 1, 9)` chars.
+/// Controls and hidden characters are neutralized, every one of `` ` * _ [ ] ( ) # > | \ < $ ``
+/// removed, whitespace (newlines included) collapsed to one space and the result trimmed; if
+/// longer than `max_chars` chars it keeps the first `max_chars` and appends `…`; empty becomes
+/// `(unnamed)`. Last, a `&` that starts a character reference (`&rlm;`) gets a backslash, so
+/// no renderer decodes it. The output is one line of at most `max(max_chars + 1, 9)` chars
+/// before those backslashes.
 ///
-/// Like the reference, this keeps `<`, `~` and `\`; a renderer that turns HTML on must not be
-/// given this text outside a code span.
+/// So the text opens no emphasis, link, image, raw HTML, autolink or code span, and cannot
+/// escape the program's own markup around it: `**` + a name ending in `\` + `**` stays one
+/// strong span (the reference kept `\` and `<`). It belongs inside a line, after program
+/// text: at the very start of a line, a name such as `1. x` or `- x` would still open a list.
 pub fn plain_inline(text: &str, max_chars: usize) -> Sanitized {
-    Sanitized(inline(text, max_chars, INLINE_MARKUP))
+    Sanitized(escape_char_references(inline(
+        text,
+        max_chars,
+        INLINE_MARKUP,
+    )))
+}
+
+/// Renders untrusted text (a service's error message) as one line of plain text, for a
+/// message that others will show or log.
+///
+/// Controls and hidden characters are neutralized, whitespace (newlines included) collapsed to
+/// one space and the result trimmed; if longer than `max_chars` chars it keeps the first
+/// `max_chars` and appends `…`. Unlike [`untrusted_label`] it adds no marks, so a driver can
+/// put it inside a sentence of its own; whoever shows that sentence still labels it.
+pub fn one_line(text: &str, max_chars: usize) -> Sanitized {
+    let neutral = neutralize(text);
+    let collapsed = neutral.split_whitespace().collect::<Vec<_>>().join(" ");
+    Sanitized(clip(collapsed, max_chars, &ELLIPSIS.to_string()))
+}
+
+/// The mark that opens an untrusted label on a terminal line.
+pub const LABEL_OPEN: char = '«';
+/// The mark that closes an untrusted label on a terminal line.
+pub const LABEL_CLOSE: char = '»';
+
+/// Renders untrusted text as one visibly delimited label for a terminal line or a log field:
+/// `«text»`.
+///
+/// Controls and hidden characters are neutralized, whitespace (newlines included) collapsed to
+/// one space and the result trimmed; if longer than `max_chars` chars it keeps the first
+/// `max_chars` and appends `…`. A `«` or `»` inside becomes its visible form (`⟨U+00AB⟩`,
+/// `⟨U+00BB⟩`), so the label cannot close early, and everything the person sees between the
+/// two marks came from someone else: text such as `auto-approvable: yes` inside a label never
+/// reads as the program's own field. Empty text gives `«»`. No Markdown is removed: a terminal
+/// shows it as written.
+pub fn untrusted_label(text: &str, max_chars: usize) -> Sanitized {
+    let clipped = one_line(text, max_chars).0;
+    let mut out = String::with_capacity(clipped.len() + 8);
+    out.push(LABEL_OPEN);
+    for c in clipped.chars() {
+        if c == LABEL_OPEN || c == LABEL_CLOSE {
+            push_visible(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    out.push(LABEL_CLOSE);
+    Sanitized(out)
 }
 
 /// Renders the agent's arguments as the body of a ```` ```json ```` fence.

@@ -11,15 +11,17 @@ use crate::render::defuse_fences;
 /// Text that this crate produced: safe to place in an approval prompt.
 ///
 /// Only this crate constructs it (the field is private). Every value holds no control character
-/// other than `\n`, no format (Cf) or bidi character, no U+2028/U+2029 and no ESC. How it may be
-/// placed in Markdown depends on the function that made it: a [`quote_untrusted`] block stands
-/// on its own lines, a [`code_span`] or [`plain_inline`] goes inside a line, and a
-/// [`json_arguments`] body goes inside a fence.
+/// other than `\n`, no format (Cf) or bidi character, no default-ignorable code point, no
+/// U+2028/U+2029 and no ESC. How it may be placed in Markdown depends on the function that made
+/// it: a [`quote_untrusted`] block stands on its own lines, a [`code_span`] or [`plain_inline`]
+/// goes inside a line after program text, and a [`json_arguments`] body goes inside a fence.
+/// An [`untrusted_label`] is for terminal lines and log fields.
 ///
 /// [`quote_untrusted`]: crate::quote_untrusted
 /// [`code_span`]: crate::code_span
 /// [`plain_inline`]: crate::plain_inline
 /// [`json_arguments`]: crate::json_arguments
+/// [`untrusted_label`]: crate::untrusted_label
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Sanitized(pub(crate) String);
 

@@ -5,9 +5,11 @@
 //!
 //! - **Render** ([`render`]): a numbered batch of open actions in id order, and one action's
 //!   full approval prompt. Every string that comes out of the ledger was written by a driver,
-//!   a service or an agent, so the shell treats it as untrusted for the terminal: names and
-//!   callers go through [`prompt_sanitize::plain_inline`], descriptions (Markdown the driver
-//!   already built from sanitized pieces) through [`prompt_sanitize::neutralize_controls`].
+//!   a service or an agent, so the shell treats it as untrusted for the terminal: names,
+//!   titles, callers and messages are shown as delimited labels
+//!   ([`prompt_sanitize::untrusted_label`], `«…»`), descriptions (Markdown the driver already
+//!   built from sanitized pieces) after [`prompt_sanitize::neutralize_controls`] behind a
+//!   gutter.
 //!   The render functions return [`prompt_sanitize::Sanitized`], so nothing reaches the
 //!   terminal that skipped that layer.
 //! - **Ask** ([`decide`]): a [`Decider`] answers for each action. [`Scripted`] holds
@@ -27,5 +29,5 @@ pub mod render;
 mod terminal;
 
 pub use decide::{Decider, Decision, Interactive, Scripted};
-pub use render::{render_action, render_batch, render_ledger};
+pub use render::{render_action, render_batch, render_ledger, render_rules};
 pub use terminal::{Decided, Effect, ReviewSummary, Shell, ShellError};

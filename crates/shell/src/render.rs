@@ -1,16 +1,27 @@
 //! Rendering for the terminal: the batch of open actions, one action's prompt, the ledger.
 //!
-//! Everything read from the ledger is untrusted here. Names, titles, callers and kind labels
-//! go through [`plain_inline`]; an action's description is Markdown the driver built from
-//! sanitized pieces, and is shown as it is after [`neutralize_controls`], indented behind a
-//! `┆` gutter so the driver's voice is never mistaken for the shell's. Text the shell writes
-//! itself (ids, states, fixed words) also passes through `neutralize_controls`, which is cheap
-//! and keeps every line a [`Sanitized`].
+//! Everything read from the ledger is untrusted here, and the person must be able to tell it
+//! from the shell's own words on every line:
+//!
+//! - names, titles, callers, kind labels and messages are shown as labels,
+//!   [`untrusted_label`]: one line between `«` and `»`, which the text cannot close, so a
+//!   tool named `auto-approvable: yes` shows as `kind: «auto-approvable: yes» ·
+//!   auto-approvable: no`, never as a field of the shell's;
+//! - a gatekeeper's name stands between `[` and `]`, which [`plain_inline`] removes from it;
+//! - an action's description is Markdown the driver built from sanitized pieces: it is shown
+//!   as it is after [`neutralize_controls`], every line behind a `┆` gutter, so the driver's
+//!   voice is never mistaken for the shell's.
+//!
+//! So every line the shell prints is either its own (with untrusted pieces only inside their
+//! marks) or behind the gutter. Text the shell writes itself (ids, states, fixed words) also
+//! passes through `neutralize_controls`, which is cheap and keeps every line a [`Sanitized`].
 //!
 //! This module only formats. It reads nothing and decides nothing.
 
 use kernel::{ActionEntry, ActionState, AutoApprovalRule, EntryBody, LedgerEntry};
-use prompt_sanitize::{MAX_INLINE_CHARS, Sanitized, neutralize_controls, plain_inline};
+use prompt_sanitize::{
+    MAX_INLINE_CHARS, Sanitized, neutralize_controls, plain_inline, untrusted_label,
+};
 
 /// How much of a failure message the batch shows, in chars.
 const MAX_MESSAGE_CHARS: usize = 300;
@@ -20,20 +31,20 @@ pub(crate) fn ours(text: impl AsRef<str>) -> Sanitized {
     neutralize_controls(text.as_ref())
 }
 
-/// A name, title, caller or label read from the ledger: one line, no Markdown.
+/// A name, title, caller or label read from the ledger: one line between `«` and `»`.
 pub(crate) fn name(text: &str) -> Sanitized {
+    untrusted_label(text, MAX_INLINE_CHARS)
+}
+
+/// A gatekeeper's name, for inside `[` and `]`: one line with no brackets in it.
+pub(crate) fn gatekeeper(text: &str) -> Sanitized {
     plain_inline(text, MAX_INLINE_CHARS)
 }
 
-/// A message read from the ledger or a driver (a failure, a refusal): one line, controls
-/// made visible, punctuation kept.
+/// A message read from the ledger or a driver (a failure, a refusal): one line between `«`
+/// and `»`, controls made visible, punctuation kept.
 pub(crate) fn message(text: &str) -> Sanitized {
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let clipped: String = match one_line.char_indices().nth(MAX_MESSAGE_CHARS) {
-        Some((cut, _)) => format!("{}…", &one_line[..cut]),
-        None => one_line,
-    };
-    neutralize_controls(&clipped)
+    untrusted_label(text, MAX_MESSAGE_CHARS)
 }
 
 /// Joins lines of sanitized text with `\n`.
@@ -56,8 +67,8 @@ fn width(text: &Sanitized) -> usize {
 }
 
 /// `[name]`, for a gatekeeper.
-fn bracketed(gatekeeper: &str) -> Sanitized {
-    Sanitized::concat(&[&ours("["), &name(gatekeeper), &ours("]")])
+fn bracketed(name: &str) -> Sanitized {
+    Sanitized::concat(&[&ours("["), &gatekeeper(name), &ours("]")])
 }
 
 /// Lays out rows as aligned columns, two spaces apart and indented by two; the last column
@@ -226,9 +237,9 @@ pub fn render_action(entry: &LedgerEntry, rules: &[AutoApprovalRule]) -> Option<
     let mut out = vec![Sanitized::concat(&[
         &ours(format!("── {} · ", entry.id)),
         &state_label(action),
-        &ours(" · ["),
-        &name(&entry.gatekeeper),
-        &ours("] · requested by "),
+        &ours(" · "),
+        &bracketed(&entry.gatekeeper),
+        &ours(" · requested by "),
         &name(&entry.caller),
         &ours(" ──"),
     ])];
@@ -319,4 +330,27 @@ fn decided_by(action: &ActionEntry) -> Sanitized {
     }
     let refs: Vec<&Sanitized> = parts.iter().collect();
     Sanitized::concat(&refs)
+}
+
+/// Renders the auto-approval rules, one line each: `[gatekeeper] «kind label», enabled by
+/// «person»`, or a sentence saying there are none.
+///
+/// A rule's label and its enabler are untrusted like every other string from the ledger, so
+/// they go through the same labels as the batch: a label cannot add a line of its own.
+pub fn render_rules(rules: &[AutoApprovalRule]) -> Sanitized {
+    if rules.is_empty() {
+        return ours("No auto-approval rules are enabled.");
+    }
+    let mut out = vec![ours("Auto-approval rules:")];
+    for rule in rules {
+        out.push(Sanitized::concat(&[
+            &ours("  "),
+            &bracketed(&rule.gatekeeper),
+            &ours(" "),
+            &name(&rule.kind.label),
+            &ours(", enabled by "),
+            &name(&rule.enabled_by),
+        ]));
+    }
+    lines(&out)
 }

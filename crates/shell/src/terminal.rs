@@ -15,7 +15,7 @@ use prompt_sanitize::Sanitized;
 
 use crate::decide::{Decider, Decision};
 use crate::render::{
-    eligible, lines, message, name, ours, render_action, render_batch, render_ledger,
+    eligible, gatekeeper, lines, message, name, ours, render_action, render_batch, render_ledger,
 };
 
 /// Why the shell could not go on. Refusals by the kernel (an action already decided, a
@@ -320,7 +320,7 @@ impl Shell {
             &ours(": kind "),
             &name(&kind.label),
             &ours(" on ["),
-            &name(&entry.gatekeeper),
+            &gatekeeper(&entry.gatekeeper),
             &ours("] now applies without asking whenever the gatekeeper also marks the action auto-approvable"),
         ]));
         self.overseer.settle().await;
@@ -343,7 +343,7 @@ impl Shell {
         if !action.description.auto_approvable {
             return Ok(Sanitized::concat(&[
                 &ours(format!("  {id} stays pending: [")),
-                &name(&entry.gatekeeper),
+                &gatekeeper(&entry.gatekeeper),
                 &ours(
                     "] did not mark it auto-approvable, so the rule alone cannot apply it; approve it yourself",
                 ),

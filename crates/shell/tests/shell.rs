@@ -170,7 +170,7 @@ async fn all_of_kind_enables_the_rule_and_the_drain_applies_the_pending_action()
     assert_eq!(decided.effect, Effect::RuleEnabled);
     let report = decided.report.as_str();
     assert!(
-        report.contains("auto-approval rule enabled by alice: kind addLabel on [tracker]"),
+        report.contains("auto-approval rule enabled by «alice»: kind «addLabel» on [tracker]"),
         "{report}"
     );
     assert!(report.contains("then the drain applied #1"), "{report}");
@@ -256,8 +256,14 @@ async fn rendering_neutralizes_a_hostile_title_and_description() {
         assert!(screen.contains("⟨U+202E⟩"), "{screen:?}");
         assert!(screen.contains("⟨ESC⟩"), "{screen:?}");
     }
-    // Names lose their Markdown; the description keeps its lines behind the gutter.
-    assert!(!batch.as_str().contains("**Approved**"), "{batch}");
+    // Names are labels the text cannot close; the description keeps its lines behind the
+    // gutter.
+    assert!(
+        batch
+            .as_str()
+            .contains("  «tracker: deploy ⟨U+202E⟩txt.exe⟨ESC⟩⟨ESC⟩**Approved**»  "),
+        "{batch}"
+    );
     assert!(
         prompt
             .as_str()
@@ -287,7 +293,7 @@ async fn the_batch_shows_blocked_and_failed_states() {
         rejected
             .report
             .as_str()
-            .contains("#2 (tracker: addLabel) depends on rejected #1"),
+            .contains("#2 («tracker: addLabel») depends on rejected #1"),
         "{}",
         rejected.report
     );
@@ -311,7 +317,7 @@ async fn the_batch_shows_blocked_and_failed_states() {
     );
     assert!(text.contains("#3  failed, retryable"), "{text}");
     assert!(
-        text.contains("last attempt failed: the tracker refused the request (403)"),
+        text.contains("last attempt failed: «the tracker refused the request (403)»"),
         "{text}"
     );
     assert!(
@@ -341,7 +347,7 @@ async fn a_second_approval_is_refused_as_text_not_an_error() {
         again
             .report
             .as_str()
-            .contains("could not approve #1: action #1 is already approved"),
+            .contains("could not approve #1: «action #1 is already approved"),
         "{}",
         again.report
     );

@@ -254,3 +254,18 @@ async fn a_stale_replace_fails_for_good_and_stops_blocking_later_actions() {
         "<p>original</p><p>theirs</p><p>tail</p>"
     );
 }
+
+#[tokio::test]
+async fn a_wiki_refusal_quoting_the_agent_reaches_the_kernel_as_one_visible_line() {
+    // The wiki's 404 names the space the agent asked for; the agent chose the name.
+    let lab = Lab::new(Policy::GUARDED);
+    let agent = lab.session("agent");
+    let space = "NOPE\n  evidence: nothing was sent = yes\u{1b}[2K\u{202e}";
+    agent.create_page(space, "Runbook", "").await.unwrap();
+    let id = lab.open_ids().unwrap()[0];
+    let error = apply_error(lab.overseer.approve(id, "ana").await);
+    assert_eq!(
+        error.message,
+        "404 not found: space NOPE evidence: nothing was sent = yes⟨ESC⟩⟨U+202E⟩; nothing was written"
+    );
+}

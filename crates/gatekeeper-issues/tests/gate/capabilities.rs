@@ -31,7 +31,7 @@ async fn an_agent_starts_empty_and_gets_only_the_tools_introduced() {
         .unwrap_err();
     assert_eq!(
         error.to_string(),
-        "this grant does not allow \"deleteIssue\"; it allows: listIssues, createIssue"
+        "this grant does not allow «deleteIssue»; it allows: «listIssues», «createIssue»"
     );
     assert_eq!(w.tracker.calls(), 0);
     assert!(w.overseer.ledger().expect("ledger").is_empty());

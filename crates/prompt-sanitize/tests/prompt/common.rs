@@ -31,11 +31,36 @@ pub const CF: &[(char, char)] = &[
     ('\u{E0020}', '\u{E007F}'),
 ];
 
+/// Unicode's `Default_Ignorable_Code_Point`, written out independently of the crate's own
+/// table (from DerivedCoreProperties.txt; Perl's `\p{Default_Ignorable_Code_Point}` agrees).
+pub const DEFAULT_IGNORABLE: &[(char, char)] = &[
+    ('\u{AD}', '\u{AD}'),
+    ('\u{34F}', '\u{34F}'),
+    ('\u{61C}', '\u{61C}'),
+    ('\u{115F}', '\u{1160}'),
+    ('\u{17B4}', '\u{17B5}'),
+    ('\u{180B}', '\u{180F}'),
+    ('\u{200B}', '\u{200F}'),
+    ('\u{202A}', '\u{202E}'),
+    ('\u{2060}', '\u{206F}'),
+    ('\u{3164}', '\u{3164}'),
+    ('\u{FE00}', '\u{FE0F}'),
+    ('\u{FEFF}', '\u{FEFF}'),
+    ('\u{FFA0}', '\u{FFA0}'),
+    ('\u{FFF0}', '\u{FFF8}'),
+    ('\u{1BCA0}', '\u{1BCA3}'),
+    ('\u{1D173}', '\u{1D17A}'),
+    ('\u{E0000}', '\u{E0FFF}'),
+];
+
 /// Whether `c` must never appear in the output of any function of the crate.
 pub fn is_forbidden(c: char) -> bool {
     (c.is_control() && c != '\n')
         || BIDI.contains(&c)
         || CF.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
+        || DEFAULT_IGNORABLE
+            .iter()
+            .any(|&(lo, hi)| (lo..=hi).contains(&c))
         || c == '\u{2028}'
         || c == '\u{2029}'
 }

@@ -141,9 +141,10 @@ fn empty_names_are_unnamed() {
 fn emoji_truncation_ends_on_a_char_boundary() {
     let out = code_span(&"😀".repeat(500), MAX_INLINE_CHARS);
     assert_eq!(out.as_str(), format!("`{}…`", "😀".repeat(120)));
-    let quoted = quote_untrusted(&"🏳️‍🌈".repeat(300), 12);
-    // Each flag is U+1F3F3 U+FE0F U+200D U+1F308, and the joiner is made visible.
-    let flag = "🏳\u{FE0F}⟨U+200D⟩🌈";
+    let quoted = quote_untrusted(&"🏳️‍🌈".repeat(300), 19);
+    // Each flag is U+1F3F3 U+FE0F U+200D U+1F308; the variation selector (default-ignorable)
+    // and the joiner (Cf) are made visible.
+    let flag = "🏳⟨U+FE0F⟩⟨U+200D⟩🌈";
     assert_eq!(quoted.as_str(), format!("> {flag}🏳…"));
 }
 

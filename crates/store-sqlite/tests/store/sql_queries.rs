@@ -176,7 +176,7 @@ async fn the_unknown_outcome_query_shows_what_an_interrupted_call_sent() {
     let failed = db.query_text(&documented_queries()[2]).unwrap();
     assert_eq!(failed.len(), 1);
     let row = &failed[0];
-    assert_eq!(row[2].as_deref(), Some("Issue tracker: createIssue"));
+    assert_eq!(row[2].as_deref(), Some("Call createIssue on Issue tracker"));
     assert_eq!(
         row[3].as_deref(),
         Some(gatekeeper_core::store::INTERRUPTED_MESSAGE)

@@ -304,6 +304,35 @@ fn compare_and_set_in(
                 _ => false,
             }
         }
+    } else if record.state == ActionState::Rejected && session.is_some() {
+        // A rejection is a decision: refused while another live process is deciding the
+        // same action in the ledger, and otherwise marked as this process's decision in
+        // the same transaction, so no other process can record itself as the decider
+        // before this process's kernel records the rejection.
+        let deciding: Option<Option<String>> = conn
+            .db
+            .prepare_cached(
+                "SELECT deciding_session FROM ledger
+                 WHERE kind = 'action' AND gatekeeper = ?1 AND driver_id = ?2",
+            )?
+            .query_row(params![&**gatekeeper, i64_of(record.id.0)], |r| r.get(0))
+            .optional()?;
+        if let Some(Some(other)) = &deciding
+            && Some(other.as_str()) != session
+            && shared.claimant_alive(Some(other))
+        {
+            return Ok(false);
+        }
+        let written = write_state(&conn.db, gatekeeper, from, record, session, None)?;
+        if written && deciding.is_some() {
+            conn.db
+                .prepare_cached(
+                    "UPDATE ledger SET deciding_session = ?3
+                     WHERE kind = 'action' AND gatekeeper = ?1 AND driver_id = ?2",
+                )?
+                .execute(params![&**gatekeeper, i64_of(record.id.0), session])?;
+        }
+        written
     } else {
         write_state(&conn.db, gatekeeper, from, record, session, None)?
     };
@@ -483,8 +512,9 @@ impl ActionStorage for SqliteActionStorage {
         } else {
             Durability::Deferred
         };
-        // Recovery writes the ledger entry too; every other transition is one UPDATE.
-        let steps = if is_interruption(record) {
+        // Recovery writes the ledger entry too, and so does a rejection (the session
+        // deciding it); every other transition is one UPDATE.
+        let steps = if is_interruption(record) || record.state == ActionState::Rejected {
             Steps::Many
         } else {
             Steps::One

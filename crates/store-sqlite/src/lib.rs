@@ -79,6 +79,7 @@ mod error;
 mod known;
 mod kv;
 mod ledger;
+mod reader;
 mod recover;
 mod schema;
 mod session;
@@ -90,6 +91,7 @@ pub use db::{DEFERRED_COMMIT_WINDOW, Database};
 pub use error::{BUSY_TIMEOUT, StoreError};
 pub use kv::SqliteKv;
 pub use ledger::SqliteLedger;
+pub use reader::{LedgerReader, ReadEntry, Unreadable};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 
 impl Database {

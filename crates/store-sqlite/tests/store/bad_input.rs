@@ -258,7 +258,8 @@ fn a_missing_directory_is_cannot_open_not_read_only() {
 /// Turn a fresh file into what version 2 wrote: the description's fields as
 /// generated columns of `ledger`, and no `ledger_view`.
 fn make_version_2(raw: &rusqlite::Connection) {
-    raw.execute_batch("DROP VIEW ledger_view").unwrap();
+    raw.execute_batch("DROP VIEW ledger_view; ALTER TABLE ledger DROP COLUMN deciding_session")
+        .unwrap();
     for (column, kind, path) in [
         ("title", "TEXT", "$.title"),
         ("body", "TEXT", "$.description"),
@@ -306,6 +307,11 @@ fn upgrades_from(version: i64) {
     let raw = rusqlite::Connection::open(&path).unwrap();
     let number = |sql: &str| -> i64 { raw.query_row(sql, [], |row| row.get(0)).unwrap() };
     assert_eq!(number("PRAGMA user_version"), SCHEMA_VERSION);
+    assert_eq!(
+        number("SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE name = 'deciding_session'"),
+        1,
+        "the upgrade adds the column of the session deciding an action"
+    );
     assert_eq!(
         number("SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE hidden <> 0"),
         0,

@@ -7,5 +7,6 @@ mod bad_input;
 mod crash;
 mod kv;
 mod ledger;
+mod race;
 mod sql_queries;
 mod two_handles;

@@ -217,6 +217,72 @@ impl Shared {
         f(&conn.db).map_err(|e| self.sorted(e))
     }
 
+    /// The connection, ready to write: a transaction is open (on a file, this
+    /// connection holds the write lock), or none is and, in memory, the caller opens one.
+    ///
+    /// On a file, waiting for another process's write lock happens here, with the mutex
+    /// *released* between attempts: reads of this process (which in WAL mode never wait
+    /// for a writer) go on meanwhile instead of queueing behind the waiting write. Gives
+    /// up with [`StoreError::Busy`] after [`BUSY_TIMEOUT`].
+    ///
+    /// Also returns whether this call opened the transaction (in memory: whether the
+    /// caller must).
+    fn lock_for_write(&self) -> Result<(MutexGuard<'_, Conn>, bool), StoreError> {
+        let started = Instant::now();
+        let mut pause = Duration::from_micros(100);
+        loop {
+            let mut guard = self.lock();
+            if guard.closed {
+                return Err(StoreError::Closed);
+            }
+            if guard.in_memory || guard.batch.is_some() {
+                let open = guard.batch.is_none();
+                return Ok((guard, open));
+            }
+            let conn = &mut *guard;
+            // Ask once, without SQLite's own busy wait (which would hold the mutex).
+            let begun = conn
+                .db
+                .busy_timeout(Duration::ZERO)
+                .and_then(|()| run(&conn.db, "BEGIN IMMEDIATE"));
+            let restored = conn.db.busy_timeout(BUSY_TIMEOUT);
+            match begun.and(restored) {
+                Ok(()) => {
+                    if let Err(error) = conn.check_data_version() {
+                        let _ = run(&conn.db, "ROLLBACK");
+                        conn.known.forget();
+                        return Err(self.sorted(error.into()));
+                    }
+                    conn.batch = Some(Batch {
+                        opened: Instant::now(),
+                        writes: 0,
+                        handed_out: Vec::new(),
+                    });
+                    return Ok((guard, true));
+                }
+                Err(error)
+                    if matches!(
+                        error.sqlite_error_code(),
+                        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                    ) && started.elapsed() < BUSY_TIMEOUT =>
+                {
+                    if !conn.db.is_autocommit() {
+                        let _ = run(&conn.db, "ROLLBACK");
+                    }
+                    drop(guard);
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                Err(error) => {
+                    if !conn.db.is_autocommit() {
+                        let _ = run(&conn.db, "ROLLBACK");
+                    }
+                    return Err(self.sorted(error.into()));
+                }
+            }
+        }
+    }
+
     /// Run a write as one atomic step, committed now or deferred.
     ///
     /// `steps` says whether `f` may leave a partial write behind if it fails: with
@@ -229,14 +295,10 @@ impl Shared {
         steps: Steps,
         f: impl FnOnce(&mut Conn) -> Result<T, Error>,
     ) -> Result<T, StoreError> {
-        let mut guard = self.lock();
+        let (mut guard, opened_here) = self.lock_for_write()?;
         let conn = &mut *guard;
-        if conn.closed {
-            return Err(StoreError::Closed);
-        }
-        let opened_here = conn.batch.is_none();
         let savepoint = !opened_here && steps == Steps::Many;
-        let begin = if opened_here {
+        let begin = if opened_here && conn.in_memory {
             Some("BEGIN IMMEDIATE")
         } else if savepoint {
             Some("SAVEPOINT op")
@@ -249,15 +311,7 @@ impl Shared {
             self.after_error(conn);
             return Err(self.sorted(error.into()));
         }
-        if opened_here
-            && !conn.in_memory
-            && let Err(error) = conn.check_data_version()
-        {
-            let _ = run(&conn.db, "ROLLBACK");
-            conn.known.forget();
-            return Err(self.sorted(error.into()));
-        }
-        if opened_here {
+        if opened_here && conn.batch.is_none() {
             conn.batch = Some(Batch {
                 opened: Instant::now(),
                 writes: 0,

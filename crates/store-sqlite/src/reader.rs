@@ -207,6 +207,14 @@ impl LedgerReader {
                 .collect::<Result<_, _>>()?;
             Ok(findings.into_iter().filter(|f| f != "ok").collect())
         };
-        read().map_err(|e| self.sorted(e))
+        match read() {
+            // Damage bad enough to stop the check is itself its finding.
+            Err(Error::Sql(error))
+                if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseCorrupt) =>
+            {
+                Ok(vec![error.to_string()])
+            }
+            other => other.map_err(|e| self.sorted(e)),
+        }
     }
 }

@@ -5,7 +5,11 @@
 //!
 //! ```text
 //! race-worker <mode> <db> <dir> <role> <rounds>
+//! race-worker hold-lock <db>
 //! ```
+//!
+//! `hold-lock` is another process holding the file's write lock: it opens a write
+//! transaction, prints `locked`, and holds it until its standard input closes.
 //!
 //! `mode` is `approve-approve`, `approve-reject` or `drain-person`; `role` is `a` or `b`.
 //! Role `a` stages the actions, one per round (`deliverManual` with `{"seq": n}`, or
@@ -240,9 +244,25 @@ async fn run(mode: &str, db_path: &Path, dir: &Path, role: &str, rounds: u64) {
     println!("done");
 }
 
+/// Hold the write lock of `db` until standard input closes.
+fn hold_lock(db: &str) {
+    let db = rusqlite::Connection::open(db).expect("open the database");
+    db.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
+    println!("locked");
+    std::io::stdout().flush().expect("flush");
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    db.execute_batch("ROLLBACK").expect("release the write lock");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: race-worker approve-approve|approve-reject|drain-person <db> <dir> a|b <rounds>";
+    if let [mode, db] = &args[..]
+        && mode == "hold-lock"
+    {
+        hold_lock(db);
+        return;
+    }
+    let usage = "usage: race-worker approve-approve|approve-reject|drain-person <db> <dir> a|b <rounds> | hold-lock <db>";
     let [mode, db, dir, role, rounds] = &args[..] else {
         eprintln!("{usage}");
         std::process::exit(2);

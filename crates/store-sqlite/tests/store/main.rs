@@ -7,6 +7,7 @@ mod bad_input;
 mod crash;
 mod kv;
 mod ledger;
+mod opening;
 mod race;
 mod sql_queries;
 mod two_handles;

@@ -93,8 +93,8 @@ fn record_of(row: &Row<'_>, staged: &mut Staged) -> Result<ActionRecord, Error> 
         Some(known) => known.clone(),
         None => {
             let tool: Arc<str> = Arc::from(row.get_ref(1)?.as_str()?);
-            let args: Value = serde_json::from_str(row.get_ref(2)?.as_str()?)
-                .map_err(|e| StoreError::decode(what(), e))?;
+            let args: Value =
+                crate::json::read(row.get_ref(2)?.as_str()?, &format!("the arguments of {}", what()))?;
             if staged.len() >= STAGED_CACHE {
                 staged.clear();
             }
@@ -107,8 +107,10 @@ fn record_of(row: &Row<'_>, staged: &mut Staged) -> Result<ActionRecord, Error> 
         "pending" => ActionState::Pending,
         "applying" => ActionState::Applying,
         "applied" => {
-            let result: ToolResult = serde_json::from_str(&row.get::<_, String>(8)?)
-                .map_err(|e| StoreError::decode(what(), e))?;
+            let result: ToolResult = crate::json::read(
+                &row.get::<_, String>(8)?,
+                &format!("the result of {}", what()),
+            )?;
             ActionState::Applied {
                 result: Arc::new(result),
             }
@@ -163,10 +165,17 @@ fn state_columns(record: &ActionRecord) -> Result<StateColumns<'_>, Error> {
         ActionState::Pending => plain("pending"),
         ActionState::Applying => plain("applying"),
         ActionState::Applied { result } => {
+            let what = format!("the result of action {}", record.id);
+            let mut json = serde_json::to_string(&**result)
+                .map_err(|e| StoreError::decode(what.clone(), e))?;
+            if let Err(too_deep) = crate::json::readable(&json, &what) {
+                // The call was sent and succeeded: keep that, with a note in place of a
+                // reply that could not be read back (as for a reply too large to keep).
+                let note = ToolResult::from_text(format!("the reply was not kept: {too_deep}"));
+                json = serde_json::to_string(&note).map_err(|e| StoreError::decode(what, e))?;
+            }
             StateColumns {
-                result_json: Some(serde_json::to_string(&**result).map_err(|e| {
-                    StoreError::decode(format!("result of action {}", record.id), e)
-                })?),
+                result_json: Some(json),
                 ..plain("applied")
             }
         }
@@ -436,6 +445,9 @@ impl ActionStorage for SqliteActionStorage {
     ) -> Result<Option<DriverActionId>, StorageError> {
         let args_json = serde_json::to_string(&*args)
             .map_err(|e| port(StoreError::decode("tool arguments", e)))?;
+        // Nothing is staged that could not be read back (after a restart it could be
+        // neither approved nor rejected): the same limit as the read, checked now.
+        crate::json::readable(&args_json, "the call's arguments").map_err(port)?;
         let staged_args = args;
         let gatekeeper = &*self.gatekeeper;
         self.db

@@ -139,6 +139,19 @@ pub enum StoreError {
         /// The ledger id.
         id: u64,
     },
+    /// JSON nested deeper than [`crate::MAX_JSON_DEPTH`]: refused when staged, since it
+    /// could not be read back (see `json.rs`).
+    #[error(
+        "{what}: nested {depth} levels deep, more than the {max} levels this gate stores and reads back, so refused; send the call with arguments nested less deeply"
+    )]
+    TooDeep {
+        /// What was refused ("the call's arguments").
+        what: String,
+        /// How deep it nests.
+        depth: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A write was refused because the record it changes does not exist.
     #[error("{0}; list the records to see which exist")]
     Missing(String),

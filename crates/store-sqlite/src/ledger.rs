@@ -126,15 +126,14 @@ pub(crate) fn entry_of(row: &Row<'_>, descriptions: &mut Descriptions) -> Result
     let what = || format!("ledger entry {id}");
     let body = match kind {
         "observation" => EntryBody::Observation(
-            serde_json::from_str::<ObservationDescription>(row.get_ref(5)?.as_str()?)
-                .map_err(|e| StoreError::decode(what(), e))?,
+            crate::json::read::<ObservationDescription>(row.get_ref(5)?.as_str()?, &what())?,
         ),
         "action" => {
             let description = match descriptions.get(&id.0) {
                 Some(known) => known.clone(),
                 None => {
-                    let parsed: ActionDescription = serde_json::from_str(row.get_ref(5)?.as_str()?)
-                        .map_err(|e| StoreError::decode(what(), e))?;
+                    let parsed: ActionDescription =
+                        crate::json::read(row.get_ref(5)?.as_str()?, &what())?;
                     if descriptions.len() >= DESCRIPTION_CACHE {
                         descriptions.clear();
                     }
@@ -162,8 +161,7 @@ pub(crate) fn entry_of(row: &Row<'_>, descriptions: &mut Descriptions) -> Result
                 }),
                 None => None,
             };
-            let depends_on: Vec<u64> = serde_json::from_str(&row.get::<_, String>(14)?)
-                .map_err(|e| StoreError::decode(what(), e))?;
+            let depends_on: Vec<u64> = crate::json::read(&row.get::<_, String>(14)?, &what())?;
             let blocked_by = match row.get::<_, Option<i64>>(15)? {
                 Some(id) => Some(LedgerId(u64_of(id, "blocked_by")?)),
                 None => None,
@@ -314,8 +312,10 @@ fn bind_action_columns(
 }
 
 fn encode<T: serde::Serialize>(value: &T, id: LedgerId) -> Result<String, Error> {
-    serde_json::to_string(value)
-        .map_err(|e| StoreError::decode(format!("description of ledger entry {id}"), e).into())
+    let what = format!("the description of ledger entry {id}");
+    let json = serde_json::to_string(value).map_err(|e| StoreError::decode(what.clone(), e))?;
+    crate::json::readable(&json, &what)?;
+    Ok(json)
 }
 
 /// Record who decides `id`, and that this session (`me`) is deciding it, if it is still

@@ -76,6 +76,7 @@
 mod actions;
 mod db;
 mod error;
+mod json;
 mod known;
 mod kv;
 mod ledger;
@@ -89,6 +90,7 @@ use std::sync::Arc;
 pub use actions::SqliteActionStorage;
 pub use db::{DEFERRED_COMMIT_WINDOW, Database};
 pub use error::{BUSY_TIMEOUT, StoreError};
+pub use json::MAX_JSON_DEPTH;
 pub use kv::SqliteKv;
 pub use ledger::SqliteLedger;
 pub use reader::{LedgerReader, ReadEntry, Unreadable};

@@ -4,6 +4,7 @@ mod support;
 
 mod actions;
 mod bad_input;
+mod deep;
 mod crash;
 mod kv;
 mod ledger;

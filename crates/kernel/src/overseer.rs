@@ -778,7 +778,9 @@ impl Inner {
             let action = now.as_ref().and_then(LedgerEntry::action);
             return Err(DecisionError::DecidedElsewhere {
                 id,
-                by: action.and_then(|a| a.resolution.as_ref()).map(|r| r.by.clone()),
+                by: action
+                    .and_then(|a| a.resolution.as_ref())
+                    .map(|r| r.by.clone()),
                 state: action.map_or(ActionState::Pending, |a| a.state),
             });
         }

@@ -44,8 +44,7 @@ pub trait LedgerStore: Send + Sync {
     /// the action is no longer open, or if another process sharing the store is deciding
     /// it right now. Only then may two kernels on one store race for one action and the
     /// ledger still name the one that decided.
-    fn record_attempt(&self, id: LedgerId, resolution: &Resolution)
-    -> Result<bool, StorageError>;
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<bool, StorageError>;
 
     /// Every entry, in ascending id.
     fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError>;
@@ -191,11 +190,7 @@ impl LedgerStore for MemoryLedger {
         Ok(())
     }
 
-    fn record_attempt(
-        &self,
-        id: LedgerId,
-        resolution: &Resolution,
-    ) -> Result<bool, StorageError> {
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<bool, StorageError> {
         let mut tables = self.tables();
         let Some(action) = tables.slot_mut(id).and_then(LedgerEntry::action_mut) else {
             return Err(StorageError(format!(

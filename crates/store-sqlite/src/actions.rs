@@ -93,8 +93,10 @@ fn record_of(row: &Row<'_>, staged: &mut Staged) -> Result<ActionRecord, Error> 
         Some(known) => known.clone(),
         None => {
             let tool: Arc<str> = Arc::from(row.get_ref(1)?.as_str()?);
-            let args: Value =
-                crate::json::read(row.get_ref(2)?.as_str()?, &format!("the arguments of {}", what()))?;
+            let args: Value = crate::json::read(
+                row.get_ref(2)?.as_str()?,
+                &format!("the arguments of {}", what()),
+            )?;
             if staged.len() >= STAGED_CACHE {
                 staged.clear();
             }

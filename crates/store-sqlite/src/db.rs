@@ -263,7 +263,9 @@ impl Shared {
                 Err(error)
                     if matches!(
                         error.sqlite_error_code(),
-                        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                        Some(
+                            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                        )
                     ) && started.elapsed() < BUSY_TIMEOUT =>
                 {
                     if !conn.db.is_autocommit() {
@@ -536,7 +538,9 @@ impl Database {
         if sessions.exists() && !sessions.is_dir() {
             return Err(StoreError::InTheWay {
                 path: sessions,
-                detail: "it must be the directory of this database's session locks, and it is a file".into(),
+                detail:
+                    "it must be the directory of this database's session locks, and it is a file"
+                        .into(),
             });
         }
         // What a refused open must not leave behind: whatever it created.
@@ -933,8 +937,10 @@ pub(crate) fn inspect_file(db: &Connection, path: &Path) -> Result<i64, StoreErr
         }
     }
     // One root-to-leaf path of the ledger: its newest page, which every open reads anyway.
-    db.query_row("SELECT max(id) FROM ledger", [], |r| r.get::<_, Option<i64>>(0))
-        .map_err(sorted)?;
+    db.query_row("SELECT max(id) FROM ledger", [], |r| {
+        r.get::<_, Option<i64>>(0)
+    })
+    .map_err(sorted)?;
     debug!(?path, version, "database checked");
     Ok(version)
 }

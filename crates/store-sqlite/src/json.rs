@@ -77,11 +77,18 @@ mod tests {
 
     #[test]
     fn what_is_readable_is_read_and_what_is_too_deep_is_refused_by_both() {
-        let ok = format!("{}{}", "[".repeat(MAX_JSON_DEPTH), "]".repeat(MAX_JSON_DEPTH));
+        let ok = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH),
+            "]".repeat(MAX_JSON_DEPTH)
+        );
         readable(&ok, "x").unwrap();
         read::<serde_json::Value>(&ok, "x").unwrap();
         let deep = format!("[{ok}]");
-        assert!(matches!(readable(&deep, "x"), Err(StoreError::TooDeep { .. })));
+        assert!(matches!(
+            readable(&deep, "x"),
+            Err(StoreError::TooDeep { .. })
+        ));
         assert!(matches!(
             read::<serde_json::Value>(&deep, "x"),
             Err(StoreError::TooDeep { .. })

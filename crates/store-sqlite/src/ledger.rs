@@ -117,7 +117,10 @@ fn parse_state(name: &str) -> Result<ActionState, Error> {
 }
 
 /// Read one ledger row back into an entry.
-pub(crate) fn entry_of(row: &Row<'_>, descriptions: &mut Descriptions) -> Result<LedgerEntry, Error> {
+pub(crate) fn entry_of(
+    row: &Row<'_>,
+    descriptions: &mut Descriptions,
+) -> Result<LedgerEntry, Error> {
     let id = LedgerId(u64_of(row.get(0)?, "ledger id")?);
     let kind = row.get_ref(1)?.as_str()?;
     let gatekeeper: Arc<str> = Arc::from(row.get_ref(2)?.as_str()?);
@@ -125,9 +128,10 @@ pub(crate) fn entry_of(row: &Row<'_>, descriptions: &mut Descriptions) -> Result
     let created_at = Timestamp(u64_of(row.get(4)?, "ledger time")?);
     let what = || format!("ledger entry {id}");
     let body = match kind {
-        "observation" => EntryBody::Observation(
-            crate::json::read::<ObservationDescription>(row.get_ref(5)?.as_str()?, &what())?,
-        ),
+        "observation" => EntryBody::Observation(crate::json::read::<ObservationDescription>(
+            row.get_ref(5)?.as_str()?,
+            &what(),
+        )?),
         "action" => {
             let description = match descriptions.get(&id.0) {
                 Some(known) => known.clone(),
@@ -463,11 +467,7 @@ impl LedgerStore for SqliteLedger {
             .map_err(port)
     }
 
-    fn record_attempt(
-        &self,
-        id: LedgerId,
-        resolution: &Resolution,
-    ) -> Result<bool, StorageError> {
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<bool, StorageError> {
         // The kernel's record of who decided, written just before it calls the driver:
         // one narrow update, deferred, so it rides with the driver's claim (the next
         // commit, made before anything is sent). After a crash the ledger says who

@@ -71,7 +71,11 @@ impl LedgerReader {
         let path = path.as_ref().to_path_buf();
         crate::db::check_regular_file(&path, false)?;
         let in_use = sidecar(&path, "-wal").exists();
-        let query = if in_use { "mode=ro" } else { "mode=ro&immutable=1" };
+        let query = if in_use {
+            "mode=ro"
+        } else {
+            "mode=ro&immutable=1"
+        };
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;

@@ -247,11 +247,13 @@ async fn run(mode: &str, db_path: &Path, dir: &Path, role: &str, rounds: u64) {
 /// Hold the write lock of `db` until standard input closes.
 fn hold_lock(db: &str) {
     let db = rusqlite::Connection::open(db).expect("open the database");
-    db.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
+    db.execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
     println!("locked");
     std::io::stdout().flush().expect("flush");
     let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
-    db.execute_batch("ROLLBACK").expect("release the write lock");
+    db.execute_batch("ROLLBACK")
+        .expect("release the write lock");
 }
 
 fn main() {

@@ -43,7 +43,10 @@ async fn too_deep_is_refused() {
         let rig = Rig::new(Database::open(&path).unwrap()).await;
         let error = rig
             .session
-            .call_tool("createIssue", json!({ "title": "deep", "body": nested(depth) }))
+            .call_tool(
+                "createIssue",
+                json!({ "title": "deep", "body": nested(depth) }),
+            )
             .await
             .expect_err("too deep to stage");
         let message = error.to_string();
@@ -51,11 +54,17 @@ async fn too_deep_is_refused() {
             message.contains(&format!("nested {} levels deep", depth + 1)),
             "{depth}: {message}"
         );
-        assert!(message.contains(&format!("more than the {MAX_JSON_DEPTH} levels")), "{message}");
+        assert!(
+            message.contains(&format!("more than the {MAX_JSON_DEPTH} levels")),
+            "{message}"
+        );
         for blame in ["check the disk", "edited by hand", "CHECK constraint"] {
             assert!(!message.contains(blame), "{depth}: {message}");
         }
-        assert!(rig.overseer.ledger().unwrap().is_empty(), "nothing was staged");
+        assert!(
+            rig.overseer.ledger().unwrap().is_empty(),
+            "nothing was staged"
+        );
         assert_eq!(rig.gatekeeper.store().count_open().await.unwrap(), 0);
 
         // Arguments at the limit are staged, and read back after a restart.
@@ -71,6 +80,9 @@ async fn too_deep_is_refused() {
         drop(rig);
         let rig = Rig::new(Database::open(&path).unwrap()).await;
         assert_eq!(rig.overseer.open_actions().unwrap().len(), 1);
-        rig.overseer.approve(id, "alice").await.expect("readable, so approvable");
+        rig.overseer
+            .approve(id, "alice")
+            .await
+            .expect("readable, so approvable");
     }
 }

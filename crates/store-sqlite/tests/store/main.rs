@@ -4,8 +4,8 @@ mod support;
 
 mod actions;
 mod bad_input;
-mod deep;
 mod crash;
+mod deep;
 mod kv;
 mod ledger;
 mod opening;

@@ -72,7 +72,11 @@ fn opening_a_large_file_does_not_read_every_page_and_the_full_check_is_its_own_s
 
     // Opening reads the header, the schema and the newest entries: it does not notice.
     let db = Database::open(&path).expect("opening reads only a few pages");
-    let newest = db.ledger().get(LedgerId(3000)).unwrap().expect("the newest entry");
+    let newest = db
+        .ledger()
+        .get(LedgerId(3000))
+        .unwrap()
+        .expect("the newest entry");
     assert_eq!(newest.id, LedgerId(3000));
     drop(db);
 
@@ -90,8 +94,14 @@ fn a_directory_given_as_the_database_is_refused_clearly_and_nothing_is_created()
     std::fs::create_dir(&path).unwrap();
     let error = Database::open(&path).unwrap_err();
     let message = error.to_string();
-    assert!(message.contains("is a directory, not a database file"), "{message}");
-    assert!(message.contains("name the database file itself"), "{message}");
+    assert!(
+        message.contains("is a directory, not a database file"),
+        "{message}"
+    );
+    assert!(
+        message.contains("name the database file itself"),
+        "{message}"
+    );
     assert_eq!(listing(&dir.join("")), ["gate.db"], "nothing next to it");
     assert_eq!(listing(&path), Vec::<String>::new(), "nothing inside it");
 }
@@ -117,8 +127,15 @@ fn a_character_device_given_as_the_database_gets_no_side_files() {
     }
     let error = Database::open(&path).unwrap_err();
     let message = error.to_string();
-    assert!(message.contains("is a character device, not a database file"), "{message}");
-    assert_eq!(listing(&dir.join("")), ["null"], "no -journal, no -sessions");
+    assert!(
+        message.contains("is a character device, not a database file"),
+        "{message}"
+    );
+    assert_eq!(
+        listing(&dir.join("")),
+        ["null"],
+        "no -journal, no -sessions"
+    );
 }
 
 #[test]
@@ -129,7 +146,10 @@ fn a_sessions_file_in_the_way_is_named_and_the_refused_open_leaves_nothing() {
     let error = Database::open(&path).unwrap_err();
     assert!(matches!(error, StoreError::InTheWay { .. }), "{error:?}");
     let message = error.to_string();
-    assert!(message.contains("gate.db-sessions is in the way"), "{message}");
+    assert!(
+        message.contains("gate.db-sessions is in the way"),
+        "{message}"
+    );
     assert!(message.contains("move it aside"), "{message}");
     // The refused open created no database file that would block the next attempt.
     assert_eq!(listing(&dir.join("")), ["gate.db-sessions"]);
@@ -141,7 +161,9 @@ fn a_sessions_file_in_the_way_is_named_and_the_refused_open_leaves_nothing() {
 #[test]
 fn a_database_error_prints_its_cause_once() {
     let db = Database::open_in_memory().unwrap();
-    let error = db.query_text("SELECT no_such_column FROM ledger").unwrap_err();
+    let error = db
+        .query_text("SELECT no_such_column FROM ledger")
+        .unwrap_err();
     let message = error.to_string();
     assert!(message.contains("no such column"), "{message}");
     // A report that prints every cause (anyhow's `{:#}`) must not repeat the text.
@@ -195,6 +217,10 @@ fn a_write_waiting_for_another_process_does_not_hold_up_reads() {
     let _ = holder.wait();
     let answer = answer.expect("the read waited behind the write waiting for the lock");
     assert_eq!(answer.unwrap(), Some(LedgerId(2)));
-    assert_eq!(writer.join().unwrap().unwrap(), 4, "the write went through after");
+    assert_eq!(
+        writer.join().unwrap().unwrap(),
+        4,
+        "the write went through after"
+    );
     let _ = std::io::stdout().flush();
 }

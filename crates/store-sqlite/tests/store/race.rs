@@ -118,7 +118,11 @@ fn check(mode: &str, person_of: &[(&str, &str)]) {
                     line == "ok" || line.starts_with("refused "),
                     "#{seq}: {role} said {line:?}"
                 );
-                for bad in ["cannot leave a final state", "check the disk", "storage failed"] {
+                for bad in [
+                    "cannot leave a final state",
+                    "check the disk",
+                    "storage failed",
+                ] {
                     assert!(
                         !line.contains(bad),
                         "#{seq}: {role}, the loser, was told {line:?}"
@@ -145,7 +149,11 @@ fn check(mode: &str, person_of: &[(&str, &str)]) {
                         (how, Some("0")),
                         "#{seq} was sent by {how} in process {sender}, but the ledger names {by}"
                     );
-                    assert_eq!(role_of(how), Some(sender), "#{seq}: {how} runs in one process");
+                    assert_eq!(
+                        role_of(how),
+                        Some(sender),
+                        "#{seq}: {how} runs in one process"
+                    );
                     assert!(
                         said(sender).contains(&"ok".to_owned()),
                         "#{seq}: {how} sent it, but was told {:?}",

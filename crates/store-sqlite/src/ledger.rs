@@ -322,6 +322,10 @@ fn encode<T: serde::Serialize>(value: &T, id: LedgerId) -> Result<String, Error>
     Ok(json)
 }
 
+/// What `record_attempt` reads of a row it could not write: kind, state, whether a
+/// failure is retryable, and the session deciding it.
+type DecisionRow = (String, Option<String>, Option<i64>, Option<String>);
+
 /// Record who decides `id`, and that this session (`me`) is deciding it, if it is still
 /// open and nobody else is deciding it (or, with `dead`, if that dead session was).
 /// Returns the rows changed (0 or 1). One statement: the check and the write cannot be
@@ -483,7 +487,7 @@ impl LedgerStore for SqliteLedger {
                 let me = shared.session_id();
                 let mut changed = record_attempt_if(&conn.db, id, resolution, me, None)?;
                 if changed == 0 {
-                    let row: Option<(String, Option<String>, Option<i64>, Option<String>)> = conn
+                    let row: Option<DecisionRow> = conn
                         .db
                         .prepare_cached(
                             "SELECT kind, state, failure_retryable, deciding_session

@@ -15,6 +15,13 @@
 //!   in between leaves the driver's claim on disk, which is recovered as "interrupted"
 //!   (outcome unknown), never as something to send again.
 //!
+//! Two processes on one file: who decides an open action is recorded by
+//! `record_attempt` only if the action is still open and `deciding_session` names no
+//! other live process, in the one statement that checks it, and the row then names this
+//! process's session. The outcome (`put` of any state but pending) is written only by
+//! that session, or after it died, and clears it. So the ledger names the process that
+//! decided, and a loser learns it from the refusal instead of overwriting it.
+//!
 //! A description (and the dependencies it declared) is stored exactly as submitted and
 //! never rewritten by [`LedgerStore::put`], which stores only what moves: state,
 //! resolution, failure, flags and revert.

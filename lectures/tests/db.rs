@@ -490,8 +490,14 @@ async fn the_ledger_view_shows_one_unreadable_entry_and_the_rest() {
     let deep = format!("{{\"title\":{}1{}}}", "[".repeat(200), "]".repeat(200));
     damage_entry_3(&path, &deep);
     let view = ledger_view(&path).expect("the rest is readable");
-    assert!(view.contains("  #3  unreadable: "), "{view}");
-    assert!(view.contains("nested 201 levels deep"), "{view}");
+    let line = view
+        .lines()
+        .find(|l| l.starts_with("  #3 "))
+        .unwrap_or_else(|| panic!("#3 is listed: {view}"));
+    assert!(
+        line.contains("unreadable: the description of ledger entry 3 cannot be read back"),
+        "{line}"
+    );
     for id in ["#5", "#4", "#2", "#1"] {
         assert!(
             view.lines().any(|l| l.starts_with(&format!("  {id} "))),

@@ -93,16 +93,28 @@ fn record_of(row: &Row<'_>, staged: &mut Staged) -> Result<ActionRecord, Error> 
         Some(known) => known.clone(),
         None => {
             let tool: Arc<str> = Arc::from(row.get_ref(1)?.as_str()?);
-            let args: Value = crate::json::read(
+            match crate::json::read::<Value>(
                 row.get_ref(2)?.as_str()?,
                 &format!("the arguments of {}", what()),
-            )?;
-            if staged.len() >= STAGED_CACHE {
-                staged.clear();
+            ) {
+                Ok(args) => {
+                    if staged.len() >= STAGED_CACHE {
+                        staged.clear();
+                    }
+                    let known = (tool, Arc::new(args));
+                    staged.insert(id.0, known.clone());
+                    known
+                }
+                // Arguments that cannot be read back (staged before the depth limit, or
+                // edited by hand) must not make the record unreadable: it could then be
+                // neither approved nor rejected. `null` stands for them (stored
+                // arguments are always an object), and a claim of such a record is
+                // refused (see `refuse_unreadable_claim`), so it is never sent.
+                Err(error) => {
+                    tracing::warn!(action = %id, %error, "action.args.unreadable");
+                    (tool, Arc::new(Value::Null))
+                }
             }
-            let known = (tool, Arc::new(args));
-            staged.insert(id.0, known.clone());
-            known
         }
     };
     let state = match row.get::<_, String>(3)?.as_str() {
@@ -281,6 +293,33 @@ pub(crate) fn interrupt_dead_claims(db: &Database) -> Result<usize, StoreError> 
         }
         Ok(settled)
     })
+}
+
+/// Refuse to claim a record whose stored arguments cannot be read back (`record_of`
+/// stands `null` for them): what would be sent is not what the agent staged. The
+/// refusal says why; the record stays as it is and can be rejected.
+fn refuse_unreadable_claim(
+    conn: &Conn,
+    gatekeeper: &str,
+    record: &ActionRecord,
+) -> Result<(), Error> {
+    if record.state != ActionState::Applying || !record.args.is_null() {
+        return Ok(());
+    }
+    let stored: String = conn
+        .db
+        .prepare_cached("SELECT args_json FROM actions WHERE gatekeeper = ?1 AND id = ?2")?
+        .query_row(params![gatekeeper, i64_of(record.id.0)], |r| r.get(0))?;
+    let what = format!("the arguments of action {}", record.id);
+    let reason = match crate::json::read::<Value>(&stored, &what) {
+        Err(error) => error.to_string(),
+        Ok(_) => format!("{what} were not readable when the record was read"),
+    };
+    Err(StoreError::Unsendable {
+        id: record.id.0,
+        reason,
+    }
+    .into())
 }
 
 fn compare_and_set_in(
@@ -536,6 +575,7 @@ impl ActionStorage for SqliteActionStorage {
         let shared = self.db.shared();
         shared
             .write(durability, steps, |conn| {
+                refuse_unreadable_claim(conn, &self.gatekeeper, record)?;
                 compare_and_set_in(conn, shared, &self.gatekeeper, from, record)
             })
             .map_err(port)

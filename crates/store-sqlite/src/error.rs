@@ -152,6 +152,14 @@ pub enum StoreError {
         /// The limit.
         max: usize,
     },
+    /// A staged call whose arguments cannot be read back: it is never sent.
+    #[error("action {id} is never sent, because {reason}; reject it")]
+    Unsendable {
+        /// The driver's action id.
+        id: u64,
+        /// Why its arguments cannot be read.
+        reason: String,
+    },
     /// A write was refused because the record it changes does not exist.
     #[error("{0}; list the records to see which exist")]
     Missing(String),

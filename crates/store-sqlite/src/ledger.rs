@@ -123,6 +123,14 @@ fn parse_state(name: &str) -> Result<ActionState, Error> {
     })
 }
 
+/// The title that stands for a description that cannot be read back.
+fn unreadable_title(id: LedgerId) -> String {
+    format!(
+        "unreadable: the description of ledger entry {} cannot be read back",
+        id.0
+    )
+}
+
 /// Read one ledger row back into an entry.
 pub(crate) fn entry_of(
     row: &Row<'_>,
@@ -135,16 +143,28 @@ pub(crate) fn entry_of(
     let created_at = Timestamp(u64_of(row.get(4)?, "ledger time")?);
     let what = || format!("ledger entry {id}");
     let body = match kind {
-        "observation" => EntryBody::Observation(crate::json::read::<ObservationDescription>(
-            row.get_ref(5)?.as_str()?,
-            &what(),
-        )?),
+        "observation" => EntryBody::Observation(
+            crate::json::read::<ObservationDescription>(row.get_ref(5)?.as_str()?, &what())
+                .unwrap_or_else(|error| {
+                    ObservationDescription::new(unreadable_title(id), error.to_string())
+                }),
+        ),
         "action" => {
             let description = match descriptions.get(&id.0) {
                 Some(known) => known.clone(),
                 None => {
+                    // A description that cannot be read back must not hide the rest of
+                    // the ledger: the entry stands, titled as unreadable and manual, so a
+                    // person sees it and can reject it.
                     let parsed: ActionDescription =
-                        crate::json::read(row.get_ref(5)?.as_str()?, &what())?;
+                        crate::json::read(row.get_ref(5)?.as_str()?, &what()).unwrap_or_else(
+                            |error: StoreError| {
+                                ActionDescription::new(
+                                    unreadable_title(id),
+                                    format!("{error}. Reject it unless you know what it does."),
+                                )
+                            },
+                        );
                     if descriptions.len() >= DESCRIPTION_CACHE {
                         descriptions.clear();
                     }

@@ -334,3 +334,27 @@ fn a_version_2_file_is_upgraded_on_open_and_keeps_its_records() {
 fn a_version_1_file_is_upgraded_on_open_and_keeps_its_records() {
     upgrades_from(1);
 }
+
+#[test]
+fn a_file_of_an_older_schema_marked_as_current_is_refused_and_left_alone() {
+    let dir = TempDir::new("mismarked");
+    let path = dir.join("gate.db");
+    filled(&path, 3);
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        make_version_2(&raw);
+        // Someone changed the number, not the tables.
+        raw.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let error = Database::open(&path).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("says it has schema version {SCHEMA_VERSION}")),
+        "{message}"
+    );
+    assert!(message.contains("its tables do not match"), "{message}");
+    assert!(message.contains("nothing was changed"), "{message}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "untouched");
+}

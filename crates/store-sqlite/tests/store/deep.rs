@@ -86,3 +86,72 @@ async fn too_deep_is_refused() {
             .expect("readable, so approvable");
     }
 }
+
+/// `{"title":"t","body":[[…]]}` with the body `depth` levels deep, as text (serde_json
+/// cannot write it through a `Value` built by parsing; SQLite stores it as it is).
+fn deep_text(depth: usize) -> String {
+    format!(
+        r#"{{"title":"t","body":{}{}}}"#,
+        "[".repeat(depth),
+        "]".repeat(depth)
+    )
+}
+
+#[tokio::test]
+async fn an_action_whose_stored_rows_cannot_be_read_back_is_never_sent_can_be_rejected_and_the_rest_goes_on()
+ {
+    let dir = TempDir::new("unreadable");
+    let path = dir.join("gate.db");
+    let (wedged, next) = {
+        let rig = Rig::new(Database::open(&path).unwrap()).await;
+        let wedged = rig.queue_issue("wedged").await.ledger().unwrap();
+        let next = rig.queue_issue("next").await.ledger().unwrap();
+        (wedged, next)
+    };
+    // What staging let through before the depth limit: arguments, and a description,
+    // nested too deeply to read back (SQLite itself takes up to 1,000 levels).
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute(
+            "UPDATE actions SET args_json = ?1 WHERE id = 1",
+            [deep_text(150)],
+        )
+        .unwrap();
+        raw.execute(
+            "UPDATE ledger SET description_json = ?1 WHERE id = ?2",
+            [deep_text(150), wedged.0.to_string()],
+        )
+        .unwrap();
+    }
+    let rig = Rig::new(Database::open(&path).unwrap()).await;
+
+    // The ledger and the pending list stay readable, the entry shown as unreadable.
+    let open = rig.overseer.open_actions().expect("the pending list reads");
+    assert_eq!(open.len(), 2);
+    assert!(
+        open[0].title().contains("unreadable"),
+        "{}",
+        open[0].title()
+    );
+    assert_eq!(rig.overseer.ledger().expect("the ledger reads").len(), 2);
+
+    // It is never sent: an approval is refused, saying why.
+    let error = rig.overseer.approve(wedged, "alice").await.unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains("is never sent"), "{message}");
+    assert!(message.contains("nested 151 levels deep"), "{message}");
+    assert!(
+        rig.service.calls().is_empty(),
+        "nothing reached the service"
+    );
+
+    // A person can reject it, and everything else goes on.
+    rig.overseer.reject(wedged, "alice").await.expect("rejects");
+    let entry = rig.overseer.entry(wedged).unwrap().unwrap();
+    assert_eq!(entry.action().unwrap().state, kernel::ActionState::Rejected);
+    rig.overseer
+        .approve(next, "alice")
+        .await
+        .expect("the next one goes on");
+    assert_eq!(rig.service.calls().len(), 1);
+}

@@ -557,6 +557,14 @@ impl Database {
         match Self::open_checked(path) {
             Ok(database) => Ok(database),
             Err(error) => {
+                // Another process may have opened the file meanwhile (its session lock
+                // would be in the directory): then what was created is its, not ours.
+                let shared_meanwhile = std::fs::read_dir(&sessions)
+                    .map(|mut entries| entries.next().is_some())
+                    .unwrap_or(false);
+                if shared_meanwhile {
+                    return Err(error);
+                }
                 for leftover in created {
                     if leftover.is_dir() {
                         let _ = std::fs::remove_dir_all(&leftover);

@@ -224,3 +224,27 @@ fn a_write_waiting_for_another_process_does_not_hold_up_reads() {
     );
     let _ = std::io::stdout().flush();
 }
+
+#[test]
+fn the_reader_sees_what_a_live_writer_committed_and_creates_nothing() {
+    let dir = TempDir::new("reader-live");
+    let path = dir.join("gate.db");
+    let db = Database::open(&path).unwrap();
+    let ledger = db.ledger();
+    for _ in 0..3 {
+        ledger.insert(&mut observation("live")).unwrap();
+    }
+    let before = listing(&dir.join(""));
+    assert!(before.contains(&"gate.db-wal".to_owned()), "{before:?}");
+    let reader = LedgerReader::open(&path).unwrap();
+    let page = reader.page(None, 2).unwrap();
+    let ids: Vec<u64> = page.iter().map(|e| e.as_ref().unwrap().id.0).collect();
+    assert_eq!(ids, [3, 2], "most recent first, two of them");
+    let older = reader.page(Some(LedgerId(2)), 2).unwrap();
+    assert_eq!(older.len(), 1);
+    // A commit made after the reader opened is seen by its next read.
+    ledger.insert(&mut observation("later")).unwrap();
+    assert_eq!(reader.last_id().unwrap(), 4);
+    drop(reader);
+    assert_eq!(listing(&dir.join("")), before, "the reader created nothing");
+}

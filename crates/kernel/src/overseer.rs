@@ -75,14 +75,16 @@ pub enum DecisionError {
     InFlight(LedgerId),
     /// Another kernel sharing the ledger (another process on the same file) decided the
     /// action, or is deciding it, first; nothing was recorded or sent by this one.
-    #[error("{}", decided_elsewhere(*id, by.as_deref(), *state))]
+    #[error("{}", decided_elsewhere(*id, by.as_deref(), *state, *open))]
     DecidedElsewhere {
         /// The action.
         id: LedgerId,
         /// Who decided, as the ledger says (`None` if it does not say yet).
         by: Option<String>,
-        /// Its state now: still open while the other decision runs.
+        /// Its state now.
         state: ActionState,
+        /// Whether it is still open: the other decision is under way.
+        open: bool,
     },
     /// Lockdown forbids applying anything.
     #[error(
@@ -129,15 +131,16 @@ pub enum DecisionError {
     Storage(#[from] StorageError),
 }
 
-fn decided_elsewhere(id: LedgerId, by: Option<&str>, state: ActionState) -> String {
+fn decided_elsewhere(id: LedgerId, by: Option<&str>, state: ActionState, open: bool) -> String {
     let by = by.map_or_else(String::new, |by| format!(" by {by}"));
-    match state {
-        ActionState::Pending | ActionState::Failed => format!(
+    if open {
+        format!(
             "action {id} is being decided{by} in another process; wait for that to finish, then list pending work"
-        ),
-        state => format!(
+        )
+    } else {
+        format!(
             "action {id} was already decided{by}: it is {state}; list pending work to see what is left"
-        ),
+        )
     }
 }
 
@@ -782,6 +785,7 @@ impl Inner {
                     .and_then(|a| a.resolution.as_ref())
                     .map(|r| r.by.clone()),
                 state: action.map_or(ActionState::Pending, |a| a.state),
+                open: action.is_some_and(ActionEntry::is_open),
             });
         }
         record.resolution = Some(resolution);
@@ -911,9 +915,7 @@ impl Inner {
             match self.apply_claimed(slot, entry, &*gatekeeper, decider).await {
                 Ok(()) => {}
                 // Another process decided it first: it no longer holds anything back.
-                Err(DecisionError::DecidedElsewhere { state, .. })
-                    if !matches!(state, ActionState::Pending | ActionState::Failed) =>
-                {
+                Err(DecisionError::DecidedElsewhere { open: false, .. }) => {
                     debug!(action = %id, "decided elsewhere: drain goes on");
                 }
                 Err(error) => {

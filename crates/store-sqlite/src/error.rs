@@ -152,6 +152,15 @@ pub enum StoreError {
         /// The limit.
         max: usize,
     },
+    /// A change to an open action arrived after the action left its open states (decided
+    /// meanwhile, for example by another process on the same file); nothing was written.
+    #[error(
+        "ledger action #{id} is no longer open: it reached a final state meanwhile (perhaps decided by another process), so this change was not recorded; list pending work to see its state"
+    )]
+    NotOpen {
+        /// The ledger id.
+        id: u64,
+    },
     /// A staged call whose arguments cannot be read back: it is never sent.
     #[error("action {id} is never sent, because {reason}; reject it")]
     Unsendable {

@@ -19,8 +19,10 @@
 //! `record_attempt` only if the action is still open and `deciding_session` names no
 //! other live process, in the one statement that checks it, and the row then names this
 //! process's session. The outcome (`put` of any state but pending) is written only by
-//! that session, or after it died, and clears it. So the ledger names the process that
-//! decided, and a loser learns it from the refusal instead of overwriting it.
+//! that session, or after it died, and clears it. A change to a still-pending action (a
+//! flag) is written only while the action is open, and keeps who decides it if another
+//! session is deciding it. So the ledger names the process that decided, and a loser
+//! learns it from the refusal instead of overwriting it.
 //!
 //! A description (and the dependencies it declared) is stored exactly as submitted and
 //! never rewritten by [`LedgerStore::put`], which stores only what moves: state,
@@ -272,15 +274,38 @@ static INSERT_ACTION: LazyLock<String> = LazyLock::new(|| {
 /// Where [`MOVING_COLUMNS`] start among the parameters of [`UPDATE_ACTION`].
 const UPDATE_MOVING_FROM: usize = 2;
 
-/// An action entry's moving columns: `?1` id, then [`MOVING_COLUMNS`].
+/// The columns that record who decided, which a change to a still-pending action (a
+/// flag) leaves alone while another process is deciding it.
+const RESOLUTION_COLUMNS: [&str; 4] = [
+    "resolved_by",
+    "auto_approved",
+    "resolved_at",
+    "resolution_cause",
+];
+
+/// A still-pending action entry's moving columns (`?1` id, then [`MOVING_COLUMNS`], then
+/// `?14` this session): written only while the action is still open (a copy read before
+/// another process decided it must not take it back), and keeping the record of who
+/// decides if another session is deciding it.
 static UPDATE_ACTION: LazyLock<String> = LazyLock::new(|| {
     let sets: Vec<String> = MOVING_COLUMNS
         .iter()
         .zip(numbered(UPDATE_MOVING_FROM))
-        .map(|(column, parameter)| format!("{column} = {parameter}"))
+        .map(|(column, parameter)| {
+            if RESOLUTION_COLUMNS.contains(column) {
+                format!(
+                    "{column} = CASE WHEN deciding_session IS NULL OR deciding_session IS ?{me}
+                        THEN {parameter} ELSE {column} END",
+                    me = OUTCOME_SESSION_FROM
+                )
+            } else {
+                format!("{column} = {parameter}")
+            }
+        })
         .collect();
     format!(
-        "UPDATE ledger SET {} WHERE id = ?1 AND kind = 'action'",
+        "UPDATE ledger SET {} WHERE id = ?1 AND kind = 'action'
+           AND (state = 'pending' OR (state = 'failed' AND failure_retryable = 1))",
         sets.join(", ")
     )
 });
@@ -588,7 +613,25 @@ impl LedgerStore for SqliteLedger {
                         let mut statement = conn.db.prepare_cached(&UPDATE_ACTION)?;
                         statement.raw_bind_parameter(1, i64_of(entry.id.0))?;
                         bind_action_columns(&mut statement, UPDATE_MOVING_FROM, action)?;
-                        statement.raw_execute()?
+                        statement.raw_bind_parameter(OUTCOME_SESSION_FROM, shared.session_id())?;
+                        let changed = statement.raw_execute()?;
+                        drop(statement);
+                        // The row may differ from the copy (its decider kept, or decided
+                        // meanwhile): read it again when next asked.
+                        conn.known.forget();
+                        if changed > 0 {
+                            return Ok(());
+                        }
+                        let exists: bool = conn
+                            .db
+                            .prepare_cached(
+                                "SELECT EXISTS (SELECT 1 FROM ledger WHERE id = ?1 AND kind = 'action')",
+                            )?
+                            .query_row([i64_of(entry.id.0)], |r| r.get(0))?;
+                        if exists {
+                            return Err(StoreError::NotOpen { id: entry.id.0 }.into());
+                        }
+                        0
                     }
                     EntryBody::Action(action) => {
                         let me = shared.session_id();

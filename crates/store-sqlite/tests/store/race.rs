@@ -196,3 +196,80 @@ fn two_processes_approving_and_rejecting_one_action_record_the_true_decider() {
 fn a_drain_and_a_person_in_two_processes_record_the_true_decider() {
     check("drain-person", &[("b", "bob")]);
 }
+
+fn decided(by: &str, at: u64) -> kernel::Resolution {
+    kernel::Resolution {
+        by: by.to_owned(),
+        auto: false,
+        at: kernel::Timestamp(at),
+        cause: None,
+    }
+}
+
+/// The store's side of the rules above, step by step, with two handles on one file (two
+/// sessions, as two processes would have).
+#[test]
+fn a_decision_under_way_in_another_session_is_neither_overwritten_nor_taken_over() {
+    let dir = TempDir::new("sessions");
+    let path = dir.join("gate.db");
+    let first = Database::open(&path).unwrap();
+    let second = Database::open(&path).unwrap();
+    let (ours, theirs) = (first.ledger(), second.ledger());
+    let description = kernel::ActionDescription::new("t", "d");
+    let id = ours
+        .insert(&mut crate::support::pending_entry(
+            "gk",
+            1,
+            description.clone(),
+        ))
+        .unwrap();
+    let stale = ours.get(id).unwrap().unwrap();
+
+    assert!(theirs.record_attempt(id, &decided("bob", 1)).unwrap());
+    second.flush().unwrap();
+    // The other session decides it: this one may neither record itself nor its outcome.
+    assert!(!ours.record_attempt(id, &decided("ann", 2)).unwrap());
+    let mut ann = stale.clone();
+    let action = ann.action_mut().unwrap();
+    action.state = kernel::ActionState::Approved;
+    action.resolution = Some(decided("ann", 2));
+    let error = ours.put(ann).unwrap_err();
+    assert!(
+        error.0.contains("being decided by another process"),
+        "{error}"
+    );
+    // A flag written from a copy read earlier keeps the record of who decides.
+    let mut flagged = stale.clone();
+    flagged.action_mut().unwrap().blocked_by = Some(kernel::LedgerId(99));
+    ours.put(flagged).unwrap();
+    let now = ours.get(id).unwrap().unwrap();
+    assert_eq!(now.action().unwrap().resolution, Some(decided("bob", 1)));
+
+    // The deciding session's outcome stands; a stale pending copy cannot take it back.
+    let mut bob = now.clone();
+    bob.action_mut().unwrap().state = kernel::ActionState::Approved;
+    theirs.put(bob).unwrap();
+    second.flush().unwrap();
+    let error = ours.put(stale).unwrap_err();
+    assert!(error.0.contains("is no longer open"), "{error}");
+    let row = first
+        .query_text(&format!(
+            "SELECT state, resolved_by, deciding_session FROM ledger WHERE id = {}",
+            id.0
+        ))
+        .unwrap();
+    assert_eq!(
+        row,
+        [[Some("approved".to_owned()), Some("bob".to_owned()), None]]
+    );
+
+    // A session that ended holds nothing: its mark is taken over.
+    let other = ours
+        .insert(&mut crate::support::pending_entry("gk", 2, description))
+        .unwrap();
+    first.flush().unwrap();
+    assert!(theirs.record_attempt(other, &decided("bob", 3)).unwrap());
+    drop(theirs);
+    drop(second);
+    assert!(ours.record_attempt(other, &decided("ann", 4)).unwrap());
+}

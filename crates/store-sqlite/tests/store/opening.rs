@@ -61,6 +61,20 @@ fn opening_a_large_file_does_not_read_every_page_and_the_full_check_is_its_own_s
     let dir = TempDir::new("no-scan");
     let path = dir.join("gate.db");
     fill(&path, 3000);
+    // And a driver's action store with records to match against the ledger, as opening
+    // does: one settled, one pending.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            r#"INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at, result_json)
+                   VALUES ('gk', 1, 'tool', '{}', 'applied', 0, '{"content":[]}'),
+                          ('gk', 2, 'tool', '{}', 'pending', 0, NULL);
+               INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
+                       driver_id, state, depends_on_json, restart_requested)
+                   VALUES (3001, 'action', 'gk', 'agent', 0, '{"title":"a"}', 1, 'approved', '[]', 0),
+                          (3002, 'action', 'gk', 'agent', 0, '{"title":"b"}', 2, 'pending', '[]', 0);"#,
+        )
+        .unwrap();
     let mut bytes = std::fs::read(&path).unwrap();
     let page = 4096;
     let pages = bytes.len() / page;
@@ -74,10 +88,10 @@ fn opening_a_large_file_does_not_read_every_page_and_the_full_check_is_its_own_s
     let db = Database::open(&path).expect("opening reads only a few pages");
     let newest = db
         .ledger()
-        .get(LedgerId(3000))
+        .get(LedgerId(3002))
         .unwrap()
         .expect("the newest entry");
-    assert_eq!(newest.id, LedgerId(3000));
+    assert_eq!(newest.id, LedgerId(3002));
     drop(db);
 
     // The full check is an explicit step, and it finds the damage.

@@ -107,7 +107,25 @@ impl DbPlan {
     pub fn check_free(&self) -> anyhow::Result<()> {
         for path in std::iter::once(self.base.clone()).chain(sidecars(&self.base)) {
             if path.exists() {
-                return Err(already_exists(&path));
+                // Everything an earlier run keeps next to its file, named at once, so
+                // one clean-up is enough.
+                let mut also = vec![];
+                for suffix in ["-wal", "-shm", "-sessions"] {
+                    let mut name = self.base.as_os_str().to_owned();
+                    name.push(suffix);
+                    let side = PathBuf::from(name);
+                    if side != path && side.exists() {
+                        also.push(shown_path(&side));
+                    }
+                }
+                let error = already_exists(&path);
+                if also.is_empty() {
+                    return Err(error);
+                }
+                return Err(anyhow::anyhow!(
+                    "{error}, together with {} next to it",
+                    also.join(", ")
+                ));
             }
         }
         let Some(name) = self.base.file_name().and_then(|n| n.to_str()) else {
@@ -173,7 +191,7 @@ fn sidecars(path: &Path) -> [PathBuf; 2] {
 fn already_exists(path: &Path) -> anyhow::Error {
     anyhow::anyhow!(
         "{} already exists; choose a new --db path or delete it",
-        visible(&path.display().to_string())
+        shown_path(path)
     )
 }
 

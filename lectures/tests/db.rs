@@ -160,6 +160,14 @@ async fn a_second_run_on_the_same_path_is_refused_and_the_file_is_left_alone() {
     assert!(second.stdout.is_empty(), "nothing runs");
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.contains(&refusal), "{stderr}");
+    // What the earlier run keeps next to its file is named with it: one clean-up.
+    assert!(
+        stderr.contains(&format!(
+            "together with {}-sessions next to it",
+            path.display()
+        )),
+        "{stderr}"
+    );
 
     // So does a desk, through the library.
     let (again, plan) = run_with("ex06", DbPlan::new(&path)).await;

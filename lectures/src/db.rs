@@ -12,18 +12,18 @@
 //!
 //! [`ledger_view`] is the other side: a person's process opening a file that an agent's
 //! process wrote (or is still writing: the database is in WAL mode) and printing the
-//! ledger and the open actions with the shell's renderers. It decides nothing and sends
-//! nothing; it never creates a file.
+//! ledger, a page at a time, most recent first, and the open actions with the shell's
+//! renderers. It opens the file read-only: it decides, sends and settles nothing, and
+//! creates no file, not even next to the database. [`ledger_check`] is SQLite's full
+//! check of every page, which opening never runs.
 
 use std::fs::OpenOptions;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use anyhow::Context as _;
-use kernel::{LedgerEntry, Overseer, SystemClock};
+use kernel::{LedgerEntry, LedgerId};
 use shell::{render_batch, render_ledger, render_rules};
-use store_sqlite::Database;
+use store_sqlite::{Database, LedgerReader, ReadEntry};
 
 use crate::setup::visible;
 
@@ -66,6 +66,40 @@ impl DbPlan {
         &self.opened
     }
 
+    /// What the desks of this run left on disk: each desk's file and, where present, its
+    /// write-ahead log, shared-memory file and directory of session locks.
+    pub fn leftovers(&self) -> Vec<PathBuf> {
+        self.opened
+            .iter()
+            .flat_map(|file| {
+                let side = |suffix: &str| {
+                    let mut name = file.as_os_str().to_owned();
+                    name.push(suffix);
+                    PathBuf::from(name)
+                };
+                [file.clone(), side("-wal"), side("-shm"), side("-sessions")]
+            })
+            .filter(|path| path.exists())
+            .collect()
+    }
+
+    /// For a run that failed: what it left on disk and how to clean it up before running
+    /// again with the same `--db`; `None` when it left nothing.
+    pub fn leftovers_note(&self) -> Option<String> {
+        let left = self.leftovers();
+        if left.is_empty() {
+            return None;
+        }
+        let names: Vec<String> = left.iter().map(|p| shown_path(p)).collect();
+        Some(format!(
+            "this run left {} behind: {}; delete {} to run again with --db {}, or choose a new --db path",
+            if left.len() == 1 { "a file" } else { "files" },
+            names.join(", "),
+            if left.len() == 1 { "it" } else { "them" },
+            shown_path(&self.base),
+        ))
+    }
+
     /// Refuses, before anything runs, a plan that would meet a file of an earlier run:
     /// `base`, its write-ahead log, or any `base.N` next to it. (Each desk checks its own
     /// file again when it creates it; this only makes the refusal come first, before a
@@ -73,7 +107,25 @@ impl DbPlan {
     pub fn check_free(&self) -> anyhow::Result<()> {
         for path in std::iter::once(self.base.clone()).chain(sidecars(&self.base)) {
             if path.exists() {
-                return Err(already_exists(&path));
+                // Everything an earlier run keeps next to its file, named at once, so
+                // one clean-up is enough.
+                let mut also = vec![];
+                for suffix in ["-wal", "-shm", "-sessions"] {
+                    let mut name = self.base.as_os_str().to_owned();
+                    name.push(suffix);
+                    let side = PathBuf::from(name);
+                    if side != path && side.exists() {
+                        also.push(shown_path(&side));
+                    }
+                }
+                let error = already_exists(&path);
+                if also.is_empty() {
+                    return Err(error);
+                }
+                return Err(anyhow::anyhow!(
+                    "{error}, together with {} next to it",
+                    also.join(", ")
+                ));
             }
         }
         let Some(name) = self.base.file_name().and_then(|n| n.to_str()) else {
@@ -139,7 +191,7 @@ fn sidecars(path: &Path) -> [PathBuf; 2] {
 fn already_exists(path: &Path) -> anyhow::Error {
     anyhow::anyhow!(
         "{} already exists; choose a new --db path or delete it",
-        visible(&path.display().to_string())
+        shown_path(path)
     )
 }
 
@@ -175,17 +227,138 @@ fn create_new(path: &Path) -> anyhow::Result<Database> {
     }
 }
 
-/// The ledger of an existing database at `path`, as a person reads it: every entry, then
-/// the actions still waiting for a decision, the auto-approval rules and whether the
-/// workspace is locked down.
-///
-/// Opens the file in this process next to any process still writing it. It never creates
-/// a file: a missing or empty path is an error. It decides nothing and sends nothing.
-/// Opening does run what store-sqlite runs on every open: a claim whose process has died
-/// is settled as "interrupted" (see `store_sqlite`), so the view shows what a restarted
-/// process would.
+/// Which page of the ledger [`ledger_view_page`] shows: at most `limit` entries, most
+/// recent first, with ids below `before` (from the newest when `None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerPage {
+    /// Show entries with ids below this one; `None` starts at the newest.
+    pub before: Option<u64>,
+    /// How many entries at most.
+    pub limit: usize,
+}
+
+impl Default for LedgerPage {
+    fn default() -> Self {
+        Self {
+            before: None,
+            limit: 50,
+        }
+    }
+}
+
+/// `path` as one line a terminal shows as written: line breaks and every other control
+/// character are shown as visible marks (`⟨U+000A⟩`), never acted on.
+pub fn shown_path(path: &Path) -> String {
+    one_line(&path.display().to_string())
+}
+
+fn one_line(text: &str) -> String {
+    let marked: String = text
+        .chars()
+        .map(|c| match c {
+            '\n' | '\r' | '\t' => format!("⟨U+{:04X}⟩", u32::from(c)),
+            c => c.to_string(),
+        })
+        .collect();
+    visible(&marked)
+}
+
+/// The first page of [`ledger_view_page`]: the newest entries.
 pub fn ledger_view(path: &Path) -> anyhow::Result<String> {
-    let shown = visible(&path.display().to_string());
+    ledger_view_page(path, LedgerPage::default())
+}
+
+/// One page of the ledger of an existing database at `path`, most recent first, as a
+/// person reads it; then the actions still waiting for a decision, the auto-approval
+/// rules and whether the workspace is locked down.
+///
+/// It opens the file read-only ([`store_sqlite::LedgerReader`]): no write access is
+/// needed, no file is created next to it (a backup on read-only media can be read), a
+/// process may be writing it meanwhile, and nothing is decided, sent or settled. It reads
+/// one page of entries and the open actions, never the whole ledger. An entry that cannot
+/// be read back is shown as unreadable instead of hiding the rest.
+pub fn ledger_view_page(path: &Path, page: LedgerPage) -> anyhow::Result<String> {
+    let reader = open_reader(path)?;
+    let shown = shown_path(path);
+    let failed = |error: store_sqlite::StoreError| anyhow::anyhow!(one_line(&error.to_string()));
+    let last = reader.last_id().map_err(failed)?;
+    let entries = reader
+        .page(page.before.map(LedgerId), page.limit.max(1))
+        .map_err(failed)?;
+    let mut out = String::new();
+    match (entries.first(), entries.last()) {
+        (Some(newest), Some(oldest)) => out.push_str(&format!(
+            "The ledger in {shown}: #{} to #{} of {last}, most recent first:\n",
+            read_id(newest),
+            read_id(oldest)
+        )),
+        _ => out.push_str(&format!("The ledger in {shown}:\n")),
+    }
+    out.push_str(&render_entries(&entries));
+    let oldest = entries.last().map_or(1, read_id);
+    if oldest > 1 {
+        out.push_str(&format!(
+            "Older entries: lectures ledger --db {shown} --before {oldest}\n"
+        ));
+    }
+    out.push('\n');
+    if reader.locked_down().map_err(failed)? {
+        out.push_str(
+            "The workspace is locked down (it has read sensitive data): nothing may be applied.\n",
+        );
+    }
+    let rules = reader.rules().map_err(failed)?;
+    let (open, unreadable): (Vec<_>, Vec<_>) = reader
+        .open_actions()
+        .map_err(failed)?
+        .into_iter()
+        .partition(Result::is_ok);
+    let open: Vec<LedgerEntry> = open.into_iter().flatten().collect();
+    out.push_str(&format!("{}\n", render_batch(&open, &rules)));
+    for entry in unreadable.into_iter().filter_map(Result::err) {
+        out.push_str(&format!(
+            "  {}  open, but unreadable: {}\n",
+            entry.id,
+            one_line(&entry.reason)
+        ));
+    }
+    let claimed = reader.claimed().map_err(failed)?;
+    if !claimed.is_empty() {
+        let ids: Vec<String> = claimed.iter().map(ToString::to_string).collect();
+        out.push_str(&format!(
+            "Claimed, and so possibly sent: {}; a process that opens the file to write settles the claim of a process that died (outcome unknown).\n",
+            ids.join(", ")
+        ));
+    }
+    // Rule labels and enablers are untrusted: the shell renders them as it renders the batch.
+    out.push_str(&format!("{}\n", render_rules(&rules)));
+    Ok(out)
+}
+
+/// SQLite's full integrity check of the database at `path`, read-only. It reads every
+/// page (opening a file never does); the answer says what it found.
+pub fn ledger_check(path: &Path) -> anyhow::Result<String> {
+    let reader = open_reader(path)?;
+    let shown = shown_path(path);
+    let findings = reader
+        .check_integrity(100)
+        .map_err(|e| anyhow::anyhow!(one_line(&e.to_string())))?;
+    if findings.is_empty() {
+        return Ok(format!(
+            "{shown} passed SQLite's full integrity check: every page was read and is sound.\n"
+        ));
+    }
+    let mut text = format!(
+        "SQLite's full integrity check of {shown} found damage; restore the file from a backup:\n"
+    );
+    for finding in findings {
+        text.push_str(&format!("  {}\n", one_line(&finding)));
+    }
+    anyhow::bail!(text.trim_end().to_owned())
+}
+
+fn open_reader(path: &Path) -> anyhow::Result<LedgerReader> {
+    let shown = shown_path(path);
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
         Err(error) if error.kind() == io::ErrorKind::NotFound => anyhow::bail!(
@@ -193,39 +366,47 @@ pub fn ledger_view(path: &Path) -> anyhow::Result<String> {
         ),
         Err(error) => anyhow::bail!("cannot read {shown}: {error}"),
     };
-    if !meta.is_file() {
-        anyhow::bail!("{shown} is not a file; name the database file a lecture wrote");
-    }
-    if meta.len() == 0 {
+    if meta.is_file() && meta.len() == 0 {
         anyhow::bail!(
             "{shown} is empty: it holds no ledger; name the database file a lecture wrote"
         );
     }
-    let database =
-        Database::open(path).with_context(|| format!("cannot read the ledger in {shown}"))?;
-    // No gatekeeper is registered: this process only reads. The clock is never read for
-    // anything shown here (entries carry the times they were written with).
-    let overseer = Overseer::with_store(database.ledger(), Arc::new(SystemClock));
-    let entries = overseer.ledger()?;
-    // `Overseer::open_actions` lists the open actions of registered gatekeepers only;
-    // with none registered, pick them from the ledger itself.
-    let open: Vec<LedgerEntry> = entries
-        .iter()
-        .filter(|e| e.action().is_some_and(|a| a.is_open()))
-        .cloned()
-        .collect();
-    let rules = overseer.rules()?;
-    let mut out = String::new();
-    out.push_str(&format!("The ledger in {shown}:\n"));
-    out.push_str(&format!("{}\n", render_ledger(&entries)));
-    out.push('\n');
-    if overseer.is_locked_down()? {
-        out.push_str(
-            "The workspace is locked down (it has read sensitive data): nothing may be applied.\n",
-        );
+    LedgerReader::open(path).map_err(|e| anyhow::anyhow!(one_line(&e.to_string())))
+}
+
+fn read_id(entry: &ReadEntry) -> u64 {
+    match entry {
+        Ok(entry) => entry.id.0,
+        Err(unreadable) => unreadable.id.0,
     }
-    out.push_str(&format!("{}\n", render_batch(&open, &rules)));
-    // Rule labels and enablers are untrusted: the shell renders them as it renders the batch.
-    out.push_str(&format!("{}\n", render_rules(&rules)));
-    Ok(out)
+}
+
+/// The entries of a page: runs of readable entries as the shell's ledger table, an
+/// unreadable one as a line that says so.
+fn render_entries(entries: &[ReadEntry]) -> String {
+    if entries.is_empty() {
+        return format!("{}\n", render_ledger(&[]));
+    }
+    let mut out = String::new();
+    let mut run: Vec<LedgerEntry> = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(entry) => run.push(entry.clone()),
+            Err(unreadable) => {
+                if !run.is_empty() {
+                    out.push_str(&format!("{}\n", render_ledger(&run)));
+                    run.clear();
+                }
+                out.push_str(&format!(
+                    "  {}  unreadable: {}\n",
+                    unreadable.id,
+                    one_line(&unreadable.reason)
+                ));
+            }
+        }
+    }
+    if !run.is_empty() {
+        out.push_str(&format!("{}\n", render_ledger(&run)));
+    }
+    out
 }

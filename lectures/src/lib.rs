@@ -36,7 +36,7 @@ pub mod ex09_approval_gap;
 pub mod ex10_dependencies;
 pub mod ex11_order_and_revert;
 
-pub use db::{DbPlan, ledger_view};
+pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
     Context, Lecture, LectureFuture, find, list, run_lecture, snapshot_filters, transcript,
     valid_names,

@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use lectures::{
-    Context, DbPlan, LECTURES, Lecture, find, ledger_view, list, run_lecture, valid_names,
+    Context, DbPlan, LECTURES, Lecture, LedgerPage, find, ledger_check, ledger_view_page, list,
+    run_lecture, valid_names,
 };
 use shell::Interactive;
 
@@ -40,15 +41,32 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum View {
-    /// Print the ledger and the open actions of the existing database named by `--db`
-    /// (read-only: nothing is decided or sent, no file is created). Works while another
-    /// process is writing the file.
-    Ledger,
+    /// Print a page of the ledger (most recent first) and the open actions of the
+    /// existing database named by `--db` (read-only: nothing is decided or sent, no file
+    /// is created, write access is not needed). Works while another process is writing
+    /// the file.
+    Ledger {
+        /// How many entries to show.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Show the entries before this id (the next page of an earlier view).
+        #[arg(long, value_name = "ID")]
+        before: Option<u64>,
+        /// Instead, run SQLite's full integrity check of the file: it reads every page,
+        /// which opening the file never does. Exits non-zero if it finds damage.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(View::Ledger) = &args.view {
+    if let Some(View::Ledger {
+        limit,
+        before,
+        check,
+    }) = &args.view
+    {
         let Some(db) = &args.db else {
             eprintln!("name the database to read: lectures ledger --db PATH");
             return ExitCode::from(2);
@@ -57,7 +75,18 @@ fn main() -> ExitCode {
             eprintln!("`ledger` only reads a database: run it alone, as lectures ledger --db PATH");
             return ExitCode::from(2);
         }
-        return match ledger_view(db) {
+        let text = if *check {
+            ledger_check(db)
+        } else {
+            ledger_view_page(
+                db,
+                LedgerPage {
+                    before: *before,
+                    limit: *limit,
+                },
+            )
+        };
+        return match text {
             Ok(text) => {
                 let mut out = io::stdout().lock();
                 match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -113,6 +142,7 @@ fn main() -> ExitCode {
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let stdin = io::stdin();
+    let mut leftovers = None;
     let result = runtime.block_on(async {
         let mut cx = if args.interactive {
             let piped = !stdin.is_terminal();
@@ -130,9 +160,10 @@ fn main() -> ExitCode {
             if n > 0 {
                 writeln!(cx)?;
             }
-            run_lecture(lecture, &mut cx)
-                .await
-                .map_err(|e| e.context(format!("lecture {} failed", lecture.name)))?;
+            if let Err(error) = run_lecture(lecture, &mut cx).await {
+                leftovers = cx.db().and_then(DbPlan::leftovers_note);
+                return Err(error.context(format!("lecture {} failed", lecture.name)));
+            }
         }
         anyhow::Ok(())
     });
@@ -141,6 +172,9 @@ fn main() -> ExitCode {
         (Ok(()), Ok(())) => ExitCode::SUCCESS,
         (Err(error), _) => {
             eprintln!("{error:#}");
+            if let Some(note) = leftovers {
+                eprintln!("{note}");
+            }
             ExitCode::FAILURE
         }
         (Ok(()), Err(error)) => {

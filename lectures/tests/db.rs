@@ -11,7 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gatekeeper_core::ActionState;
 use gatekeeper_core::store::INTERRUPTED_MESSAGE;
 use kernel::DriverActionId;
-use lectures::{Context, DbPlan, LECTURES, find, ledger_view, run_lecture, transcript};
+use lectures::{
+    Context, DbPlan, LECTURES, LedgerPage, find, ledger_check, ledger_view, ledger_view_page,
+    run_lecture, transcript,
+};
 use store_sqlite::Database;
 
 /// A directory under the system's temp dir, removed when dropped.
@@ -157,6 +160,14 @@ async fn a_second_run_on_the_same_path_is_refused_and_the_file_is_left_alone() {
     assert!(second.stdout.is_empty(), "nothing runs");
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.contains(&refusal), "{stderr}");
+    // What the earlier run keeps next to its file is named with it: one clean-up.
+    assert!(
+        stderr.contains(&format!(
+            "together with {}-sessions next to it",
+            path.display()
+        )),
+        "{stderr}"
+    );
 
     // So does a desk, through the library.
     let (again, plan) = run_with("ex06", DbPlan::new(&path)).await;
@@ -204,16 +215,19 @@ async fn the_ledger_view_lists_the_ex06_entries() {
 
     let view = ledger_view(&path).expect("reads the file");
     assert!(
-        view.starts_with(&format!("The ledger in {}:\n", path.display())),
+        view.starts_with(&format!(
+            "The ledger in {}: #4 to #1 of 4, most recent first:\n",
+            path.display()
+        )),
         "{view}"
     );
     let entries: Vec<&str> = view.lines().filter(|l| l.starts_with("  #")).collect();
     assert_eq!(entries.len(), 4, "{view}");
     for (line, (id, state)) in entries.iter().zip([
-        ("#1", "approved"),
-        ("#2", "failed, final"),
-        ("#3", "approved"),
         ("#4", "failed, final"),
+        ("#3", "approved"),
+        ("#2", "failed, final"),
+        ("#1", "approved"),
     ]) {
         assert!(line.starts_with(&format!("  {id} ")), "{line}");
         assert!(line.contains(state), "{line}");
@@ -345,4 +359,267 @@ async fn with_a_db_every_desk_has_its_own_file_and_every_other_lecture_reads_the
     let liar = ledger_view(&ex02[1]).expect("reads");
     assert!(liar.contains("[liar]"), "{liar}");
     assert!(liar.contains("Nothing waits for you."), "{liar}");
+}
+
+/// The names in a directory, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("lists")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A database file of `n` observations, written through store-sqlite, closed.
+fn observations(path: &Path, n: u64) {
+    let db = Database::open(path).expect("creates");
+    let ledger = db.ledger();
+    for i in 1..=n {
+        ledger
+            .insert(&mut |id| kernel::LedgerEntry {
+                id,
+                gatekeeper: "wiki".into(),
+                caller: "agent".into(),
+                created_at: kernel::Timestamp(i),
+                body: kernel::EntryBody::Observation(kernel::ObservationDescription::new(
+                    format!("read page {i}"),
+                    "",
+                )),
+            })
+            .expect("writes");
+    }
+}
+
+#[tokio::test]
+async fn the_ledger_view_creates_nothing_next_to_the_file_and_needs_no_write_access() {
+    let dir = TempDir::new("read-only");
+    let home = dir.join("home");
+    std::fs::create_dir(&home).expect("dir");
+    let path = home.join("gate.db");
+    let (text, _) = run_with("ex06", DbPlan::new(&path)).await;
+    text.expect("ex06 runs on a file");
+    let _ = std::fs::remove_dir_all(home.join("gate.db-sessions"));
+    let before = listing(&home);
+    assert_eq!(before, ["gate.db"], "the run closed its file");
+
+    let view = ledger_view(&path).expect("reads");
+    assert!(view.contains("#4 to #1 of 4"), "{view}");
+    assert_eq!(
+        listing(&home),
+        before,
+        "no session lock, no log, no shared memory"
+    );
+
+    // On read-only media: a read-only file in a directory that takes no new file.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+    let frozen = std::fs::File::create(home.join("probe")).is_err();
+    let again = ledger_view(&path);
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    if frozen {
+        assert_eq!(again.expect("reads a read-only file"), view);
+    } else {
+        // Root: permissions do not stop it; the listing check above still holds.
+        let _ = std::fs::remove_file(home.join("probe"));
+        again.expect("reads");
+    }
+    assert_eq!(listing(&home), before);
+}
+
+#[tokio::test]
+async fn the_ledger_view_pages_most_recent_first() {
+    let dir = TempDir::new("pages");
+    let path = dir.join("gate.db");
+    observations(&path, 120);
+    let ids = |view: &str| -> Vec<String> {
+        view.lines()
+            .filter(|l| l.starts_with("  #"))
+            .map(|l| l.split_whitespace().next().expect("an id").to_owned())
+            .collect()
+    };
+    let first = ledger_view_page(
+        &path,
+        LedgerPage {
+            before: None,
+            limit: 50,
+        },
+    )
+    .expect("reads");
+    assert!(
+        first.contains("#120 to #71 of 120, most recent first"),
+        "{first}"
+    );
+    let expected: Vec<String> = (71..=120).rev().map(|i| format!("#{i}")).collect();
+    assert_eq!(ids(&first), expected);
+    assert!(
+        first.contains(&format!(
+            "Older entries: lectures ledger --db {} --before 71",
+            path.display()
+        )),
+        "{first}"
+    );
+    let last = ledger_view_page(
+        &path,
+        LedgerPage {
+            before: Some(21),
+            limit: 50,
+        },
+    )
+    .expect("reads");
+    let expected: Vec<String> = (1..=20).rev().map(|i| format!("#{i}")).collect();
+    assert_eq!(ids(&last), expected);
+    assert!(!last.contains("Older entries"), "{last}");
+
+    // The binary takes the same page.
+    let output = runner()
+        .args(["ledger", "--limit", "3", "--before", "5", "--db"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        ids(&String::from_utf8_lossy(&output.stdout)),
+        ["#4", "#3", "#2"]
+    );
+}
+
+#[tokio::test]
+async fn the_ledger_view_shows_one_unreadable_entry_and_the_rest() {
+    let dir = TempDir::new("unreadable");
+    let path = dir.join("gate.db");
+    observations(&path, 5);
+    // An entry nested too deeply to read back, as staging once let through.
+    let deep = format!("{{\"title\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+    damage_entry_3(&path, &deep);
+    let view = ledger_view(&path).expect("the rest is readable");
+    let line = view
+        .lines()
+        .find(|l| l.starts_with("  #3 "))
+        .unwrap_or_else(|| panic!("#3 is listed: {view}"));
+    assert!(
+        line.contains("unreadable: the description of ledger entry 3 cannot be read back"),
+        "{line}"
+    );
+    for id in ["#5", "#4", "#2", "#1"] {
+        assert!(
+            view.lines().any(|l| l.starts_with(&format!("  {id} "))),
+            "{id}: {view}"
+        );
+    }
+}
+
+/// Replace entry 3's description with `json`, behind store-sqlite's back.
+fn damage_entry_3(path: &Path, json: &str) {
+    let raw = rusqlite::Connection::open(path).expect("opens");
+    let changed = raw
+        .execute(
+            "UPDATE ledger SET description_json = ?1 WHERE id = 3",
+            [json],
+        )
+        .expect("writes");
+    assert_eq!(changed, 1);
+}
+
+#[tokio::test]
+async fn a_newline_in_the_database_path_is_shown_not_printed() {
+    let dir = TempDir::new("newline");
+    let path = dir.join("gate\n.db");
+    observations(&path, 1);
+    let view = ledger_view(&path).expect("reads");
+    let header = view.lines().next().expect("a header");
+    assert!(header.starts_with("The ledger in "), "{view}");
+    assert!(header.contains("gate⟨U+000A⟩.db"), "{header}");
+    assert!(header.ends_with("most recent first:"), "{header}");
+}
+
+#[tokio::test]
+async fn the_full_check_is_a_command_of_its_own() {
+    let dir = TempDir::new("check");
+    let path = dir.join("gate.db");
+    observations(&path, 3);
+    let text = ledger_check(&path).expect("sound");
+    assert!(
+        text.contains("passed SQLite's full integrity check"),
+        "{text}"
+    );
+    let output = runner()
+        .args(["ledger", "--check", "--db"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout), text);
+}
+
+#[tokio::test]
+async fn a_failed_run_says_what_it_left_and_how_to_clean_it() {
+    let dir = TempDir::new("leftovers");
+    let path = dir.join("gate.db");
+    // ex02's second desk cannot open: something is in the way of its session locks.
+    std::fs::write(dir.join("gate.db.2-sessions"), b"in the way").expect("writes");
+    let output = runner()
+        .args(["ex02", "--db"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("gate.db.2-sessions is in the way"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("this run left files behind: "), "{stderr}");
+    assert!(
+        stderr.contains("delete them to run again with --db"),
+        "{stderr}"
+    );
+    let note = stderr
+        .lines()
+        .find(|l| l.starts_with("this run left"))
+        .expect("the note");
+    let listed = note
+        .trim_start_matches("this run left files behind: ")
+        .split("; delete")
+        .next()
+        .expect("the list");
+    let listed: Vec<&str> = listed.split(", ").collect();
+    assert!(
+        listed.contains(&path.to_str().expect("utf-8")),
+        "{listed:?}"
+    );
+    assert!(
+        !listed.iter().any(|p| p.contains(".db.2")),
+        "the refused desk left nothing: {listed:?}"
+    );
+
+    // Doing what it says (and moving the obstacle aside) lets the same command run.
+    for file in listed {
+        let file = Path::new(file);
+        if file.is_dir() {
+            std::fs::remove_dir_all(file).expect("removes");
+        } else {
+            std::fs::remove_file(file).expect("removes");
+        }
+    }
+    std::fs::remove_file(dir.join("gate.db.2-sessions")).expect("removes");
+    let again = runner()
+        .args(["ex02", "--db"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 }

@@ -15,6 +15,9 @@ cargo xtask <task>
 Tasks:
   lecture <name>|all|--list [--interactive] [--db PATH]
                  run a lecture (ex01..ex11), all of them in order, or list them
+  lecture ledger --db PATH [--limit N] [--before ID] [--check]
+                 read a database a run left, read-only: a page of its ledger, most
+                 recent first, and its open actions; or its full integrity check
   tidy           check file headers and the crate dependency direction
   ci             what CI runs: fmt --check, clippy -D warnings, tests
 ";

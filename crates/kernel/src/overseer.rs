@@ -73,6 +73,19 @@ pub enum DecisionError {
     /// Another decision on the same action is under way.
     #[error("action {0} is being decided right now; wait for that to finish")]
     InFlight(LedgerId),
+    /// Another kernel sharing the ledger (another process on the same file) decided the
+    /// action, or is deciding it, first; nothing was recorded or sent by this one.
+    #[error("{}", decided_elsewhere(*id, by.as_deref(), *state, *open))]
+    DecidedElsewhere {
+        /// The action.
+        id: LedgerId,
+        /// Who decided, as the ledger says (`None` if it does not say yet).
+        by: Option<String>,
+        /// Its state now.
+        state: ActionState,
+        /// Whether it is still open: the other decision is under way.
+        open: bool,
+    },
     /// Lockdown forbids applying anything.
     #[error(
         "this workspace has observed sensitive data, so action {0} cannot be applied; reject it instead"
@@ -116,6 +129,19 @@ pub enum DecisionError {
     /// The storage port failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+fn decided_elsewhere(id: LedgerId, by: Option<&str>, state: ActionState, open: bool) -> String {
+    let by = by.map_or_else(String::new, |by| format!(" by {by}"));
+    if open {
+        format!(
+            "action {id} is being decided{by} in another process; wait for that to finish, then list pending work"
+        )
+    } else {
+        format!(
+            "action {id} was already decided{by}: it is {state}; list pending work to see what is left"
+        )
+    }
 }
 
 /// What a rejection did.
@@ -750,7 +776,18 @@ impl Inner {
             at: self.clock.now(),
             cause: None,
         };
-        self.store.record_attempt(id, &resolution)?;
+        if !self.store.record_attempt(id, &resolution)? {
+            let now = self.store.get(id)?;
+            let action = now.as_ref().and_then(LedgerEntry::action);
+            return Err(DecisionError::DecidedElsewhere {
+                id,
+                by: action
+                    .and_then(|a| a.resolution.as_ref())
+                    .map(|r| r.by.clone()),
+                state: action.map_or(ActionState::Pending, |a| a.state),
+                open: action.is_some_and(ActionEntry::is_open),
+            });
+        }
         record.resolution = Some(resolution);
         // Events, not a span, on this path: it runs once per applied action and a span
         // per apply would cost more than the rest of the kernel's work for it.
@@ -875,9 +912,16 @@ impl Inner {
                 by: &rule.enabled_by,
                 auto: true,
             };
-            if let Err(error) = self.apply_claimed(slot, entry, &*gatekeeper, decider).await {
-                warn!(action = %id, %error, "auto-approval stopped");
-                return Ok(());
+            match self.apply_claimed(slot, entry, &*gatekeeper, decider).await {
+                Ok(()) => {}
+                // Another process decided it first: it no longer holds anything back.
+                Err(DecisionError::DecidedElsewhere { open: false, .. }) => {
+                    debug!(action = %id, "decided elsewhere: drain goes on");
+                }
+                Err(error) => {
+                    warn!(action = %id, %error, "auto-approval stopped");
+                    return Ok(());
+                }
             }
         }
         Ok(())

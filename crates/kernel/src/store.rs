@@ -39,7 +39,12 @@ pub trait LedgerStore: Send + Sync {
     /// Record who decided an open action, just before its driver is called; the action
     /// stays open. A durable backend may let this write ride with its next commit,
     /// provided that commit comes before anything is sent (the driver's claim).
-    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<(), StorageError>;
+    ///
+    /// The check and the write are one step: returns `false`, having written nothing, if
+    /// the action is no longer open, or if another process sharing the store is deciding
+    /// it right now. Only then may two kernels on one store race for one action and the
+    /// ledger still name the one that decided.
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<bool, StorageError>;
 
     /// Every entry, in ascending id.
     fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError>;
@@ -185,15 +190,18 @@ impl LedgerStore for MemoryLedger {
         Ok(())
     }
 
-    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<(), StorageError> {
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<bool, StorageError> {
         let mut tables = self.tables();
         let Some(action) = tables.slot_mut(id).and_then(LedgerEntry::action_mut) else {
             return Err(StorageError(format!(
                 "no action {id} to record a decision on"
             )));
         };
+        if !action.is_open() {
+            return Ok(false);
+        }
         action.resolution = Some(resolution.clone());
-        Ok(())
+        Ok(true)
     }
 
     fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError> {

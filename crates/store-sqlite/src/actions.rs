@@ -93,22 +93,38 @@ fn record_of(row: &Row<'_>, staged: &mut Staged) -> Result<ActionRecord, Error> 
         Some(known) => known.clone(),
         None => {
             let tool: Arc<str> = Arc::from(row.get_ref(1)?.as_str()?);
-            let args: Value = serde_json::from_str(row.get_ref(2)?.as_str()?)
-                .map_err(|e| StoreError::decode(what(), e))?;
-            if staged.len() >= STAGED_CACHE {
-                staged.clear();
+            match crate::json::read::<Value>(
+                row.get_ref(2)?.as_str()?,
+                &format!("the arguments of {}", what()),
+            ) {
+                Ok(args) => {
+                    if staged.len() >= STAGED_CACHE {
+                        staged.clear();
+                    }
+                    let known = (tool, Arc::new(args));
+                    staged.insert(id.0, known.clone());
+                    known
+                }
+                // Arguments that cannot be read back (staged before the depth limit, or
+                // edited by hand) must not make the record unreadable: it could then be
+                // neither approved nor rejected. `null` stands for them (stored
+                // arguments are always an object), and a claim of such a record is
+                // refused (see `refuse_unreadable_claim`), so it is never sent.
+                Err(error) => {
+                    tracing::warn!(action = %id, %error, "action.args.unreadable");
+                    (tool, Arc::new(Value::Null))
+                }
             }
-            let known = (tool, Arc::new(args));
-            staged.insert(id.0, known.clone());
-            known
         }
     };
     let state = match row.get::<_, String>(3)?.as_str() {
         "pending" => ActionState::Pending,
         "applying" => ActionState::Applying,
         "applied" => {
-            let result: ToolResult = serde_json::from_str(&row.get::<_, String>(8)?)
-                .map_err(|e| StoreError::decode(what(), e))?;
+            let result: ToolResult = crate::json::read(
+                &row.get::<_, String>(8)?,
+                &format!("the result of {}", what()),
+            )?;
             ActionState::Applied {
                 result: Arc::new(result),
             }
@@ -163,10 +179,17 @@ fn state_columns(record: &ActionRecord) -> Result<StateColumns<'_>, Error> {
         ActionState::Pending => plain("pending"),
         ActionState::Applying => plain("applying"),
         ActionState::Applied { result } => {
+            let what = format!("the result of action {}", record.id);
+            let mut json = serde_json::to_string(&**result)
+                .map_err(|e| StoreError::decode(what.clone(), e))?;
+            if let Err(too_deep) = crate::json::readable(&json, &what) {
+                // The call was sent and succeeded: keep that, with a note in place of a
+                // reply that could not be read back (as for a reply too large to keep).
+                let note = ToolResult::from_text(format!("the reply was not kept: {too_deep}"));
+                json = serde_json::to_string(&note).map_err(|e| StoreError::decode(what, e))?;
+            }
             StateColumns {
-                result_json: Some(serde_json::to_string(&**result).map_err(|e| {
-                    StoreError::decode(format!("result of action {}", record.id), e)
-                })?),
+                result_json: Some(json),
                 ..plain("applied")
             }
         }
@@ -272,6 +295,33 @@ pub(crate) fn interrupt_dead_claims(db: &Database) -> Result<usize, StoreError> 
     })
 }
 
+/// Refuse to claim a record whose stored arguments cannot be read back (`record_of`
+/// stands `null` for them): what would be sent is not what the agent staged. The
+/// refusal says why; the record stays as it is and can be rejected.
+fn refuse_unreadable_claim(
+    conn: &Conn,
+    gatekeeper: &str,
+    record: &ActionRecord,
+) -> Result<(), Error> {
+    if record.state != ActionState::Applying || !record.args.is_null() {
+        return Ok(());
+    }
+    let stored: String = conn
+        .db
+        .prepare_cached("SELECT args_json FROM actions WHERE gatekeeper = ?1 AND id = ?2")?
+        .query_row(params![gatekeeper, i64_of(record.id.0)], |r| r.get(0))?;
+    let what = format!("the arguments of action {}", record.id);
+    let reason = match crate::json::read::<Value>(&stored, &what) {
+        Err(error) => error.to_string(),
+        Ok(_) => format!("{what} were not readable when the record was read"),
+    };
+    Err(StoreError::Unsendable {
+        id: record.id.0,
+        reason,
+    }
+    .into())
+}
+
 fn compare_and_set_in(
     conn: &mut Conn,
     shared: &crate::db::Shared,
@@ -304,6 +354,35 @@ fn compare_and_set_in(
                 _ => false,
             }
         }
+    } else if record.state == ActionState::Rejected && session.is_some() {
+        // A rejection is a decision: refused while another live process is deciding the
+        // same action in the ledger, and otherwise marked as this process's decision in
+        // the same transaction, so no other process can record itself as the decider
+        // before this process's kernel records the rejection.
+        let deciding: Option<Option<String>> = conn
+            .db
+            .prepare_cached(
+                "SELECT deciding_session FROM ledger
+                 WHERE kind = 'action' AND gatekeeper = ?1 AND driver_id = ?2",
+            )?
+            .query_row(params![&**gatekeeper, i64_of(record.id.0)], |r| r.get(0))
+            .optional()?;
+        if let Some(Some(other)) = &deciding
+            && Some(other.as_str()) != session
+            && shared.claimant_alive(Some(other))
+        {
+            return Ok(false);
+        }
+        let written = write_state(&conn.db, gatekeeper, from, record, session, None)?;
+        if written && deciding.is_some() {
+            conn.db
+                .prepare_cached(
+                    "UPDATE ledger SET deciding_session = ?3
+                     WHERE kind = 'action' AND gatekeeper = ?1 AND driver_id = ?2",
+                )?
+                .execute(params![&**gatekeeper, i64_of(record.id.0), session])?;
+        }
+        written
     } else {
         write_state(&conn.db, gatekeeper, from, record, session, None)?
     };
@@ -407,6 +486,9 @@ impl ActionStorage for SqliteActionStorage {
     ) -> Result<Option<DriverActionId>, StorageError> {
         let args_json = serde_json::to_string(&*args)
             .map_err(|e| port(StoreError::decode("tool arguments", e)))?;
+        // Nothing is staged that could not be read back (after a restart it could be
+        // neither approved nor rejected): the same limit as the read, checked now.
+        crate::json::readable(&args_json, "the call's arguments").map_err(port)?;
         let staged_args = args;
         let gatekeeper = &*self.gatekeeper;
         self.db
@@ -483,8 +565,9 @@ impl ActionStorage for SqliteActionStorage {
         } else {
             Durability::Deferred
         };
-        // Recovery writes the ledger entry too; every other transition is one UPDATE.
-        let steps = if is_interruption(record) {
+        // Recovery writes the ledger entry too, and so does a rejection (the session
+        // deciding it); every other transition is one UPDATE.
+        let steps = if is_interruption(record) || record.state == ActionState::Rejected {
             Steps::Many
         } else {
             Steps::One
@@ -492,6 +575,7 @@ impl ActionStorage for SqliteActionStorage {
         let shared = self.db.shared();
         shared
             .write(durability, steps, |conn| {
+                refuse_unreadable_claim(conn, &self.gatekeeper, record)?;
                 compare_and_set_in(conn, shared, &self.gatekeeper, from, record)
             })
             .map_err(port)

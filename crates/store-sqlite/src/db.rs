@@ -39,7 +39,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::{BUSY_TIMEOUT, StoreError};
 use crate::known::Known;
-use crate::schema::{APPLICATION_ID, SCHEMA_VERSION};
+use crate::schema::{APPLICATION_ID, EXPECTED_COLUMNS, SCHEMA_VERSION};
 use crate::session::{self, Session};
 
 /// How long a deferred write may wait for a commit to ride with before the flusher
@@ -217,6 +217,74 @@ impl Shared {
         f(&conn.db).map_err(|e| self.sorted(e))
     }
 
+    /// The connection, ready to write: a transaction is open (on a file, this
+    /// connection holds the write lock), or none is and, in memory, the caller opens one.
+    ///
+    /// On a file, waiting for another process's write lock happens here, with the mutex
+    /// *released* between attempts: reads of this process (which in WAL mode never wait
+    /// for a writer) go on meanwhile instead of queueing behind the waiting write. Gives
+    /// up with [`StoreError::Busy`] after [`BUSY_TIMEOUT`].
+    ///
+    /// Also returns whether this call opened the transaction (in memory: whether the
+    /// caller must).
+    fn lock_for_write(&self) -> Result<(MutexGuard<'_, Conn>, bool), StoreError> {
+        let started = Instant::now();
+        let mut pause = Duration::from_micros(100);
+        loop {
+            let mut guard = self.lock();
+            if guard.closed {
+                return Err(StoreError::Closed);
+            }
+            if guard.in_memory || guard.batch.is_some() {
+                let open = guard.batch.is_none();
+                return Ok((guard, open));
+            }
+            let conn = &mut *guard;
+            // Ask once, without SQLite's own busy wait (which would hold the mutex).
+            let begun = conn
+                .db
+                .busy_timeout(Duration::ZERO)
+                .and_then(|()| run(&conn.db, "BEGIN IMMEDIATE"));
+            let restored = conn.db.busy_timeout(BUSY_TIMEOUT);
+            match begun.and(restored) {
+                Ok(()) => {
+                    if let Err(error) = conn.check_data_version() {
+                        let _ = run(&conn.db, "ROLLBACK");
+                        conn.known.forget();
+                        return Err(self.sorted(error.into()));
+                    }
+                    conn.batch = Some(Batch {
+                        opened: Instant::now(),
+                        writes: 0,
+                        handed_out: Vec::new(),
+                    });
+                    return Ok((guard, true));
+                }
+                Err(error)
+                    if matches!(
+                        error.sqlite_error_code(),
+                        Some(
+                            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                        )
+                    ) && started.elapsed() < BUSY_TIMEOUT =>
+                {
+                    if !conn.db.is_autocommit() {
+                        let _ = run(&conn.db, "ROLLBACK");
+                    }
+                    drop(guard);
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                Err(error) => {
+                    if !conn.db.is_autocommit() {
+                        let _ = run(&conn.db, "ROLLBACK");
+                    }
+                    return Err(self.sorted(error.into()));
+                }
+            }
+        }
+    }
+
     /// Run a write as one atomic step, committed now or deferred.
     ///
     /// `steps` says whether `f` may leave a partial write behind if it fails: with
@@ -229,14 +297,10 @@ impl Shared {
         steps: Steps,
         f: impl FnOnce(&mut Conn) -> Result<T, Error>,
     ) -> Result<T, StoreError> {
-        let mut guard = self.lock();
+        let (mut guard, opened_here) = self.lock_for_write()?;
         let conn = &mut *guard;
-        if conn.closed {
-            return Err(StoreError::Closed);
-        }
-        let opened_here = conn.batch.is_none();
         let savepoint = !opened_here && steps == Steps::Many;
-        let begin = if opened_here {
+        let begin = if opened_here && conn.in_memory {
             Some("BEGIN IMMEDIATE")
         } else if savepoint {
             Some("SAVEPOINT op")
@@ -249,15 +313,7 @@ impl Shared {
             self.after_error(conn);
             return Err(self.sorted(error.into()));
         }
-        if opened_here
-            && !conn.in_memory
-            && let Err(error) = conn.check_data_version()
-        {
-            let _ = run(&conn.db, "ROLLBACK");
-            conn.known.forget();
-            return Err(self.sorted(error.into()));
-        }
-        if opened_here {
+        if opened_here && conn.batch.is_none() {
             conn.batch = Some(Batch {
                 opened: Instant::now(),
                 writes: 0,
@@ -461,23 +517,74 @@ impl std::fmt::Debug for Database {
 impl Database {
     /// Open (or create) the database file at `path`.
     ///
-    /// Before anything is written, the file is checked: that it is an SQLite database
-    /// at all, that it is ours (`application_id`), that its schema is not newer than this
-    /// build (`user_version`), that its pages pass SQLite's `quick_check`, and that its
-    /// location can be written. Any failure is a clear [`StoreError`] and leaves the file
-    /// untouched.
+    /// Before anything is written, the path and the file are checked: that it is a regular
+    /// file (or nothing yet), that it is an SQLite database at all, that it is ours
+    /// (`application_id`), that its schema is not newer than this build (`user_version`)
+    /// and its tables are those of its version, that it is not shorter than its header
+    /// says, and that its location can be written. Any failure is a clear [`StoreError`],
+    /// leaves the file untouched, and leaves nothing next to it that this call created.
+    ///
+    /// Opening reads a fixed handful of pages, never the whole file: a full check of
+    /// every page is an explicit step, [`crate::LedgerReader::check_integrity`].
     ///
     /// Then: write-ahead logging, `synchronous=FULL`, the schema if the file is new, and
     /// the ledger reconciled with the action stores (see the crate docs).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
+        // Before SQLite touches anything: a directory, a device or a pipe is refused
+        // here, so nothing (a journal, the session locks) is created next to it.
+        check_regular_file(&path, true)?;
+        let sessions = session::sessions_dir(&path);
+        if sessions.exists() && !sessions.is_dir() {
+            return Err(StoreError::InTheWay {
+                path: sessions,
+                detail:
+                    "it must be the directory of this database's session locks, and it is a file"
+                        .into(),
+            });
+        }
+        // What a refused open must not leave behind: whatever it created.
+        let created: Vec<PathBuf> = [
+            path.clone(),
+            sidecar(&path, "-wal"),
+            sidecar(&path, "-shm"),
+            sidecar(&path, "-journal"),
+            sessions.clone(),
+        ]
+        .into_iter()
+        .filter(|p| !p.exists())
+        .collect();
+        match Self::open_checked(path) {
+            Ok(database) => Ok(database),
+            Err(error) => {
+                // Another process may have opened the file meanwhile (its session lock
+                // would be in the directory): then what was created is its, not ours.
+                let shared_meanwhile = std::fs::read_dir(&sessions)
+                    .map(|mut entries| entries.next().is_some())
+                    .unwrap_or(false);
+                if shared_meanwhile {
+                    return Err(error);
+                }
+                for leftover in created {
+                    if leftover.is_dir() {
+                        let _ = std::fs::remove_dir_all(&leftover);
+                    } else {
+                        let _ = std::fs::remove_file(&leftover);
+                    }
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn open_checked(path: PathBuf) -> Result<Self, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let db = Connection::open_with_flags(&path, flags).map_err(|e| open_error(e, &path))?;
         let sorted = |e: rusqlite::Error| StoreError::from_sqlite(e, Some(&path));
         db.busy_timeout(BUSY_TIMEOUT).map_err(sorted)?;
-        let version = inspect(&db, &path)?;
+        let version = inspect_file(&db, &path)?;
         if db.is_readonly(MAIN_DB).map_err(sorted)? {
             return Err(StoreError::ReadOnly {
                 path,
@@ -713,8 +820,58 @@ fn tempfile_probe(dir: &Path) -> bool {
     }
 }
 
+/// `path` with `suffix` appended to its file name (`-wal`, `-shm`, …).
+pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Refuse a path that names something other than a regular file (a directory, a device,
+/// a pipe, a socket) before SQLite opens it. A path that does not exist passes when
+/// `may_create`, and is "cannot open" otherwise.
+pub(crate) fn check_regular_file(path: &Path, may_create: bool) -> Result<(), StoreError> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && may_create => {
+            return Ok(());
+        }
+        Err(error) => {
+            return Err(StoreError::CannotOpen {
+                path: path.to_path_buf(),
+                detail: error.to_string(),
+            });
+        }
+    };
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_fifo() {
+        "a named pipe"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Err(StoreError::NotAFile {
+        path: path.to_path_buf(),
+        what,
+    })
+}
+
 /// Check an opened file without writing to it. Returns its schema version (0: empty).
-fn inspect(db: &Connection, path: &Path) -> Result<i64, StoreError> {
+///
+/// It reads the header, the schema and one path of the ledger's tree, never the whole
+/// file: the time it takes does not grow with the file. A full check of every page is
+/// [`crate::LedgerReader::check_integrity`].
+pub(crate) fn inspect_file(db: &Connection, path: &Path) -> Result<i64, StoreError> {
     let sorted = |e: rusqlite::Error| open_error(e, path);
     let application: i64 = db
         .query_row("PRAGMA application_id", [], |r| r.get(0))
@@ -744,20 +901,55 @@ fn inspect(db: &Connection, path: &Path) -> Result<i64, StoreError> {
             detail: "it already holds tables this build did not create".into(),
         });
     }
-    if objects > 0 {
-        let mut statement = db.prepare("PRAGMA quick_check(5)").map_err(sorted)?;
-        let findings: Vec<String> = statement
-            .query_map([], |r| r.get::<_, String>(0))
-            .and_then(|rows| rows.collect())
+    if objects == 0 {
+        return Ok(version);
+    }
+    if version == SCHEMA_VERSION {
+        for (table, column) in EXPECTED_COLUMNS {
+            let present: bool = db
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo(?1) WHERE name = ?2)",
+                    [table, column],
+                    |r| r.get(0),
+                )
+                .map_err(sorted)?;
+            if !present {
+                return Err(StoreError::SchemaMismatch {
+                    path: path.to_path_buf(),
+                    version,
+                    detail: format!("{table} has no column {column}"),
+                });
+            }
+        }
+    }
+    // A truncated file: shorter than its header says. (Pages may also live in the
+    // write-ahead log, so only without one.)
+    let wal_len = std::fs::metadata(sidecar(path, "-wal")).map_or(0, |m| m.len());
+    if wal_len == 0 {
+        let (pages, page_size): (i64, i64) = db
+            .query_row(
+                "SELECT page_count, page_size FROM pragma_page_count, pragma_page_size",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .map_err(sorted)?;
-        if findings != ["ok"] {
+        let expected = u64::try_from(pages.saturating_mul(page_size)).unwrap_or(0);
+        let len = std::fs::metadata(path).map_or(expected, |m| m.len());
+        if len < expected {
             return Err(StoreError::Corrupt {
                 path: path.to_path_buf(),
-                detail: findings.join("; "),
+                detail: format!(
+                    "the file has {len} bytes where its header promises {expected}: it was truncated"
+                ),
             });
         }
-        debug!(?path, version, "database checked");
     }
+    // One root-to-leaf path of the ledger: its newest page, which every open reads anyway.
+    db.query_row("SELECT max(id) FROM ledger", [], |r| {
+        r.get::<_, Option<i64>>(0)
+    })
+    .map_err(sorted)?;
+    debug!(?path, version, "database checked");
     Ok(version)
 }
 

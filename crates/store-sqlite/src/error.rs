@@ -43,6 +43,45 @@ pub enum StoreError {
         /// What SQLite's integrity check found.
         detail: String,
     },
+    /// The path names something that is not a regular file (a directory, a device, a
+    /// pipe); nothing was created next to it.
+    #[error(
+        "{path} is {what}, not a database file; nothing was created or changed: name the database file itself"
+    )]
+    NotAFile {
+        /// The path given.
+        path: PathBuf,
+        /// What it is ("a directory", "a character device", ...).
+        what: &'static str,
+    },
+    /// Something of ours next to the database is in the way (for example a file where the
+    /// directory of session locks must be).
+    #[error("{path} is in the way ({detail}); nothing was changed: move it aside and try again")]
+    InTheWay {
+        /// The thing in the way.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The file is an empty database: it holds no ledger to read.
+    #[error("the database at {path} is empty: it holds no ledger; name a file a gatekeeper wrote")]
+    Empty {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The file says it has the current schema, but its tables are not of that schema
+    /// (an older file whose version number was changed, or a half-copied one).
+    #[error(
+        "the database at {path} says it has schema version {version}, but its tables do not match ({detail}); nothing was changed in it: restore it from a backup"
+    )]
+    SchemaMismatch {
+        /// The database file.
+        path: PathBuf,
+        /// The version it claims.
+        version: i64,
+        /// What is missing.
+        detail: String,
+    },
     /// The file was written by a newer build with a schema this build does not know.
     #[error(
         "the database at {path} uses schema version {found}, newer than the {supported} this build understands; nothing was changed in it: open it with the newer build"
@@ -91,6 +130,45 @@ pub enum StoreError {
         /// What went wrong.
         detail: String,
     },
+    /// Another process on the same file is deciding the action; this outcome was not
+    /// recorded, and the other process's will be.
+    #[error(
+        "action #{id} is being decided by another process on this database, so this outcome was not recorded; list pending work to see its state"
+    )]
+    DecidedElsewhere {
+        /// The ledger id.
+        id: u64,
+    },
+    /// JSON nested deeper than [`crate::MAX_JSON_DEPTH`]: refused when staged, since it
+    /// could not be read back (see `json.rs`).
+    #[error(
+        "{what}: nested {depth} levels deep, more than the {max} levels this gate stores and reads back, so refused; send the call with arguments nested less deeply"
+    )]
+    TooDeep {
+        /// What was refused ("the call's arguments").
+        what: String,
+        /// How deep it nests.
+        depth: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A change to an open action arrived after the action left its open states (decided
+    /// meanwhile, for example by another process on the same file); nothing was written.
+    #[error(
+        "ledger action #{id} is no longer open: it reached a final state meanwhile (perhaps decided by another process), so this change was not recorded; list pending work to see its state"
+    )]
+    NotOpen {
+        /// The ledger id.
+        id: u64,
+    },
+    /// A staged call whose arguments cannot be read back: it is never sent.
+    #[error("action {id} is never sent, because {reason}; reject it")]
+    Unsendable {
+        /// The driver's action id.
+        id: u64,
+        /// Why its arguments cannot be read.
+        reason: String,
+    },
     /// A write was refused because the record it changes does not exist.
     #[error("{0}; list the records to see which exist")]
     Missing(String),
@@ -102,9 +180,10 @@ pub enum StoreError {
     /// The database was closed while a write was starting.
     #[error("the database was closed while a write was starting; open it again to write")]
     Closed,
-    /// Any other SQLite failure.
+    /// Any other SQLite failure. (Its text is in the message, so it is not also given as
+    /// the error's source: a report that prints causes would print it twice.)
     #[error("the database failed: {0}; if this repeats, check the disk and the file")]
-    Sqlite(#[source] rusqlite::Error),
+    Sqlite(rusqlite::Error),
 }
 
 /// How long a writer waits for another process before giving up with [`StoreError::Busy`].

@@ -15,6 +15,15 @@
 //!   in between leaves the driver's claim on disk, which is recovered as "interrupted"
 //!   (outcome unknown), never as something to send again.
 //!
+//! Two processes on one file: who decides an open action is recorded by
+//! `record_attempt` only if the action is still open and `deciding_session` names no
+//! other live process, in the one statement that checks it, and the row then names this
+//! process's session. The outcome (`put` of any state but pending) is written only by
+//! that session, or after it died, and clears it. A change to a still-pending action (a
+//! flag) is written only while the action is open, and keeps who decides it if another
+//! session is deciding it. So the ledger names the process that decided, and a loser
+//! learns it from the refusal instead of overwriting it.
+//!
 //! A description (and the dependencies it declared) is stored exactly as submitted and
 //! never rewritten by [`LedgerStore::put`], which stores only what moves: state,
 //! resolution, failure, flags and revert.
@@ -41,7 +50,7 @@ pub struct SqliteLedger {
 
 /// Action descriptions already read, by ledger id. A description is stored once and never
 /// rewritten, and ledger ids are never reused, so a hit saves parsing its JSON again.
-type Descriptions = HashMap<u64, Arc<ActionDescription>>;
+pub(crate) type Descriptions = HashMap<u64, Arc<ActionDescription>>;
 
 /// Past this many entries the cache starts over.
 const DESCRIPTION_CACHE: usize = 4096;
@@ -73,6 +82,15 @@ macro_rules! select_entries {
 
 const SELECT_BY_ID: &str = select_entries!("WHERE id = ?1");
 const SELECT_ALL: &str = select_entries!("ORDER BY id");
+
+/// A page of the ledger, most recent first: ids below `?1`, at most `?2` of them.
+pub(crate) const SELECT_PAGE: &str = select_entries!("WHERE id < ?1 ORDER BY id DESC LIMIT ?2");
+
+/// The open actions (pending, or failed and retryable), oldest first; walks the
+/// `ledger_open` partial index.
+pub(crate) const SELECT_OPEN: &str = select_entries!(
+    "WHERE state = 'pending' OR (state = 'failed' AND failure_retryable = 1) ORDER BY id"
+);
 
 fn port(error: StoreError) -> StorageError {
     StorageError(error.to_string())
@@ -107,8 +125,19 @@ fn parse_state(name: &str) -> Result<ActionState, Error> {
     })
 }
 
+/// The title that stands for a description that cannot be read back.
+fn unreadable_title(id: LedgerId) -> String {
+    format!(
+        "unreadable: the description of ledger entry {} cannot be read back",
+        id.0
+    )
+}
+
 /// Read one ledger row back into an entry.
-fn entry_of(row: &Row<'_>, descriptions: &mut Descriptions) -> Result<LedgerEntry, Error> {
+pub(crate) fn entry_of(
+    row: &Row<'_>,
+    descriptions: &mut Descriptions,
+) -> Result<LedgerEntry, Error> {
     let id = LedgerId(u64_of(row.get(0)?, "ledger id")?);
     let kind = row.get_ref(1)?.as_str()?;
     let gatekeeper: Arc<str> = Arc::from(row.get_ref(2)?.as_str()?);
@@ -117,15 +146,27 @@ fn entry_of(row: &Row<'_>, descriptions: &mut Descriptions) -> Result<LedgerEntr
     let what = || format!("ledger entry {id}");
     let body = match kind {
         "observation" => EntryBody::Observation(
-            serde_json::from_str::<ObservationDescription>(row.get_ref(5)?.as_str()?)
-                .map_err(|e| StoreError::decode(what(), e))?,
+            crate::json::read::<ObservationDescription>(row.get_ref(5)?.as_str()?, &what())
+                .unwrap_or_else(|error| {
+                    ObservationDescription::new(unreadable_title(id), error.to_string())
+                }),
         ),
         "action" => {
             let description = match descriptions.get(&id.0) {
                 Some(known) => known.clone(),
                 None => {
-                    let parsed: ActionDescription = serde_json::from_str(row.get_ref(5)?.as_str()?)
-                        .map_err(|e| StoreError::decode(what(), e))?;
+                    // A description that cannot be read back must not hide the rest of
+                    // the ledger: the entry stands, titled as unreadable and manual, so a
+                    // person sees it and can reject it.
+                    let parsed: ActionDescription =
+                        crate::json::read(row.get_ref(5)?.as_str()?, &what()).unwrap_or_else(
+                            |error: StoreError| {
+                                ActionDescription::new(
+                                    unreadable_title(id),
+                                    format!("{error}. Reject it unless you know what it does."),
+                                )
+                            },
+                        );
                     if descriptions.len() >= DESCRIPTION_CACHE {
                         descriptions.clear();
                     }
@@ -153,8 +194,7 @@ fn entry_of(row: &Row<'_>, descriptions: &mut Descriptions) -> Result<LedgerEntr
                 }),
                 None => None,
             };
-            let depends_on: Vec<u64> = serde_json::from_str(&row.get::<_, String>(14)?)
-                .map_err(|e| StoreError::decode(what(), e))?;
+            let depends_on: Vec<u64> = crate::json::read(&row.get::<_, String>(14)?, &what())?;
             let blocked_by = match row.get::<_, Option<i64>>(15)? {
                 Some(id) => Some(LedgerId(u64_of(id, "blocked_by")?)),
                 None => None,
@@ -234,18 +274,61 @@ static INSERT_ACTION: LazyLock<String> = LazyLock::new(|| {
 /// Where [`MOVING_COLUMNS`] start among the parameters of [`UPDATE_ACTION`].
 const UPDATE_MOVING_FROM: usize = 2;
 
-/// An action entry's moving columns: `?1` id, then [`MOVING_COLUMNS`].
+/// The columns that record who decided, which a change to a still-pending action (a
+/// flag) leaves alone while another process is deciding it.
+const RESOLUTION_COLUMNS: [&str; 4] = [
+    "resolved_by",
+    "auto_approved",
+    "resolved_at",
+    "resolution_cause",
+];
+
+/// A still-pending action entry's moving columns (`?1` id, then [`MOVING_COLUMNS`], then
+/// `?14` this session): written only while the action is still open (a copy read before
+/// another process decided it must not take it back), and keeping the record of who
+/// decides if another session is deciding it.
 static UPDATE_ACTION: LazyLock<String> = LazyLock::new(|| {
+    let sets: Vec<String> = MOVING_COLUMNS
+        .iter()
+        .zip(numbered(UPDATE_MOVING_FROM))
+        .map(|(column, parameter)| {
+            if RESOLUTION_COLUMNS.contains(column) {
+                format!(
+                    "{column} = CASE WHEN deciding_session IS NULL OR deciding_session IS ?{me}
+                        THEN {parameter} ELSE {column} END",
+                    me = OUTCOME_SESSION_FROM
+                )
+            } else {
+                format!("{column} = {parameter}")
+            }
+        })
+        .collect();
+    format!(
+        "UPDATE ledger SET {} WHERE id = ?1 AND kind = 'action'
+           AND (state = 'pending' OR (state = 'failed' AND failure_retryable = 1))",
+        sets.join(", ")
+    )
+});
+
+/// The outcome of a decision (any state but pending): [`UPDATE_ACTION`], written only if
+/// this session (`?14`) is the one deciding the action, or nobody is (or, when `?16`,
+/// the dead session `?15` was); it ends the decision (`deciding_session` cleared).
+static UPDATE_OUTCOME: LazyLock<String> = LazyLock::new(|| {
     let sets: Vec<String> = MOVING_COLUMNS
         .iter()
         .zip(numbered(UPDATE_MOVING_FROM))
         .map(|(column, parameter)| format!("{column} = {parameter}"))
         .collect();
     format!(
-        "UPDATE ledger SET {} WHERE id = ?1 AND kind = 'action'",
+        "UPDATE ledger SET {}, deciding_session = NULL WHERE id = ?1 AND kind = 'action'
+           AND (CASE WHEN ?16 THEN deciding_session IS ?15
+                ELSE deciding_session IS NULL OR deciding_session IS ?14 END)",
         sets.join(", ")
     )
 });
+
+/// Where the session parameters of [`UPDATE_OUTCOME`] start.
+const OUTCOME_SESSION_FROM: usize = UPDATE_MOVING_FROM + MOVING_COLUMNS.len();
 
 /// `?first`, `?first+1`, … for each of [`MOVING_COLUMNS`].
 fn numbered(first: usize) -> Vec<String> {
@@ -285,8 +368,45 @@ fn bind_action_columns(
 }
 
 fn encode<T: serde::Serialize>(value: &T, id: LedgerId) -> Result<String, Error> {
-    serde_json::to_string(value)
-        .map_err(|e| StoreError::decode(format!("description of ledger entry {id}"), e).into())
+    let what = format!("the description of ledger entry {id}");
+    let json = serde_json::to_string(value).map_err(|e| StoreError::decode(what.clone(), e))?;
+    crate::json::readable(&json, &what)?;
+    Ok(json)
+}
+
+/// What `record_attempt` reads of a row it could not write: kind, state, whether a
+/// failure is retryable, and the session deciding it.
+type DecisionRow = (String, Option<String>, Option<i64>, Option<String>);
+
+/// Record who decides `id`, and that this session (`me`) is deciding it, if it is still
+/// open and nobody else is deciding it (or, with `dead`, if that dead session was).
+/// Returns the rows changed (0 or 1). One statement: the check and the write cannot be
+/// separated by another process's commit.
+fn record_attempt_if(
+    db: &rusqlite::Connection,
+    id: LedgerId,
+    resolution: &Resolution,
+    me: Option<&str>,
+    dead: Option<&str>,
+) -> rusqlite::Result<usize> {
+    db.prepare_cached(
+        "UPDATE ledger SET resolved_by = ?2, auto_approved = ?3, resolved_at = ?4,
+            resolution_cause = ?5, deciding_session = ?6
+         WHERE id = ?1 AND kind = 'action'
+           AND (state = 'pending' OR (state = 'failed' AND failure_retryable = 1))
+           AND (CASE WHEN ?8 THEN deciding_session IS ?7
+                ELSE deciding_session IS NULL OR deciding_session IS ?6 END)",
+    )?
+    .execute(params![
+        i64_of(id.0),
+        resolution.by.as_str(),
+        resolution.auto,
+        i64_of(resolution.at.0),
+        resolution.cause.as_deref(),
+        me,
+        dead,
+        dead.is_some(),
+    ])
 }
 
 /// Whether a `put` records the outcome of an automatic decision, which may be deferred.
@@ -403,33 +523,62 @@ impl LedgerStore for SqliteLedger {
             .map_err(port)
     }
 
-    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<(), StorageError> {
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<bool, StorageError> {
         // The kernel's record of who decided, written just before it calls the driver:
         // one narrow update, deferred, so it rides with the driver's claim (the next
         // commit, made before anything is sent). After a crash the ledger says who
         // approved a call that may have been sent, at no extra commit.
-        self.db
-            .shared()
+        //
+        // The update checks, in the same statement, that the action is still open and
+        // that no other live process is deciding it, and names this process's session
+        // as the one deciding. A process that loses the race writes nothing and is told
+        // so; the winner's claim is never overwritten (see the module docs).
+        let shared = self.db.shared();
+        shared
             .write(Durability::Deferred, Steps::One, |conn| {
-                let changed = conn
-                    .db
-                    .prepare_cached(
-                        "UPDATE ledger SET resolved_by = ?2, auto_approved = ?3, resolved_at = ?4,
-                            resolution_cause = ?5
-                         WHERE id = ?1 AND kind = 'action'",
-                    )?
-                    .execute(params![
-                        i64_of(id.0),
-                        resolution.by.as_str(),
-                        resolution.auto,
-                        i64_of(resolution.at.0),
-                        resolution.cause.as_deref(),
-                    ])?;
+                let me = shared.session_id();
+                let mut changed = record_attempt_if(&conn.db, id, resolution, me, None)?;
                 if changed == 0 {
-                    return Err(StoreError::Missing(format!(
-                        "there is no ledger action {id} to record a decision on"
-                    ))
-                    .into());
+                    let row: Option<DecisionRow> = conn
+                        .db
+                        .prepare_cached(
+                            "SELECT kind, state, failure_retryable, deciding_session
+                             FROM ledger WHERE id = ?1",
+                        )?
+                        .query_row([i64_of(id.0)], |r| {
+                            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                        })
+                        .optional()?;
+                    let Some((kind, state, retryable, deciding)) = row else {
+                        return Err(StoreError::Missing(format!(
+                            "there is no ledger action {id} to record a decision on"
+                        ))
+                        .into());
+                    };
+                    let open = state.as_deref() == Some("pending")
+                        || (state.as_deref() == Some("failed") && retryable == Some(1));
+                    if kind != "action" {
+                        return Err(StoreError::Missing(format!(
+                            "there is no ledger action {id} to record a decision on"
+                        ))
+                        .into());
+                    }
+                    // What this connection remembered of the entry is stale.
+                    conn.known.forget();
+                    if !open {
+                        return Ok(false);
+                    }
+                    match deciding {
+                        // A process that died mid-decision holds nothing any more.
+                        Some(other) if !shared.claimant_alive(Some(&other)) => {
+                            changed =
+                                record_attempt_if(&conn.db, id, resolution, me, Some(&other))?;
+                            if changed == 0 {
+                                return Ok(false);
+                            }
+                        }
+                        _ => return Ok(false),
+                    }
                 }
                 if let Some(action) = conn
                     .known
@@ -439,7 +588,7 @@ impl LedgerStore for SqliteLedger {
                 {
                     action.resolution = Some(resolution.clone());
                 }
-                Ok(())
+                Ok(true)
             })
             .map_err(port)
     }
@@ -450,8 +599,8 @@ impl LedgerStore for SqliteLedger {
         } else {
             Durability::Now
         };
-        self.db
-            .shared()
+        let shared = self.db.shared();
+        shared
             .write(durability, Steps::One, |conn| {
                 let changed = match &entry.body {
                     EntryBody::Observation(observation) => conn
@@ -460,11 +609,64 @@ impl LedgerStore for SqliteLedger {
                             "UPDATE ledger SET description_json = ?2 WHERE id = ?1 AND kind = 'observation'",
                         )?
                         .execute(params![i64_of(entry.id.0), encode(observation, entry.id)?])?,
-                    EntryBody::Action(action) => {
+                    EntryBody::Action(action) if action.state == ActionState::Pending => {
                         let mut statement = conn.db.prepare_cached(&UPDATE_ACTION)?;
                         statement.raw_bind_parameter(1, i64_of(entry.id.0))?;
                         bind_action_columns(&mut statement, UPDATE_MOVING_FROM, action)?;
-                        statement.raw_execute()?
+                        statement.raw_bind_parameter(OUTCOME_SESSION_FROM, shared.session_id())?;
+                        let changed = statement.raw_execute()?;
+                        drop(statement);
+                        // The row may differ from the copy (its decider kept, or decided
+                        // meanwhile): read it again when next asked.
+                        conn.known.forget();
+                        if changed > 0 {
+                            return Ok(());
+                        }
+                        let exists: bool = conn
+                            .db
+                            .prepare_cached(
+                                "SELECT EXISTS (SELECT 1 FROM ledger WHERE id = ?1 AND kind = 'action')",
+                            )?
+                            .query_row([i64_of(entry.id.0)], |r| r.get(0))?;
+                        if exists {
+                            return Err(StoreError::NotOpen { id: entry.id.0 }.into());
+                        }
+                        0
+                    }
+                    EntryBody::Action(action) => {
+                        let me = shared.session_id();
+                        let outcome = |dead: Option<&str>| -> rusqlite::Result<usize> {
+                            let mut statement = conn.db.prepare_cached(&UPDATE_OUTCOME)?;
+                            statement.raw_bind_parameter(1, i64_of(entry.id.0))?;
+                            bind_action_columns(&mut statement, UPDATE_MOVING_FROM, action)?;
+                            statement.raw_bind_parameter(OUTCOME_SESSION_FROM, me)?;
+                            statement.raw_bind_parameter(OUTCOME_SESSION_FROM + 1, dead)?;
+                            statement.raw_bind_parameter(OUTCOME_SESSION_FROM + 2, dead.is_some())?;
+                            statement.raw_execute()
+                        };
+                        match outcome(None)? {
+                            0 => {
+                                let deciding: Option<Option<String>> = conn
+                                    .db
+                                    .prepare_cached(
+                                        "SELECT deciding_session FROM ledger WHERE id = ?1 AND kind = 'action'",
+                                    )?
+                                    .query_row([i64_of(entry.id.0)], |r| r.get(0))
+                                    .optional()?;
+                                match deciding {
+                                    Some(Some(other)) if shared.claimant_alive(Some(&other)) => {
+                                        conn.known.forget();
+                                        return Err(StoreError::DecidedElsewhere {
+                                            id: entry.id.0,
+                                        }
+                                        .into());
+                                    }
+                                    Some(Some(other)) => outcome(Some(&other))?,
+                                    _ => 0,
+                                }
+                            }
+                            changed => changed,
+                        }
                     }
                 };
                 if changed == 0 {

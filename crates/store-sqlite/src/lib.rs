@@ -22,7 +22,15 @@
 //!    [`DEFERRED_COMMIT_WINDOW`]. A crash before that leaves the claim, which point 2
 //!    turns into "interrupted": the action is reported as possibly sent, never resent.
 //! 6. **A damaged or foreign file is refused, not repaired.** Opening checks the file
-//!    before writing anything to it, and any failure leaves it untouched.
+//!    before writing anything to it (reading a fixed handful of pages, never the whole
+//!    file), and any failure leaves it untouched and leaves nothing next to it. The full
+//!    check of every page is its own step, [`LedgerReader::check_integrity`].
+//! 7. **Two processes on one file record the true decider.** Who decided an action is
+//!    written only while it is open and no other live process is deciding it, in the
+//!    statement that checks it; the loser writes and sends nothing and is told who
+//!    decided (see `ledger.rs` and docs/ARCHITECTURE.md, "Failure model").
+//! 8. **Nothing is stored that cannot be read back.** JSON nested deeper than
+//!    [`MAX_JSON_DEPTH`] is refused at staging by the same limit the reader enforces.
 //!
 //! What these points rest on: the gatekeeper registers with the kernel under the same
 //! name its action store uses in [`Database::action_storage`], so the two records of one
@@ -68,6 +76,8 @@
 //!   namespace per gatekeeper.
 //! - [`SqliteKv`]: gatekeeper-confluence's [`gatekeeper_confluence::KvStore`], one
 //!   namespace per driver instance.
+//! - [`LedgerReader`]: the read-only view of a file (no write access, no side files),
+//!   paged most recent first, and the full integrity check.
 //!
 //! Several adapters share one [`Database`], and so one file and one transaction stream:
 //! that is what lets a driver's write and the kernel's write about the same action share
@@ -76,9 +86,11 @@
 mod actions;
 mod db;
 mod error;
+mod json;
 mod known;
 mod kv;
 mod ledger;
+mod reader;
 mod recover;
 mod schema;
 mod session;
@@ -88,8 +100,10 @@ use std::sync::Arc;
 pub use actions::SqliteActionStorage;
 pub use db::{DEFERRED_COMMIT_WINDOW, Database};
 pub use error::{BUSY_TIMEOUT, StoreError};
+pub use json::MAX_JSON_DEPTH;
 pub use kv::SqliteKv;
 pub use ledger::SqliteLedger;
+pub use reader::{LedgerReader, ReadEntry, Unreadable};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 
 impl Database {

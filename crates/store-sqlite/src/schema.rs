@@ -19,9 +19,13 @@
 ///   flags) moved from generated columns of `ledger`, which SQLite computed on every
 ///   insert and update, to the view `ledger_view`.
 ///
+/// - Version 4 (from 3): `ledger.deciding_session`, the process session that recorded
+///   the decision under way on an open action, so a second process on the same file
+///   neither records itself as the decider nor sends it (see `ledger.rs`).
+///
 /// An older file is upgraded on open, in one transaction; a build that knows only an older
 /// version then refuses it.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The columns version 2 generated from `description_json`, dropped by the upgrade.
 pub(crate) const GENERATED_IN_V2: [&str; 6] = [
@@ -54,10 +58,20 @@ pub(crate) const UPGRADES: [(i64, &str); 2] = [
     (2, LEDGER_VIEW),
 ];
 
+/// Columns each table of the current version has, checked on open: a file whose
+/// `user_version` claims the current version but whose tables are older is refused
+/// before anything reads or writes it.
+pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 4] = [
+    ("ledger", "deciding_session"),
+    ("ledger", "revert_refused"),
+    ("actions", "claimed_by"),
+    ("ledger_view", "kind_tag"),
+];
+
 /// `PRAGMA application_id` of our files: "GKSQ".
 pub const APPLICATION_ID: i64 = 0x474B_5351;
 
-/// The whole schema, version 3, but for [`LEDGER_VIEW`] ([`create`] adds it). Run in one
+/// The whole schema, version 4, but for [`LEDGER_VIEW`] ([`create`] adds it). Run in one
 /// transaction on an empty file.
 const CREATE_TABLES: &str = r#"
 -- The kernel's ledger: every action and observation, one row each, never deleted.
@@ -86,6 +100,9 @@ CREATE TABLE ledger (
     revert_by          TEXT,
     revert_at          INTEGER CHECK (revert_at >= 0),
     revert_refused     TEXT,
+    -- The process session deciding this action right now (recorded with who decided,
+    -- before the driver is called; cleared by the outcome). NULL in memory.
+    deciding_session   TEXT,
     CHECK (
         (kind = 'action' AND driver_id IS NOT NULL AND state IS NOT NULL
             AND depends_on_json IS NOT NULL AND restart_requested IS NOT NULL)
@@ -223,6 +240,16 @@ pub(crate) fn upgrade(db: &rusqlite::Connection, version: i64) -> rusqlite::Resu
     for (from, step) in UPGRADES {
         if version <= from {
             db.execute_batch(step)?;
+        }
+    }
+    if version <= 3 {
+        let present: bool = db.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo('ledger') WHERE name = 'deciding_session')",
+            [],
+            |r| r.get(0),
+        )?;
+        if !present {
+            db.execute_batch("ALTER TABLE ledger ADD COLUMN deciding_session TEXT")?;
         }
     }
     db.pragma_update(None, "user_version", SCHEMA_VERSION)

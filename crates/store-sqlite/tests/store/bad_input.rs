@@ -258,7 +258,8 @@ fn a_missing_directory_is_cannot_open_not_read_only() {
 /// Turn a fresh file into what version 2 wrote: the description's fields as
 /// generated columns of `ledger`, and no `ledger_view`.
 fn make_version_2(raw: &rusqlite::Connection) {
-    raw.execute_batch("DROP VIEW ledger_view").unwrap();
+    raw.execute_batch("DROP VIEW ledger_view; ALTER TABLE ledger DROP COLUMN deciding_session")
+        .unwrap();
     for (column, kind, path) in [
         ("title", "TEXT", "$.title"),
         ("body", "TEXT", "$.description"),
@@ -307,6 +308,11 @@ fn upgrades_from(version: i64) {
     let number = |sql: &str| -> i64 { raw.query_row(sql, [], |row| row.get(0)).unwrap() };
     assert_eq!(number("PRAGMA user_version"), SCHEMA_VERSION);
     assert_eq!(
+        number("SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE name = 'deciding_session'"),
+        1,
+        "the upgrade adds the column of the session deciding an action"
+    );
+    assert_eq!(
         number("SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE hidden <> 0"),
         0,
         "the upgrade drops the generated columns"
@@ -327,4 +333,28 @@ fn a_version_2_file_is_upgraded_on_open_and_keeps_its_records() {
 #[test]
 fn a_version_1_file_is_upgraded_on_open_and_keeps_its_records() {
     upgrades_from(1);
+}
+
+#[test]
+fn a_file_of_an_older_schema_marked_as_current_is_refused_and_left_alone() {
+    let dir = TempDir::new("mismarked");
+    let path = dir.join("gate.db");
+    filled(&path, 3);
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        make_version_2(&raw);
+        // Someone changed the number, not the tables.
+        raw.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let error = Database::open(&path).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("says it has schema version {SCHEMA_VERSION}")),
+        "{message}"
+    );
+    assert!(message.contains("its tables do not match"), "{message}");
+    assert!(message.contains("nothing was changed"), "{message}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "untouched");
 }

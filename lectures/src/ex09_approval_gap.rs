@@ -462,6 +462,8 @@ pub(crate) fn human_edit(
         Edit::ReplaceBody(text) => format!("replaces the body with \"{}\"", visible(text)),
         Edit::AppendBody(text) => format!("appends \"{}\"", visible(text)),
         Edit::SetTitle(text) => format!("renames it \"{}\"", visible(text)),
+        Edit::Trash => "moves it to the trash".to_owned(),
+        Edit::Restore => "restores it from the trash".to_owned(),
     };
     let version = lab.service.human_edit(id, edit)?;
     writeln!(

@@ -82,7 +82,7 @@
 //! and the claim would then also be what stops a second apply while the first is in
 //! flight.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -210,6 +210,17 @@ pub(crate) enum StageRequest {
     },
     /// Any other action.
     Action(WikiAction),
+}
+
+/// What a session knows when it stages an action: what its reads showed and what it
+/// staged before.
+pub(crate) struct Knowledge<'a> {
+    /// The pending actions whose effect its reads showed.
+    pub(crate) seen: Vec<DriverActionId>,
+    /// The actions it staged itself.
+    pub(crate) staged: Vec<DriverActionId>,
+    /// The version of each content (by resolved key) its last read of it showed.
+    pub(crate) versions: &'a HashMap<ContentHandle, u64>,
 }
 
 /// A staged record the kernel has not answered for yet.
@@ -406,7 +417,7 @@ impl ConfluenceGatekeeper {
         let map = store.pending_on(key);
         let pending: Vec<&ActionRecord> = map.values().map(|r| &**r).collect();
         let mut seen = Vec::with_capacity(pending.len());
-        let (kind, base_title, body) = match key {
+        let (kind, base_title, body, version) = match key {
             ContentHandle::Provisional(n) => {
                 let create = store.create_of(n).ok_or(WikiError::NotFound(handle))?;
                 let kind = match &create.action {
@@ -417,17 +428,20 @@ impl ConfluenceGatekeeper {
                     kind,
                     String::new(),
                     simulate_body(&pending, None, &mut seen),
+                    0,
                 )
             }
             ContentHandle::Real(id) => {
                 let page = self.fetch(id, handle)?;
                 let base = page.body_markdown();
                 let body = simulate_body(&pending, Some(&base), &mut seen);
-                (page.kind, page.title, body)
+                (page.kind, page.title, body, page.version)
             }
         };
         let (title, _) = simulate_title(pending.iter().copied(), &base_title);
         Ok(BodyRead {
+            key,
+            version,
             body,
             seen,
             kind,
@@ -518,9 +532,10 @@ impl ConfluenceGatekeeper {
     pub(crate) fn prepare(
         &self,
         request: StageRequest,
-        seen: &[DriverActionId],
+        knowledge: &Knowledge<'_>,
     ) -> Result<Prepared, WikiError> {
         let mut store = self.store();
+        let mut unread_base = None;
         let (action, staging, created) = match request {
             StageRequest::Create {
                 kind,
@@ -553,17 +568,21 @@ impl ConfluenceGatekeeper {
                 )
             }
             StageRequest::Action(action) => {
-                let staging = self.capture(&store, &action)?;
+                let (staging, unread) = self.capture(&store, &action, knowledge.versions)?;
+                unread_base = unread;
                 (action, staging, None)
             }
         };
         let id = store.allocate_action()?;
         let depends_on = if self.policy.track_dependencies {
-            dependency_closure(&store, seen)
+            dependency_closure(&store, &knowledge.seen, &knowledge.staged)
         } else {
             Vec::new()
         };
         let mut description = card::describe(&action, &staging, self.policy.refuse_stale);
+        if let Some(version) = unread_base {
+            card::note_unread(&mut description, version);
+        }
         description.depends_on = depends_on.clone();
         store.put(ActionRecord {
             id,
@@ -634,7 +653,18 @@ impl ConfluenceGatekeeper {
 
     /// What to capture at staging: the version staged against, and the reference's
     /// revert snapshots (the simulated body or title).
-    fn capture(&self, store: &ActionStore, action: &WikiAction) -> Result<Staging, WikiError> {
+    ///
+    /// Under [`Policy::refuse_stale`] the version staged against is the one the agent's
+    /// session last read of this content (`versions`, by resolved key): a person's edit
+    /// made between that read and this staging must not be erased. If the session never
+    /// read a real page, it is the page's version now, and the second value is that
+    /// version, so the card can say the agent never saw the page.
+    fn capture(
+        &self,
+        store: &ActionStore,
+        action: &WikiAction,
+        versions: &HashMap<ContentHandle, u64>,
+    ) -> Result<(Staging, Option<u64>), WikiError> {
         let target = action.target();
         let key = store.resolve(target);
         if let ContentHandle::Provisional(n) = key
@@ -648,15 +678,30 @@ impl ConfluenceGatekeeper {
                 | WikiAction::AppendContent { .. }
                 | WikiAction::SetTitle { .. }
         ) {
-            return Ok(Staging::default());
+            return Ok((Staging::default(), None));
         }
         let base = match key {
             ContentHandle::Real(id) => Some(self.fetch(id, target)?),
             ContentHandle::Provisional(_) => None,
         };
         let pending: Vec<&ActionRecord> = store.pending_on(key).values().map(|r| &**r).collect();
+        let now = base.as_ref().map_or(0, |p| p.version);
+        let mut unread = None;
+        let base_version = if self.policy.refuse_stale && !key.is_provisional() {
+            match versions.get(&key).or_else(|| versions.get(&target)) {
+                Some(seen) => *seen,
+                None => {
+                    if !matches!(action, WikiAction::AppendContent { .. }) {
+                        unread = Some(now);
+                    }
+                    now
+                }
+            }
+        } else {
+            now
+        };
         let mut staging = Staging {
-            base_version: base.as_ref().map_or(0, |p| p.version),
+            base_version,
             ..Staging::default()
         };
         if let WikiAction::SetTitle { .. } = action {
@@ -670,7 +715,7 @@ impl ConfluenceGatekeeper {
                 &mut Vec::new(),
             ));
         }
-        Ok(staging)
+        Ok((staging, unread))
     }
 
     // ----- apply -----
@@ -709,6 +754,12 @@ impl ConfluenceGatekeeper {
             && let Some(message) = blocker(&store, &record)
         {
             info!(%id, "apply refused: an earlier action is pending");
+            return Err(GatekeeperError::retryable(message));
+        }
+        if self.policy.track_dependencies
+            && let Some(message) = undecided_dependency(&store, &record)
+        {
+            info!(%id, "apply refused: an action it depends on is pending");
             return Err(GatekeeperError::retryable(message));
         }
         let request = match self.plan(&mut store, &record) {
@@ -925,6 +976,7 @@ impl ConfluenceGatekeeper {
                         current.version,
                         "replacement",
                     )?;
+                    check_status(&current, "replacement")?;
                 }
                 let (title, body) = (current.title.clone(), markdown_to_storage(markdown));
                 Ok(Request::update(id, current, title, body, None))
@@ -932,6 +984,10 @@ impl ConfluenceGatekeeper {
             WikiAction::AppendContent { target, markdown } => {
                 let id = self.require_resolved(store, *target)?;
                 let current = service.get_content(id).map_err(from_service)?;
+                if self.policy.refuse_stale {
+                    check_stacked(store, record, ContentHandle::Real(id))?;
+                    check_status(&current, "append")?;
+                }
                 let fragment = markdown_to_storage(markdown);
                 let (title, body) = (current.title.clone(), format!("{}{fragment}", current.body));
                 Ok(Request::update(id, current, title, body, Some(fragment)))
@@ -947,6 +1003,7 @@ impl ConfluenceGatekeeper {
                         current.version,
                         "rename",
                     )?;
+                    check_status(&current, "rename")?;
                 }
                 let body = current.body.clone();
                 Ok(Request::update(id, current, title.clone(), body, None))
@@ -1205,6 +1262,32 @@ impl ConfluenceGatekeeper {
                 )
             })
         };
+        // What a careful revert needs to know it undoes only this action's change.
+        let no_record = || {
+            Ok(Some(format!(
+                "there is no record of what applying this {} wrote to content {id} (it was stored before that was recorded), so it cannot be undone safely; nothing was written; undo it by hand if needed",
+                record.action.verb()
+            )))
+        };
+        let trashed = |current: &Page| -> Option<String> {
+            (current.status == ContentStatus::Trashed).then(|| {
+                format!(
+                    "content {id} is in the trash (someone trashed it after this action was applied); reverting this {} would take it out of the trash as a side effect, so nothing was written; restore it first if the revert is still wanted",
+                    record.action.verb()
+                )
+            })
+        };
+        let careful_current =
+            |what_needed: bool| -> Result<Result<Page, Option<String>>, ServiceError> {
+                if !what_needed {
+                    return Ok(Err(no_record()?));
+                }
+                let current = service.get_content(id)?;
+                Ok(match trashed(&current) {
+                    Some(reason) => Err(Some(reason)),
+                    None => Ok(current),
+                })
+            };
         let put = |current: &Page, title: String, body: String| {
             service
                 .update_content(
@@ -1219,6 +1302,20 @@ impl ConfluenceGatekeeper {
                 .map(|_| None)
         };
         match &record.action {
+            WikiAction::Create { .. } if careful => {
+                let Some(write) = applied.write.as_ref().filter(|_| applied.created.is_some())
+                else {
+                    return no_record();
+                };
+                let current = service.get_content(id)?;
+                if current.version != write.after {
+                    return Ok(Some(format!(
+                        "content {id} changed after it was created (it was created at version {}, it is now at version {}); trashing it would throw those changes away, so nothing was written; trash it by hand if that is still wanted",
+                        write.after, current.version
+                    )));
+                }
+                service.trash(id).map(|_| None)
+            }
             WikiAction::Create { .. } => service.trash(id).map(|_| None),
             WikiAction::SetContent { .. } | WikiAction::AppendContent { .. } if !careful => {
                 let Some(previous) = &record.staging.previous_markdown else {
@@ -1235,7 +1332,10 @@ impl ConfluenceGatekeeper {
                 )
             }
             WikiAction::SetContent { .. } => {
-                let current = service.get_content(id)?;
+                let current = match careful_current(applied.write.is_some())? {
+                    Ok(current) => current,
+                    Err(reason) => return Ok(reason),
+                };
                 if let Some(reason) = unchanged_since(&current, "replacement") {
                     return Ok(Some(reason));
                 }
@@ -1247,7 +1347,11 @@ impl ConfluenceGatekeeper {
                 put(&current, current.title.clone(), previous)
             }
             WikiAction::AppendContent { .. } => {
-                let current = service.get_content(id)?;
+                let known = applied.write.is_some() && applied.appended.is_some();
+                let current = match careful_current(known)? {
+                    Ok(current) => current,
+                    Err(reason) => return Ok(reason),
+                };
                 let fragment = applied.appended.clone().unwrap_or_default();
                 if fragment.is_empty() {
                     return Ok(None);
@@ -1284,7 +1388,14 @@ impl ConfluenceGatekeeper {
                 put(&current, current.title.clone(), body)
             }
             WikiAction::SetTitle { .. } => {
-                let current = service.get_content(id)?;
+                let current = if careful {
+                    match careful_current(applied.write.is_some())? {
+                        Ok(current) => current,
+                        Err(reason) => return Ok(reason),
+                    }
+                } else {
+                    service.get_content(id)?
+                };
                 let title = if careful {
                     if let Some(reason) = unchanged_since(&current, "rename") {
                         return Ok(Some(reason));
@@ -1301,6 +1412,7 @@ impl ConfluenceGatekeeper {
             }
             WikiAction::AddComment { .. } => match applied.created {
                 Some(comment) => service.delete_comment(id, comment).map(|_| None),
+                None if careful => no_record(),
                 None => Ok(None),
             },
             WikiAction::AddLabel { name, .. } => {
@@ -1321,31 +1433,113 @@ impl ConfluenceGatekeeper {
     }
 }
 
-/// The pending actions a new action depends on: those the session saw that are still
-/// pending, or gone (rejected), plus what they depend on. Applied ones are left out:
-/// their effect is real now and can no longer be rejected.
-fn dependency_closure(store: &ActionStore, seen: &[DriverActionId]) -> Vec<DriverActionId> {
+/// Whether a record is still undecided: pending, or claimed by an apply in flight.
+fn undecided(record: &ActionRecord) -> bool {
+    matches!(record.state, RecordState::Pending | RecordState::Applying)
+}
+
+/// The actions a new action depends on, with what they depend on in turn:
+///
+/// - those the session *saw* (their simulated effect was in a read) that are still
+///   undecided, gone (rejected), or failed for good: the kernel holds a dependent of a
+///   rejected or failed action for a person;
+/// - those the session *staged* earlier that are still undecided: the agent knows what
+///   it asked for even when it does not read it back.
+///
+/// Applied and reverted ones are left out: their effect is real (or undone) now, and
+/// the agent's next read shows it.
+fn dependency_closure(
+    store: &ActionStore,
+    seen: &[DriverActionId],
+    staged: &[DriverActionId],
+) -> Vec<DriverActionId> {
     let mut out = BTreeSet::new();
+    let add = |out: &mut BTreeSet<DriverActionId>, record: &ActionRecord| {
+        out.insert(record.id);
+        if undecided(record) {
+            for dep in &record.depends_on {
+                if store
+                    .get(*dep)
+                    .is_none_or(|d| undecided(d) || d.state == RecordState::Failed)
+                {
+                    out.insert(*dep);
+                }
+            }
+        }
+    };
     for id in seen {
         match store.get(*id) {
             None => {
                 out.insert(*id);
             }
-            Some(record) if record.state == RecordState::Pending => {
-                out.insert(*id);
-                for dep in &record.depends_on {
-                    if store
-                        .get(*dep)
-                        .is_none_or(|d| d.state == RecordState::Pending)
-                    {
-                        out.insert(*dep);
-                    }
-                }
+            Some(record) if undecided(record) || record.state == RecordState::Failed => {
+                add(&mut out, record);
             }
             Some(_) => {}
         }
     }
+    for id in staged {
+        if let Some(record) = store.get(*id).filter(|r| undecided(r)) {
+            add(&mut out, record);
+        }
+    }
     out.into_iter().collect()
+}
+
+/// The first action `record` depends on that is still undecided, as a refusal: a
+/// dependent applied before its dependency is decided would make real what the person
+/// may still reject (a comment quoting a rename that is then rejected).
+fn undecided_dependency(store: &ActionStore, record: &ActionRecord) -> Option<String> {
+    let dep = record
+        .depends_on
+        .iter()
+        .filter_map(|d| store.get(*d))
+        .find(|d| undecided(d))?;
+    let k = dep.display_id();
+    let this = record.display_id();
+    Some(format!(
+        "{this} depends on {k} ({} on {}), which is still pending: the agent built {this} on it, so approve or reject {k} first; nothing was sent",
+        dep.action.verb(),
+        dep.action.target()
+    ))
+}
+
+/// A staged edit never changes a page's status as a side effect: an update of trashed
+/// content would publish it again, so an edit of a page in the trash is refused.
+fn check_status(current: &Page, what: &str) -> Result<(), Refusal> {
+    if current.status != ContentStatus::Trashed {
+        return Ok(());
+    }
+    Err(Refusal::Retry(format!(
+        "content {} is in the trash, and applying this {what} would take it out of the trash as a side effect; nothing was written; restore the page first and approve again, or reject this",
+        current.id
+    )))
+}
+
+/// An append the agent saw stacked on a replacement of the same body (the replacement
+/// is among what it depends on) must not land on text the agent never saw: if that
+/// replacement failed for good, the append is refused for good too.
+fn check_stacked(
+    store: &ActionStore,
+    record: &ActionRecord,
+    content: ContentHandle,
+) -> Result<(), Refusal> {
+    let failed = record
+        .depends_on
+        .iter()
+        .filter_map(|d| store.get(*d))
+        .find(|d| {
+            d.state == RecordState::Failed
+                && matches!(d.action, WikiAction::SetContent { .. })
+                && store.resolve(d.action.target()) == content
+        });
+    let Some(replace) = failed else {
+        return Ok(());
+    };
+    Err(Refusal::Final(format!(
+        "this append was staged on top of {}, a replacement of the same body that failed for good, so the page does not hold the text it was appended to; nothing was written; re-read the page and stage again",
+        replace.display_id()
+    )))
 }
 
 /// Simulation order: the earliest pending action staged before `record` on the same
@@ -1422,6 +1616,10 @@ impl SeenFacets {
 
 /// The hot-path result of [`ConfluenceGatekeeper::body`].
 pub(crate) struct BodyRead {
+    /// What the handle resolved to.
+    pub(crate) key: ContentHandle,
+    /// The wiki's version of the content (0 while it does not exist yet).
+    pub(crate) version: u64,
     pub(crate) body: String,
     pub(crate) seen: Vec<DriverActionId>,
     pub(crate) kind: ContentKind,

@@ -7,21 +7,31 @@
 //! actions hand back a [`Staged`] receipt.
 //!
 //! What the session remembers (pitfall 2, under [`Policy::track_dependencies`]): the
-//! pending actions whose effect its reads have shown. Every action it stages afterwards
-//! declares them in `depends_on`, so if one of them is rejected the kernel flags the
-//! later action instead of letting it slip through. The memory lasts as long as the
-//! session: a restarted agent gets a new session and a clean slate.
+//! pending actions whose effect its reads have shown, and the actions it staged itself.
+//! Every action it stages afterwards declares in `depends_on` those it saw (still
+//! pending, rejected, or failed for good) and its own earlier ones still pending, so if
+//! one of them is rejected, fails for good or is reverted the kernel flags the later
+//! action instead of letting it slip through, and the driver refuses to apply it while
+//! one of them is still pending. Actions of other sessions it never read are not
+//! among them. The memory lasts as long as the session: a restarted agent gets a new
+//! session and a clean slate.
+//!
+//! It also remembers the version of each page its reads showed (pitfall 1, under
+//! [`Policy::refuse_stale`]): a replace or rename is staged against the version the
+//! agent last saw, not the version the page happens to have when it is staged, so an
+//! edit a person makes between the agent's read and its staging is not erased.
 //!
 //! [`Policy::track_dependencies`]: crate::Policy::track_dependencies
+//! [`Policy::refuse_stale`]: crate::Policy::refuse_stale
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kernel::{ApprovalQueue, DriverActionId};
 
 use crate::card;
 use crate::error::WikiError;
-use crate::gatekeeper::{ConfluenceGatekeeper, SeenFacets, StageRequest};
+use crate::gatekeeper::{ConfluenceGatekeeper, Knowledge, SeenFacets, StageRequest};
 use crate::handle::ContentHandle;
 use crate::overlay::CommentView;
 use crate::record::{ContentKind, ContentStatus, WikiAction};
@@ -76,6 +86,8 @@ pub struct WikiSession {
     gatekeeper: Arc<ConfluenceGatekeeper>,
     queue: Arc<dyn ApprovalQueue>,
     seen: Mutex<BTreeSet<DriverActionId>>,
+    staged: Mutex<BTreeSet<DriverActionId>>,
+    versions: Mutex<HashMap<ContentHandle, u64>>,
     last: Mutex<Option<Staged>>,
 }
 
@@ -93,6 +105,8 @@ impl WikiSession {
             gatekeeper,
             queue,
             seen: Mutex::new(BTreeSet::new()),
+            staged: Mutex::new(BTreeSet::new()),
+            versions: Mutex::new(HashMap::new()),
             last: Mutex::new(None),
         }
     }
@@ -110,6 +124,28 @@ impl WikiSession {
     /// The receipt of the last action this session staged (creates included).
     pub fn last_staged(&self) -> Option<Staged> {
         *lock(&self.last)
+    }
+
+    /// The actions this session staged itself, in id order (under
+    /// [`Policy::track_dependencies`](crate::Policy::track_dependencies); empty otherwise).
+    pub fn staged(&self) -> Vec<DriverActionId> {
+        lock(&self.staged).iter().copied().collect()
+    }
+
+    /// The version of `content` this session's last read showed (0 for content not yet
+    /// created), or `None` if it never read it. Give the handle as the agent holds it.
+    pub fn last_read_version(&self, content: &ContentHandle) -> Option<u64> {
+        let key = self.gatekeeper.resolve(*content);
+        let versions = lock(&self.versions);
+        versions
+            .get(&key)
+            .or_else(|| versions.get(content))
+            .copied()
+    }
+
+    /// Note the version of the content (by its resolved key) a read just showed.
+    fn saw_version(&self, key: ContentHandle, version: u64) {
+        lock(&self.versions).insert(key, version);
     }
 
     fn remember(&self, seen: &[DriverActionId]) {
@@ -150,6 +186,7 @@ impl WikiSession {
                 view.pending_changes,
             ))
             .await?;
+        self.saw_version(view.id, view.version);
         Ok((view, seen))
     }
 
@@ -166,6 +203,7 @@ impl WikiSession {
                 read.pending,
             ))
             .await?;
+        self.saw_version(read.key, read.version);
         self.remember(&read.seen);
         Ok(read.body)
     }
@@ -215,8 +253,15 @@ impl WikiSession {
         &self,
         request: StageRequest,
     ) -> Result<(Staged, Option<ContentHandle>), WikiError> {
-        let seen = self.seen();
-        let prepared = self.gatekeeper.prepare(request, &seen)?;
+        let prepared = {
+            let versions = lock(&self.versions);
+            let knowledge = Knowledge {
+                seen: self.seen(),
+                staged: self.staged(),
+                versions: &versions,
+            };
+            self.gatekeeper.prepare(request, &knowledge)?
+        };
         match self
             .queue
             .submit_action(prepared.id, prepared.description)
@@ -224,6 +269,9 @@ impl WikiSession {
         {
             Ok(ledger) => {
                 self.gatekeeper.submitted(prepared.id, ledger);
+                if self.gatekeeper.policy().track_dependencies {
+                    lock(&self.staged).insert(prepared.id);
+                }
                 let staged = Staged {
                     action: prepared.id,
                     ledger,

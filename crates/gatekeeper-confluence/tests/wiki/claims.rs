@@ -323,7 +323,8 @@ async fn a_refused_check_stores_no_claim_and_a_refused_write_releases_it() {
     let page = agent.open("100").await.unwrap();
     let created = agent.create_page("OPS", "Runbook", "").await.unwrap();
     agent.append_content(&created, "later").await.unwrap();
-    let staged = agent.append_content(&page, "more").await.unwrap();
+    // Another agent's, so it does not wait for the first agent's earlier actions.
+    let staged = rig.session().append_content(&page, "more").await.unwrap();
     let open = rig.overseer.open_actions().unwrap();
 
     // Refused before anything could be sent: no claim at all.

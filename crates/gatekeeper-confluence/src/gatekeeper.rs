@@ -53,9 +53,12 @@
 //!    ([`Policy::refuse_stale`]), the space lookup. The result is the one write request
 //!    to send. A refusal here writes no claim: the record stays `pending` (retryable)
 //!    or becomes `failed` (final).
-//! 3. **Claim**: write the record as `applying` through the port. If the write fails,
-//!    refuse, retryable: nothing was sent. **Nothing is sent before this write is
-//!    stored**, so a crash from here on leaves a record that is never replayed.
+//! 3. **Claim**: write the record as `applying` through the port's compare-and-set,
+//!    only if the port still holds the record read in step 1. If another gatekeeper
+//!    with the same store open got there first, nothing is sent: its outcome is
+//!    reloaded, and an action it applied counts as applied. If the write fails, refuse,
+//!    retryable: nothing was sent. **Nothing is sent before this write is stored**, so a
+//!    crash from here on leaves a record that is never replayed.
 //! 4. **Send** the request: the apply's only write to the wiki.
 //! 5. **Record the outcome.** Accepted: for a create, the `prov:~N` mapping first; then
 //!    the record as `applied`, with what revert and the stale check need. Refused by the
@@ -65,9 +68,12 @@
 //!    marks it failed.
 //!
 //! Opening ([`ConfluenceGatekeeper::open`]) turns every record left `applying` into
-//! `failed` before the gatekeeper can be used. The claim is checked in this process's
-//! index, not by a compare-and-set in the port (the port has none): one gatekeeper
-//! instance owns a store at a time.
+//! `failed` before the gatekeeper can be used. The claim is a compare-and-set in the
+//! port ([`KvStore::compare_and_set`]), so two processes with one store open never
+//! both send an action. The rest of the store is not shared that carefully: staging
+//! allocates ids from counters this process caches, so only one process should stage
+//! into a store, and another process's index of pending work is refreshed only for an
+//! action whose claim it lost (or when it is reopened).
 //!
 //! # Concurrency
 //!
@@ -766,14 +772,20 @@ impl ConfluenceGatekeeper {
             Ok(request) => request,
             Err(refusal) => return Err(self.refused(&mut store, &record, refusal, false)),
         };
-        // Step 3: the claim is stored before anything is sent.
+        // Step 3: the claim is stored before anything is sent, by a compare-and-set over
+        // the record as read in step 1, so that of two gatekeepers with this store open
+        // at most one claims it.
         let mut claim = (*record).clone();
         claim.state = RecordState::Applying;
-        if let Err(error) = store.put(claim) {
-            warn!(%id, %error, "apply failed: the claim could not be recorded; nothing was sent");
-            return Err(GatekeeperError::retryable(format!(
-                "{error}; the claim to apply this could not be recorded, so nothing was sent; approve again to retry"
-            )));
+        match store.claim(&record, claim) {
+            Ok(Ok(())) => {}
+            Ok(Err(now)) => return claimed_elsewhere(id, now.as_deref()),
+            Err(error) => {
+                warn!(%id, %error, "apply failed: the claim could not be recorded; nothing was sent");
+                return Err(GatekeeperError::retryable(format!(
+                    "{error}; the claim to apply this could not be recorded, so nothing was sent; approve again to retry"
+                )));
+            }
         }
         // Step 4: the only send.
         let sent = self.send(request);
@@ -1502,6 +1514,35 @@ fn undecided_dependency(store: &ActionStore, record: &ActionRecord) -> Option<St
         dep.action.verb(),
         dep.action.target()
     ))
+}
+
+/// Step 3 lost: the stored record was no longer the one read in step 1, because another
+/// gatekeeper with the same store open claimed, applied, failed or dropped it. Nothing
+/// was sent; `now` is the record as stored now.
+fn claimed_elsewhere(
+    id: DriverActionId,
+    now: Option<&ActionRecord>,
+) -> Result<(), GatekeeperError> {
+    info!(%id, state = ?now.map(|r| r.state), "apply refused: the claim was lost to another gatekeeper");
+    let Some(now) = now else {
+        return Err(GatekeeperError::fatal(format!(
+            "action {id} was dropped by another process sharing this gatekeeper's store (rejected there), so nothing was sent; reject it"
+        )));
+    };
+    match now.state {
+        RecordState::Applied | RecordState::Reverted => Ok(()),
+        RecordState::Failed => Err(GatekeeperError::fatal(now.failure.clone().unwrap_or_else(
+            || "this action failed for good in another process; stage it again".to_owned(),
+        ))),
+        RecordState::Applying => Err(GatekeeperError::retryable(format!(
+            "{} is being applied by another process sharing this gatekeeper's store, so nothing was sent again; wait for that attempt's outcome",
+            now.display_id()
+        ))),
+        RecordState::Pending => Err(GatekeeperError::retryable(format!(
+            "{} was changed by another process sharing this gatekeeper's store while this apply checked it, so nothing was sent; approve again",
+            now.display_id()
+        ))),
+    }
 }
 
 /// A staged edit never changes a page's status as a side effect: an update of trashed

@@ -9,7 +9,7 @@
 //! a 409 under both, and nothing is written; approving again overwrites the edit under
 //! the reference and is refused as stale under ours.
 //!
-//! This module also holds the small helpers the three wiki lectures (ex09, ex10, ex11)
+//! This module also holds the small helpers the wiki lectures (ex09 to ex12)
 //! share: how an agent's wiki calls, other people's edits, the wiki's state and the
 //! side-by-side summary are printed.
 
@@ -241,7 +241,7 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
     })
 }
 
-// ----- shared by the wiki lectures (ex09, ex10, ex11) -----
+// ----- shared by the wiki lectures (ex09 to ex12) -----
 
 /// "reference" or "ours": how the transcript names a policy.
 pub(crate) fn side(policy: Policy) -> &'static str {

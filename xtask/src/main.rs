@@ -14,7 +14,7 @@ cargo xtask <task>
 
 Tasks:
   lecture <name>|all|--list [--interactive] [--db PATH]
-                 run a lecture (ex01..ex11), all of them in order, or list them
+                 run a lecture (ex01..ex12), all of them in order, or list them
   tidy           check file headers and the crate dependency direction
   ci             what CI runs: fmt --check, clippy -D warnings, tests
 ";

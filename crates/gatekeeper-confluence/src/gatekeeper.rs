@@ -16,9 +16,11 @@
 //!    not created yet fails, retryably, with "content ~N has not been created yet";
 //!    nothing is created on the side. A 409 from the wiki fails retryably and leaves the
 //!    action pending. Under [`Policy::refuse_stale`] a replace or retitle whose page
-//!    moved on since staging fails for good; under [`Policy::ordered_apply`] an action
-//!    is refused while an earlier one on the same content (or its provisional parent)
-//!    is pending.
+//!    moved on since the agent read it fails for good, an edit of a page in the trash
+//!    is refused, and an append stacked on a replace that failed for good fails for
+//!    good; under [`Policy::ordered_apply`] an action is refused while an earlier one on
+//!    the same content (or its provisional parent) is pending; under
+//!    [`Policy::track_dependencies`] while an action it depends on is pending.
 //! 4. **Reject** ([`Gatekeeper::reject_action`]). The record is deleted; a create takes
 //!    every pending action on it and on its provisional descendants with it, reported
 //!    as `cascaded` under [`Policy::report_cascade`]. An `applying` action may already

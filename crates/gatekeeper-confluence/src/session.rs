@@ -85,10 +85,20 @@ impl NewPage {
 pub struct WikiSession {
     gatekeeper: Arc<ConfluenceGatekeeper>,
     queue: Arc<dyn ApprovalQueue>,
-    seen: Mutex<BTreeSet<DriverActionId>>,
-    staged: Mutex<BTreeSet<DriverActionId>>,
-    versions: Mutex<HashMap<ContentHandle, u64>>,
+    memory: Mutex<Memory>,
     last: Mutex<Option<Staged>>,
+}
+
+/// What a session remembers of its agent's reads and stagings (one lock, taken once per
+/// read).
+#[derive(Default)]
+struct Memory {
+    /// The pending actions whose effect its reads showed.
+    seen: BTreeSet<DriverActionId>,
+    /// The actions it staged itself.
+    staged: BTreeSet<DriverActionId>,
+    /// The version of each content (by resolved key) its last read of it showed.
+    versions: HashMap<ContentHandle, u64>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -104,9 +114,7 @@ impl WikiSession {
         Self {
             gatekeeper,
             queue,
-            seen: Mutex::new(BTreeSet::new()),
-            staged: Mutex::new(BTreeSet::new()),
-            versions: Mutex::new(HashMap::new()),
+            memory: Mutex::new(Memory::default()),
             last: Mutex::new(None),
         }
     }
@@ -118,7 +126,7 @@ impl WikiSession {
 
     /// The pending actions whose effect this session's reads have shown, in id order.
     pub fn seen(&self) -> Vec<DriverActionId> {
-        lock(&self.seen).iter().copied().collect()
+        lock(&self.memory).seen.iter().copied().collect()
     }
 
     /// The receipt of the last action this session staged (creates included).
@@ -129,30 +137,36 @@ impl WikiSession {
     /// The actions this session staged itself, in id order (under
     /// [`Policy::track_dependencies`](crate::Policy::track_dependencies); empty otherwise).
     pub fn staged(&self) -> Vec<DriverActionId> {
-        lock(&self.staged).iter().copied().collect()
+        lock(&self.memory).staged.iter().copied().collect()
     }
 
     /// The version of `content` this session's last read showed (0 for content not yet
     /// created), or `None` if it never read it. Give the handle as the agent holds it.
     pub fn last_read_version(&self, content: &ContentHandle) -> Option<u64> {
         let key = self.gatekeeper.resolve(*content);
-        let versions = lock(&self.versions);
-        versions
+        let memory = lock(&self.memory);
+        memory
+            .versions
             .get(&key)
-            .or_else(|| versions.get(content))
+            .or_else(|| memory.versions.get(content))
             .copied()
     }
 
-    /// Note the version of the content (by its resolved key) a read just showed.
-    fn saw_version(&self, key: ContentHandle, version: u64) {
-        lock(&self.versions).insert(key, version);
-    }
-
-    fn remember(&self, seen: &[DriverActionId]) {
-        if seen.is_empty() || !self.gatekeeper.policy().track_dependencies {
+    /// Note what a read just showed: the version of the content (by its resolved key),
+    /// and the pending actions visible in it. Each is kept only under the policy that
+    /// uses it.
+    fn remember(&self, read: Option<(ContentHandle, u64)>, seen: &[DriverActionId]) {
+        let policy = self.gatekeeper.policy();
+        let seen = if policy.track_dependencies { seen } else { &[] };
+        let read = read.filter(|_| policy.refuse_stale);
+        if read.is_none() && seen.is_empty() {
             return;
         }
-        lock(&self.seen).extend(seen.iter().copied());
+        let mut memory = lock(&self.memory);
+        if let Some((key, version)) = read {
+            memory.versions.insert(key, version);
+        }
+        memory.seen.extend(seen.iter().copied());
     }
 
     // ----- reads -----
@@ -167,7 +181,7 @@ impl WikiSession {
     /// The whole page as simulated: title, body, labels, comments, status.
     pub async fn read(&self, handle: &ContentHandle) -> Result<PageView, WikiError> {
         let (view, seen) = self.observe(handle, "").await?;
-        self.remember(&seen.all());
+        self.remember(Some((view.id, view.version)), &seen.all());
         Ok(view)
     }
 
@@ -186,7 +200,6 @@ impl WikiSession {
                 view.pending_changes,
             ))
             .await?;
-        self.saw_version(view.id, view.version);
         Ok((view, seen))
     }
 
@@ -203,8 +216,7 @@ impl WikiSession {
                 read.pending,
             ))
             .await?;
-        self.saw_version(read.key, read.version);
-        self.remember(&read.seen);
+        self.remember(Some((read.key, read.version)), &read.seen);
         Ok(read.body)
     }
 
@@ -212,21 +224,21 @@ impl WikiSession {
     /// are remembered as seen.
     pub async fn comments(&self, handle: &ContentHandle) -> Result<Vec<CommentView>, WikiError> {
         let (view, seen) = self.observe(handle, "comments").await?;
-        self.remember(&seen.part(&seen.comments));
+        self.remember(Some((view.id, view.version)), &seen.part(&seen.comments));
         Ok(view.comments)
     }
 
     /// The labels, as simulated. Only the pending label changes are remembered as seen.
     pub async fn labels(&self, handle: &ContentHandle) -> Result<Vec<String>, WikiError> {
         let (view, seen) = self.observe(handle, "labels").await?;
-        self.remember(&seen.part(&seen.labels));
+        self.remember(Some((view.id, view.version)), &seen.part(&seen.labels));
         Ok(view.labels)
     }
 
     /// The title, as simulated. Only a pending rename (or the create) is remembered.
     pub async fn title(&self, handle: &ContentHandle) -> Result<String, WikiError> {
         let (view, seen) = self.observe(handle, "title").await?;
-        self.remember(&seen.part(&seen.title));
+        self.remember(Some((view.id, view.version)), &seen.part(&seen.title));
         Ok(view.title)
     }
 
@@ -243,7 +255,7 @@ impl WikiSession {
                 format!("{} child pages: {}", children.len(), listing.trim_end()),
             ))
             .await?;
-        self.remember(&seen);
+        self.remember(None, &seen);
         Ok(children)
     }
 
@@ -254,11 +266,11 @@ impl WikiSession {
         request: StageRequest,
     ) -> Result<(Staged, Option<ContentHandle>), WikiError> {
         let prepared = {
-            let versions = lock(&self.versions);
+            let memory = lock(&self.memory);
             let knowledge = Knowledge {
-                seen: self.seen(),
-                staged: self.staged(),
-                versions: &versions,
+                seen: memory.seen.iter().copied().collect(),
+                staged: memory.staged.iter().copied().collect(),
+                versions: &memory.versions,
             };
             self.gatekeeper.prepare(request, &knowledge)?
         };
@@ -270,7 +282,7 @@ impl WikiSession {
             Ok(ledger) => {
                 self.gatekeeper.submitted(prepared.id, ledger);
                 if self.gatekeeper.policy().track_dependencies {
-                    lock(&self.staged).insert(prepared.id);
+                    lock(&self.memory).staged.insert(prepared.id);
                 }
                 let staged = Staged {
                     action: prepared.id,

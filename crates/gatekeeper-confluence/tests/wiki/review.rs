@@ -36,6 +36,7 @@ async fn an_edit_between_the_agents_read_and_its_staging_is_not_erased() {
         lab.service
             .human_edit(100, Edit::ReplaceBody("human edit".into()))
             .unwrap();
+        assert_eq!(agent.last_read_version(&page), Some(1));
         // Built on version 1, staged while the page is at version 2.
         let staged = if rename {
             agent.set_title(&page, "Agent title").await.unwrap()

@@ -754,11 +754,17 @@ impl Inner {
         // Who decided is written before the driver is called (the action is still open):
         // if the process dies mid-apply, the ledger still says who approved what may have
         // been sent. A durable store may let this write ride with the driver's claim.
+        // A flagged action is applied only by a person's deliberate decision (the drain
+        // never applies one); the ledger says so beside who decided.
         let resolution = Resolution {
             by: decider.by.to_owned(),
             auto: decider.auto,
             at: self.clock.now(),
-            cause: None,
+            cause: record.blocked_by.map(|root| {
+                format!(
+                    "approved although it depends on {root}, which was rejected, failed for good or reverted"
+                )
+            }),
         };
         self.store.record_attempt(id, &resolution)?;
         record.resolution = Some(resolution);

@@ -224,7 +224,18 @@ async fn approving_a_dependent_while_its_dependency_is_pending_is_refused() {
     let action = entry.action().unwrap();
     assert_eq!(action.state, ActionState::Approved);
     assert_eq!(action.blocked_by, Some(rename.ledger));
-    assert_eq!(action.resolution.as_ref().unwrap().by, "ana");
+    let resolution = action.resolution.as_ref().unwrap();
+    assert_eq!(resolution.by, "ana");
+    assert_eq!(
+        resolution.cause.as_deref(),
+        Some(
+            format!(
+                "approved although it depends on {}, which was rejected, failed for good or reverted",
+                rename.ledger
+            )
+            .as_str()
+        )
+    );
 }
 
 #[tokio::test]

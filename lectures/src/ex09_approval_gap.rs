@@ -9,7 +9,7 @@
 //! a 409 under both, and nothing is written; approving again overwrites the edit under
 //! the reference and is refused as stale under ours.
 //!
-//! This module also holds the small helpers the three wiki lectures (ex09, ex10, ex11)
+//! This module also holds the small helpers the wiki lectures (ex09 to ex12)
 //! share: how an agent's wiki calls, other people's edits, the wiki's state and the
 //! side-by-side summary are printed.
 
@@ -241,7 +241,7 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
     })
 }
 
-// ----- shared by the wiki lectures (ex09, ex10, ex11) -----
+// ----- shared by the wiki lectures (ex09 to ex12) -----
 
 /// "reference" or "ours": how the transcript names a policy.
 pub(crate) fn side(policy: Policy) -> &'static str {
@@ -462,6 +462,8 @@ pub(crate) fn human_edit(
         Edit::ReplaceBody(text) => format!("replaces the body with \"{}\"", visible(text)),
         Edit::AppendBody(text) => format!("appends \"{}\"", visible(text)),
         Edit::SetTitle(text) => format!("renames it \"{}\"", visible(text)),
+        Edit::Trash => "moves it to the trash".to_owned(),
+        Edit::Restore => "restores it from the trash".to_owned(),
     };
     let version = lab.service.human_edit(id, edit)?;
     writeln!(

@@ -35,6 +35,7 @@ pub mod ex08_lockdown;
 pub mod ex09_approval_gap;
 pub mod ex10_dependencies;
 pub mod ex11_order_and_revert;
+pub mod ex12_people_during_review;
 
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
@@ -55,4 +56,5 @@ pub const LECTURES: &[Lecture] = &[
     ex09_approval_gap::LECTURE,
     ex10_dependencies::LECTURE,
     ex11_order_and_revert::LECTURE,
+    ex12_people_during_review::LECTURE,
 ];

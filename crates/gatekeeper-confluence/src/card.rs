@@ -184,6 +184,21 @@ pub fn describe(action: &WikiAction, staging: &Staging, guarded: bool) -> Action
     }
 }
 
+/// Add to a replace's or rename's card that the agent never read the page before
+/// staging it: it was staged against `version`, the version the page had then, which
+/// the agent never saw.
+pub fn note_unread(card: &mut ActionDescription, version: u64) {
+    let mut md = Markdown::new();
+    md.line(&[
+        &lit("The agent did not read this page before staging this: it never saw version "),
+        &fact(version),
+        &lit(", the version it is staged against."),
+    ]);
+    // A blank line first, so the note never reads as part of a quoted body above it.
+    card.description.push_str("\n\n");
+    card.description.push_str(&md.build().into_string());
+}
+
 /// The ledger line of a read: what was read (`what` empty: the whole content), and how
 /// much of it is simulation.
 pub fn observation(

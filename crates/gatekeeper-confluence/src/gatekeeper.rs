@@ -16,9 +16,11 @@
 //!    not created yet fails, retryably, with "content ~N has not been created yet";
 //!    nothing is created on the side. A 409 from the wiki fails retryably and leaves the
 //!    action pending. Under [`Policy::refuse_stale`] a replace or retitle whose page
-//!    moved on since staging fails for good; under [`Policy::ordered_apply`] an action
-//!    is refused while an earlier one on the same content (or its provisional parent)
-//!    is pending.
+//!    moved on since the agent read it fails for good, an edit of a page in the trash
+//!    is refused, and an append stacked on a replace that failed for good fails for
+//!    good; under [`Policy::ordered_apply`] an action is refused while an earlier one on
+//!    the same content (or its provisional parent) is pending; under
+//!    [`Policy::track_dependencies`] while an action it depends on is pending.
 //! 4. **Reject** ([`Gatekeeper::reject_action`]). The record is deleted; a create takes
 //!    every pending action on it and on its provisional descendants with it, reported
 //!    as `cascaded` under [`Policy::report_cascade`]. An `applying` action may already
@@ -53,9 +55,12 @@
 //!    ([`Policy::refuse_stale`]), the space lookup. The result is the one write request
 //!    to send. A refusal here writes no claim: the record stays `pending` (retryable)
 //!    or becomes `failed` (final).
-//! 3. **Claim**: write the record as `applying` through the port. If the write fails,
-//!    refuse, retryable: nothing was sent. **Nothing is sent before this write is
-//!    stored**, so a crash from here on leaves a record that is never replayed.
+//! 3. **Claim**: write the record as `applying` through the port's compare-and-set,
+//!    only if the port still holds the record read in step 1. If another gatekeeper
+//!    with the same store open got there first, nothing is sent: its outcome is
+//!    reloaded, and an action it applied counts as applied. If the write fails, refuse,
+//!    retryable: nothing was sent. **Nothing is sent before this write is stored**, so a
+//!    crash from here on leaves a record that is never replayed.
 //! 4. **Send** the request: the apply's only write to the wiki.
 //! 5. **Record the outcome.** Accepted: for a create, the `prov:~N` mapping first; then
 //!    the record as `applied`, with what revert and the stale check need. Refused by the
@@ -65,9 +70,12 @@
 //!    marks it failed.
 //!
 //! Opening ([`ConfluenceGatekeeper::open`]) turns every record left `applying` into
-//! `failed` before the gatekeeper can be used. The claim is checked in this process's
-//! index, not by a compare-and-set in the port (the port has none): one gatekeeper
-//! instance owns a store at a time.
+//! `failed` before the gatekeeper can be used. The claim is a compare-and-set in the
+//! port ([`KvStore::compare_and_set`]), so two processes with one store open never
+//! both send an action. The rest of the store is not shared that carefully: staging
+//! allocates ids from counters this process caches, so only one process should stage
+//! into a store, and another process's index of pending work is refreshed only for an
+//! action whose claim it lost (or when it is reopened).
 //!
 //! # Concurrency
 //!
@@ -82,7 +90,7 @@
 //! and the claim would then also be what stops a second apply while the first is in
 //! flight.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -222,6 +230,17 @@ pub(crate) enum StageRequest {
     },
     /// Any other action.
     Action(WikiAction),
+}
+
+/// What a session knows when it stages an action: what its reads showed and what it
+/// staged before.
+pub(crate) struct Knowledge<'a> {
+    /// The pending actions whose effect its reads showed.
+    pub(crate) seen: Vec<DriverActionId>,
+    /// The actions it staged itself.
+    pub(crate) staged: Vec<DriverActionId>,
+    /// The version of each content (by resolved key) its last read of it showed.
+    pub(crate) versions: &'a HashMap<ContentHandle, u64>,
 }
 
 /// A staged record the kernel has not answered for yet.
@@ -418,7 +437,7 @@ impl ConfluenceGatekeeper {
         let map = store.pending_on(key);
         let pending: Vec<&ActionRecord> = map.values().map(|r| &**r).collect();
         let mut seen = Vec::with_capacity(pending.len());
-        let (kind, base_title, body) = match key {
+        let (kind, base_title, body, version) = match key {
             ContentHandle::Provisional(n) => {
                 let create = store.create_of(n).ok_or(WikiError::NotFound(handle))?;
                 let kind = match &create.action {
@@ -429,17 +448,20 @@ impl ConfluenceGatekeeper {
                     kind,
                     String::new(),
                     simulate_body(&pending, None, &mut seen),
+                    0,
                 )
             }
             ContentHandle::Real(id) => {
                 let page = self.fetch(id, handle)?;
                 let base = page.body_markdown();
                 let body = simulate_body(&pending, Some(&base), &mut seen);
-                (page.kind, page.title, body)
+                (page.kind, page.title, body, page.version)
             }
         };
         let (title, _) = simulate_title(pending.iter().copied(), &base_title);
         Ok(BodyRead {
+            key,
+            version,
             body,
             seen,
             kind,
@@ -530,9 +552,10 @@ impl ConfluenceGatekeeper {
     pub(crate) fn prepare(
         &self,
         request: StageRequest,
-        seen: &[DriverActionId],
+        knowledge: &Knowledge<'_>,
     ) -> Result<Prepared, WikiError> {
         let mut store = self.store();
+        let mut unread_base = None;
         let (action, staging, created) = match request {
             StageRequest::Create {
                 kind,
@@ -565,17 +588,21 @@ impl ConfluenceGatekeeper {
                 )
             }
             StageRequest::Action(action) => {
-                let staging = self.capture(&store, &action)?;
+                let (staging, unread) = self.capture(&store, &action, knowledge.versions)?;
+                unread_base = unread;
                 (action, staging, None)
             }
         };
         let id = store.allocate_action()?;
         let depends_on = if self.policy.track_dependencies {
-            dependency_closure(&store, seen)
+            dependency_closure(&store, &knowledge.seen, &knowledge.staged)
         } else {
             Vec::new()
         };
         let mut description = card::describe(&action, &staging, self.policy.refuse_stale);
+        if let Some(version) = unread_base {
+            card::note_unread(&mut description, version);
+        }
         description.depends_on = depends_on.clone();
         store.put(ActionRecord {
             id,
@@ -646,7 +673,18 @@ impl ConfluenceGatekeeper {
 
     /// What to capture at staging: the version staged against, and the reference's
     /// revert snapshots (the simulated body or title).
-    fn capture(&self, store: &ActionStore, action: &WikiAction) -> Result<Staging, WikiError> {
+    ///
+    /// Under [`Policy::refuse_stale`] the version staged against is the one the agent's
+    /// session last read of this content (`versions`, by resolved key): a person's edit
+    /// made between that read and this staging must not be erased. If the session never
+    /// read a real page, it is the page's version now, and the second value is that
+    /// version, so the card can say the agent never saw the page.
+    fn capture(
+        &self,
+        store: &ActionStore,
+        action: &WikiAction,
+        versions: &HashMap<ContentHandle, u64>,
+    ) -> Result<(Staging, Option<u64>), WikiError> {
         let target = action.target();
         let key = store.resolve(target);
         if let ContentHandle::Provisional(n) = key
@@ -660,15 +698,30 @@ impl ConfluenceGatekeeper {
                 | WikiAction::AppendContent { .. }
                 | WikiAction::SetTitle { .. }
         ) {
-            return Ok(Staging::default());
+            return Ok((Staging::default(), None));
         }
         let base = match key {
             ContentHandle::Real(id) => Some(self.fetch(id, target)?),
             ContentHandle::Provisional(_) => None,
         };
         let pending: Vec<&ActionRecord> = store.pending_on(key).values().map(|r| &**r).collect();
+        let now = base.as_ref().map_or(0, |p| p.version);
+        let mut unread = None;
+        let base_version = if self.policy.refuse_stale && !key.is_provisional() {
+            match versions.get(&key).or_else(|| versions.get(&target)) {
+                Some(seen) => *seen,
+                None => {
+                    if !matches!(action, WikiAction::AppendContent { .. }) {
+                        unread = Some(now);
+                    }
+                    now
+                }
+            }
+        } else {
+            now
+        };
         let mut staging = Staging {
-            base_version: base.as_ref().map_or(0, |p| p.version),
+            base_version,
             ..Staging::default()
         };
         if let WikiAction::SetTitle { .. } = action {
@@ -682,7 +735,7 @@ impl ConfluenceGatekeeper {
                 &mut Vec::new(),
             ));
         }
-        Ok(staging)
+        Ok((staging, unread))
     }
 
     // ----- apply -----
@@ -723,18 +776,30 @@ impl ConfluenceGatekeeper {
             info!(%id, "apply refused: an earlier action is pending");
             return Err(GatekeeperError::retryable(message));
         }
+        if self.policy.track_dependencies
+            && let Some(message) = undecided_dependency(&store, &record)
+        {
+            info!(%id, "apply refused: an action it depends on is pending");
+            return Err(GatekeeperError::retryable(message));
+        }
         let request = match self.plan(&mut store, &record) {
             Ok(request) => request,
             Err(refusal) => return Err(self.refused(&mut store, &record, refusal, false)),
         };
-        // Step 3: the claim is stored before anything is sent.
+        // Step 3: the claim is stored before anything is sent, by a compare-and-set over
+        // the record as read in step 1, so that of two gatekeepers with this store open
+        // at most one claims it.
         let mut claim = (*record).clone();
         claim.state = RecordState::Applying;
-        if let Err(error) = store.put(claim) {
-            warn!(%id, %error, "apply failed: the claim could not be recorded; nothing was sent");
-            return Err(GatekeeperError::retryable(format!(
-                "{error}; the claim to apply this could not be recorded, so nothing was sent; approve again to retry"
-            )));
+        match store.claim(&record, claim) {
+            Ok(Ok(())) => {}
+            Ok(Err(now)) => return claimed_elsewhere(id, now.as_deref()),
+            Err(error) => {
+                warn!(%id, %error, "apply failed: the claim could not be recorded; nothing was sent");
+                return Err(GatekeeperError::retryable(format!(
+                    "{error}; the claim to apply this could not be recorded, so nothing was sent; approve again to retry"
+                )));
+            }
         }
         // Step 4: the only send.
         let sent = self.send(request);
@@ -943,6 +1008,7 @@ impl ConfluenceGatekeeper {
                         current.version,
                         "replacement",
                     )?;
+                    check_status(&current, "replacement")?;
                 }
                 let (title, body) = (current.title.clone(), markdown_to_storage(markdown));
                 Ok(Request::update(id, current, title, body, None))
@@ -950,6 +1016,10 @@ impl ConfluenceGatekeeper {
             WikiAction::AppendContent { target, markdown } => {
                 let id = self.require_resolved(store, *target)?;
                 let current = service.get_content(id).map_err(from_service)?;
+                if self.policy.refuse_stale {
+                    check_stacked(store, record, ContentHandle::Real(id))?;
+                    check_status(&current, "append")?;
+                }
                 let fragment = markdown_to_storage(markdown);
                 let (title, body) = (current.title.clone(), format!("{}{fragment}", current.body));
                 Ok(Request::update(id, current, title, body, Some(fragment)))
@@ -965,6 +1035,7 @@ impl ConfluenceGatekeeper {
                         current.version,
                         "rename",
                     )?;
+                    check_status(&current, "rename")?;
                 }
                 let body = current.body.clone();
                 Ok(Request::update(id, current, title.clone(), body, None))
@@ -1223,6 +1294,32 @@ impl ConfluenceGatekeeper {
                 )
             })
         };
+        // What a careful revert needs to know it undoes only this action's change.
+        let no_record = || {
+            Ok(Some(format!(
+                "there is no record of what applying this {} wrote to content {id} (it was stored before that was recorded), so it cannot be undone safely; nothing was written; undo it by hand if needed",
+                record.action.verb()
+            )))
+        };
+        let trashed = |current: &Page| -> Option<String> {
+            (current.status == ContentStatus::Trashed).then(|| {
+                format!(
+                    "content {id} is in the trash (someone trashed it after this action was applied); reverting this {} would take it out of the trash as a side effect, so nothing was written; restore it first if the revert is still wanted",
+                    record.action.verb()
+                )
+            })
+        };
+        let careful_current =
+            |what_needed: bool| -> Result<Result<Page, Option<String>>, ServiceError> {
+                if !what_needed {
+                    return Ok(Err(no_record()?));
+                }
+                let current = service.get_content(id)?;
+                Ok(match trashed(&current) {
+                    Some(reason) => Err(Some(reason)),
+                    None => Ok(current),
+                })
+            };
         let put = |current: &Page, title: String, body: String| {
             service
                 .update_content(
@@ -1237,6 +1334,20 @@ impl ConfluenceGatekeeper {
                 .map(|_| None)
         };
         match &record.action {
+            WikiAction::Create { .. } if careful => {
+                let Some(write) = applied.write.as_ref().filter(|_| applied.created.is_some())
+                else {
+                    return no_record();
+                };
+                let current = service.get_content(id)?;
+                if current.version != write.after {
+                    return Ok(Some(format!(
+                        "content {id} changed after it was created (it was created at version {}, it is now at version {}); trashing it would throw those changes away, so nothing was written; trash it by hand if that is still wanted",
+                        write.after, current.version
+                    )));
+                }
+                service.trash(id).map(|_| None)
+            }
             WikiAction::Create { .. } => service.trash(id).map(|_| None),
             WikiAction::SetContent { .. } | WikiAction::AppendContent { .. } if !careful => {
                 let Some(previous) = &record.staging.previous_markdown else {
@@ -1253,7 +1364,10 @@ impl ConfluenceGatekeeper {
                 )
             }
             WikiAction::SetContent { .. } => {
-                let current = service.get_content(id)?;
+                let current = match careful_current(applied.write.is_some())? {
+                    Ok(current) => current,
+                    Err(reason) => return Ok(reason),
+                };
                 if let Some(reason) = unchanged_since(&current, "replacement") {
                     return Ok(Some(reason));
                 }
@@ -1265,7 +1379,11 @@ impl ConfluenceGatekeeper {
                 put(&current, current.title.clone(), previous)
             }
             WikiAction::AppendContent { .. } => {
-                let current = service.get_content(id)?;
+                let known = applied.write.is_some() && applied.appended.is_some();
+                let current = match careful_current(known)? {
+                    Ok(current) => current,
+                    Err(reason) => return Ok(reason),
+                };
                 let fragment = applied.appended.clone().unwrap_or_default();
                 if fragment.is_empty() {
                     return Ok(None);
@@ -1302,7 +1420,14 @@ impl ConfluenceGatekeeper {
                 put(&current, current.title.clone(), body)
             }
             WikiAction::SetTitle { .. } => {
-                let current = service.get_content(id)?;
+                let current = if careful {
+                    match careful_current(applied.write.is_some())? {
+                        Ok(current) => current,
+                        Err(reason) => return Ok(reason),
+                    }
+                } else {
+                    service.get_content(id)?
+                };
                 let title = if careful {
                     if let Some(reason) = unchanged_since(&current, "rename") {
                         return Ok(Some(reason));
@@ -1319,6 +1444,7 @@ impl ConfluenceGatekeeper {
             }
             WikiAction::AddComment { .. } => match applied.created {
                 Some(comment) => service.delete_comment(id, comment).map(|_| None),
+                None if careful => no_record(),
                 None => Ok(None),
             },
             WikiAction::AddLabel { name, .. } => {
@@ -1339,31 +1465,142 @@ impl ConfluenceGatekeeper {
     }
 }
 
-/// The pending actions a new action depends on: those the session saw that are still
-/// pending, or gone (rejected), plus what they depend on. Applied ones are left out:
-/// their effect is real now and can no longer be rejected.
-fn dependency_closure(store: &ActionStore, seen: &[DriverActionId]) -> Vec<DriverActionId> {
+/// Whether a record is still undecided: pending, or claimed by an apply in flight.
+fn undecided(record: &ActionRecord) -> bool {
+    matches!(record.state, RecordState::Pending | RecordState::Applying)
+}
+
+/// The actions a new action depends on, with what they depend on in turn:
+///
+/// - those the session *saw* (their simulated effect was in a read) that are still
+///   undecided, gone (rejected), or failed for good: the kernel holds a dependent of a
+///   rejected or failed action for a person;
+/// - those the session *staged* earlier that are still undecided: the agent knows what
+///   it asked for even when it does not read it back.
+///
+/// Applied and reverted ones are left out: their effect is real (or undone) now, and
+/// the agent's next read shows it.
+fn dependency_closure(
+    store: &ActionStore,
+    seen: &[DriverActionId],
+    staged: &[DriverActionId],
+) -> Vec<DriverActionId> {
     let mut out = BTreeSet::new();
+    let add = |out: &mut BTreeSet<DriverActionId>, record: &ActionRecord| {
+        out.insert(record.id);
+        if undecided(record) {
+            for dep in &record.depends_on {
+                if store
+                    .get(*dep)
+                    .is_none_or(|d| undecided(d) || d.state == RecordState::Failed)
+                {
+                    out.insert(*dep);
+                }
+            }
+        }
+    };
     for id in seen {
         match store.get(*id) {
             None => {
                 out.insert(*id);
             }
-            Some(record) if record.state == RecordState::Pending => {
-                out.insert(*id);
-                for dep in &record.depends_on {
-                    if store
-                        .get(*dep)
-                        .is_none_or(|d| d.state == RecordState::Pending)
-                    {
-                        out.insert(*dep);
-                    }
-                }
+            Some(record) if undecided(record) || record.state == RecordState::Failed => {
+                add(&mut out, record);
             }
             Some(_) => {}
         }
     }
+    for id in staged {
+        if let Some(record) = store.get(*id).filter(|r| undecided(r)) {
+            add(&mut out, record);
+        }
+    }
     out.into_iter().collect()
+}
+
+/// The first action `record` depends on that is still undecided, as a refusal: a
+/// dependent applied before its dependency is decided would make real what the person
+/// may still reject (a comment quoting a rename that is then rejected).
+fn undecided_dependency(store: &ActionStore, record: &ActionRecord) -> Option<String> {
+    let dep = record
+        .depends_on
+        .iter()
+        .filter_map(|d| store.get(*d))
+        .find(|d| undecided(d))?;
+    let k = dep.display_id();
+    let this = record.display_id();
+    Some(format!(
+        "{this} depends on {k} ({} on {}), which is still pending: the agent built {this} on it, so approve or reject {k} first; nothing was sent",
+        dep.action.verb(),
+        dep.action.target()
+    ))
+}
+
+/// Step 3 lost: the stored record was no longer the one read in step 1, because another
+/// gatekeeper with the same store open claimed, applied, failed or dropped it. Nothing
+/// was sent; `now` is the record as stored now.
+fn claimed_elsewhere(
+    id: DriverActionId,
+    now: Option<&ActionRecord>,
+) -> Result<(), GatekeeperError> {
+    info!(%id, state = ?now.map(|r| r.state), "apply refused: the claim was lost to another gatekeeper");
+    let Some(now) = now else {
+        return Err(GatekeeperError::fatal(format!(
+            "action {id} was dropped by another process sharing this gatekeeper's store (rejected there), so nothing was sent; reject it"
+        )));
+    };
+    match now.state {
+        RecordState::Applied | RecordState::Reverted => Ok(()),
+        RecordState::Failed => Err(GatekeeperError::fatal(now.failure.clone().unwrap_or_else(
+            || "this action failed for good in another process; stage it again".to_owned(),
+        ))),
+        RecordState::Applying => Err(GatekeeperError::retryable(format!(
+            "{} is being applied by another process sharing this gatekeeper's store, so nothing was sent again; wait for that attempt's outcome",
+            now.display_id()
+        ))),
+        RecordState::Pending => Err(GatekeeperError::retryable(format!(
+            "{} was changed by another process sharing this gatekeeper's store while this apply checked it, so nothing was sent; approve again",
+            now.display_id()
+        ))),
+    }
+}
+
+/// A staged edit never changes a page's status as a side effect: an update of trashed
+/// content would publish it again, so an edit of a page in the trash is refused.
+fn check_status(current: &Page, what: &str) -> Result<(), Refusal> {
+    if current.status != ContentStatus::Trashed {
+        return Ok(());
+    }
+    Err(Refusal::Retry(format!(
+        "content {} is in the trash, and applying this {what} would take it out of the trash as a side effect; nothing was written; restore the page first and approve again, or reject this",
+        current.id
+    )))
+}
+
+/// An append the agent saw stacked on a replacement of the same body (the replacement
+/// is among what it depends on) must not land on text the agent never saw: if that
+/// replacement failed for good, the append is refused for good too.
+fn check_stacked(
+    store: &ActionStore,
+    record: &ActionRecord,
+    content: ContentHandle,
+) -> Result<(), Refusal> {
+    let failed = record
+        .depends_on
+        .iter()
+        .filter_map(|d| store.get(*d))
+        .find(|d| {
+            d.state == RecordState::Failed
+                && matches!(d.action, WikiAction::SetContent { .. })
+                && store.resolve(d.action.target()) == content
+        });
+    let Some(replace) = failed else {
+        return Ok(());
+    };
+    Err(Refusal::Final(format!(
+        "this append was staged on top of {}, a replacement of the same body that failed for good, so the page does not hold the text it was appended to; nothing was written; re-read the page and stage again",
+        replace.display_id()
+    )))
 }
 
 /// Simulation order: the earliest pending action staged before `record` on the same
@@ -1440,6 +1677,10 @@ impl SeenFacets {
 
 /// The hot-path result of [`ConfluenceGatekeeper::body`].
 pub(crate) struct BodyRead {
+    /// What the handle resolved to.
+    pub(crate) key: ContentHandle,
+    /// The wiki's version of the content (0 while it does not exist yet).
+    pub(crate) version: u64,
     pub(crate) body: String,
     pub(crate) seen: Vec<DriverActionId>,
     pub(crate) kind: ContentKind,

@@ -9,6 +9,10 @@
 //! What the port refuses to do: transactions, watches, TTLs. The driver keeps its own
 //! write-through index in memory and treats the port as the durable truth it reloads
 //! from ([`crate::ConfluenceGatekeeper::open`]).
+//!
+//! The one conditional write it offers is [`KvStore::compare_and_set`]: the driver's
+//! claim before a wiki write goes through it, so that two processes with the same store
+//! open cannot both claim (and send) one action.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -31,6 +35,16 @@ pub trait KvStore: Send + Sync {
     fn delete(&self, key: &str) -> Result<bool, KvError>;
     /// Every entry whose key starts with `prefix`, in ascending key order.
     fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, KvError>;
+    /// Store `value` under `key` only if `key` holds exactly `expected` now (`None`: the
+    /// key is absent); returns whether it stored. Atomic with respect to every other
+    /// writer of the same store, including other handles and processes: of two callers
+    /// expecting the same value, at most one succeeds. Durable before it returns `true`.
+    fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        value: Vec<u8>,
+    ) -> Result<bool, KvError>;
 }
 
 /// The in-memory backend: a sorted map behind a mutex, gone when the process ends.
@@ -78,6 +92,20 @@ impl KvStore for MemoryKv {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }
+
+    fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        value: Vec<u8>,
+    ) -> Result<bool, KvError> {
+        let mut map = self.map();
+        if map.get(key).map(Vec::as_slice) != expected {
+            return Ok(false);
+        }
+        map.insert(key.to_owned(), value);
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
@@ -98,5 +126,16 @@ mod tests {
         assert!(kv.delete("action:01").unwrap());
         assert!(!kv.delete("action:01").unwrap());
         assert_eq!(kv.get("prov:~1").unwrap(), Some(vec![9]));
+    }
+
+    #[test]
+    fn compare_and_set_stores_only_over_the_expected_value() {
+        let kv = MemoryKv::new();
+        assert!(kv.compare_and_set("k", None, vec![1]).unwrap());
+        assert!(!kv.compare_and_set("k", None, vec![2]).unwrap());
+        assert!(!kv.compare_and_set("k", Some(&[9]), vec![2]).unwrap());
+        assert_eq!(kv.get("k").unwrap(), Some(vec![1]));
+        assert!(kv.compare_and_set("k", Some(&[1]), vec![2]).unwrap());
+        assert_eq!(kv.get("k").unwrap(), Some(vec![2]));
     }
 }

@@ -17,18 +17,27 @@
 //! # Where this goes beyond the reference ([`Policy::GUARDED`], the default)
 //!
 //! 1. **Stale proposals.** A replace or retitle remembers the version it was staged
-//!    against. If someone else moved the page on meanwhile, applying it writes nothing
-//!    and fails, naming both versions: "re-read the page and stage again". An append,
-//!    which keeps others' edits, proceeds.
+//!    against: the version the agent's session last read. If someone else moved the
+//!    page on since, applying it writes nothing and fails, naming both versions:
+//!    "re-read the page and stage again". An append, which keeps others' edits,
+//!    proceeds, unless it was stacked on a replace that failed. No edit is applied to a
+//!    page in the trash.
 //! 2. **Semantic dependencies.** A session remembers the pending actions its reads
-//!    showed; later actions declare them in `depends_on`, so rejecting one makes the
-//!    kernel flag the actions built on what it made the agent see.
+//!    showed and the actions it staged; later actions declare them in `depends_on`, so
+//!    rejecting, failing or reverting one makes the kernel flag the actions built on
+//!    it, and approving one of those while its dependency is pending is refused.
 //! 3. **Revert that respects others.** Revert of an append removes exactly the appended
-//!    block; revert of a replace or retitle happens only if nothing changed since;
-//!    otherwise revert refuses and says why.
+//!    block; revert of a replace, retitle or create happens only if nothing changed
+//!    since; revert never takes a page out of the trash; otherwise revert refuses and
+//!    says why.
 //!
-//! Also: a rejected create's cascade is reported to the kernel, and actions are applied
-//! in the order they were simulated ("apply #k first"). [`Policy::REFERENCE`] turns all
+//! What each of these covers and does not is listed in `docs/ARCHITECTURE.md`; the
+//! tests named after each hazard are in `tests/wiki/review.rs`.
+//!
+//! Also: a rejected create's cascade is reported to the kernel, actions are applied
+//! in the order they were simulated ("apply #k first"), and the claim before a wiki
+//! write is a compare-and-set in the key-value port, so two processes sharing a store
+//! never both send an action. [`Policy::REFERENCE`] turns all
 //! of this off, so lectures can show both behaviours side by side.
 //!
 //! # Code map

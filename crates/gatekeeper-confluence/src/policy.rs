@@ -12,19 +12,29 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Policy {
     /// Pitfall 1, stale proposals. A replace or retitle remembers the version it was
-    /// staged against; if the page moved on (other than by this gatekeeper's own earlier
-    /// actions) applying it writes nothing and fails for good, naming both versions.
-    /// Off (reference): the replace is applied over whatever the page holds now.
+    /// staged against: the one the agent's session last read (the version at staging,
+    /// said on the card, if it never read the page); if the page moved on (other than by
+    /// this gatekeeper's own earlier actions) applying it writes nothing and fails for
+    /// good, naming both versions. A replace, append or retitle of a page in the trash
+    /// writes nothing (an update would restore it), and an append stacked on a replace
+    /// that failed for good fails for good too.
+    /// Off (reference): the replace is applied over whatever the page holds now, and an
+    /// edit of a trashed page publishes it again.
     pub refuse_stale: bool,
     /// Pitfall 2, semantic dependencies. A session remembers the pending actions whose
-    /// effect it has read, and every action it stages afterwards carries them in
-    /// `depends_on`; the kernel then flags it when one of them is rejected.
+    /// effect it has read, and the actions it staged itself; every action it stages
+    /// afterwards carries in `depends_on` those it read (pending, rejected or failed for
+    /// good) and its own still pending. The kernel flags it when one of them is
+    /// rejected, fails for good or is reverted, and the driver refuses to apply it while
+    /// one of them is still pending ("approve or reject #k first").
     /// Off (reference): nothing is remembered.
     pub track_dependencies: bool,
     /// Pitfall 3, revert that respects others. Revert of an append removes exactly the
     /// appended block; revert of a replace or retitle proceeds only if the page has not
-    /// changed since the apply; a label revert undoes only a change it made. Otherwise
-    /// revert refuses and writes nothing.
+    /// changed since the apply; a label revert undoes only a change it made; a create is
+    /// trashed only while the page is unchanged since it was created. Revert never takes
+    /// a page out of the trash, and refuses when the record holds no apply data.
+    /// Otherwise revert refuses and writes nothing.
     /// Off (reference): revert writes back the snapshot taken at staging.
     pub careful_revert: bool,
     /// Apply in simulation order: an action is refused ("apply #k first") while an

@@ -113,6 +113,10 @@ pub enum Edit {
     AppendBody(String),
     /// Rename.
     SetTitle(String),
+    /// Move to the trash. The version does not change (as in Confluence).
+    Trash,
+    /// Restore from the trash. The version does not change.
+    Restore,
 }
 
 /// A refused request. Nothing changed in the service.
@@ -160,17 +164,38 @@ impl State {
 
     fn apply_edit(&mut self, id: u64, edit: &Edit) -> Result<u64, ServiceError> {
         let page = self.page_mut(id)?;
-        match edit {
-            Edit::ReplaceBody(md) => page.body = markdown_to_storage(md),
-            Edit::AppendBody(md) => page.body.push_str(&markdown_to_storage(md)),
-            Edit::SetTitle(title) => page.title = title.clone(),
+        let moves = match edit {
+            Edit::ReplaceBody(md) => {
+                page.body = markdown_to_storage(md);
+                true
+            }
+            Edit::AppendBody(md) => {
+                page.body.push_str(&markdown_to_storage(md));
+                true
+            }
+            Edit::SetTitle(title) => {
+                page.title = title.clone();
+                true
+            }
+            Edit::Trash => {
+                page.status = ContentStatus::Trashed;
+                false
+            }
+            Edit::Restore => {
+                page.status = ContentStatus::Current;
+                false
+            }
+        };
+        if moves {
+            page.version += 1;
         }
-        page.version += 1;
         let version = page.version;
         let what = match edit {
             Edit::ReplaceBody(_) => "replaces the body of",
             Edit::AppendBody(_) => "appends to",
             Edit::SetTitle(_) => "renames",
+            Edit::Trash => "trashes",
+            Edit::Restore => "restores",
         };
         self.log
             .push(format!("human {what} content {id} -> v{version}"));
@@ -248,8 +273,8 @@ impl WikiService {
         );
     }
 
-    /// A person edits the page now, in the wiki's own editor: the version goes up by one.
-    /// Returns the new version.
+    /// A person edits the page now, in the wiki's own editor: the version goes up by one
+    /// (a trash or restore changes only the status). Returns the version after the edit.
     pub fn human_edit(&self, id: u64, edit: Edit) -> Result<u64, ServiceError> {
         self.state().apply_edit(id, &edit)
     }

@@ -7,21 +7,31 @@
 //! actions hand back a [`Staged`] receipt.
 //!
 //! What the session remembers (pitfall 2, under [`Policy::track_dependencies`]): the
-//! pending actions whose effect its reads have shown. Every action it stages afterwards
-//! declares them in `depends_on`, so if one of them is rejected the kernel flags the
-//! later action instead of letting it slip through. The memory lasts as long as the
-//! session: a restarted agent gets a new session and a clean slate.
+//! pending actions whose effect its reads have shown, and the actions it staged itself.
+//! Every action it stages afterwards declares in `depends_on` those it saw (still
+//! pending, rejected, or failed for good) and its own earlier ones still pending, so if
+//! one of them is rejected, fails for good or is reverted the kernel flags the later
+//! action instead of letting it slip through, and the driver refuses to apply it while
+//! one of them is still pending. Actions of other sessions it never read are not
+//! among them. The memory lasts as long as the session: a restarted agent gets a new
+//! session and a clean slate.
+//!
+//! It also remembers the version of each page its reads showed (pitfall 1, under
+//! [`Policy::refuse_stale`]): a replace or rename is staged against the version the
+//! agent last saw, not the version the page happens to have when it is staged, so an
+//! edit a person makes between the agent's read and its staging is not erased.
 //!
 //! [`Policy::track_dependencies`]: crate::Policy::track_dependencies
+//! [`Policy::refuse_stale`]: crate::Policy::refuse_stale
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kernel::{ApprovalQueue, DriverActionId};
 
 use crate::card;
 use crate::error::WikiError;
-use crate::gatekeeper::{ConfluenceGatekeeper, SeenFacets, StageRequest};
+use crate::gatekeeper::{ConfluenceGatekeeper, Knowledge, SeenFacets, StageRequest};
 use crate::handle::ContentHandle;
 use crate::overlay::CommentView;
 use crate::record::{ContentKind, ContentStatus, WikiAction};
@@ -75,8 +85,20 @@ impl NewPage {
 pub struct WikiSession {
     gatekeeper: Arc<ConfluenceGatekeeper>,
     queue: Arc<dyn ApprovalQueue>,
-    seen: Mutex<BTreeSet<DriverActionId>>,
+    memory: Mutex<Memory>,
     last: Mutex<Option<Staged>>,
+}
+
+/// What a session remembers of its agent's reads and stagings (one lock, taken once per
+/// read).
+#[derive(Default)]
+struct Memory {
+    /// The pending actions whose effect its reads showed.
+    seen: BTreeSet<DriverActionId>,
+    /// The actions it staged itself.
+    staged: BTreeSet<DriverActionId>,
+    /// The version of each content (by resolved key) its last read of it showed.
+    versions: HashMap<ContentHandle, u64>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -92,7 +114,7 @@ impl WikiSession {
         Self {
             gatekeeper,
             queue,
-            seen: Mutex::new(BTreeSet::new()),
+            memory: Mutex::new(Memory::default()),
             last: Mutex::new(None),
         }
     }
@@ -104,7 +126,7 @@ impl WikiSession {
 
     /// The pending actions whose effect this session's reads have shown, in id order.
     pub fn seen(&self) -> Vec<DriverActionId> {
-        lock(&self.seen).iter().copied().collect()
+        lock(&self.memory).seen.iter().copied().collect()
     }
 
     /// The receipt of the last action this session staged (creates included).
@@ -112,11 +134,39 @@ impl WikiSession {
         *lock(&self.last)
     }
 
-    fn remember(&self, seen: &[DriverActionId]) {
-        if seen.is_empty() || !self.gatekeeper.policy().track_dependencies {
+    /// The actions this session staged itself, in id order (under
+    /// [`Policy::track_dependencies`](crate::Policy::track_dependencies); empty otherwise).
+    pub fn staged(&self) -> Vec<DriverActionId> {
+        lock(&self.memory).staged.iter().copied().collect()
+    }
+
+    /// The version of `content` this session's last read showed (0 for content not yet
+    /// created), or `None` if it never read it. Give the handle as the agent holds it.
+    pub fn last_read_version(&self, content: &ContentHandle) -> Option<u64> {
+        let key = self.gatekeeper.resolve(*content);
+        let memory = lock(&self.memory);
+        memory
+            .versions
+            .get(&key)
+            .or_else(|| memory.versions.get(content))
+            .copied()
+    }
+
+    /// Note what a read just showed: the version of the content (by its resolved key),
+    /// and the pending actions visible in it. Each is kept only under the policy that
+    /// uses it.
+    fn remember(&self, read: Option<(ContentHandle, u64)>, seen: &[DriverActionId]) {
+        let policy = self.gatekeeper.policy();
+        let seen = if policy.track_dependencies { seen } else { &[] };
+        let read = read.filter(|_| policy.refuse_stale);
+        if read.is_none() && seen.is_empty() {
             return;
         }
-        lock(&self.seen).extend(seen.iter().copied());
+        let mut memory = lock(&self.memory);
+        if let Some((key, version)) = read {
+            memory.versions.insert(key, version);
+        }
+        memory.seen.extend(seen.iter().copied());
     }
 
     // ----- reads -----
@@ -131,7 +181,7 @@ impl WikiSession {
     /// The whole page as simulated: title, body, labels, comments, status.
     pub async fn read(&self, handle: &ContentHandle) -> Result<PageView, WikiError> {
         let (view, seen) = self.observe(handle, "").await?;
-        self.remember(&seen.all());
+        self.remember(Some((view.id, view.version)), &seen.all());
         Ok(view)
     }
 
@@ -166,7 +216,7 @@ impl WikiSession {
                 read.pending,
             ))
             .await?;
-        self.remember(&read.seen);
+        self.remember(Some((read.key, read.version)), &read.seen);
         Ok(read.body)
     }
 
@@ -174,21 +224,21 @@ impl WikiSession {
     /// are remembered as seen.
     pub async fn comments(&self, handle: &ContentHandle) -> Result<Vec<CommentView>, WikiError> {
         let (view, seen) = self.observe(handle, "comments").await?;
-        self.remember(&seen.part(&seen.comments));
+        self.remember(Some((view.id, view.version)), &seen.part(&seen.comments));
         Ok(view.comments)
     }
 
     /// The labels, as simulated. Only the pending label changes are remembered as seen.
     pub async fn labels(&self, handle: &ContentHandle) -> Result<Vec<String>, WikiError> {
         let (view, seen) = self.observe(handle, "labels").await?;
-        self.remember(&seen.part(&seen.labels));
+        self.remember(Some((view.id, view.version)), &seen.part(&seen.labels));
         Ok(view.labels)
     }
 
     /// The title, as simulated. Only a pending rename (or the create) is remembered.
     pub async fn title(&self, handle: &ContentHandle) -> Result<String, WikiError> {
         let (view, seen) = self.observe(handle, "title").await?;
-        self.remember(&seen.part(&seen.title));
+        self.remember(Some((view.id, view.version)), &seen.part(&seen.title));
         Ok(view.title)
     }
 
@@ -205,7 +255,7 @@ impl WikiSession {
                 format!("{} child pages: {}", children.len(), listing.trim_end()),
             ))
             .await?;
-        self.remember(&seen);
+        self.remember(None, &seen);
         Ok(children)
     }
 
@@ -215,8 +265,15 @@ impl WikiSession {
         &self,
         request: StageRequest,
     ) -> Result<(Staged, Option<ContentHandle>), WikiError> {
-        let seen = self.seen();
-        let prepared = self.gatekeeper.prepare(request, &seen)?;
+        let prepared = {
+            let memory = lock(&self.memory);
+            let knowledge = Knowledge {
+                seen: memory.seen.iter().copied().collect(),
+                staged: memory.staged.iter().copied().collect(),
+                versions: &memory.versions,
+            };
+            self.gatekeeper.prepare(request, &knowledge)?
+        };
         match self
             .queue
             .submit_action(prepared.id, prepared.description)
@@ -224,6 +281,9 @@ impl WikiSession {
         {
             Ok(ledger) => {
                 self.gatekeeper.submitted(prepared.id, ledger);
+                if self.gatekeeper.policy().track_dependencies {
+                    lock(&self.memory).staged.insert(prepared.id);
+                }
                 let staged = Staged {
                     action: prepared.id,
                     ledger,

@@ -191,6 +191,39 @@ impl ActionStore {
         Ok(record)
     }
 
+    /// Claim an action for an apply: write `claim` (the record as `applying`) only if
+    /// the port still holds `current` exactly as this store indexed it, through the
+    /// port's compare-and-set. Another gatekeeper with the same store open may have
+    /// claimed, applied or deleted it meanwhile: then nothing is written, the record is
+    /// reloaded from the port, and the reloaded record (if any) is returned as `Err`.
+    pub(crate) fn claim(
+        &mut self,
+        current: &ActionRecord,
+        claim: ActionRecord,
+    ) -> Result<Result<(), Option<Arc<ActionRecord>>>, KvError> {
+        let key = action_key(current.id);
+        let expected = StoredRecord::V1(StoredV1::Action(Box::new(current.clone()))).encode();
+        let value = StoredRecord::V1(StoredV1::Action(Box::new(claim.clone()))).encode();
+        if self.kv.compare_and_set(&key, Some(&expected), value)? {
+            self.unindex(claim.id);
+            self.index(Arc::new(claim));
+            return Ok(Ok(()));
+        }
+        self.unindex(current.id);
+        let reloaded = match self.kv.get(&key)? {
+            None => None,
+            Some(bytes) => match decode(&key, &bytes)? {
+                StoredV1::Action(record) => {
+                    let record = Arc::new(*record);
+                    self.index(record.clone());
+                    Some(record)
+                }
+                _ => return Err(unexpected(&key)),
+            },
+        };
+        Ok(Err(reloaded))
+    }
+
     /// Turn every record left `applying` (by a process that stopped between its claim and
     /// its outcome) into `failed` with `message`, through the port; returns their ids.
     /// Such an action may have reached the wiki, so it must never be sent again.

@@ -77,7 +77,8 @@ pub struct Resolution {
     /// mid-apply leaves the ledger saying who approved a call that may have been sent.
     pub at: Timestamp,
     /// Why, when the kernel decided on someone's behalf (for example
-    /// "cascaded from #3").
+    /// "cascaded from #3"), or when a person approved an action flagged as depending on
+    /// one that was rejected, failed for good or reverted.
     pub cause: Option<String>,
 }
 

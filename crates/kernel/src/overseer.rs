@@ -166,6 +166,9 @@ pub struct RevertReport {
     pub can_retry: bool,
     /// The driver asked for the agent to be restarted.
     pub restart: bool,
+    /// Open actions that depended on the reverted one, now flagged and held for a person
+    /// (as after a rejection: what they were built on is gone).
+    pub flagged: Vec<LedgerId>,
 }
 
 struct Inner {
@@ -375,7 +378,8 @@ impl Overseer {
     /// Ask the driver to undo an applied action, if its description says it can.
     ///
     /// A refusal by the driver is recorded and reported, not returned as an error; the
-    /// action then stays approved.
+    /// action then stays approved. After a revert, open actions that depend on the
+    /// reverted one are flagged and held for a person, as after a rejection.
     pub async fn revert(&self, id: LedgerId, by: &str) -> Result<RevertReport, DecisionError> {
         let inner = &self.inner;
         let _slot = inner.claim(id)?;
@@ -418,11 +422,17 @@ impl Overseer {
                 });
                 inner.store.put(entry)?;
                 info!(reverted, "revert requested");
+                let flagged = if reverted {
+                    inner.flag_dependents(&gatekeeper_name, id, &[id])?
+                } else {
+                    Vec::new()
+                };
                 Ok(RevertReport {
                     reverted,
                     message: outcome.message,
                     can_retry: outcome.can_retry,
                     restart: outcome.restart,
+                    flagged,
                 })
             }
             Err(source) => {
@@ -770,11 +780,17 @@ impl Inner {
         // Who decided is written before the driver is called (the action is still open):
         // if the process dies mid-apply, the ledger still says who approved what may have
         // been sent. A durable store may let this write ride with the driver's claim.
+        // A flagged action is applied only by a person's deliberate decision (the drain
+        // never applies one); the ledger says so beside who decided.
         let resolution = Resolution {
             by: decider.by.to_owned(),
             auto: decider.auto,
             at: self.clock.now(),
-            cause: None,
+            cause: record.blocked_by.map(|root| {
+                format!(
+                    "approved although it depends on {root}, which was rejected, failed for good or reverted"
+                )
+            }),
         };
         if !self.store.record_attempt(id, &resolution)? {
             let now = self.store.get(id)?;
@@ -822,7 +838,7 @@ impl Inner {
     }
 
     /// Flag every open action of `gatekeeper` that depends, directly or through another
-    /// flagged action, on one of `rejected` (rejected, or failed for good). Dependencies point to earlier ids, so one
+    /// flagged action, on one of `rejected` (rejected, failed for good, or reverted). Dependencies point to earlier ids, so one
     /// ascending pass reaches every transitive dependent.
     fn flag_dependents(
         &self,

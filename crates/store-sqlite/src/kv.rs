@@ -5,9 +5,9 @@
 //! so this table never needs to understand them. Keys are compared bytewise (SQLite's
 //! `BINARY` collation on UTF-8), which is the order [`KvStore::scan_prefix`] promises.
 //!
-//! Every `put` and `delete` is committed (fsync'd) before it returns. The port does not
-//! say which of its writes a driver relies on for at-most-once (a claim), so none is
-//! deferred; a driver that wants cheaper writes needs a port that says so.
+//! Every `put`, `delete` and `compare_and_set` is committed (fsync'd) before it returns.
+//! The driver's claim before a wiki write is a `compare_and_set`: one conditional
+//! statement, so of two handles (or processes) claiming one action, at most one wins.
 
 use gatekeeper_confluence::{KvError, KvStore};
 use rusqlite::{OptionalExtension, params};
@@ -88,6 +88,37 @@ impl KvStore for SqliteKv {
                     .prepare_cached("DELETE FROM kv WHERE scope = ?1 AND key = ?2")?
                     .execute([&self.scope, key])?;
                 Ok(deleted > 0)
+            })
+            .map_err(port)
+    }
+
+    fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        value: Vec<u8>,
+    ) -> Result<bool, KvError> {
+        self.db
+            .shared()
+            .write(Durability::Now, Steps::One, |conn| {
+                // One statement each way, so the check and the write cannot be split by
+                // another handle's commit.
+                let changed = match expected {
+                    Some(expected) => conn
+                        .db
+                        .prepare_cached(
+                            "UPDATE kv SET value = ?4 WHERE scope = ?1 AND key = ?2 AND value = ?3",
+                        )?
+                        .execute(params![self.scope, key, expected, value])?,
+                    None => conn
+                        .db
+                        .prepare_cached(
+                            "INSERT INTO kv (scope, key, value) VALUES (?1, ?2, ?3)
+                             ON CONFLICT (scope, key) DO NOTHING",
+                        )?
+                        .execute(params![self.scope, key, value])?,
+                };
+                Ok(changed == 1)
             })
             .map_err(port)
     }

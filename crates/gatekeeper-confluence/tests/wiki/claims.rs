@@ -49,6 +49,17 @@ impl FaultyKv {
         self.claims.lock().unwrap().clone()
     }
 
+    /// Note a stored claim, and crash after it if told to.
+    fn noted(&self, id: DriverActionId, fault: Fault) {
+        self.claims
+            .lock()
+            .unwrap()
+            .push((id, self.service.writes()));
+        if fault == Fault::CrashAfterClaim {
+            self.crashed.store(true, Ordering::SeqCst);
+        }
+    }
+
     fn check_alive(&self) -> Result<(), KvError> {
         if self.crashed.load(Ordering::SeqCst) {
             return Err(KvError("the process stopped after its claim".into()));
@@ -80,13 +91,7 @@ impl KvStore for FaultyKv {
         }
         self.memory.put(key, value)?;
         if let Some(id) = claim {
-            self.claims
-                .lock()
-                .unwrap()
-                .push((id, self.service.writes()));
-            if fault == Fault::CrashAfterClaim {
-                self.crashed.store(true, Ordering::SeqCst);
-            }
+            self.noted(id, fault);
         }
         Ok(())
     }
@@ -98,6 +103,27 @@ impl KvStore for FaultyKv {
 
     fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, KvError> {
         self.memory.scan_prefix(prefix)
+    }
+
+    fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        value: Vec<u8>,
+    ) -> Result<bool, KvError> {
+        self.check_alive()?;
+        let claim = claimed_action(&value);
+        let fault = *self.fault.lock().unwrap();
+        if claim.is_some() && fault == Fault::RefuseClaim {
+            return Err(KvError("the claim could not be stored".into()));
+        }
+        if !self.memory.compare_and_set(key, expected, value)? {
+            return Ok(false);
+        }
+        if let Some(id) = claim {
+            self.noted(id, fault);
+        }
+        Ok(true)
     }
 }
 
@@ -323,7 +349,8 @@ async fn a_refused_check_stores_no_claim_and_a_refused_write_releases_it() {
     let page = agent.open("100").await.unwrap();
     let created = agent.create_page("OPS", "Runbook", "").await.unwrap();
     agent.append_content(&created, "later").await.unwrap();
-    let staged = agent.append_content(&page, "more").await.unwrap();
+    // Another agent's, so it does not wait for the first agent's earlier actions.
+    let staged = rig.session().append_content(&page, "more").await.unwrap();
     let open = rig.overseer.open_actions().unwrap();
 
     // Refused before anything could be sent: no claim at all.

@@ -239,7 +239,12 @@ async fn a_stale_replace_fails_for_good_and_stops_blocking_later_actions() {
     let agent = lab.session("agent");
     let page = agent.open("100").await.unwrap();
     let set = agent.set_content(&page, "mine").await.unwrap();
-    let append = agent.append_content(&page, "tail").await.unwrap();
+    // Another agent's append, not built on the replace (it never read the page).
+    let append = lab
+        .session("other agent")
+        .append_content(&page, "tail")
+        .await
+        .unwrap();
     lab.service
         .human_edit(100, Edit::AppendBody("theirs".into()))
         .unwrap();

@@ -7,10 +7,13 @@
 //! - `lifecycle`: apply, reject and revert beyond the 11 cases, and persistence.
 //! - `claims`: the at-most-once apply: the claim before the write, a crash after it,
 //!   concurrent applies.
+//! - `review`: people act during review (issue 14): edits, trashes and decisions out of
+//!   order while the agent's work waits; one test per hazard.
 
 mod cases;
 mod claims;
 mod lifecycle;
+mod review;
 mod sessions;
 
 use gatekeeper_confluence::{Lab, Policy};

@@ -168,8 +168,13 @@ async fn a_session_remembers_only_what_its_reads_showed() {
     let agent = lab.session("agent");
     let other = lab.session("other agent");
     let page = agent.open("100").await.unwrap();
-    let append = agent.append_content(&page, "Y").await.unwrap();
-    let set = agent.set_content(&page, "X").await.unwrap();
+    // Staged by two other agents, so only the reads make them known to this one.
+    let append = lab
+        .session("third agent")
+        .append_content(&page, "Y")
+        .await
+        .unwrap();
+    let set = other.set_content(&page, "X").await.unwrap();
     assert_eq!(agent.body(&page).await.unwrap(), "X");
     assert_eq!(
         agent.seen(),

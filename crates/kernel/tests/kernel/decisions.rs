@@ -271,3 +271,50 @@ async fn who_decided_is_recorded_before_the_driver_is_called() {
     approval.await.unwrap().unwrap();
     assert_eq!(state(&overseer, id), ActionState::Approved);
 }
+
+#[tokio::test]
+async fn a_revert_flags_the_open_actions_built_on_it_and_a_refused_one_does_not() {
+    let (overseer, gatekeeper, queue) = setup();
+    // Driver action `base` is applied; `base + 1` was built on it and still waits.
+    let applied_with_a_dependent = |base: u64| {
+        let (overseer, queue) = (overseer.clone(), queue.clone());
+        async move {
+            let revertible = |title: &str, depends_on: Vec<DriverActionId>| ActionDescription {
+                implements_revert: true,
+                depends_on,
+                ..ActionDescription::new(title, "")
+            };
+            let applied = queue
+                .submit_action(DriverActionId(base), revertible("rename", Vec::new()))
+                .await
+                .unwrap();
+            let dependent = queue
+                .submit_action(
+                    DriverActionId(base + 1),
+                    revertible("comment", vec![DriverActionId(base)]),
+                )
+                .await
+                .unwrap();
+            overseer.approve(applied, "alice").await.unwrap();
+            (applied, dependent)
+        }
+    };
+    let (rename, comment) = applied_with_a_dependent(1).await;
+    let unrelated = submit(&queue, 3, false).await;
+    let report = overseer.revert(rename, "carol").await.unwrap();
+    assert!(report.reverted);
+    assert_eq!(report.flagged, vec![comment]);
+    let entry = overseer.entry(comment).unwrap().unwrap();
+    assert_eq!(entry.action().unwrap().blocked_by, Some(rename));
+    assert_eq!(state(&overseer, comment), ActionState::Pending);
+    let entry = overseer.entry(unrelated).unwrap().unwrap();
+    assert_eq!(entry.action().unwrap().blocked_by, None);
+
+    gatekeeper.refuse_reverts("the page changed since");
+    let (rename, comment) = applied_with_a_dependent(4).await;
+    let report = overseer.revert(rename, "carol").await.unwrap();
+    assert!(!report.reverted);
+    assert!(report.flagged.is_empty(), "nothing was undone");
+    let entry = overseer.entry(comment).unwrap().unwrap();
+    assert_eq!(entry.action().unwrap().blocked_by, None);
+}

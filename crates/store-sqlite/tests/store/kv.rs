@@ -1,11 +1,12 @@
 //! gatekeeper-confluence's key-value port on SQLite: the same answers as the in-memory
 //! map for any sequence of operations, namespaces that do not leak, and a wiki driver
-//! whose staged pages survive a restart and are then approved.
+//! whose staged pages survive a restart and are then approved; two handles on one file
+//! applying the same wiki actions send each at most once (the claim is a compare-and-set).
 
 use std::sync::Arc;
 
 use gatekeeper_confluence::{ConfluenceGatekeeper, KvStore, MemoryKv, Policy, WikiService};
-use kernel::{ActionState, Overseer, StepClock};
+use kernel::{ActionState, Gatekeeper, Overseer, StepClock};
 use store_sqlite::Database;
 
 use crate::support::TempDir;
@@ -146,4 +147,142 @@ async fn a_wiki_drivers_staged_page_survives_a_restart_and_is_then_approved() {
     let entry = overseer.entry(ledger_id).unwrap().unwrap();
     assert_eq!(entry.action().unwrap().state, ActionState::Approved);
     assert_eq!(wiki.pending_count(), 0);
+}
+
+#[test]
+fn compare_and_set_answers_as_the_in_memory_map() {
+    let db = Database::open_in_memory().unwrap();
+    let sqlite = db.kv("wiki");
+    let noise = db.kv("other");
+    let memory = MemoryKv::new();
+    let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+    let values: [&[u8]; 3] = [b"", b"a", b"ab"];
+    for step in 0..600 {
+        let key = rng.pick(&["action:01", "action:02", "seq:action"]);
+        let expected = match rng.next() % 4 {
+            0 => None,
+            n => Some(values[(n - 1) as usize]),
+        };
+        let value = values[(rng.next() % 3) as usize].to_vec();
+        noise.put(key, b"a".to_vec()).unwrap();
+        assert_eq!(
+            sqlite
+                .compare_and_set(key, expected, value.clone())
+                .unwrap(),
+            memory.compare_and_set(key, expected, value).unwrap(),
+            "step {step}: compare_and_set {key:?} over {expected:?}"
+        );
+        assert_eq!(sqlite.get(key).unwrap(), memory.get(key).unwrap());
+    }
+}
+
+/// Two gatekeepers over two handles on one file, as two processes with the same store
+/// open would hold it, and the wiki both talk to; `pages` pages (100, 101, …) each with
+/// one append staged through the first (each by its own session, so none waits for
+/// another). Returns the handles' gatekeepers and the staged driver ids.
+async fn two_gatekeepers_one_file(
+    path: &std::path::Path,
+    service: &Arc<WikiService>,
+    pages: u64,
+) -> (
+    Arc<ConfluenceGatekeeper>,
+    Arc<ConfluenceGatekeeper>,
+    Vec<kernel::DriverActionId>,
+) {
+    service.add_space("OPS");
+    let open = |db: &Database| {
+        Arc::new(
+            ConfluenceGatekeeper::open(
+                "confluence",
+                service.clone(),
+                db.kv("confluence"),
+                Arc::new(StepClock::default()),
+                Policy::GUARDED,
+            )
+            .unwrap(),
+        )
+    };
+    let first_db = Database::open(path).unwrap();
+    let first = open(&first_db);
+    let overseer = Overseer::with_store(first_db.ledger(), Arc::new(StepClock::default()));
+    overseer.register(first.clone()).unwrap();
+    let mut staged = Vec::new();
+    for n in 0..pages {
+        service.seed_page_with_id(100 + n, "OPS", "Manual", "original");
+        let session = first.session(overseer.queue_for("confluence", "agent").unwrap());
+        let page = session.open(&(100 + n).to_string()).await.unwrap();
+        staged.push(session.append_content(&page, "more").await.unwrap().action);
+    }
+    // Opened after the staging, so it knows every action as pending.
+    let second = open(&Database::open(path).unwrap());
+    assert_eq!(second.pending_count(), pages as usize);
+    (first, second, staged)
+}
+
+#[tokio::test]
+async fn two_handles_applying_one_action_send_it_once() {
+    let dir = TempDir::new("wiki-claim");
+    let path = dir.join("gate.db");
+    let service = Arc::new(WikiService::new());
+    let (first, second, staged) = two_gatekeepers_one_file(&path, &service, 1).await;
+    let id = staged[0];
+    first.apply_action(id).await.unwrap();
+    assert_eq!(service.writes(), 1);
+    // The second still indexes the action as pending; its claim finds it applied in the
+    // file, so it sends nothing and reports success, as for any action already applied.
+    second.apply_action(id).await.unwrap();
+    assert_eq!(service.writes(), 1, "sent at most once");
+    assert_eq!(
+        service.page(100).unwrap().body,
+        "<p>original</p><p>more</p>"
+    );
+    assert_eq!(
+        second.record(id).unwrap().state,
+        gatekeeper_confluence::RecordState::Applied,
+        "the second reloaded the record it lost the claim to"
+    );
+}
+
+#[test]
+fn two_handles_applying_the_same_actions_at_once_send_each_once() {
+    const PAGES: u64 = 12;
+    let dir = TempDir::new("wiki-claim-race");
+    let path = dir.join("gate.db");
+    let service = Arc::new(WikiService::new());
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    };
+    let (first, second, staged) =
+        runtime().block_on(two_gatekeepers_one_file(&path, &service, PAGES));
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let threads: Vec<_> = [first, second]
+        .into_iter()
+        .map(|gatekeeper| {
+            let (barrier, staged) = (barrier.clone(), staged.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                runtime().block_on(async {
+                    for id in staged {
+                        // Losing a claim to the other handle is a refusal or a success
+                        // without a send; either way nothing is sent twice.
+                        let _ = gatekeeper.apply_action(id).await;
+                    }
+                })
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(service.writes(), PAGES, "each action sent exactly once");
+    for n in 0..PAGES {
+        assert_eq!(
+            service.page(100 + n).unwrap().body,
+            "<p>original</p><p>more</p>",
+            "page {}",
+            100 + n
+        );
+    }
 }

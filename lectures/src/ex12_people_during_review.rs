@@ -1,0 +1,566 @@
+//! ex12: people act during review: the three guarantees when others edit, trash and decide
+//! out of order while the agent's work waits.
+//!
+//! Issue 14's hazards, each run under the reference's policy and under ours. (i) Bob edits
+//! page 100 between the agent's read and its staging of a replace: the reference erases
+//! his edit; ours stages the replace against the version the agent read and refuses it.
+//! (t) Bob trashes the page while an append waits: the reference's apply brings the page
+//! back from the trash; ours refuses and leaves it there. (o) Ana approves a comment that
+//! quotes a pending rename before deciding the rename, then rejects the rename: the
+//! reference publishes a comment quoting a title that never existed; ours refuses the
+//! early approval ("approve or reject #1 first") and flags the comment when the rename is
+//! rejected, although the agent never read the rename back (it staged it itself). (s) An
+//! append stacked on a replace, bob edits, the replace fails as stale: ours holds the
+//! append and refuses it, since it would land on text the agent never saw. (r) Reverts
+//! after people acted: of an append on a page bob trashed, of a create bob has since
+//! edited, and of a rename a pending comment quotes: the reference restores the page, trashes
+//! bob's work and flags nothing; ours refuses the first two and flags the comment.
+
+use std::io::Write;
+
+use gatekeeper_confluence::{Edit, Lab, Policy};
+use kernel::LedgerId;
+use shell::{Decision, Scripted};
+
+use crate::ex09_approval_gap::{
+    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body, review,
+    side_by_side, staged,
+};
+use crate::setup::visible;
+use crate::{Context, Lecture, LectureFuture};
+
+/// The lecture.
+pub const LECTURE: Lecture = Lecture {
+    name: "ex12",
+    title: "people act during review: edits, trashes and decisions out of order",
+    summary: "i: an edit between the agent's read and its staging; t: a page trashed while an edit waits; o: a dependent approved first; s: an append stacked on a replace that fails; r: reverts after people acted",
+    run,
+};
+
+fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
+    Box::pin(body(cx))
+}
+
+async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
+    writeln!(
+        cx,
+        "The agent's writes wait for ana, and the world does not: bob, another person, edits"
+    )?;
+    writeln!(
+        cx,
+        "and trashes pages in the wiki's own editor, and ana decides in whatever order she"
+    )?;
+    writeln!(
+        cx,
+        "likes. Each case runs under the reference's policy (Policy::REFERENCE) and under"
+    )?;
+    writeln!(
+        cx,
+        "ours (Policy::GUARDED); every refusal and flag of ours is printed where it happens."
+    )?;
+
+    let mut rows = Vec::new();
+    let (reference, ours) = (
+        i(cx, Policy::REFERENCE).await?,
+        i(cx, Policy::GUARDED).await?,
+    );
+    rows.push(Row::new(
+        "i  page 100 after ana approved the replace built on version 1",
+        reference,
+        ours,
+    ));
+    let (reference, ours) = (
+        t(cx, Policy::REFERENCE).await?,
+        t(cx, Policy::GUARDED).await?,
+    );
+    rows.push(Row::new(
+        "t  page 100 after ana approved the append bob's trash overtook",
+        reference,
+        ours,
+    ));
+    let (reference, ours) = (
+        o(cx, Policy::REFERENCE).await?,
+        o(cx, Policy::GUARDED).await?,
+    );
+    rows.push(Row::new(
+        "o  approving the comment while the rename waits",
+        reference.early,
+        ours.early,
+    ));
+    rows.push(Row::new(
+        "o  the comment, once the rename was rejected",
+        reference.after,
+        ours.after,
+    ));
+    rows.push(Row::new(
+        "o  page 101's comments in the end",
+        reference.comments,
+        ours.comments,
+    ));
+    let (reference, ours) = (
+        s(cx, Policy::REFERENCE).await?,
+        s(cx, Policy::GUARDED).await?,
+    );
+    rows.push(Row::new(
+        "s  the append stacked on the replace",
+        reference.append,
+        ours.append,
+    ));
+    rows.push(Row::new(
+        "s  page 100 in the end",
+        reference.page,
+        ours.page,
+    ));
+    let (reference, ours) = (
+        r1(cx, Policy::REFERENCE).await?,
+        r1(cx, Policy::GUARDED).await?,
+    );
+    rows.push(Row::new(
+        "r1 page 100 after reverting the append, bob having trashed it",
+        reference,
+        ours,
+    ));
+    let (reference, ours) = (
+        r2(cx, Policy::REFERENCE).await?,
+        r2(cx, Policy::GUARDED).await?,
+    );
+    rows.push(Row::new(
+        "r2 page 200 after reverting its create, bob having added a step",
+        reference,
+        ours,
+    ));
+    let (reference, ours) = (
+        r3(cx, Policy::REFERENCE).await?,
+        r3(cx, Policy::GUARDED).await?,
+    );
+    rows.push(Row::new(
+        "r3 reverting the rename a pending comment quotes",
+        reference,
+        ours,
+    ));
+    side_by_side(cx, &rows)?;
+    Ok(())
+}
+
+/// The text before the first `;` of a message: what happened, without the advice.
+fn short(text: &str) -> String {
+    visible(text.split(';').next().unwrap_or_default())
+}
+
+/// Page `id` as the wiki holds it now, with its status, as evidence; returns the text.
+fn status_evidence(cx: &mut Context<'_>, lab: &Lab, id: u64) -> anyhow::Result<String> {
+    let text = match lab.service.page(id) {
+        Some(page) => format!(
+            "{}, version {}, {}",
+            page.status.as_str(),
+            page.version,
+            visible(&page.body)
+        ),
+        None => "(no such page)".to_owned(),
+    };
+    cx.evidence(&format!("page {id} in the wiki"), &text)?;
+    Ok(text)
+}
+
+/// Ana asks the kernel to revert `id`; prints and returns what happened, with the actions
+/// the kernel flagged because they depended on it.
+async fn revert(cx: &mut Context<'_>, lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
+    writeln!(
+        cx,
+        "[ana asks the kernel to revert {id} (Overseer::revert)]"
+    )?;
+    let outcome = match lab.overseer.revert(id, "ana").await {
+        Ok(report) if report.reverted => {
+            writeln!(cx, "  reverted {id}")?;
+            let flagged: Vec<String> = report.flagged.iter().map(LedgerId::to_string).collect();
+            if flagged.is_empty() {
+                "reverted, nothing flagged".to_owned()
+            } else {
+                for other in &report.flagged {
+                    writeln!(
+                        cx,
+                        "  {other} depended on {id}: flagged, held for a person, never applied automatically"
+                    )?;
+                }
+                format!("reverted; flagged {}", flagged.join(", "))
+            }
+        }
+        Ok(report) => {
+            let message = report.message.unwrap_or_default();
+            writeln!(
+                cx,
+                "  the gatekeeper refused to revert {id}: {}",
+                visible(&message)
+            )?;
+            format!("refused: {}", short(&message))
+        }
+        Err(error) => {
+            writeln!(
+                cx,
+                "  could not revert {id}: {}",
+                visible(&error.to_string())
+            )?;
+            format!("failed: {}", short(&error.to_string()))
+        }
+    };
+    cx.evidence(
+        &format!("{id} in the kernel's ledger"),
+        action_state(lab, id)?,
+    )?;
+    Ok(outcome)
+}
+
+/// The failure the kernel recorded for `id`, shortened, or its state.
+fn outcome(lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
+    let entry = lab.entry(id)?;
+    let failure = entry.action().and_then(|a| a.failure.as_ref());
+    Ok(match failure {
+        Some(failure) => format!("{}: {}", action_state(lab, id)?, short(&failure.message)),
+        None => action_state(lab, id)?,
+    })
+}
+
+async fn i(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
+    heading(
+        cx,
+        "i · bob edits between the agent's read and its staging",
+        policy,
+    )?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Manual", "original").await?;
+    read(cx, &agent, &page).await?;
+    human_edit(
+        cx,
+        &lab,
+        "bob",
+        100,
+        Edit::ReplaceBody("bob's procedure".into()),
+    )?;
+    writeln!(
+        cx,
+        "The agent, still working from what it read at version 1, replaces the body:"
+    )?;
+    let replace = staged(
+        cx,
+        r#"set_content(100, "agent procedure")"#,
+        agent.set_content(&page, "agent procedure").await,
+    )?;
+    writeln!(cx)?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(replace, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    page_evidence(cx, &lab, 100)
+}
+
+async fn t(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
+    heading(cx, "t · bob trashes the page while an append waits", policy)?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Manual", "original").await?;
+    read_body(cx, &agent, &page).await?;
+    let append = staged(
+        cx,
+        r#"append_content(100, "agent note")"#,
+        agent.append_content(&page, "agent note").await,
+    )?;
+    human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
+    writeln!(cx)?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(append, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    status_evidence(cx, &lab, 100)
+}
+
+/// What one run of o showed.
+struct OutOfOrder {
+    early: String,
+    after: String,
+    comments: String,
+}
+
+async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
+    heading(
+        cx,
+        "o · a comment quoting a pending rename, decided before the rename",
+        policy,
+    )?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Draft", "procedure").await?;
+    lab.service.seed_page_with_id(101, "OPS", "News", "");
+    let news = agent.open("101").await?;
+    let rename = staged(
+        cx,
+        r#"set_title(100, "Publishable")"#,
+        agent.set_title(&page, "Publishable").await,
+    )?;
+    writeln!(
+        cx,
+        "Without reading page 100 again, the agent announces the new title on page 101:"
+    )?;
+    let text = "\"Publishable\" is ready";
+    let comment = staged(
+        cx,
+        &format!("add_comment(101, {text:?})"),
+        agent.add_comment(&news, text).await,
+    )?;
+    let depends: Vec<String> = lab
+        .entry(comment)?
+        .action()
+        .map(|a| a.depends_on.iter().map(LedgerId::to_string).collect())
+        .unwrap_or_default();
+    cx.evidence(
+        &format!("{comment} depends on (kernel's ledger)"),
+        if depends.is_empty() {
+            "nothing".to_owned()
+        } else {
+            depends.join(", ")
+        },
+    )?;
+
+    writeln!(cx)?;
+    writeln!(
+        cx,
+        "ana approves the comment {comment} first and leaves the rename {rename} for later:"
+    )?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(rename, Decision::Skip), (comment, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let early = outcome(&lab, comment)?;
+    cx.evidence(&format!("{comment} in the kernel's ledger"), &early)?;
+
+    writeln!(cx)?;
+    writeln!(
+        cx,
+        "ana rejects the rename {rename}; the page keeps its title."
+    )?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(rename, Decision::Reject), (comment, Decision::Skip)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let entry = lab.entry(comment)?;
+    let blocked = entry.action().and_then(|a| a.blocked_by);
+    let state = action_state(&lab, comment)?;
+    let after = match blocked {
+        Some(root) => format!("{state}, blocked by rejected {root}"),
+        None => format!("{state}, nothing flagged"),
+    };
+    cx.evidence(&format!("{comment} in the kernel's ledger"), &after)?;
+    if lab.open_ids()?.contains(&comment) {
+        writeln!(cx)?;
+        writeln!(
+            cx,
+            "ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it."
+        )?;
+        review(
+            cx,
+            &lab,
+            &shell,
+            Scripted::by_id([(comment, Decision::Reject)]),
+        )
+        .await?;
+        writeln!(cx)?;
+    }
+    let wiki_page = lab
+        .service
+        .page(101)
+        .ok_or_else(|| anyhow::anyhow!("page 101 exists"))?;
+    let comments: Vec<String> = wiki_page
+        .comments
+        .iter()
+        .map(|c| visible(&c.body))
+        .collect();
+    let comments = if comments.is_empty() {
+        "none".to_owned()
+    } else {
+        comments.join(" | ")
+    };
+    cx.evidence("page 101's comments in the wiki", &comments)?;
+    let title = lab
+        .service
+        .page(100)
+        .map(|p| visible(&p.title))
+        .unwrap_or_default();
+    cx.evidence("page 100's title in the wiki", &title)?;
+    Ok(OutOfOrder {
+        early,
+        after,
+        comments: format!("{comments} (page 100 is titled \"{title}\")"),
+    })
+}
+
+/// What one run of s showed.
+struct Stacked {
+    append: String,
+    page: String,
+}
+
+async fn s(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Stacked> {
+    heading(
+        cx,
+        "s · an append stacked on a replace; bob edits before the replace is approved",
+        policy,
+    )?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Manual", "original").await?;
+    read_body(cx, &agent, &page).await?;
+    let replace = staged(
+        cx,
+        r#"set_content(100, "new procedure")"#,
+        agent.set_content(&page, "new procedure").await,
+    )?;
+    let append = staged(
+        cx,
+        r#"append_content(100, "safety notes")"#,
+        agent.append_content(&page, "safety notes").await,
+    )?;
+    read_body(cx, &agent, &page).await?;
+    human_edit(
+        cx,
+        &lab,
+        "bob",
+        100,
+        Edit::ReplaceBody("bob's procedure".into()),
+    )?;
+    writeln!(cx)?;
+    writeln!(cx, "ana approves both, in id order:")?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(replace, Decision::Approve), (append, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let append_now = outcome(&lab, append)?;
+    cx.evidence(&format!("{append} in the kernel's ledger"), &append_now)?;
+    cx.evidence("wiki writes", lab.service.writes())?;
+    let page_now = page_evidence(cx, &lab, 100)?;
+    Ok(Stacked {
+        append: append_now,
+        page: page_now,
+    })
+}
+
+async fn r1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
+    heading(
+        cx,
+        "r1 · revert an append after bob trashed the page",
+        policy,
+    )?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Manual", "original").await?;
+    read_body(cx, &agent, &page).await?;
+    let append = staged(
+        cx,
+        r#"append_content(100, "agent note")"#,
+        agent.append_content(&page, "agent note").await,
+    )?;
+    writeln!(cx)?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(append, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
+    revert(cx, &lab, append).await?;
+    status_evidence(cx, &lab, 100)
+}
+
+async fn r2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
+    heading(
+        cx,
+        "r2 · revert a create after bob edited the new page",
+        policy,
+    )?;
+    let Scene { lab, agent, shell } = Scene::new(cx, policy)?;
+    let (_, create) = created(
+        cx,
+        &agent,
+        r#"create_page("OPS", "Runbook", "step 1")"#,
+        agent.create_page("OPS", "Runbook", "step 1").await,
+    )?;
+    writeln!(cx)?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(create, Decision::Approve)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    human_edit(cx, &lab, "bob", 200, Edit::AppendBody("step 2".into()))?;
+    revert(cx, &lab, create).await?;
+    status_evidence(cx, &lab, 200)
+}
+
+async fn r3(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
+    heading(
+        cx,
+        "r3 · revert a rename that a pending comment quotes",
+        policy,
+    )?;
+    let (Scene { lab, agent, shell }, page) =
+        Scene::manual(cx, policy, "Draft", "procedure").await?;
+    let rename = staged(
+        cx,
+        r#"set_title(100, "Publishable")"#,
+        agent.set_title(&page, "Publishable").await,
+    )?;
+    let title = read(cx, &agent, &page).await?.title;
+    let text = format!("Title is now \"{title}\"");
+    let comment = staged(
+        cx,
+        &format!("add_comment(100, {text:?})"),
+        agent.add_comment(&page, &text).await,
+    )?;
+    writeln!(cx)?;
+    writeln!(
+        cx,
+        "ana approves the rename {rename}; the comment {comment} she leaves for later."
+    )?;
+    review(
+        cx,
+        &lab,
+        &shell,
+        Scripted::by_id([(rename, Decision::Approve), (comment, Decision::Skip)]),
+    )
+    .await?;
+    writeln!(cx)?;
+    let outcome = revert(cx, &lab, rename).await?;
+    let entry = lab.entry(comment)?;
+    let blocked = entry.action().and_then(|a| a.blocked_by);
+    cx.evidence(
+        &format!("{comment} in the kernel's ledger"),
+        match blocked {
+            Some(root) => format!(
+                "{}, blocked by reverted {root}",
+                action_state(&lab, comment)?
+            ),
+            None => format!("{}, nothing flagged", action_state(&lab, comment)?),
+        },
+    )?;
+    Ok(outcome)
+}

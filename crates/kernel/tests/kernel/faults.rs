@@ -12,6 +12,14 @@ use tokio::time::Instant;
 
 use crate::support::{label_kind, setup, state, submit};
 
+/// `work`, or a failure if it is still running after an hour of (paused) time: without a
+/// deadline a hung service would hang the test instead of failing it.
+async fn within_an_hour<T>(work: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(3600), work)
+        .await
+        .expect("still waiting after an hour: the hung call has no deadline")
+}
+
 /// The failure recorded on `id`: (message, retryable).
 fn failure(overseer: &Overseer, id: LedgerId) -> (String, bool) {
     let entry = overseer.entry(id).unwrap().unwrap();
@@ -129,7 +137,8 @@ async fn a_hung_service_answers_the_person_within_the_deadline() {
     gatekeeper.hang_on_apply(1);
     let id = submit(&queue, 1, false).await;
     let started = Instant::now();
-    let DecisionError::ApplyFailed { source, .. } = overseer.approve(id, "alice").await.unwrap_err()
+    let DecisionError::ApplyFailed { source, .. } =
+        within_an_hour(overseer.approve(id, "alice")).await.unwrap_err()
     else {
         panic!("a missed deadline is an apply failure");
     };
@@ -155,7 +164,7 @@ async fn a_hung_service_in_a_drain_lets_settle_return_and_the_drain_go_on() {
     let started = Instant::now();
     let hung = submit(&queue, 1, true).await;
     let behind = submit(&queue, 2, true).await;
-    overseer.settle().await;
+    within_an_hour(overseer.settle()).await;
     assert_eq!(started.elapsed(), DEFAULT_CALL_DEADLINE, "the default deadline");
     assert_eq!(state(&overseer, hung), ActionState::Failed);
     assert!(!failure(&overseer, hung).1);
@@ -244,11 +253,15 @@ async fn each_gatekeeper_has_its_own_deadline() {
     let on_default = submit(&queue, 1, false).await;
 
     let started = Instant::now();
-    let error = overseer.approve(on_quick, "alice").await.unwrap_err();
+    let error = within_an_hour(overseer.approve(on_quick, "alice"))
+        .await
+        .unwrap_err();
     assert_eq!(started.elapsed(), Duration::from_millis(250));
     assert!(error.to_string().contains("within 250 ms"), "{error}");
 
     let started = Instant::now();
-    overseer.approve(on_default, "alice").await.unwrap_err();
+    within_an_hour(overseer.approve(on_default, "alice"))
+        .await
+        .unwrap_err();
     assert_eq!(started.elapsed(), DEFAULT_CALL_DEADLINE);
 }

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use common::{catalog, clock, config};
 use gatekeeper_core::store::INTERRUPTED_MESSAGE;
 use gatekeeper_core::{
-    ActionResult, ActionStore, CallError, ServerTrust, Session, SessionError, Tool,
-    ToolGatekeeper, ToolResult, ToolService,
+    ActionResult, ActionStore, CallError, ServerTrust, Session, SessionError, Tool, ToolGatekeeper,
+    ToolResult, ToolService,
 };
 use kernel::{ActionState, DecisionError, LedgerId, Overseer};
 use serde_json::{Value, json};
@@ -198,7 +198,10 @@ async fn a_read_from_a_hung_service_fails_at_the_deadline() {
     let Err(SessionError::Service(CallError::Unknown(message))) = read else {
         panic!("a service error: {read:?}");
     };
-    assert!(message.contains("did not answer within 1500 ms"), "{message}");
+    assert!(
+        message.contains("did not answer within 1500 ms"),
+        "{message}"
+    );
     // Nothing was recorded as read: the data was never handed over.
     assert!(world.overseer.ledger().unwrap().is_empty());
 

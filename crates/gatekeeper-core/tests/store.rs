@@ -310,7 +310,8 @@ async fn reopening_over_a_claim_fails_it_for_good_and_never_sends_it() {
 }
 
 #[tokio::test]
-async fn a_storage_failure_at_each_write_of_apply_never_causes_a_second_send_nor_strands_the_claim() {
+async fn a_storage_failure_at_each_write_of_apply_never_causes_a_second_send_nor_strands_the_claim()
+{
     // Write 1 is the claim, write 2 the settlement.
     for failing_write in [1, 2] {
         let memory = MemoryActionStorage::new();

@@ -85,9 +85,7 @@ pub enum DecisionError {
     )]
     RevertLockedDown(LedgerId),
     /// A decision or a rule was attributed to nobody.
-    #[error(
-        "the name of the person deciding is empty; give the name the ledger should record"
-    )]
+    #[error("the name of the person deciding is empty; give the name the ledger should record")]
     NoDecider,
     /// Revert asked of an action whose driver does not implement it.
     #[error(

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use kernel::{
-    ActionDescription, ActionState, DEFAULT_CALL_DEADLINE, DecisionError, DriverActionId,
-    LedgerId, ObservationDescription, Overseer,
+    ActionDescription, ActionState, DEFAULT_CALL_DEADLINE, DecisionError, DriverActionId, LedgerId,
+    ObservationDescription, Overseer,
 };
 use tokio::time::Instant;
 
@@ -95,7 +95,8 @@ async fn a_panicking_apply_in_a_persons_approve_is_recorded_as_outcome_unknown()
     let (overseer, gatekeeper, queue) = setup();
     gatekeeper.panic_on_apply(1);
     let id = submit(&queue, 1, false).await;
-    let DecisionError::ApplyFailed { source, .. } = overseer.approve(id, "alice").await.unwrap_err()
+    let DecisionError::ApplyFailed { source, .. } =
+        overseer.approve(id, "alice").await.unwrap_err()
     else {
         panic!("the panic is an apply failure");
     };
@@ -103,7 +104,10 @@ async fn a_panicking_apply_in_a_persons_approve_is_recorded_as_outcome_unknown()
     assert!(source.message.contains("panicked"), "{}", source.message);
     assert_eq!(state(&overseer, id), ActionState::Failed);
     let entry = overseer.entry(id).unwrap().unwrap();
-    assert_eq!(entry.action().unwrap().resolution.as_ref().unwrap().by, "alice");
+    assert_eq!(
+        entry.action().unwrap().resolution.as_ref().unwrap().by,
+        "alice"
+    );
     assert_final(&overseer, id).await;
     assert_eq!(gatekeeper.attempted(), vec![1]);
 }
@@ -137,8 +141,9 @@ async fn a_hung_service_answers_the_person_within_the_deadline() {
     gatekeeper.hang_on_apply(1);
     let id = submit(&queue, 1, false).await;
     let started = Instant::now();
-    let DecisionError::ApplyFailed { source, .. } =
-        within_an_hour(overseer.approve(id, "alice")).await.unwrap_err()
+    let DecisionError::ApplyFailed { source, .. } = within_an_hour(overseer.approve(id, "alice"))
+        .await
+        .unwrap_err()
     else {
         panic!("a missed deadline is an apply failure");
     };
@@ -165,7 +170,11 @@ async fn a_hung_service_in_a_drain_lets_settle_return_and_the_drain_go_on() {
     let hung = submit(&queue, 1, true).await;
     let behind = submit(&queue, 2, true).await;
     within_an_hour(overseer.settle()).await;
-    assert_eq!(started.elapsed(), DEFAULT_CALL_DEADLINE, "the default deadline");
+    assert_eq!(
+        started.elapsed(),
+        DEFAULT_CALL_DEADLINE,
+        "the default deadline"
+    );
     assert_eq!(state(&overseer, hung), ActionState::Failed);
     assert!(!failure(&overseer, hung).1);
     // The pass that hung stopped there; the rerun its second submission asked for went on.
@@ -195,7 +204,10 @@ async fn a_revert_during_lockdown_is_refused_and_never_reaches_the_driver() {
 
     let refused = overseer.revert(id, "alice").await.unwrap_err();
     assert_eq!(refused, DecisionError::RevertLockedDown(id));
-    assert!(refused.to_string().contains("cannot be reverted"), "{refused}");
+    assert!(
+        refused.to_string().contains("cannot be reverted"),
+        "{refused}"
+    );
     assert!(gatekeeper.reverts.lock().unwrap().is_empty());
     let entry = overseer.entry(id).unwrap().unwrap();
     let action = entry.action().unwrap();

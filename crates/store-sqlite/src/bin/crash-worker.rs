@@ -263,19 +263,21 @@ async fn world(db: &Database, dir: &Path, plan: Option<KillPlan>) -> World {
         log: DurableLog::open(&dir.join("deliveries.log")),
         hooks: hooks.clone(),
     });
-    let inner = Arc::new(ToolGatekeeper::new(
-        GatekeeperConfig {
-            name: GATEKEEPER.into(),
-            server_name: "Parcel service".into(),
-            endpoint: "https://parcels.example/mcp".into(),
-            trust: ServerTrust::Vetted,
-            scope: "mcp:parcels".into(),
-        },
-        catalog(),
-        service,
-        store,
-    )
-    .with_call_deadline(DEADLINE));
+    let inner = Arc::new(
+        ToolGatekeeper::new(
+            GatekeeperConfig {
+                name: GATEKEEPER.into(),
+                server_name: "Parcel service".into(),
+                endpoint: "https://parcels.example/mcp".into(),
+                trust: ServerTrust::Vetted,
+                scope: "mcp:parcels".into(),
+            },
+            catalog(),
+            service,
+            store,
+        )
+        .with_call_deadline(DEADLINE),
+    );
     let auto_kind = inner
         .action_kind("deliverAuto")
         .expect("in the catalog")

@@ -184,7 +184,11 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
                 "drain"
             };
             // Hangs and panics are rarer than sends: reach them sooner, or the life ends first.
-            let reach = if matches!(point, "hung" | "abandoned") { 2 } else { 4 };
+            let reach = if matches!(point, "hung" | "abandoned") {
+                2
+            } else {
+                4
+            };
             let plan = format!("{point}:{scope}:{}", 1 + rng.below(reach));
             run_to_point(&["work", &db_arg, &dir_arg, &total_arg, "--kill", &plan])
         };

@@ -213,7 +213,10 @@ async fn the_unknown_outcome_query_finds_claims_stranded_in_a_live_process() {
     .await
     .expect("the deadline answers the person")
     .unwrap_err();
-    assert!(error.to_string().contains("did not answer within 30 s"), "{error}");
+    assert!(
+        error.to_string().contains("did not answer within 30 s"),
+        "{error}"
+    );
 
     // Without a restart, the agent is told the outcome is unknown, not "running".
     for outcome in [&dropped, &hung] {

@@ -151,12 +151,12 @@ impl ToolService for LogService {
         self.hooks.reached(Point::Claimed, seq);
         self.log.line(&format!("deliver {seq}"));
         self.hooks.reached(Point::Sent, seq);
-        if seq % HANG_EVERY == 0 {
+        if seq.is_multiple_of(HANG_EVERY) {
             // Never answers: only the gatekeeper's deadline ends the wait.
             self.hooks.reached(Point::Hung, seq);
             std::future::pending::<()>().await;
         }
-        if seq % PANIC_EVERY == 0 {
+        if seq.is_multiple_of(PANIC_EVERY) {
             panic!("{PLANNED_PANIC} after delivering {seq}");
         }
         Ok(ToolResult::from_text(format!("delivered {seq}")))

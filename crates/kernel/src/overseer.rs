@@ -20,9 +20,15 @@
 //! - Rejections reported as cascaded by the driver are marked rejected with the cause;
 //!   open actions that depend on a rejected action, or on one that failed for good, are
 //!   flagged, kept out of auto-approval, and left for a person.
-//! - Lockdown, once latched by a sensitive observation, refuses new submissions and
-//!   every apply, manual or automatic. Actions pending at that moment stay pending and
-//!   may only be rejected: a person may still say no, nothing may leave.
+//! - Lockdown, once latched by a sensitive observation, refuses new submissions, every
+//!   apply, manual or automatic, and every revert (a revert writes to the service too).
+//!   Actions pending at that moment stay pending and may only be rejected: a person may
+//!   still say no, nothing may leave.
+//! - Every call into a driver has the gatekeeper's deadline, and its panics are caught.
+//!   An apply that passes the deadline, panics, or is abandoned (its future dropped) is
+//!   failed with outcome unknown: it may have reached the service, so it is never applied
+//!   again, and the message says why. A drain stops at it as at any failure.
+//! - A decision is recorded under a person's name; an empty one is refused.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -621,6 +627,9 @@ impl Overseer {
 
     /// Wait until every background drain has finished, including drains started by the
     /// drains being waited for. Tests and lectures call this instead of sleeping.
+    ///
+    /// It returns even if a service hangs: each apply of a drain ends by its gatekeeper's
+    /// deadline at the latest.
     pub async fn settle(&self) {
         loop {
             let tasks = std::mem::take(&mut *lock(&self.inner.tasks));

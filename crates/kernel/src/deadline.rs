@@ -9,9 +9,9 @@
 //! gatekeeper chooses its deadline ([`Gatekeeper::call_deadline`](crate::Gatekeeper::call_deadline),
 //! [`DEFAULT_CALL_DEADLINE`] unless it says otherwise).
 //!
-//! Time is tokio's: tests pause it (`tokio::time::pause`) instead of waiting. The timer is
-//! armed only when the driver does not answer on its first poll, so a driver that answers
-//! at once costs no timer (and needs no time driver in the runtime); one that does not
+//! Time is tokio's: tests pause it (`tokio::time::pause`) instead of waiting. The deadline
+//! counts from the call's first poll; the timer is armed only when the driver does not
+//! answer on that poll, so a driver that answers at once costs no timer (and needs no time driver in the runtime); one that does not
 //! answer at once needs a runtime with time enabled (`enable_time`, `enable_all`, or
 //! `#[tokio::test]`). Drivers use [`Bounded`] too, for the calls that do not pass through
 //! the kernel (reads).
@@ -24,7 +24,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 /// The deadline of one call into a driver, unless its gatekeeper chooses another.
 pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(30);
@@ -47,15 +47,18 @@ pub enum Ended<T> {
 pub struct Bounded<F> {
     call: F,
     deadline: Duration,
+    started: Option<Instant>,
     timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl<F> Bounded<F> {
-    /// Bound `call` by `deadline`, counted from its first poll that does not answer.
+    /// Bound `call` by `deadline`, counted from its first poll. A deadline too far away to
+    /// be represented (`Duration::MAX`) means no deadline.
     pub fn new(call: F, deadline: Duration) -> Self {
         Self {
             call,
             deadline,
+            started: None,
             timer: None,
         }
     }
@@ -66,16 +69,20 @@ impl<F: Future + Unpin> Future for Bounded<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        let started = *this.started.get_or_insert_with(Instant::now);
         let call = &mut this.call;
         match catch_unwind(AssertUnwindSafe(|| Pin::new(call).poll(cx))) {
             Ok(Poll::Ready(answer)) => return Poll::Ready(Ended::Answered(answer)),
             Ok(Poll::Pending) => {}
             Err(payload) => return Poll::Ready(Ended::Panicked(panic_message(&*payload))),
         }
-        let deadline = this.deadline;
-        let timer = this
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(deadline)));
+        if this.timer.is_none() {
+            let Some(at) = started.checked_add(this.deadline) else {
+                return Poll::Pending;
+            };
+            this.timer = Some(Box::pin(tokio::time::sleep_until(at)));
+        }
+        let timer = this.timer.as_mut().expect("armed above");
         match timer.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Ended::TimedOut),
             Poll::Pending => Poll::Pending,
@@ -149,6 +156,15 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert_eq!(bounded.await, Ended::TimedOut);
         assert_eq!(start.elapsed(), Duration::from_secs(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unrepresentable_deadline_means_none() {
+        let slow = Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(86_400 * 365)).await;
+            5
+        });
+        assert_eq!(Bounded::new(slow, Duration::MAX).await, Ended::Answered(5));
     }
 
     #[tokio::test]

@@ -225,10 +225,17 @@ impl Drop for Attempt<'_> {
         };
         let id = entry.id;
         warn!(action = %id, "apply abandoned before the gatekeeper answered: outcome unknown");
-        match self
-            .inner
-            .settle_apply(entry, Err(GatekeeperError::fatal(ABANDONED_MESSAGE)))
-        {
+        let (by, auto) = entry
+            .action()
+            .and_then(|a| a.resolution.as_ref())
+            .map(|r| (r.by.clone(), r.auto))
+            .unwrap_or_default();
+        let decider = Decider { by: &by, auto };
+        match self.inner.settle_apply(
+            entry,
+            Err(GatekeeperError::fatal(ABANDONED_MESSAGE)),
+            &decider,
+        ) {
             Ok(()) | Err(DecisionError::ApplyFailed { .. }) => {}
             Err(error) => {
                 warn!(action = %id, %error, "the abandoned apply could not be recorded; the store's recovery must settle it");
@@ -900,7 +907,7 @@ impl Inner {
             }
         };
         let entry = attempt.entry.take().expect("settled only here");
-        self.settle_apply(entry, result)
+        self.settle_apply(entry, result, &decider)
     }
 
     /// Record how an apply ended: approved, or failed with the driver's message (and, when
@@ -909,21 +916,17 @@ impl Inner {
         &self,
         mut entry: LedgerEntry,
         result: Result<(), GatekeeperError>,
+        decider: &Decider<'_>,
     ) -> Result<(), DecisionError> {
         let id = entry.id;
         let gatekeeper_name = entry.gatekeeper.clone();
         let record = entry.action_mut().expect("an action");
-        let (by, auto) = record
-            .resolution
-            .as_ref()
-            .map(|r| (r.by.clone(), r.auto))
-            .unwrap_or_default();
         match result {
             Ok(()) => {
                 record.state = ActionState::Approved;
                 record.failure = None;
                 self.store.put(entry)?;
-                info!(action = %id, gatekeeper = %gatekeeper_name, by, auto, "action applied");
+                info!(action = %id, gatekeeper = %gatekeeper_name, by = decider.by, auto = decider.auto, "action applied");
                 Ok(())
             }
             Err(source) => {

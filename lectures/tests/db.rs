@@ -83,11 +83,12 @@ async fn ex06_with_a_db_reopens_the_file_and_recovers_the_claim_as_failed() {
     assert!(text.contains(&desk_line(&path)), "{text}");
     let expected = [
         format!("restart: every handle of {} is closed", path.display()),
-        "opening the file settled the dead process's claim: the ledger says #4 is failed, not retryable".to_owned(),
+        "the reopened file keeps the record: the ledger says #4 is failed, not retryable"
+            .to_owned(),
         "could not approve #4: «action #4 failed and cannot be retried".to_owned(),
         // The same evidence as in memory.
-        "evidence: #4: store state at the restart = applying".to_owned(),
-        "evidence: #4: calls the tracker received before the crash = 1".to_owned(),
+        "evidence: #4: store state before the restart = failed".to_owned(),
+        "evidence: #4: calls the tracker received before the restart = 1".to_owned(),
         "evidence: #4: calls sent after the restart = 0".to_owned(),
         "evidence: #4: state after approving again = failed, not retryable".to_owned(),
         "evidence: tracker calls in all = 5".to_owned(),

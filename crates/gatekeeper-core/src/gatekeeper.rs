@@ -8,11 +8,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kernel::{
-    ActionKind, ApprovalQueue, DriverActionId, Gatekeeper, GatekeeperError, Overseer,
-    RejectOutcome, RevertOutcome,
+    ActionKind, ApprovalQueue, DEFAULT_CALL_DEADLINE, DriverActionId, Gatekeeper, GatekeeperError,
+    Overseer, RejectOutcome, RevertOutcome,
 };
 use prompt_sanitize::{
     MAX_INLINE_CHARS, MAX_SERVER_NAME_CHARS, Sanitized, code_span, one_line, plain_inline,
@@ -104,6 +105,9 @@ pub struct ToolGatekeeper {
     pub(crate) store: ActionStore,
     pub(crate) simulator: Option<Arc<dyn Simulator>>,
     reverter: Option<Arc<dyn Reverter>>,
+    /// How long one call to the service may take (applies and reverts through the
+    /// kernel, reads through a session).
+    call_deadline: Duration,
     /// Actions some read showed as if done: rejecting one asks for a restart.
     shown: Mutex<BTreeSet<DriverActionId>>,
 }
@@ -115,6 +119,7 @@ impl fmt::Debug for ToolGatekeeper {
             .field("tools", &self.entries.len())
             .field("simulator", &self.simulator.is_some())
             .field("reverter", &self.reverter.is_some())
+            .field("call_deadline", &self.call_deadline)
             .finish_non_exhaustive()
     }
 }
@@ -158,6 +163,7 @@ impl ToolGatekeeper {
             store,
             simulator: None,
             reverter: None,
+            call_deadline: DEFAULT_CALL_DEADLINE,
             shown: Mutex::new(BTreeSet::new()),
         }
     }
@@ -173,6 +179,20 @@ impl ToolGatekeeper {
     pub fn with_reverter(mut self, reverter: Arc<dyn Reverter>) -> Self {
         self.reverter = Some(reverter);
         self
+    }
+
+    /// Give every call to the service at most `deadline` (default
+    /// [`DEFAULT_CALL_DEADLINE`]). The kernel enforces it on applies and reverts: an apply
+    /// that passes it is recorded as failed with outcome unknown and never sent again. A
+    /// session enforces it on reads: a read that passes it fails, and may be tried again.
+    pub fn with_call_deadline(mut self, deadline: Duration) -> Self {
+        self.call_deadline = deadline;
+        self
+    }
+
+    /// The deadline of one call to the service.
+    pub fn call_deadline(&self) -> Duration {
+        self.call_deadline
     }
 
     /// The gatekeeper's name (as registered with the kernel).
@@ -360,5 +380,9 @@ impl Gatekeeper for ToolGatekeeper {
             .filter(|e| e.classified.auto_approvable())
             .map(|e| e.kind.clone())
             .collect()
+    }
+
+    fn call_deadline(&self) -> Duration {
+        self.call_deadline
     }
 }

@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use kernel::deadline::{Bounded, Ended, Human};
 use kernel::{
     ActionDescription, ApprovalQueue, DriverActionId, LedgerId, ObservationDescription, QueueError,
 };
@@ -291,11 +292,22 @@ impl Session {
 
     async fn read(&self, entry: &ToolEntry, args: Value) -> Result<CallOutcome, SessionError> {
         let gk = &self.inner.gatekeeper;
-        let mut result = gk
-            .service
-            .call(&entry.name, &args)
-            .await
-            .map_err(SessionError::Service)?;
+        let deadline = gk.call_deadline();
+        // A read sends nothing that needs approval, so a read that fails may be tried again.
+        let mut result = match Bounded::new(gk.service.call(&entry.name, &args), deadline).await {
+            Ended::Answered(result) => result.map_err(SessionError::Service)?,
+            Ended::Panicked(panic) => {
+                return Err(SessionError::Service(CallError::Unknown(format!(
+                    "the service's client panicked during the read ({panic}); try the read again, and report the panic to the gatekeeper's maintainers"
+                ))));
+            }
+            Ended::TimedOut => {
+                return Err(SessionError::Service(CallError::Unknown(format!(
+                    "the service did not answer within {}; try the read again later",
+                    Human(deadline)
+                ))));
+            }
+        };
         let mut shown = Vec::new();
         if let Some(simulator) = &gk.simulator {
             let pending: Vec<PendingCall> = gk

@@ -11,6 +11,11 @@
 //!   is never sent again, and a person is asked to check the service.
 //! - A store opened over records left by a previous process turns every call still marked
 //!   `applying` into a final failure. Such a call may have landed; it is never replayed.
+//! - A claim whose attempt ended without an outcome while the process lives on (the apply
+//!   future was dropped by a deadline or by its caller, a panic unwound through it, or the
+//!   outcome could not be written) is **stranded**: the store remembers it and, at its
+//!   next use, turns it into the same final failure. It is never left "being applied",
+//!   never replayed, and no restart is needed.
 //! - A call that succeeded is recorded as applied even when its reply is too large to keep
 //!   (it is replaced by a note) or cannot be encoded.
 //! - At most [`MAX_OPEN_ACTIONS`] calls are pending or applying per store; the newest
@@ -28,7 +33,7 @@
 //!               │                                 └ retryable ──reject─► rejected
 //!               ├──reject──► rejected                                (reject again: no-op)
 //!               └──discard─► (deleted)
-//! applying ──(store reopened)──► failed{retryable: false}
+//! applying ──(store reopened, or the attempt stranded)──► failed{retryable: false}
 //! ```
 //!
 //! Rejecting a *retryable* failure is our addition (the reference refuses it, leaving the
@@ -49,10 +54,15 @@
 //!    with compare-and-set from `applying`.
 //! 6. Prune final records beyond the retention limit.
 //!
+//! From step 3 to the end of step 5 the attempt holds a guard. If the attempt ends in
+//! between (its future is dropped or unwinds, or step 5's write fails), the guard marks
+//! the claim stranded, and every public method of the store first settles stranded claims
+//! ([`ActionRecord::interrupt`], compare-and-set from `applying`).
+//!
 //! Opening a store ([`ActionStore::open`]) first turns every leftover `applying` record
 //! into a final failure ([`ActionRecord::interrupt`]), then prunes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -445,8 +455,8 @@ pub enum ApplyError {
         "action {0} was settled elsewhere while this attempt ran, so its outcome is unknown here; check the service before staging it again"
     )]
     Superseded(DriverActionId),
-    /// The call was sent, but its outcome could not be written; it stays claimed and will
-    /// not be sent again.
+    /// The call was sent, but its outcome could not be written; it will not be sent again.
+    /// The claim is stranded: the store's next use records it as interrupted.
     #[error(
         "action {id} was sent, but its outcome could not be recorded ({source}); check the service before staging it again"
     )]
@@ -729,11 +739,38 @@ impl ActionStorage for MemoryActionStorage {
 /// practice; it only bounds a misbehaving backend.
 const MAX_TRANSITION_ATTEMPTS: usize = 8;
 
-/// The state machine over one storage backend. Cheap to clone; clones share the backend.
+/// The state machine over one storage backend. Cheap to clone; clones share the backend
+/// and the set of stranded claims.
 #[derive(Clone)]
 pub struct ActionStore {
     storage: Arc<dyn ActionStorage>,
     clock: Arc<dyn Clock>,
+    /// Claims this store took whose attempt ended without settling them (see the module
+    /// docs); settled as interrupted at the store's next use.
+    stranded: Arc<Mutex<BTreeSet<DriverActionId>>>,
+}
+
+/// Held by an apply from its claim until its outcome is stored. Dropped earlier (the
+/// apply's future dropped or unwound, or the outcome not written), it marks the claim
+/// stranded.
+struct ClaimGuard<'a> {
+    stranded: &'a Mutex<BTreeSet<DriverActionId>>,
+    id: DriverActionId,
+    settled: bool,
+}
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            warn!(action = %self.id, "action.apply.stranded: the attempt ended without an outcome; it will be recorded as interrupted");
+            lock_set(self.stranded).insert(self.id);
+        }
+    }
+}
+
+fn lock_set(set: &Mutex<BTreeSet<DriverActionId>>) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
+    // Inserting or removing one id cannot leave the set half-changed.
+    set.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl fmt::Debug for ActionStore {
@@ -757,7 +794,11 @@ impl ActionStore {
                 warn!(action = %record.id, tool = %label(&record.tool), "action.apply.interrupted");
             }
         }
-        let store = Self { storage, clock };
+        let store = Self {
+            storage,
+            clock,
+            stranded: Arc::default(),
+        };
         store.prune().await?;
         Ok(store)
     }
@@ -767,6 +808,55 @@ impl ActionStore {
         Self {
             storage: Arc::new(MemoryActionStorage::new()),
             clock,
+            stranded: Arc::default(),
+        }
+    }
+
+    /// Turn every stranded claim (see the module docs) into a final failure
+    /// ([`INTERRUPTED_MESSAGE`]): its call may have landed, and it is never sent again.
+    /// Every public method calls this first; a claim that cannot be written now (the
+    /// storage fails) stays stranded and is tried again next time.
+    pub async fn settle_stranded(&self) {
+        let ids: Vec<DriverActionId> = {
+            let stranded = lock_set(&self.stranded);
+            if stranded.is_empty() {
+                return;
+            }
+            stranded.iter().copied().collect()
+        };
+        for id in ids {
+            let settled = match self.storage.get(id).await {
+                Ok(Some(record)) => match record.interrupt() {
+                    Some(failed) => {
+                        match self
+                            .storage
+                            .compare_and_set(StateTag::Applying, &failed)
+                            .await
+                        {
+                            Ok(written) => {
+                                if written {
+                                    warn!(action = %id, tool = %record.tool, "action.apply.interrupted");
+                                }
+                                true
+                            }
+                            Err(error) => {
+                                warn!(action = %id, %error, "action.apply.stranded: could not record it yet");
+                                false
+                            }
+                        }
+                    }
+                    // Not claimed any more: settled by someone else meanwhile.
+                    None => true,
+                },
+                Ok(None) => true,
+                Err(error) => {
+                    warn!(action = %id, %error, "action.apply.stranded: could not read it yet");
+                    false
+                }
+            };
+            if settled {
+                lock_set(&self.stranded).remove(&id);
+            }
         }
     }
 
@@ -790,6 +880,7 @@ impl ActionStore {
         if bytes > MAX_ARGUMENT_BYTES {
             return Err(StageError::TooLarge { bytes });
         }
+        self.settle_stranded().await;
         let tool = tool.into();
         let id = self
             .storage
@@ -807,6 +898,7 @@ impl ActionStore {
 
     /// Delete a staged call that is still pending (the kernel refused its submission).
     pub async fn discard(&self, id: DriverActionId) -> Result<Discard, StorageError> {
+        self.settle_stranded().await;
         Ok(if self.storage.delete_pending(id).await? {
             debug!(action = %id, "action.discarded");
             Discard::Discarded
@@ -821,6 +913,7 @@ impl ActionStore {
         id: DriverActionId,
         service: &dyn ToolService,
     ) -> Result<Applied, ApplyError> {
+        self.settle_stranded().await;
         let mut attempts = 0;
         let claimed = loop {
             // Step 1.
@@ -845,6 +938,12 @@ impl ActionStore {
             }
         };
 
+        let mut guard = ClaimGuard {
+            stranded: &self.stranded,
+            id,
+            settled: false,
+        };
+
         // Step 4: the only send.
         let outcome = service.call(&claimed.tool, &claimed.args).await;
 
@@ -858,13 +957,17 @@ impl ActionStore {
             .compare_and_set(StateTag::Applying, &settled)
             .await
         {
-            Ok(true) => {}
+            Ok(true) => guard.settled = true,
             Ok(false) => {
+                // Settled elsewhere: nothing of ours is left claimed.
+                guard.settled = true;
                 warn!(action = %id, "action.apply.superseded");
                 return Err(ApplyError::Superseded(id));
             }
+            // The guard strands the claim: the next use records it as interrupted.
             Err(source) => return Err(ApplyError::OutcomeNotRecorded { id, source }),
         }
+        drop(guard);
         match &result {
             Ok(_) => info!(action = %id, tool = %label(&settled.tool), "action.applied"),
             Err(error) if error.retryable() => {
@@ -884,6 +987,7 @@ impl ActionStore {
 
     /// Reject a pending call, or one whose failure is known to have sent nothing.
     pub async fn reject(&self, id: DriverActionId) -> Result<Rejection, RejectError> {
+        self.settle_stranded().await;
         for _ in 0..MAX_TRANSITION_ATTEMPTS {
             let Some(record) = self.storage.get(id).await? else {
                 return Ok(Rejection::Unknown);
@@ -907,16 +1011,19 @@ impl ActionStore {
 
     /// One record.
     pub async fn get(&self, id: DriverActionId) -> Result<Option<ActionRecord>, StorageError> {
+        self.settle_stranded().await;
         self.storage.get(id).await
     }
 
     /// The pending records, in ascending id.
     pub async fn pending(&self) -> Result<Vec<ActionRecord>, StorageError> {
+        self.settle_stranded().await;
         self.storage.records_in(StateTag::Pending).await
     }
 
     /// How many calls are pending or applying.
     pub async fn count_open(&self) -> Result<usize, StorageError> {
+        self.settle_stranded().await;
         self.storage.count_open().await
     }
 

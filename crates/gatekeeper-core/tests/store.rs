@@ -310,7 +310,8 @@ async fn reopening_over_a_claim_fails_it_for_good_and_never_sends_it() {
 }
 
 #[tokio::test]
-async fn a_storage_failure_at_each_write_of_apply_never_causes_a_second_send() {
+async fn a_storage_failure_at_each_write_of_apply_never_causes_a_second_send_nor_strands_the_claim()
+{
     // Write 1 is the claim, write 2 the settlement.
     for failing_write in [1, 2] {
         let memory = MemoryActionStorage::new();
@@ -333,10 +334,21 @@ async fn a_storage_failure_at_each_write_of_apply_never_causes_a_second_send() {
             _ => {
                 assert!(matches!(error, ApplyError::OutcomeNotRecorded { .. }));
                 assert!(!error.retryable(), "it was sent: {error}");
+                // The claim is stranded, not "being applied" forever: once the disk
+                // answers again it is an unknown outcome, without a restart.
                 assert_eq!(
                     store.apply(id, service.as_ref()).await,
-                    Err(ApplyError::AlreadyApplying(id))
+                    Err(ApplyError::NotRetryable {
+                        id,
+                        message: INTERRUPTED_MESSAGE.into()
+                    })
                 );
+                assert_eq!(
+                    store.reject(id).await,
+                    Err(RejectError::NotRetryable(id)),
+                    "it may have been sent: rejecting it is refused as for any unknown outcome"
+                );
+                assert_eq!(store.count_open().await.expect("count"), 0);
                 let reopened = open(&memory).await;
                 assert!(reopened.apply(id, service.as_ref()).await.is_err());
             }

@@ -22,10 +22,12 @@
 //! that call succeeded.
 
 use std::fmt;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::deadline::DEFAULT_CALL_DEADLINE;
 use crate::ledger::LedgerId;
 
 /// The id a driver gives an action it staged; passed back to it on apply, reject and revert.
@@ -211,6 +213,12 @@ impl GatekeeperError {
 ///   attempt itself failed.
 /// - `auto_approvable_actions` lists the kinds that *may* auto-apply, for a pre-approval
 ///   screen. The per-action [`ActionDescription::auto_approvable`] remains the gate.
+/// - Every call above is bounded by [`Gatekeeper::call_deadline`]. When an apply does not
+///   answer in time, or panics, or the decision awaiting it is dropped, the kernel stops
+///   waiting (the future is dropped) and records the action as failed with outcome unknown:
+///   it may have reached the service, and it is never applied again. A driver that keeps a
+///   claim for the attempt must turn that claim into "outcome unknown" when its future is
+///   dropped half way (gatekeeper-core's action store does).
 #[async_trait]
 pub trait Gatekeeper: Send + Sync {
     /// The gatekeeper's name, unique within one kernel; rules are keyed by it.
@@ -229,6 +237,13 @@ pub trait Gatekeeper: Send + Sync {
 
     /// The kinds of action this gatekeeper may submit as auto-approvable.
     fn auto_approvable_actions(&self) -> Vec<ActionKind>;
+
+    /// How long the kernel waits for one apply, reject or revert of this gatekeeper
+    /// before it gives up on it ([`DEFAULT_CALL_DEADLINE`] unless the driver says otherwise).
+    /// An apply that passes it is recorded as failed with outcome unknown.
+    fn call_deadline(&self) -> Duration {
+        DEFAULT_CALL_DEADLINE
+    }
 }
 
 /// Why the kernel refused a submission or an observation.

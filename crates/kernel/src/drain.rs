@@ -75,6 +75,13 @@ impl DrainGuard {
         }
         rerun
     }
+
+    /// Called when a drain ends abnormally (its task unwound or was dropped): the guard is
+    /// released and any rerun is dropped with it; the next request starts a new drain.
+    pub(crate) fn abandon(&mut self) {
+        self.running = false;
+        self.rerun = None;
+    }
 }
 
 #[cfg(test)]

@@ -10,9 +10,11 @@
 //! - [`ledger`]: what is recorded about every action and observation.
 //! - [`store`]: the storage port and its in-memory default.
 //! - [`clock`]: injected time, so ledgers and transcripts are reproducible.
+//! - [`deadline`]: how long the kernel waits for a driver, and what a panic becomes.
 
 pub mod clock;
 pub mod contract;
+pub mod deadline;
 pub mod drain;
 pub mod ledger;
 mod overseer;
@@ -23,6 +25,7 @@ pub use contract::{
     ActionDescription, ActionKind, ApprovalQueue, DriverActionId, Gatekeeper, GatekeeperError,
     ObservationAuthorizer, ObservationDescription, QueueError, RejectOutcome, RevertOutcome,
 };
+pub use deadline::DEFAULT_CALL_DEADLINE;
 pub use drain::DrainCause;
 pub use ledger::{
     ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, LedgerEntry, LedgerId,

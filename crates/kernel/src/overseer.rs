@@ -20,9 +20,15 @@
 //! - Rejections reported as cascaded by the driver are marked rejected with the cause;
 //!   open actions that depend on a rejected action, or on one that failed for good, are
 //!   flagged, kept out of auto-approval, and left for a person.
-//! - Lockdown, once latched by a sensitive observation, refuses new submissions and
-//!   every apply, manual or automatic. Actions pending at that moment stay pending and
-//!   may only be rejected: a person may still say no, nothing may leave.
+//! - Lockdown, once latched by a sensitive observation, refuses new submissions, every
+//!   apply, manual or automatic, and every revert (a revert writes to the service too).
+//!   Actions pending at that moment stay pending and may only be rejected: a person may
+//!   still say no, nothing may leave.
+//! - Every call into a driver has the gatekeeper's deadline, and its panics are caught.
+//!   An apply that passes the deadline, panics, or is abandoned (its future dropped) is
+//!   failed with outcome unknown: it may have reached the service, so it is never applied
+//!   again, and the message says why. A drain stops at it as at any failure.
+//! - A decision is recorded under a person's name; an empty one is refused.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -36,6 +42,7 @@ use crate::contract::{
     ActionDescription, ActionKind, ApprovalQueue, DriverActionId, Gatekeeper, GatekeeperError,
     ObservationAuthorizer, ObservationDescription, QueueError,
 };
+use crate::deadline::{Bounded, Ended, Human};
 use crate::drain::{DrainCause, DrainGuard, Request};
 use crate::ledger::{
     ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, LedgerEntry, LedgerId,
@@ -91,6 +98,14 @@ pub enum DecisionError {
         "this workspace has observed sensitive data, so action {0} cannot be applied; reject it instead"
     )]
     LockedDown(LedgerId),
+    /// Lockdown forbids reverting: a revert is a write to the service like any other.
+    #[error(
+        "this workspace has observed sensitive data, so action {0} cannot be reverted: a revert writes to the service, and nothing may leave during lockdown; undo it directly in the service if it must be undone"
+    )]
+    RevertLockedDown(LedgerId),
+    /// A decision or a rule was attributed to nobody.
+    #[error("the name of the person deciding is empty; give the name the ledger should record")]
+    NoDecider,
     /// Revert asked of an action whose driver does not implement it.
     #[error(
         "action {0} cannot be reverted automatically; undo it directly in the service if needed"
@@ -210,10 +225,81 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Who decided, for [`Inner::apply_entry`].
+/// Who decided, for [`Inner::apply_claimed`].
 struct Decider<'a> {
     by: &'a str,
     auto: bool,
+}
+
+/// The failure recorded when an apply was abandoned before the driver answered.
+const ABANDONED_MESSAGE: &str = "this apply was abandoned before the gatekeeper answered (whoever was waiting for it went away), so the call may or may not have reached the service; it will not be sent again: check the service before staging it again";
+
+/// One apply under way: the entry to settle, and the action's slot.
+///
+/// If it is dropped before the apply settled it (the future awaiting the driver was
+/// dropped: a person's approve abandoned by its caller, a task torn down), the action is
+/// recorded as failed with outcome unknown, because the driver may already have sent it,
+/// and it is never applied again. The slot is released only after that record is
+/// written (fields drop after `drop`).
+struct Attempt<'a> {
+    inner: &'a Inner,
+    entry: Option<LedgerEntry>,
+    _slot: InFlight<'a>,
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        let Some(entry) = self.entry.take() else {
+            return;
+        };
+        let id = entry.id;
+        warn!(action = %id, "apply abandoned before the gatekeeper answered: outcome unknown");
+        let (by, auto) = entry
+            .action()
+            .and_then(|a| a.resolution.as_ref())
+            .map(|r| (r.by.clone(), r.auto))
+            .unwrap_or_default();
+        let decider = Decider { by: &by, auto };
+        match self.inner.settle_apply(
+            entry,
+            Err(GatekeeperError::fatal(ABANDONED_MESSAGE)),
+            &decider,
+        ) {
+            Ok(()) | Err(DecisionError::ApplyFailed { .. }) => {}
+            Err(error) => {
+                warn!(action = %id, %error, "the abandoned apply could not be recorded; the store's recovery must settle it");
+            }
+        }
+    }
+}
+
+/// The name a decision is recorded under; refused when empty or only whitespace.
+fn decider_name(by: &str) -> Result<&str, DecisionError> {
+    if by.trim().is_empty() {
+        return Err(DecisionError::NoDecider);
+    }
+    Ok(by)
+}
+
+/// Ends a drain's run however its task ends: if the task unwinds or is dropped mid-pass,
+/// the gatekeeper's guard is released, so the next trigger starts a new drain instead of
+/// being folded into a rerun nobody will run.
+struct DrainRun<'a> {
+    inner: &'a Inner,
+    gatekeeper: &'a Arc<str>,
+    finished: bool,
+}
+
+impl Drop for DrainRun<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        warn!(gatekeeper = %self.gatekeeper, "drain ended abnormally; its guard is released");
+        if let Some(guard) = lock(&self.inner.drains).get_mut(self.gatekeeper) {
+            guard.abandon();
+        }
+    }
 }
 
 impl Overseer {
@@ -285,8 +371,15 @@ impl Overseer {
     /// action becomes failed, the error is returned, and the failure is in the ledger.
     /// Either way, if the gatekeeper has an auto-approval rule, a drain follows: a gate
     /// may have cleared.
+    ///
+    /// The driver's apply is bounded by its gatekeeper's deadline
+    /// ([`Gatekeeper::call_deadline`]): this returns no later than that, plus the ledger's
+    /// own writes. An apply that passes the deadline, panics, or is abandoned because this
+    /// future was dropped is recorded as failed with outcome unknown (it may have reached
+    /// the service) and is never applied again.
     pub async fn approve(&self, id: LedgerId, by: &str) -> Result<(), DecisionError> {
         let inner = &self.inner;
+        let by = decider_name(by)?;
         let slot = inner.claim(id)?;
         // Read under the slot: another decision may have finished just before.
         let entry = inner.open_action_entry(inner.store.get(id)?, id)?;
@@ -310,16 +403,27 @@ impl Overseer {
     /// flagged and held for a person.
     pub async fn reject(&self, id: LedgerId, by: &str) -> Result<RejectReport, DecisionError> {
         let inner = &self.inner;
+        let by = decider_name(by)?;
         let _slot = inner.claim(id)?;
         let entry = inner.open_action_entry(inner.store.get(id)?, id)?;
         let action = entry.action().expect("open_action checked the kind");
         let gatekeeper = inner.gatekeeper(&entry.gatekeeper)?;
         let span = info_span!("reject", action = %id, gatekeeper = %entry.gatekeeper);
-        let outcome = gatekeeper
-            .reject_action(action.driver_id)
+        let deadline = gatekeeper.call_deadline();
+        let outcome = match Bounded::new(gatekeeper.reject_action(action.driver_id), deadline)
             .instrument(span.clone())
             .await
-            .map_err(|source| DecisionError::Gatekeeper { id, source })?;
+        {
+            Ended::Answered(outcome) => outcome,
+            Ended::Panicked(panic) => Err(GatekeeperError::fatal(format!(
+                "the gatekeeper panicked while rejecting this action ({panic}); the ledger still holds it open, so try again, and report the panic to the gatekeeper's maintainers"
+            ))),
+            Ended::TimedOut => Err(GatekeeperError::retryable(format!(
+                "the gatekeeper did not answer the rejection within {}; the ledger still holds it open, so try again",
+                Human(deadline)
+            ))),
+        }
+        .map_err(|source| DecisionError::Gatekeeper { id, source })?;
         let _enter = span.enter();
 
         let now = inner.clock.now();
@@ -380,8 +484,12 @@ impl Overseer {
     /// A refusal by the driver is recorded and reported, not returned as an error; the
     /// action then stays approved. After a revert, open actions that depend on the
     /// reverted one are flagged and held for a person, as after a rejection.
+    ///
+    /// Refused during lockdown ([`DecisionError::RevertLockedDown`]): a revert is a write
+    /// to the service, and nothing may leave a locked-down workspace.
     pub async fn revert(&self, id: LedgerId, by: &str) -> Result<RevertReport, DecisionError> {
         let inner = &self.inner;
+        let by = decider_name(by)?;
         let _slot = inner.claim(id)?;
         let mut entry = inner
             .store
@@ -398,13 +506,27 @@ impl Overseer {
         if !action.description.implements_revert {
             return Err(DecisionError::RevertUnsupported(id));
         }
+        if inner.store.locked_down()? {
+            warn!(action = %id, gatekeeper = %gatekeeper_name, "revert refused: lockdown");
+            return Err(DecisionError::RevertLockedDown(id));
+        }
         let driver_id = action.driver_id;
         let gatekeeper = inner.gatekeeper(&gatekeeper_name)?;
         let span = info_span!("revert", action = %id, gatekeeper = %gatekeeper_name);
-        let result = gatekeeper
-            .revert_action(driver_id)
+        let deadline = gatekeeper.call_deadline();
+        let result = match Bounded::new(gatekeeper.revert_action(driver_id), deadline)
             .instrument(span.clone())
-            .await;
+            .await
+        {
+            Ended::Answered(result) => result,
+            Ended::Panicked(panic) => Err(GatekeeperError::fatal(format!(
+                "the gatekeeper panicked while reverting this action ({panic}), so it may or may not have been undone; check the service, and report the panic to the gatekeeper's maintainers"
+            ))),
+            Ended::TimedOut => Err(GatekeeperError::fatal(format!(
+                "the service did not answer the revert within {}, so it may or may not have been undone; check the service before asking again",
+                Human(deadline)
+            ))),
+        };
         let _enter = span.enter();
         let now = inner.clock.now();
         let record = entry.action_mut().expect("checked above");
@@ -458,6 +580,7 @@ impl Overseer {
         kind: ActionKind,
         by: &str,
     ) -> Result<(), DecisionError> {
+        let by = decider_name(by)?;
         let name = self.inner.gatekeeper_name(gatekeeper)?;
         let rule = AutoApprovalRule {
             gatekeeper: name.to_string(),
@@ -547,6 +670,9 @@ impl Overseer {
 
     /// Wait until every background drain has finished, including drains started by the
     /// drains being waited for. Tests and lectures call this instead of sleeping.
+    ///
+    /// It returns even if a service hangs: each apply of a drain ends by its gatekeeper's
+    /// deadline at the latest.
     pub async fn settle(&self) {
         loop {
             let tasks = std::mem::take(&mut *lock(&self.inner.tasks));
@@ -767,9 +893,13 @@ impl Inner {
 
     /// The one path from open to approved or failed, for people and rules alike. The
     /// caller holds the action's slot and has checked that it is open.
+    ///
+    /// The driver's apply is bounded by the gatekeeper's deadline and its panics are
+    /// caught; either ends the attempt as failed with outcome unknown. If this future is
+    /// dropped while the driver works, [`Attempt`] records the same.
     async fn apply_claimed(
         &self,
-        _slot: InFlight<'_>,
+        slot: InFlight<'_>,
         mut entry: LedgerEntry,
         gatekeeper: &dyn Gatekeeper,
         decider: Decider<'_>,
@@ -805,15 +935,49 @@ impl Inner {
             });
         }
         record.resolution = Some(resolution);
+        let mut attempt = Attempt {
+            inner: self,
+            entry: Some(entry),
+            _slot: slot,
+        };
         // Events, not a span, on this path: it runs once per applied action and a span
         // per apply would cost more than the rest of the kernel's work for it.
-        let result = gatekeeper.apply_action(driver_id).await;
-        let record = entry.action_mut().expect("caller checked");
+        let deadline = gatekeeper.call_deadline();
+        let result = match Bounded::new(gatekeeper.apply_action(driver_id), deadline).await {
+            Ended::Answered(result) => result,
+            Ended::Panicked(panic) => {
+                warn!(action = %id, %panic, "the gatekeeper panicked in apply");
+                Err(GatekeeperError::fatal(format!(
+                    "the gatekeeper panicked while applying this action ({panic}), so the call may or may not have reached the service; it will not be sent again: check the service before staging it again, and report the panic to the gatekeeper's maintainers"
+                )))
+            }
+            Ended::TimedOut => {
+                warn!(action = %id, deadline = %Human(deadline), "the gatekeeper did not answer in time");
+                Err(GatekeeperError::fatal(format!(
+                    "the service did not answer within {} (the gatekeeper's deadline), so the call may or may not have taken effect; it will not be sent again: check the service before staging it again",
+                    Human(deadline)
+                )))
+            }
+        };
+        let entry = attempt.entry.take().expect("settled only here");
+        self.settle_apply(entry, result, &decider)
+    }
+
+    /// Record how an apply ended: approved, or failed with the driver's message (and, when
+    /// nothing can be retried, hold what was staged on top of it for a person).
+    fn settle_apply(
+        &self,
+        mut entry: LedgerEntry,
+        result: Result<(), GatekeeperError>,
+        decider: &Decider<'_>,
+    ) -> Result<(), DecisionError> {
+        let id = entry.id;
+        let gatekeeper_name = entry.gatekeeper.clone();
+        let record = entry.action_mut().expect("an action");
         match result {
             Ok(()) => {
                 record.state = ActionState::Approved;
                 record.failure = None;
-                let gatekeeper_name = entry.gatekeeper.clone();
                 self.store.put(entry)?;
                 info!(action = %id, gatekeeper = %gatekeeper_name, by = decider.by, auto = decider.auto, "action applied");
                 Ok(())
@@ -824,7 +988,6 @@ impl Inner {
                     message: source.message.clone(),
                     retryable: source.retryable,
                 });
-                let gatekeeper_name = entry.gatekeeper.clone();
                 self.store.put(entry)?;
                 warn!(action = %id, gatekeeper = %gatekeeper_name, error = %source, retryable = source.retryable, "apply failed");
                 if !source.retryable {
@@ -871,6 +1034,11 @@ impl Inner {
 
     /// Run drain passes until no rerun was requested, then release the guard.
     async fn drain(self: Arc<Self>, gatekeeper: Arc<str>, first: DrainCause) {
+        let mut run = DrainRun {
+            inner: &self,
+            gatekeeper: &gatekeeper,
+            finished: false,
+        };
         let mut cause = first;
         loop {
             debug!(%cause, "drain pass");
@@ -882,7 +1050,10 @@ impl Inner {
                 .and_then(DrainGuard::pass_finished);
             match next {
                 Some(rerun) => cause = rerun,
-                None => return,
+                None => {
+                    run.finished = true;
+                    return;
+                }
             }
         }
     }

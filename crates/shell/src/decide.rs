@@ -133,7 +133,8 @@ impl Decider for Scripted {
 /// A person at a terminal: asks on `out`, reads one line at a time from `input`.
 ///
 /// Only `a`/`approve`, `r`/`reject`, `s`/`skip` or `k`/`all-of-kind` decide. Any other line
-/// (an empty line, a stray key) is answered with the list of choices and asked again. At the
+/// (an empty line, a stray key, bytes that are not UTF-8) is answered with the list of
+/// choices and asked again. At the
 /// end of input every remaining action is skipped; nothing is approved.
 #[derive(Debug)]
 pub struct Interactive<R> {
@@ -177,18 +178,28 @@ impl<R: BufRead> Decider for Interactive<R> {
                 "  decide {id}: [a]pprove, [r]eject, [s]kip, all of this [k]ind? "
             )?;
             out.flush()?;
-            let mut line = String::new();
-            if self.input.read_line(&mut line)? == 0 {
+            // Bytes, not `read_line`: a line that is not UTF-8 (a stray key, a pasted
+            // binary) is asked again, like any other answer that is not a choice.
+            let mut bytes = Vec::new();
+            if self.input.read_until(b'\n', &mut bytes)? == 0 {
                 writeln!(out)?;
                 self.ended = true;
                 continue;
             }
+            let line = String::from_utf8_lossy(&bytes);
             if self.echo {
                 writeln!(
                     out,
                     "{}",
                     prompt_sanitize::neutralize_controls(line.trim_end())
                 )?;
+            }
+            if std::str::from_utf8(&bytes).is_err() {
+                writeln!(
+                    out,
+                    "  that answer was not readable text; please type a, r, s or k (approve, reject, skip, all-of-kind); nothing was decided"
+                )?;
+                continue;
             }
             match Decision::parse(&line) {
                 Some(decision) => return Ok(decision),

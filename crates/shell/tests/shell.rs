@@ -125,6 +125,24 @@ async fn a_stray_keypress_re_asks_and_never_approves() {
 }
 
 #[tokio::test]
+async fn a_line_that_is_not_utf8_is_asked_again_instead_of_aborting() {
+    let world = world();
+    let id = submit(&world, 1, manual("tracker: createIssue")).await;
+    let mut input = b"\xff\xfe a\n".to_vec();
+    input.extend_from_slice(b"a\xc3\n");
+    input.extend_from_slice(b"a\n");
+    let mut person = Interactive::new(Cursor::new(input)).echo(true);
+    let (summary, screen) = review(&world, &mut person).await;
+    assert_eq!(summary.approved, vec![id], "{screen}");
+    assert_eq!(
+        screen.matches("was not readable text").count(),
+        2,
+        "{screen}"
+    );
+    assert_eq!(applied(&world), vec![1]);
+}
+
+#[tokio::test]
 async fn end_of_input_skips_everything_and_approves_nothing() {
     let world = world();
     submit(&world, 1, manual("tracker: createIssue")).await;

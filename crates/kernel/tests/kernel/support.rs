@@ -1,7 +1,8 @@
 //! A scriptable in-test gatekeeper and helpers shared by the kernel's tests.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kernel::{
@@ -30,6 +31,8 @@ pub struct Park {
 pub struct FakeGatekeeper {
     name: String,
     pub applies: Mutex<Vec<u64>>,
+    /// Every apply call, including those that failed, panicked or never answered.
+    pub attempts: Mutex<Vec<u64>>,
     pub snapshots: Mutex<Vec<ApplySnapshot>>,
     pub rejects: Mutex<Vec<u64>>,
     pub reverts: Mutex<Vec<u64>>,
@@ -38,6 +41,9 @@ pub struct FakeGatekeeper {
     restart_on_reject: Mutex<bool>,
     revert_refusal: Mutex<Option<String>>,
     park: Mutex<Option<Park>>,
+    panic_on: Mutex<HashSet<u64>>,
+    hang_on: Mutex<HashSet<u64>>,
+    deadline: Mutex<Option<Duration>>,
     overseer: OnceLock<Overseer>,
 }
 
@@ -60,6 +66,25 @@ impl FakeGatekeeper {
 
     pub fn cascade_on_reject(&self, driver: u64, others: &[u64]) {
         self.cascade.lock().unwrap().insert(driver, others.to_vec());
+    }
+
+    /// The next apply of `driver` panics (a driver bug).
+    pub fn panic_on_apply(&self, driver: u64) {
+        self.panic_on.lock().unwrap().insert(driver);
+    }
+
+    /// The next apply of `driver` never answers (a hung service).
+    pub fn hang_on_apply(&self, driver: u64) {
+        self.hang_on.lock().unwrap().insert(driver);
+    }
+
+    /// Report `deadline` as this gatekeeper's call deadline.
+    pub fn set_deadline(&self, deadline: Duration) {
+        *self.deadline.lock().unwrap() = Some(deadline);
+    }
+
+    pub fn attempted(&self) -> Vec<u64> {
+        self.attempts.lock().unwrap().clone()
     }
 
     pub fn restart_on_reject(&self) {
@@ -104,6 +129,13 @@ impl Gatekeeper for FakeGatekeeper {
 
     async fn apply_action(&self, action: DriverActionId) -> Result<(), GatekeeperError> {
         let driver = action.0;
+        self.attempts.lock().unwrap().push(driver);
+        if self.panic_on.lock().unwrap().remove(&driver) {
+            panic!("fake driver bug while applying {driver}");
+        }
+        if self.hang_on.lock().unwrap().remove(&driver) {
+            std::future::pending::<()>().await;
+        }
         if let Some(overseer) = self.overseer.get() {
             let open = overseer
                 .open_actions()
@@ -167,6 +199,13 @@ impl Gatekeeper for FakeGatekeeper {
 
     fn auto_approvable_actions(&self) -> Vec<ActionKind> {
         vec![label_kind()]
+    }
+
+    fn call_deadline(&self) -> Duration {
+        self.deadline
+            .lock()
+            .unwrap()
+            .unwrap_or(kernel::DEFAULT_CALL_DEADLINE)
     }
 }
 

@@ -14,8 +14,14 @@
 //! exits. With `--kill`, on the N-th time it reaches POINT (`claimed`: the claim is
 //! committed and the call is about to be sent; `sent`: the delivery is logged and the
 //! outcome not yet recorded; `settled`: the driver recorded the outcome, the kernel not
-//! yet) within SCOPE (`any`, or `drain`: only inside an auto-approval drain), it prints
-//! `KILLPOINT ...` and waits to be killed.
+//! yet; `hung`: the delivery is logged and the service hangs, before the deadline passes;
+//! `abandoned`: the apply ended without an answer, by the deadline or a panic, and the
+//! kernel has not recorded it yet) within SCOPE (`any`, or `drain`: only inside an
+//! auto-approval drain), it prints `KILLPOINT ...` and waits to be killed.
+//!
+//! Faults the service injects by `seq`: a multiple of [`HANG_EVERY`] is delivered and then
+//! never answered (the gatekeeper's deadline, [`DEADLINE`], ends the wait); a multiple of
+//! [`PANIC_EVERY`] is delivered and then panics. Both must end as "outcome unknown".
 //!
 //! `stage` (the two-process test) stages `count` manual actions, slowly, while another
 //! process decides them; it waits until all are decided and prints what it saw.
@@ -33,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use gatekeeper_core::{
-    CallError, GatekeeperConfig, ServerTrust, Session, Tool, ToolGatekeeper, ToolResult,
+    CallError, GatekeeperConfig, ServerTrust, Session, StateTag, Tool, ToolGatekeeper, ToolResult,
     ToolService,
 };
 use kernel::{
@@ -45,6 +51,16 @@ use store_sqlite::Database;
 
 /// The gatekeeper's name in the kernel and in the database.
 const GATEKEEPER: &str = "svc";
+
+/// Every call whose `seq` is a multiple of this is delivered and then hangs.
+const HANG_EVERY: u64 = 11;
+/// Every call whose `seq` is a multiple of this (and not of [`HANG_EVERY`]) is delivered
+/// and then panics.
+const PANIC_EVERY: u64 = 13;
+/// The gatekeeper's call deadline: short, so hung calls end quickly.
+const DEADLINE: Duration = Duration::from_millis(60);
+/// The start of every panic the service injects (the panic hook stays quiet about them).
+const PLANNED_PANIC: &str = "crash-worker: planned panic";
 
 /// An append-only file whose every line is on disk before `line` returns.
 struct DurableLog(Mutex<File>);
@@ -73,6 +89,8 @@ enum Point {
     Claimed,
     Sent,
     Settled,
+    Hung,
+    Abandoned,
 }
 
 struct KillPlan {
@@ -133,6 +151,14 @@ impl ToolService for LogService {
         self.hooks.reached(Point::Claimed, seq);
         self.log.line(&format!("deliver {seq}"));
         self.hooks.reached(Point::Sent, seq);
+        if seq.is_multiple_of(HANG_EVERY) {
+            // Never answers: only the gatekeeper's deadline ends the wait.
+            self.hooks.reached(Point::Hung, seq);
+            std::future::pending::<()>().await;
+        }
+        if seq.is_multiple_of(PANIC_EVERY) {
+            panic!("{PLANNED_PANIC} after delivering {seq}");
+        }
         Ok(ToolResult::from_text(format!("delivered {seq}")))
     }
 }
@@ -165,7 +191,13 @@ impl Gatekeeper for Journaled {
             _ => 0,
         };
         self.journal.line(&format!("attempt {seq}"));
+        let mut unanswered = Unanswered {
+            hooks: &self.hooks,
+            seq,
+            answered: false,
+        };
         let result = self.inner.apply_action(action).await;
+        unanswered.answered = true;
         self.journal.line(&format!("settled {seq}"));
         self.hooks.reached(Point::Settled, seq);
         result
@@ -188,10 +220,31 @@ impl Gatekeeper for Journaled {
     fn auto_approvable_actions(&self) -> Vec<ActionKind> {
         self.inner.auto_approvable_actions()
     }
+
+    fn call_deadline(&self) -> Duration {
+        self.inner.call_deadline()
+    }
+}
+
+/// Reaches the `abandoned` kill point if an apply ends without an answer: its future was
+/// dropped at the deadline, or a panic unwinds through it.
+struct Unanswered<'a> {
+    hooks: &'a Hooks,
+    seq: u64,
+    answered: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.hooks.reached(Point::Abandoned, self.seq);
+        }
+    }
 }
 
 struct World {
     overseer: Overseer,
+    gatekeeper: Arc<ToolGatekeeper>,
     session: Session,
     journal: Arc<DurableLog>,
     auto_kind: ActionKind,
@@ -210,18 +263,21 @@ async fn world(db: &Database, dir: &Path, plan: Option<KillPlan>) -> World {
         log: DurableLog::open(&dir.join("deliveries.log")),
         hooks: hooks.clone(),
     });
-    let inner = Arc::new(ToolGatekeeper::new(
-        GatekeeperConfig {
-            name: GATEKEEPER.into(),
-            server_name: "Parcel service".into(),
-            endpoint: "https://parcels.example/mcp".into(),
-            trust: ServerTrust::Vetted,
-            scope: "mcp:parcels".into(),
-        },
-        catalog(),
-        service,
-        store,
-    ));
+    let inner = Arc::new(
+        ToolGatekeeper::new(
+            GatekeeperConfig {
+                name: GATEKEEPER.into(),
+                server_name: "Parcel service".into(),
+                endpoint: "https://parcels.example/mcp".into(),
+                trust: ServerTrust::Vetted,
+                scope: "mcp:parcels".into(),
+            },
+            catalog(),
+            service,
+            store,
+        )
+        .with_call_deadline(DEADLINE),
+    );
     let auto_kind = inner
         .action_kind("deliverAuto")
         .expect("in the catalog")
@@ -240,6 +296,7 @@ async fn world(db: &Database, dir: &Path, plan: Option<KillPlan>) -> World {
         .into_session();
     World {
         overseer,
+        gatekeeper: inner,
         session,
         journal,
         auto_kind,
@@ -308,6 +365,46 @@ async fn work(db_path: &Path, dir: &Path, total: u64, plan: Option<KillPlan>) {
         person(&world, true).await;
         settle(&world.overseer).await;
     }
+    // Calls that hung or panicked in this life are settled without a restart: nothing is
+    // left claimed.
+    let store = world.gatekeeper.store();
+    store.settle_stranded().await;
+    let claimed = store
+        .storage()
+        .records_in(StateTag::Applying)
+        .await
+        .expect("records");
+    let ledger = world.overseer.ledger().expect("ledger");
+    let describe = |record: &gatekeeper_core::ActionRecord| {
+        let entry = ledger
+            .iter()
+            .find(|e| e.action().is_some_and(|a| a.driver_id == record.id))
+            .and_then(|e| e.action().map(|a| (a.state, a.failure.clone())));
+        format!(
+            "action {} seq {}: ledger {entry:?}",
+            record.id,
+            seq_of(&record.args)
+        )
+    };
+    let claimed: Vec<String> = claimed.iter().map(describe).collect();
+    assert!(claimed.is_empty(), "claims left applying: {claimed:#?}");
+    // A staged call the kernel never recorded (the process was killed between the two)
+    // was never acknowledged to the agent; it is not this test's concern, but say so.
+    let unrecorded: Vec<String> = store
+        .pending()
+        .await
+        .expect("records")
+        .iter()
+        .filter(|r| {
+            !ledger
+                .iter()
+                .any(|e| e.action().is_some_and(|a| a.driver_id == r.id))
+        })
+        .map(describe)
+        .collect();
+    if !unrecorded.is_empty() {
+        eprintln!("crash worker: staged but never recorded by the kernel: {unrecorded:?}");
+    }
     db.flush().expect("flush");
     println!("done");
 }
@@ -366,6 +463,8 @@ fn parse_plan(spec: &str) -> KillPlan {
             "claimed" => Point::Claimed,
             "sent" => Point::Sent,
             "settled" => Point::Settled,
+            "hung" => Point::Hung,
+            "abandoned" => Point::Abandoned,
             other => panic!("unknown kill point {other:?}"),
         },
         drain_only: match scope {
@@ -392,6 +491,17 @@ fn main() {
         Some("--kill") => Some(parse_plan(args.get(5).expect("--kill wants a plan"))),
         _ => None,
     };
+    let planned = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .unwrap_or_default();
+        if !message.starts_with(PLANNED_PANIC) {
+            planned(info);
+        }
+    }));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

@@ -9,7 +9,14 @@
 //! 4. no submitted action was lost, and none is left undecided;
 //! 5. nothing was applied automatically past an action that was still waiting for a
 //!    person: when an auto-approved action was attempted, every earlier action had been
-//!    settled, or had been claimed and then interrupted.
+//!    settled, or had been claimed and then interrupted;
+//! 6. every call the service hung on (until the gatekeeper's deadline) or panicked in is
+//!    in the ledger as failed with unknown outcome, never as applied or open.
+//!
+//! The worker's service hangs on every 11th call and panics in every 13th, after
+//! delivering; kills land inside a hung call (`hung`) and between an apply that ended
+//! without an answer and the kernel's record of it (`abandoned`), as well as at the
+//! points of an ordinary apply.
 //!
 //! `CRASH_SOAK=<kills>` runs a longer soak (for example `CRASH_SOAK=500`);
 //! `CRASH_SEED=<n>` replays a run.
@@ -26,6 +33,10 @@ use store_sqlite::Database;
 use crate::support::TempDir;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_crash-worker");
+/// The worker's service hangs on calls whose `seq` is a multiple of this (`crash-worker.rs`).
+const HANG_EVERY: u64 = 11;
+/// The worker's service panics in calls whose `seq` is a multiple of this.
+const PANIC_EVERY: u64 = 13;
 
 struct Rng(u64);
 
@@ -164,10 +175,21 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
             run_and_kill_after(&["work", &db_arg, &dir_arg, &total_arg], after)
         } else {
             // Every point, in and out of a drain, in turn; how far into the life, at random.
-            let combo = (life - life / 3) % 6;
-            let point = ["claimed", "sent", "settled"][(combo % 3) as usize];
-            let scope = if combo < 3 { "any" } else { "drain" };
-            let plan = format!("{point}:{scope}:{}", 1 + rng.below(4));
+            const POINTS: [&str; 5] = ["claimed", "sent", "settled", "hung", "abandoned"];
+            let combo = (life - life / 3) % (2 * POINTS.len() as u64);
+            let point = POINTS[(combo % POINTS.len() as u64) as usize];
+            let scope = if combo < POINTS.len() as u64 {
+                "any"
+            } else {
+                "drain"
+            };
+            // Hangs and panics are rarer than sends: reach them sooner, or the life ends first.
+            let reach = if matches!(point, "hung" | "abandoned") {
+                2
+            } else {
+                4
+            };
+            let plan = format!("{point}:{scope}:{}", 1 + rng.below(reach));
             run_to_point(&["work", &db_arg, &dir_arg, &total_arg, "--kill", &plan])
         };
         match end {
@@ -315,11 +337,30 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
         }
     }
 
+    // 6. A hung or panicking call is an unknown outcome, never applied, never open.
+    let mut faulted = 0;
+    for entry in &ledger {
+        let seq = seq_of(entry);
+        if !(seq.is_multiple_of(HANG_EVERY) || seq.is_multiple_of(PANIC_EVERY)) {
+            continue;
+        }
+        faulted += 1;
+        let action = entry.action().unwrap();
+        assert!(
+            action.state == ActionState::Failed
+                && action.failure.as_ref().is_some_and(|f| !f.retryable),
+            "{seq} hung or panicked but is in the ledger as {:?} {:?}",
+            action.state,
+            action.failure
+        );
+    }
+    assert!(faulted > 0, "no call hung or panicked");
+
     let killed: u64 = kills.values().sum();
     eprintln!(
         "crash test: {killed} kills survived over {lives} lives in {:?} ({kills:?}); \
-         {} actions, {} delivered, 0 duplicates, {unknown} outcome unknown, \
-         {auto_applied} auto-applied",
+         {} actions, {} delivered, 0 duplicates, {unknown} outcome unknown \
+         ({faulted} of them hung or panicked), {auto_applied} auto-applied",
         started.elapsed(),
         ledger.len(),
         delivered.len(),

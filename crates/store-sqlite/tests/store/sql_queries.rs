@@ -185,3 +185,68 @@ async fn the_unknown_outcome_query_shows_what_an_interrupted_call_sent() {
     assert_eq!(row[6].as_deref(), Some(r#"{"title":"Add dark mode"}"#));
     assert_eq!(row[7].as_deref(), Some("1970-01-01T00:00:01.000Z"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_unknown_outcome_query_finds_claims_stranded_in_a_live_process() {
+    let dir = crate::support::TempDir::new("sql-stranded");
+    let path = dir.join("gate.db");
+    let rig = crate::support::Rig::new(Database::open(&path).unwrap()).await;
+
+    // 1. A person's approval is abandoned (its caller went away) with the call in flight.
+    let dropped = rig.queue_issue("Add dark mode").await;
+    let (entered, _never) = rig.service.hold_next();
+    {
+        let approve = rig.overseer.approve(dropped.ledger().unwrap(), "alice");
+        tokio::pin!(approve);
+        tokio::select! {
+            _ = &mut approve => panic!("the call is held"),
+            () = entered.notified() => {}
+        }
+    }
+    // 2. The service never answers another: the gatekeeper's deadline ends the wait.
+    let hung = rig.queue_issue("Fix the login page").await;
+    let (_entered, _never) = rig.service.hold_next();
+    let error = tokio::time::timeout(
+        std::time::Duration::from_secs(3600),
+        rig.overseer.approve(hung.ledger().unwrap(), "bob"),
+    )
+    .await
+    .expect("the deadline answers the person")
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("did not answer within 30 s"),
+        "{error}"
+    );
+
+    // Without a restart, the agent is told the outcome is unknown, not "running".
+    for outcome in [&dropped, &hung] {
+        let result = rig
+            .session
+            .get_action_result(outcome.action().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(result.status(), "failed", "{result:?}");
+        assert!(matches!(
+            rig.overseer
+                .reject(outcome.ledger().unwrap(), "carol")
+                .await,
+            Err(kernel::DecisionError::NotRetryable { .. })
+        ));
+    }
+
+    // The documented query finds both, here and from another handle on the file.
+    rig.db.flush().unwrap();
+    let other = Database::open(&path).unwrap();
+    for db in [&rig.db, &other] {
+        let failed = db.query_text(&documented_queries()[2]).unwrap();
+        assert_eq!(
+            column(&failed, 2),
+            ["Issue tracker: createIssue", "Issue tracker: createIssue"]
+        );
+        assert!(failed[0][3].as_deref().unwrap().contains("abandoned"));
+        assert!(failed[1][3].as_deref().unwrap().contains("did not answer"));
+        assert_eq!(column(&failed, 4), ["alice", "bob"]);
+        assert_eq!(column(&failed, 5), ["createIssue", "createIssue"]);
+    }
+    assert!(rig.service.calls().is_empty(), "neither call ever answered");
+}

@@ -29,6 +29,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         "gatekeeper-confluence",
         &["gatekeeper-core", "kernel", "prompt-sanitize"],
     ),
+    (
+        "gatekeeper-mcp",
+        &["gatekeeper-core", "kernel", "prompt-sanitize"],
+    ),
     ("shell", &["kernel", "prompt-sanitize"]),
     (
         "store-sqlite",

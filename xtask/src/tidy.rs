@@ -50,6 +50,17 @@ const LAYERS: &[(&str, &[&str])] = &[
             "store-sqlite",
         ],
     ),
+    (
+        "gate",
+        &[
+            "kernel",
+            "prompt-sanitize",
+            "gatekeeper-core",
+            "gatekeeper-mcp",
+            "shell",
+            "store-sqlite",
+        ],
+    ),
     ("xtask", &[]),
 ];
 

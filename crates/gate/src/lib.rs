@@ -7,7 +7,25 @@
 //! - [`config`]: `gate.toml`, read strictly.
 //! - [`names`]: the tool names agents see (`<server>__<tool>`).
 //! - [`paths`]: where configuration and data live by default.
+//! - [`gateway`]: what each agent sees and what its calls do.
+//! - [`http`]: agents over MCP streamable HTTP on loopback, one bearer token each.
+//! - [`control`]: the person's owner-only socket (`gate pending`, `approve`, `reject`).
+//! - [`daemon`]: `gate serve`, wiring all of the above over one kernel and one SQLite file.
+//!
+//! # Architecture invariants
+//!
+//! - Nothing an agent can reach decides. Agents reach the daemon only through [`http`];
+//!   approving and rejecting exist only on the person's socket ([`control`]), which is
+//!   created owner-only in a private data directory.
+//! - Every downstream request has a deadline (the server's, enforced by
+//!   [`gatekeeper_mcp`]).
+//! - An agent sees, and can call, only what its grants name; with no grant it sees only
+//!   the gateway's two tools, which report on its own actions.
 
 pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod gateway;
+pub mod http;
 pub mod names;
 pub mod paths;

@@ -53,6 +53,14 @@ pub fn definition_digest(raw: &Value) -> String {
     hex
 }
 
+/// `value` as JSON with object keys sorted at every depth and no spaces, whatever map order
+/// serde_json was built with: equal values give equal text.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
 /// JSON with object keys sorted at every depth, whatever map order serde_json was built with.
 fn write_canonical(value: &Value, out: &mut String) {
     match value {

@@ -39,6 +39,8 @@ pub mod catalog;
 mod connection;
 mod server;
 
-pub use catalog::{Catalog, CatalogTool, definition_digest, gated_name, split_gated_name};
+pub use catalog::{
+    Catalog, CatalogTool, canonical_json, definition_digest, gated_name, split_gated_name,
+};
 pub use connection::{INHERITED_ENV, StdioCommand};
 pub use server::{DEFAULT_DEADLINE, MAX_LIST_PAGES, McpError, McpServer, McpServerConfig};

@@ -4,6 +4,7 @@
 //!
 //! - `read_notes` (declared read-only) lists the notes written so far;
 //! - `write_note` (a write) appends a note;
+//! - both declare an output schema, which a gateway must not list for a gated tool;
 //! - `odd_hint` declares `"readOnlyHint": "no"`, which is not a boolean: a client that
 //!   parses `tools/list` strictly loses the whole catalog over it;
 //! - `fail_write` (a write) answers with a tool error (`isError: true`);
@@ -64,12 +65,14 @@ impl Fixture {
                 "name": "read_notes",
                 "description": "List the notes.",
                 "inputSchema": {"type": "object"},
+                "outputSchema": {"type": "object", "properties": {"notes": {"type": "array"}}},
                 "annotations": {"readOnlyHint": true}
             },
             {
                 "name": "write_note",
                 "description": write_description,
                 "inputSchema": text_schema,
+                "outputSchema": {"type": "object", "properties": {"wrote": {"type": "string"}}},
                 "annotations": {"readOnlyHint": false, "destructiveHint": false}
             },
             {

@@ -1,0 +1,306 @@
+//! `gate serve` as a real process in front of a real MCP server process (gatekeeper-mcp's
+//! `mcp-fixture`), with an agent speaking MCP over HTTP (rmcp's client) and a person using
+//! the `gate` commands.
+//!
+//! Deliveries are counted from the fixture's own log, written by the server process before
+//! each write acts.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+const CODER_TOKEN: &str = "coder-token-0123456789abcdef";
+const IDLE_TOKEN: &str = "idle-token-0123456789abcdef0";
+
+/// The fixture server binary (a binary of gatekeeper-mcp), built by cargo once per test
+/// run so that it is never stale, next to this test's own directory.
+fn fixture_binary() -> PathBuf {
+    static FIXTURE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FIXTURE.get_or_init(build_fixture).clone()
+}
+
+fn build_fixture() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut build = Command::new(cargo);
+    build.args(["build", "-p", "gatekeeper-mcp", "--bin", "mcp-fixture"]);
+    if dir.file_name().is_some_and(|p| p == "release") {
+        build.arg("--release");
+    }
+    let status = build.status().expect("cargo runs");
+    assert!(status.success(), "building the fixture server failed");
+    let fixture = dir.join("mcp-fixture");
+    assert!(fixture.is_file(), "{} was not built", fixture.display());
+    fixture
+}
+
+struct Gate {
+    child: Child,
+    dir: PathBuf,
+    url: String,
+    log: PathBuf,
+}
+
+impl Gate {
+    fn start(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "gate-serve-{}-{}-{name}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let log = dir.join("deliveries.log");
+        let config = dir.join("gate.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"listen = "127.0.0.1:0"
+
+[[server]]
+name = "fixture"
+command = {fixture:?}
+env = {{ MCP_FIXTURE_LOG = {log:?} }}
+
+[[agent]]
+name = "coder"
+token = "{CODER_TOKEN}"
+
+[[agent.grant]]
+server = "fixture"
+
+[[agent]]
+name = "idle"
+token = "{IDLE_TOKEN}"
+"#,
+                fixture = fixture_binary().to_string_lossy(),
+                log = log.to_string_lossy(),
+            ),
+        )
+        .expect("config written");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("gate serve starts");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut first)
+            .expect("gate serve prints its address");
+        let url = first
+            .trim()
+            .strip_prefix("gate: agents at ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_owned();
+        Self {
+            child,
+            dir,
+            url,
+            log,
+        }
+    }
+
+    async fn agent(&self, token: &str) -> RunningService<RoleClient, ()> {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(self.url.clone()).auth_header(token),
+        );
+        ().serve(transport).await.expect("the agent connects")
+    }
+
+    /// Run a person's command against this daemon.
+    fn person(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_gate"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .output()
+            .expect("gate runs")
+    }
+
+    fn deliveries(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .map(|t| t.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn call(agent: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    agent
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The action id in a staged answer.
+fn action_id(answer: &str) -> u64 {
+    let rest = answer
+        .split("action ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no action id in {answer:?}"));
+    rest.chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .expect("a number")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_see_only_their_grants_under_server_names_and_writes_without_output_schemas() {
+    let gate = Gate::start("listing");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let tools = coder.list_all_tools().await.expect("lists");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for expected in [
+        "fixture__read_notes",
+        "fixture__write_note",
+        "fixture__odd_hint",
+        "gate_action_result",
+        "gate_pending",
+    ] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    let schema = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t.name.as_ref() == name)
+            .map(|t| t.output_schema.is_some())
+    };
+    assert_eq!(
+        schema("fixture__read_notes"),
+        Some(true),
+        "a read keeps its output schema"
+    );
+    assert_eq!(
+        schema("fixture__write_note"),
+        Some(false),
+        "a gated tool answers with a pending note, so its output schema is not listed"
+    );
+
+    let idle = gate.agent(IDLE_TOKEN).await;
+    let tools = idle.list_all_tools().await.expect("lists");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(
+        names,
+        ["gate_action_result", "gate_pending"],
+        "no grant, no server tools"
+    );
+    let Value::Object(args) = json!({"text": "x"}) else {
+        unreachable!()
+    };
+    assert!(
+        idle.call_tool(CallToolRequestParams::new("fixture__write_note").with_arguments(args))
+            .await
+            .is_err(),
+        "an agent without a grant cannot call the tool"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_waits_for_the_person_a_duplicate_is_the_same_action_and_approve_delivers_once() {
+    let gate = Gate::start("approve");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let read = call(&coder, "fixture__read_notes", json!({})).await;
+    assert_ne!(read.is_error, Some(true));
+
+    let staged = call(&coder, "fixture__write_note", json!({"text": "hi"})).await;
+    assert_ne!(staged.is_error, Some(true), "pending is an ordinary answer");
+    let staged = text(&staged);
+    assert!(staged.contains("Nothing has been sent"), "{staged}");
+    let id = action_id(&staged);
+    let again = text(&call(&coder, "fixture__write_note", json!({"text": "hi"})).await);
+    assert!(again.contains("already staged"), "{again}");
+    assert_eq!(action_id(&again), id, "the same action, not a second one");
+    assert!(gate.deliveries().is_empty(), "nothing sent before approval");
+
+    let pending = gate.person(&["pending"]);
+    assert!(pending.status.success(), "{pending:?}");
+    let listed = String::from_utf8_lossy(&pending.stdout);
+    assert!(
+        listed.contains(&format!("#{id}  pending  [fixture]")),
+        "{listed}"
+    );
+
+    let approve = gate.person(&["approve", &id.to_string()]);
+    assert!(approve.status.success(), "{approve:?}");
+    assert_eq!(gate.deliveries(), [r#"write_note {"text":"hi"}"#]);
+    let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": id})).await);
+    assert!(outcome.contains("approved and sent"), "{outcome}");
+    assert!(outcome.contains("wrote \"hi\""), "{outcome}");
+
+    let twice = gate.person(&["approve", &id.to_string()]);
+    assert!(
+        !twice.status.success(),
+        "an applied action is not approved again"
+    );
+    assert_eq!(gate.deliveries().len(), 1, "delivered exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reject_delivers_nothing_and_the_reason_reaches_the_agent() {
+    let gate = Gate::start("reject");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let id = action_id(&text(
+        &call(&coder, "fixture__write_note", json!({"text": "no"})).await,
+    ));
+    let reject = gate.person(&["reject", &id.to_string(), "--reason", "not on a friday"]);
+    assert!(reject.status.success(), "{reject:?}");
+    let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": id})).await);
+    assert!(outcome.contains("rejected"), "{outcome}");
+    assert!(outcome.contains("not on a friday"), "{outcome}");
+    assert!(gate.deliveries().is_empty());
+
+    let idle = gate.agent(IDLE_TOKEN).await;
+    let other = text(&call(&idle, "gate_action_result", json!({"action_id": id})).await);
+    assert!(
+        other.contains("you have no action"),
+        "another agent's action stays hidden: {other}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_token_reaches_nothing() {
+    let gate = Gate::start("token");
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gate.url.clone())
+            .auth_header("not-a-token-of-any-agent-at-all"),
+    );
+    assert!(().serve(transport).await.is_err(), "refused at the door");
+}

@@ -11,6 +11,7 @@
 //! - [`http`]: agents over MCP streamable HTTP on loopback, one bearer token each.
 //! - [`control`]: the person's owner-only socket (`gate pending`, `approve`, `reject`).
 //! - [`daemon`]: `gate serve`, wiring all of the above over one kernel and one SQLite file.
+//! - [`bridge`]: `gate mcp --agent NAME`, a stateless stdio bridge to the daemon.
 //!
 //! # Architecture invariants
 //!
@@ -22,6 +23,7 @@
 //! - An agent sees, and can call, only what its grants name; with no grant it sees only
 //!   the gateway's two tools, which report on its own actions.
 
+pub mod bridge;
 pub mod config;
 pub mod control;
 pub mod daemon;

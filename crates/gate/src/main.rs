@@ -45,6 +45,16 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// A stdio MCP server for clients that launch their servers as subprocesses: it
+    /// forwards to the running daemon as the named agent.
+    Mcp {
+        /// The agent, as named in the configuration (its token is read from there).
+        #[arg(long)]
+        agent: String,
+        /// The file (default: $XDG_CONFIG_HOME/gate/gate.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// The actions waiting for you.
     Pending {
         /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
@@ -215,6 +225,22 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()?
                 .block_on(serve(config, data_dir))
+        }
+        Command::Mcp { agent, config } => {
+            // Stdout carries the MCP stream: logs go to stderr, warnings only.
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "warn".into()),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            let config = Config::load(&config_path(config)?)?;
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(gate::bridge::run(&config, &agent))?;
+            Ok(())
         }
         Command::Pending { data_dir } => ask(data_dir, &Request::Pending),
         Command::Show { ids, data_dir } => ask(data_dir, &Request::Show { ids }),

@@ -46,8 +46,17 @@ fn build_fixture() -> PathBuf {
     fixture
 }
 
+/// A port nothing listens on right now (the bridge needs a fixed one).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 struct Gate {
     child: Child,
+    config: PathBuf,
     dir: PathBuf,
     url: String,
     log: PathBuf,
@@ -68,7 +77,7 @@ impl Gate {
         std::fs::write(
             &config,
             format!(
-                r#"listen = "127.0.0.1:0"
+                r#"listen = "127.0.0.1:{port}"
 
 [[server]]
 name = "fixture"
@@ -86,6 +95,7 @@ server = "fixture"
 name = "idle"
 token = "{IDLE_TOKEN}"
 "#,
+                port = free_port(),
                 fixture = fixture_binary().to_string_lossy(),
                 log = log.to_string_lossy(),
             ),
@@ -112,6 +122,7 @@ token = "{IDLE_TOKEN}"
             .to_owned();
         Self {
             child,
+            config,
             dir,
             url,
             log,
@@ -296,6 +307,42 @@ async fn reject_delivers_nothing_and_the_reason_reaches_the_agent() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_persons_side_is_owner_only_and_out_of_an_agents_reach() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let gate = Gate::start("owner-only");
+    let mode = |path: PathBuf| {
+        std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(gate.dir.join("data")), 0o700);
+    assert_eq!(mode(gate.dir.join("data").join("gate.sock")), 0o600);
+
+    let coder = gate.agent(CODER_TOKEN).await;
+    let id = action_id(&text(
+        &call(&coder, "fixture__write_note", json!({"text": "mine"})).await,
+    ));
+    for tool in ["gate_approve", "approve", "gate__approve"] {
+        let Value::Object(args) = json!({"action_id": id, "ids": [id]}) else {
+            unreachable!()
+        };
+        assert!(
+            coder
+                .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+                .await
+                .is_err(),
+            "{tool} is not an agent's tool"
+        );
+    }
+    assert!(gate.deliveries().is_empty());
+    let still = text(&call(&coder, "gate_action_result", json!({"action_id": id})).await);
+    assert!(still.contains("still waits"), "{still}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_token_reaches_nothing() {
     let gate = Gate::start("token");
     let transport = StreamableHttpClientTransport::from_config(
@@ -303,4 +350,46 @@ async fn an_unknown_token_reaches_nothing() {
             .auth_header("not-a-token-of-any-agent-at-all"),
     );
     assert!(().serve(transport).await.is_err(), "refused at the door");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stdio_bridge_reaches_the_daemon_as_its_agent_and_keeps_nothing_itself() {
+    use rmcp::transport::TokioChildProcess;
+
+    let gate = Gate::start("bridge");
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_gate"));
+    command
+        .args(["mcp", "--agent", "coder", "--config"])
+        .arg(&gate.config);
+    let bridged =
+        ().serve(TokioChildProcess::new(command).expect("gate mcp starts"))
+            .await
+            .expect("the bridge speaks MCP on stdio");
+    let tools = bridged.list_all_tools().await.expect("lists");
+    assert!(
+        tools
+            .iter()
+            .any(|t| t.name.as_ref() == "fixture__write_note")
+    );
+
+    let staged = text(
+        &call(
+            &bridged,
+            "fixture__write_note",
+            json!({"text": "via stdio"}),
+        )
+        .await,
+    );
+    let id = action_id(&staged);
+    assert!(gate.deliveries().is_empty(), "staged, not sent");
+
+    // The same agent over HTTP sees the same action: the state is the daemon's.
+    let direct = gate.agent(CODER_TOKEN).await;
+    let again = text(&call(&direct, "fixture__write_note", json!({"text": "via stdio"})).await);
+    assert_eq!(action_id(&again), id, "{again}");
+
+    assert!(gate.person(&["approve", &id.to_string()]).status.success());
+    let outcome = text(&call(&bridged, "gate_action_result", json!({"action_id": id})).await);
+    assert!(outcome.contains("approved and sent"), "{outcome}");
+    assert_eq!(gate.deliveries(), [r#"write_note {"text":"via stdio"}"#]);
 }

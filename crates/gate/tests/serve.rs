@@ -54,6 +54,30 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Start `gate serve` and read the agents' URL from its first line.
+fn spawn_serve(config: &Path, data: &Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("gate serve starts");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut first)
+        .expect("gate serve prints its address");
+    let url = first
+        .trim()
+        .strip_prefix("gate: agents at ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_owned();
+    (child, url)
+}
+
 struct Gate {
     child: Child,
     config: PathBuf,
@@ -101,25 +125,7 @@ token = "{IDLE_TOKEN}"
             ),
         )
         .expect("config written");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("gate serve starts");
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut first)
-            .expect("gate serve prints its address");
-        let url = first
-            .trim()
-            .strip_prefix("gate: agents at ")
-            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-            .to_owned();
+        let (child, url) = spawn_serve(&config, &dir.join("data"));
         Self {
             child,
             config,
@@ -127,6 +133,16 @@ token = "{IDLE_TOKEN}"
             url,
             log,
         }
+    }
+
+    /// SIGKILL the daemon (no cleanup of any kind), then start it again on the same
+    /// configuration and data.
+    fn kill_and_restart(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+        let (child, url) = spawn_serve(&self.config, &self.dir.join("data"));
+        self.child = child;
+        self.url = url;
     }
 
     async fn agent(&self, token: &str) -> RunningService<RoleClient, ()> {
@@ -392,4 +408,69 @@ async fn the_stdio_bridge_reaches_the_daemon_as_its_agent_and_keeps_nothing_itse
     let outcome = text(&call(&bridged, "gate_action_result", json!({"action_id": id})).await);
     assert!(outcome.contains("approved and sent"), "{outcome}");
     assert_eq!(gate.deliveries(), [r#"write_note {"text":"via stdio"}"#]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_after_the_send_never_sends_again_after_restart() {
+    let mut gate = Gate::start("sigkill");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let id = action_id(&text(&call(&coder, "fixture__hang", json!({})).await));
+    drop(coder);
+    // The person's approve waits for the apply, which the server never answers.
+    let mut approve = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(["approve", &id.to_string(), "--data-dir"])
+        .arg(gate.dir.join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gate approve starts");
+    while gate.deliveries().is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    gate.kill_and_restart();
+    let _ = approve.wait();
+
+    let again = gate.person(&["approve", &id.to_string()]);
+    assert!(
+        !again.status.success(),
+        "a call that may have landed is final"
+    );
+    let coder = gate.agent(CODER_TOKEN).await;
+    let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": id})).await);
+    assert!(outcome.contains("may have reached the server"), "{outcome}");
+    assert_eq!(gate.deliveries(), ["hang {}"], "never sent twice");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_of_a_tool_the_server_does_not_list_stops_the_start_with_what_it_lists() {
+    let gate = Gate::start("bad-grant");
+    let text = std::fs::read_to_string(&gate.config).expect("config");
+    let bad = gate.dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        text.replace(
+            "server = \"fixture\"\n",
+            "server = \"fixture\"\ntools = [\"read_notes\", \"delete_everything\"]\n",
+        )
+        .replace(
+            &gate.url.replace("http://", "").replace("/mcp", ""),
+            "127.0.0.1:0",
+        ),
+    )
+    .expect("written");
+    let out = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&bad)
+        .arg("--data-dir")
+        .arg(gate.dir.join("other-data"))
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("agent \"coder\" is granted tool \"delete_everything\" of server \"fixture\", which that server does not list; it lists: read_notes, write_note"),
+        "{stderr}"
+    );
 }

@@ -51,6 +51,8 @@ pub struct Downstream {
 struct AgentTool {
     /// The name the agent calls.
     exposed: String,
+    /// The driver of its server.
+    driver: Arc<McpServer>,
     /// The server it belongs to.
     server: String,
     /// Its gated name in that server's gatekeeper.
@@ -158,7 +160,8 @@ impl AgentView {
         grants: &[(String, Option<Vec<String>>)],
         downstreams: &[Downstream],
     ) -> Result<Self, ViewError> {
-        let mut picked: Vec<(String, gatekeeper_mcp::CatalogTool, bool)> = Vec::new();
+        let mut picked: Vec<(String, gatekeeper_mcp::CatalogTool, bool, Arc<McpServer>)> =
+            Vec::new();
         let mut sessions = HashMap::new();
         for (server, tools) in grants {
             let downstream = downstreams
@@ -203,19 +206,25 @@ impl AgentView {
                     .gatekeeper
                     .classification(tool.gated_name())
                     .is_some_and(|c| c.is_read());
-                picked.push((server.clone(), tool.clone(), read));
+                picked.push((
+                    server.clone(),
+                    tool.clone(),
+                    read,
+                    downstream.server.clone(),
+                ));
             }
         }
         let pairs: Vec<(&str, &str)> = picked
             .iter()
-            .map(|(server, tool, _)| (server.as_str(), tool.name.as_str()))
+            .map(|(server, tool, _, _)| (server.as_str(), tool.name.as_str()))
             .collect();
         let exposed = agent_names(&pairs, &[ACTION_RESULT_TOOL, PENDING_TOOL])?;
         let mut tools = Vec::new();
-        for ((server, tool, read), exposed) in picked.into_iter().zip(exposed) {
+        for ((server, tool, read, driver), exposed) in picked.into_iter().zip(exposed) {
             if let Some(listing) = listing(&exposed, &tool, read) {
                 tools.push(AgentTool {
                     exposed,
+                    driver,
                     server,
                     gated: tool.gated_name().to_owned(),
                     read,
@@ -373,6 +382,11 @@ impl Gateway {
             entry.exposed.clone(),
             canonical_json(&args),
         );
+        // A write is staged only against the definition the person granted: a tool the
+        // server changed since is not callable until a person accepts the new catalog.
+        if let Err(refusal) = entry.driver.check_current(&entry.gated).await {
+            return error_result(format!("{refusal}. Nothing was staged or sent."));
+        }
         let mut staged = self.staged.lock().await;
         if let Some(&ledger) = staged.get(&key) {
             let still_pending = self

@@ -474,3 +474,33 @@ async fn a_grant_of_a_tool_the_server_does_not_list_stops_the_start_with_what_it
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_the_server_changed_after_the_grant_is_not_callable_until_the_gate_restarts() {
+    let mut gate = Gate::start("changed");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let staged = text(&call(&coder, "fixture__write_note", json!({"text": "before"})).await);
+    let before = action_id(&staged);
+    let changed = call(&coder, "fixture__change_catalog", json!({})).await;
+    assert_eq!(text(&changed), "catalog changed");
+
+    let refused = call(&coder, "fixture__write_note", json!({"text": "after"})).await;
+    assert_eq!(refused.is_error, Some(true));
+    let refused = text(&refused);
+    assert!(
+        refused.contains("changed the tool \"write_note\""),
+        "{refused}"
+    );
+    let approve = gate.person(&["approve", &before.to_string()]);
+    assert!(
+        !approve.status.success(),
+        "a call staged against the old definition is refused"
+    );
+    assert!(gate.deliveries().is_empty(), "nothing reached the server");
+
+    drop(coder);
+    gate.kill_and_restart();
+    let coder = gate.agent(CODER_TOKEN).await;
+    let restaged = text(&call(&coder, "fixture__write_note", json!({"text": "after"})).await);
+    assert!(restaged.contains("Staged as action"), "{restaged}");
+}

@@ -287,6 +287,32 @@ impl McpServer {
         Ok(current.clone())
     }
 
+    /// Whether a call of `gated` (`<tool>@<digest>`) would still run against the definition
+    /// it names, judged from the catalog as last read (read again first if the server
+    /// announced a change or was restarted). `Err` says what changed; nothing is sent
+    /// but, when stale, a `tools/list`.
+    pub async fn check_current(&self, gated: &str) -> Result<(), String> {
+        let Some((name, staged)) = split_gated_name(gated) else {
+            return Err(format!(
+                "{gated:?} is not a gated tool name (<tool>@<digest>)"
+            ));
+        };
+        let catalog = if self.is_stale() {
+            self.refresh().await?
+        } else {
+            self.catalog()
+        };
+        match catalog.get(name) {
+            None => Err(format!(
+                "the server no longer lists the tool {name:?}; a person must restart the gate to accept its new catalog"
+            )),
+            Some(current) if current.digest != staged => Err(format!(
+                "the server changed the tool {name:?} since a person granted it; a person must restart the gate to accept its new definition"
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
     async fn connection_alive(&self) -> bool {
         self.connection
             .lock()

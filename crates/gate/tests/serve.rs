@@ -20,11 +20,16 @@ use serde_json::{Value, json};
 const CODER_TOKEN: &str = "coder-token-0123456789abcdef";
 const IDLE_TOKEN: &str = "idle-token-0123456789abcdef0";
 
-/// The fixture server binary (a binary of gatekeeper-mcp), built by cargo once per test
-/// run so that it is never stale, next to this test's own directory.
+/// The fixture server binary, a binary of gatekeeper-mcp. `cargo test --workspace` builds
+/// it next to this test's directory; when it is missing or older than its source (as after
+/// `cargo test -p gate` alone), it is built here, once per test run.
 fn fixture_binary() -> PathBuf {
     static FIXTURE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     FIXTURE.get_or_init(build_fixture).clone()
+}
+
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 fn build_fixture() -> PathBuf {
@@ -33,15 +38,27 @@ fn build_fixture() -> PathBuf {
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>/deps/<test>");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut build = Command::new(cargo);
-    build.args(["build", "-p", "gatekeeper-mcp", "--bin", "mcp-fixture"]);
-    if dir.file_name().is_some_and(|p| p == "release") {
-        build.arg("--release");
-    }
-    let status = build.status().expect("cargo runs");
-    assert!(status.success(), "building the fixture server failed");
     let fixture = dir.join("mcp-fixture");
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gatekeeper-mcp");
+    let sources = [
+        crate_dir.join("src/bin/mcp-fixture.rs"),
+        crate_dir.join("Cargo.toml"),
+    ];
+    let fresh = modified(&fixture).is_some_and(|built| {
+        sources
+            .iter()
+            .all(|source| modified(source).is_some_and(|changed| changed <= built))
+    });
+    if !fresh {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "gatekeeper-mcp", "--bin", "mcp-fixture"]);
+        if dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
+        assert!(status.success(), "building the fixture server failed");
+    }
     assert!(fixture.is_file(), "{} was not built", fixture.display());
     fixture
 }

@@ -35,10 +35,12 @@
 //! # }
 //! ```
 
+pub mod backoff;
 pub mod catalog;
 mod connection;
 mod server;
 
+pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};
 pub use catalog::{
     Catalog, CatalogTool, canonical_json, definition_digest, gated_name, split_gated_name,
 };

@@ -24,6 +24,8 @@
 //!   (`notifications/tools/list_changed`) or the connection is restarted.
 //! - A server that exited is started again on its next use; a call whose request had not
 //!   left when it exited is unaffected, one whose request had left is "outcome unknown".
+//!   A start that fails is not tried again before a backoff that doubles with each failure
+//!   ([`crate::backoff`]); calls meanwhile fail as not sent.
 //!
 //! The classifier ([`gatekeeper_core::classify`]) alone decides read vs write: this
 //! module asks it, and never reads annotations itself.
@@ -44,8 +46,10 @@ use rmcp::model::{
 use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::backoff::Backoff;
 use crate::catalog::{Catalog, CatalogTool, split_gated_name};
 use crate::connection::{self, Connection, Failure, StdioCommand, seconds};
 
@@ -114,6 +118,8 @@ pub enum McpError {
 pub struct McpServer {
     config: McpServerConfig,
     connection: Mutex<Option<Connection>>,
+    /// When the server may be started again after failed starts (taken while starting).
+    backoff: Mutex<Backoff>,
     /// Set when the server announced a changed tool list, or was restarted.
     stale: Arc<AtomicBool>,
     catalog: RwLock<Arc<Catalog>>,
@@ -133,6 +139,7 @@ impl McpServer {
         let server = Arc::new(Self {
             config,
             connection: Mutex::new(None),
+            backoff: Mutex::new(Backoff::default()),
             stale: Arc::new(AtomicBool::new(true)),
             catalog: RwLock::new(Arc::default()),
         });
@@ -197,12 +204,28 @@ impl McpServer {
             self.stale.store(true, Ordering::SeqCst);
             *slot = None;
         }
-        let connection = Connection::start(
+        let mut backoff = self.backoff.lock().await;
+        if let Err(wait) = backoff.check(Instant::now()) {
+            return Err(format!(
+                "the server failed to start and is not tried again for another {}; check its command and its log",
+                seconds(wait)
+            ));
+        }
+        let connection = match Connection::start(
             &self.config.command,
             self.config.deadline,
             self.stale.clone(),
         )
-        .await?;
+        .await
+        {
+            Ok(connection) => connection,
+            Err(message) => {
+                let wait = backoff.failed(Instant::now());
+                warn!(server = %self.config.name, %message, wait = %seconds(wait), "downstream.start.failed");
+                return Err(message);
+            }
+        };
+        backoff.succeeded();
         info!(server = %self.config.name, "downstream.started");
         let peer = connection.peer();
         *slot = Some(connection);

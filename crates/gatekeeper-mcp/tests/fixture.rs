@@ -45,6 +45,10 @@ async fn world(name: &str, deadline: Duration) -> World {
     let log = log_path(name);
     let command = StdioCommand::new(env!("CARGO_BIN_EXE_mcp-fixture"))
         .env("MCP_FIXTURE_LOG", log.to_string_lossy());
+    world_over(command, log, deadline).await
+}
+
+async fn world_over(command: StdioCommand, log: PathBuf, deadline: Duration) -> World {
     let server = McpServer::connect(McpServerConfig::new("fixture", command).deadline(deadline))
         .await
         .expect("the fixture starts");
@@ -292,4 +296,43 @@ async fn a_server_that_cannot_start_is_refused_with_its_command() {
     let message = error.to_string();
     assert!(message.contains("\"/nonexistent/mcp-server\""), "{message}");
     assert!(message.contains("check the command"), "{message}");
+}
+
+#[tokio::test]
+async fn a_server_that_keeps_failing_to_start_is_not_started_again_before_its_backoff() {
+    let attempts = log_path("backoff-attempts");
+    let broken = log_path("backoff-broken");
+    let log = log_path("backoff");
+    let command = StdioCommand::new("sh")
+        .args([
+            "-c",
+            r#"echo start >> "$ATTEMPTS"; if [ -e "$BROKEN" ]; then exit 1; fi; exec "$FIXTURE""#,
+        ])
+        .env("ATTEMPTS", attempts.to_string_lossy())
+        .env("BROKEN", broken.to_string_lossy())
+        .env("FIXTURE", env!("CARGO_BIN_EXE_mcp-fixture"))
+        .env("MCP_FIXTURE_LOG", log.to_string_lossy());
+    let w = world_over(command, log, RELAXED).await;
+    let starts = || std::fs::read_to_string(&attempts).map_or(0, |t| t.lines().count());
+    assert_eq!(starts(), 1);
+
+    let (_, ledger) = w.stage("crash", json!({})).await;
+    assert!(w.overseer.approve(ledger, "alice").await.is_err());
+    std::fs::write(&broken, "").expect("the server's command breaks");
+    let read = |w: &World| {
+        let session = w.session.clone();
+        let tool = w.gated("read_notes");
+        async move { session.call_tool(&tool, json!({})).await }
+    };
+    assert!(read(&w).await.is_err(), "the restart fails");
+    assert_eq!(starts(), 2);
+    let error = read(&w).await.expect_err("still within the backoff");
+    assert!(error.to_string().contains("not tried again"), "{error}");
+    assert_eq!(starts(), 2, "no start was tried within the backoff");
+
+    std::fs::remove_file(&broken).expect("the command is mended");
+    tokio::time::sleep(gatekeeper_mcp::FIRST_BACKOFF).await;
+    assert!(read(&w).await.is_ok(), "started again after the backoff");
+    assert_eq!(starts(), 3);
+    let _ = std::fs::remove_file(&attempts);
 }

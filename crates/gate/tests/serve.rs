@@ -105,6 +105,10 @@ struct Gate {
 
 impl Gate {
     fn start(name: &str) -> Self {
+        Self::start_with(name, "byo")
+    }
+
+    fn start_with(name: &str, trust: &str) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "gate-serve-{}-{}-{name}",
@@ -124,6 +128,7 @@ impl Gate {
 name = "fixture"
 command = {fixture:?}
 env = {{ MCP_FIXTURE_LOG = {log:?} }}
+trust = "{trust}"
 
 [[agent]]
 name = "coder"
@@ -520,4 +525,35 @@ async fn a_tool_the_server_changed_after_the_grant_is_not_callable_until_the_gat
     let coder = gate.agent(CODER_TOKEN).await;
     let restaged = text(&call(&coder, "fixture__write_note", json!({"text": "after"})).await);
     assert!(restaged.contains("Staged as action"), "{restaged}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approve_all_of_kind_lets_later_safe_calls_apply_on_a_vetted_server_only() {
+    for (trust, later) in [("vetted", "applied"), ("byo", "pending")] {
+        let gate = Gate::start_with(&format!("rule-{trust}"), trust);
+        let coder = gate.agent(CODER_TOKEN).await;
+        let first = action_id(&text(
+            &call(&coder, "fixture__tag_note", json!({"tag": "a"})).await,
+        ));
+        let rule = gate.person(&["approve", "--all-of-kind", &first.to_string()]);
+        assert!(rule.status.success(), "{rule:?}");
+        let second = action_id(&text(
+            &call(&coder, "fixture__tag_note", json!({"tag": "b"})).await,
+        ));
+        // Give the kernel's background drain its turn, through the person's socket.
+        assert!(gate.person(&["pending"]).status.success());
+        let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": second})).await);
+        let expected = if later == "applied" {
+            "approved and sent"
+        } else {
+            "still waits"
+        };
+        assert!(outcome.contains(expected), "{trust}: {outcome}");
+        let written: Vec<String> = gate.deliveries();
+        assert_eq!(
+            written.iter().any(|l| l.contains("\"b\"")),
+            later == "applied",
+            "{trust}: {written:?}"
+        );
+    }
 }

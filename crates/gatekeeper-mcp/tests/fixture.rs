@@ -274,6 +274,7 @@ async fn a_non_boolean_hint_neither_hides_the_server_nor_makes_a_read() {
         [
             "read_notes",
             "write_note",
+            "tag_note",
             "odd_hint",
             "fail_write",
             "hang",

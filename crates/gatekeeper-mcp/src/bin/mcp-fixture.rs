@@ -5,6 +5,8 @@
 //! - `read_notes` (declared read-only) lists the notes written so far;
 //! - `write_note` (a write) appends a note;
 //! - both declare an output schema, which a gateway must not list for a gated tool;
+//! - `tag_note` (a write) declares itself non-destructive and idempotent: on a vetted
+//!   server, a rule a person enabled may apply it without asking;
 //! - `odd_hint` declares `"readOnlyHint": "no"`, which is not a boolean: a client that
 //!   parses `tools/list` strictly loses the whole catalog over it;
 //! - `fail_write` (a write) answers with a tool error (`isError: true`);
@@ -40,7 +42,14 @@ use serde_json::{Value, json};
 const LOG_ENV: &str = "MCP_FIXTURE_LOG";
 
 /// The tools that count as writes: each call is logged before it acts.
-const WRITES: [&str; 5] = ["write_note", "odd_hint", "fail_write", "hang", "crash"];
+const WRITES: [&str; 6] = [
+    "write_note",
+    "tag_note",
+    "odd_hint",
+    "fail_write",
+    "hang",
+    "crash",
+];
 
 struct Fixture {
     notes: Mutex<Vec<String>>,
@@ -74,6 +83,12 @@ impl Fixture {
                 "inputSchema": text_schema,
                 "outputSchema": {"type": "object", "properties": {"wrote": {"type": "string"}}},
                 "annotations": {"readOnlyHint": false, "destructiveHint": false}
+            },
+            {
+                "name": "tag_note",
+                "description": "Tag the notes; tagging twice is the same as once.",
+                "inputSchema": {"type": "object", "properties": {"tag": {"type": "string"}}},
+                "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true}
             },
             {
                 "name": "odd_hint",
@@ -154,6 +169,7 @@ impl ServerHandler for Fixture {
                 self.notes().push(note.clone());
                 text(format!("wrote {note:?}"))
             }
+            "tag_note" => text(format!("tagged {}", args["tag"])),
             "fail_write" => CallToolResult::error(vec![ContentBlock::text("disk full")]),
             "hang" => std::future::pending().await,
             "crash" => std::process::exit(3),

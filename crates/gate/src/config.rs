@@ -308,7 +308,13 @@ impl Config {
                     }
                     if !valid_url(url.get_ref()) {
                         return Err(check.at(url, format!(
-                            "server {name:?}: url {:?} is not an http(s) URL with a host; write for example url = \"https://mcp.example.com/mcp\"",
+                            "server {name:?}: url {:?} is not an http(s) URL with a host; write for example url = \"http://127.0.0.1:8931/mcp\"",
+                            url.get_ref()
+                        )));
+                    }
+                    if url.get_ref().starts_with("https://") {
+                        return Err(check.at(url, format!(
+                            "server {name:?}: url {:?} needs TLS, which this build of gate does not carry; reach servers on this machine with http://, or start the server with command = \"...\"",
                             url.get_ref()
                         )));
                     }
@@ -328,7 +334,7 @@ impl Config {
                 }
                 (None, None) => {
                     return Err(check.at(&server.name, format!(
-                        "server {name:?} has neither a command nor a url; write command = \"/path/to/server\" (with args = [...]) or url = \"https://mcp.example.com/mcp\""
+                        "server {name:?} has neither a command nor a url; write command = \"/path/to/server\" (with args = [...]) or url = \"http://127.0.0.1:8931/mcp\""
                     )));
                 }
             };
@@ -443,11 +449,12 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # deadline_seconds = 30          # every request to it has a deadline (default 60)
 # sensitive_reads = ["read_file"]
 
-# A downstream server over HTTP. Header values come from environment variables,
-# so secrets never sit in this file, the ledger or a log.
+# A downstream server over MCP streamable HTTP (http:// on this machine: this build has
+# no TLS). Header values come from environment variables of `gate serve`, so secrets
+# never sit in this file, the ledger or a log.
 # [[server]]
 # name = "remote"
-# url = "https://mcp.example.com/mcp"
+# url = "http://127.0.0.1:8931/mcp"
 # headers_from_env = { Authorization = "REMOTE_MCP_AUTHORIZATION" }
 
 # An agent: it presents its token as `Authorization: Bearer <token>`, and sees only
@@ -529,14 +536,14 @@ mod tests {
 
     #[test]
     fn a_bad_url_is_refused_with_an_example() {
-        for url in ["ftp://x", "https://", "mcp.example.com", "http://:80/mcp"] {
+        for url in ["ftp://x", "http://", "mcp.example.com", "http://:80/mcp"] {
             let message = refused(&format!("[[server]]\nname = \"a\"\n\nurl = \"{url}\"\n"));
             assert!(
                 message.starts_with("gate.toml:4: server \"a\": url"),
                 "{url}: {message}"
             );
             assert!(
-                message.contains("url = \"https://mcp.example.com/mcp\""),
+                message.contains("url = \"http://127.0.0.1:8931/mcp\""),
                 "{message}"
             );
         }
@@ -547,6 +554,17 @@ mod tests {
                 url: "http://127.0.0.1:9/mcp".into(),
                 headers_from_env: vec![("Authorization".into(), "A_TOKEN".into())]
             }
+        );
+    }
+
+    #[test]
+    fn an_https_url_is_refused_at_check_since_no_tls_is_built_in() {
+        let message = refused("[[server]]\nname = \"a\"\nurl = \"https://mcp.example.com/mcp\"\n");
+        assert!(
+            message.starts_with(
+                "gate.toml:3: server \"a\": url \"https://mcp.example.com/mcp\" needs TLS"
+            ),
+            "{message}"
         );
     }
 

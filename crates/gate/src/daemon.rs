@@ -3,18 +3,20 @@
 //!
 //! Startup refuses, with what to do, anything it cannot honour: a server that does not
 //! start or list its tools, a grant of a tool the server does not list, a setting this
-//! version does not implement yet. Nothing is half-configured.
+//! version does not implement yet (sensitive reads; `https://` servers, since this build
+//! carries no TLS), a header whose environment variable is not set. Nothing is
+//! half-configured.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gatekeeper_mcp::{McpServer, McpServerConfig};
+use gatekeeper_mcp::{Endpoint, HttpEndpoint, McpServer, McpServerConfig};
 use kernel::{Clock, Overseer, SystemClock};
 use store_sqlite::Database;
 use tracing::info;
 
-use crate::config::{Config, Transport};
+use crate::config::{Config, ServerConfig, Transport};
 use crate::control;
 use crate::gateway::{AgentView, Downstream, Gateway};
 use crate::http::{self, MCP_PATH, Tokens};
@@ -57,6 +59,40 @@ fn create_private_dir(dir: &Path) -> Result<(), StartError> {
         })
 }
 
+/// How to reach a configured server; an HTTP server's header values are read from the
+/// environment here, and never written anywhere.
+fn endpoint(server: &ServerConfig, config: &Config) -> Result<Endpoint, StartError> {
+    match &server.transport {
+        Transport::Stdio(command) => Ok(Endpoint::Stdio(command.clone())),
+        Transport::Http {
+            url,
+            headers_from_env,
+        } => {
+            if !url.starts_with("http://") {
+                return Err(StartError(format!(
+                    "server {:?}: {url:?} needs TLS, which this build of gate does not carry (it reaches HTTP servers on this machine only); use an http:// address, or run the server through a stdio command in {}",
+                    server.name,
+                    config.path.display()
+                )));
+            }
+            let mut headers = Vec::new();
+            for (name, variable) in headers_from_env {
+                let value = std::env::var(variable).map_err(|_| {
+                    StartError(format!(
+                        "server {:?}: header {name} takes its value from ${variable}, which is not set; set it in the environment of `gate serve`",
+                        server.name
+                    ))
+                })?;
+                headers.push((name.clone(), value));
+            }
+            Ok(Endpoint::Http(HttpEndpoint {
+                url: url.clone(),
+                headers,
+            }))
+        }
+    }
+}
+
 impl Daemon {
     /// Open the store in `data_dir`, start every downstream server, build every agent's
     /// view, and bind the agents' address and the person's socket.
@@ -73,13 +109,7 @@ impl Daemon {
 
         let mut downstreams = Vec::new();
         for server in &config.servers {
-            let Transport::Stdio(command) = &server.transport else {
-                return Err(StartError(format!(
-                    "server {:?} is reached by url, and this version of gate runs stdio servers only; start it through a stdio command, or remove it from {}",
-                    server.name,
-                    config.path.display()
-                )));
-            };
+            let endpoint = endpoint(server, config)?;
             if !server.sensitive_reads.is_empty() {
                 return Err(StartError(format!(
                     "server {:?} lists sensitive_reads, which this version of gate does not honour yet (it would not lock anything down); remove them from {} rather than rely on them",
@@ -88,7 +118,7 @@ impl Daemon {
                 )));
             }
             let mcp = McpServer::connect(
-                McpServerConfig::new(server.name.clone(), command.clone())
+                McpServerConfig::new(server.name.clone(), endpoint)
                     .trust(server.trust)
                     .deadline(server.deadline),
             )

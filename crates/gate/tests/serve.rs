@@ -73,7 +73,12 @@ fn free_port() -> u16 {
 
 /// Start `gate serve` and read the agents' URL from its first line.
 fn spawn_serve(config: &Path, data: &Path) -> (Child, String) {
+    spawn_serve_with(config, data, &[])
+}
+
+fn spawn_serve_with(config: &Path, data: &Path, env: &[(&str, &str)]) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .envs(env.iter().copied())
         .arg("serve")
         .arg("--config")
         .arg(config)
@@ -556,4 +561,85 @@ async fn approve_all_of_kind_lets_later_safe_calls_apply_on_a_vetted_server_only
             "{trust}: {written:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_downstream_http_server_gets_its_header_from_the_environment_and_a_write_once() {
+    let gate = Gate::start("http-downstream");
+    let mut fixture = Command::new(fixture_binary())
+        .env("MCP_FIXTURE_HTTP", "127.0.0.1:0")
+        .env("MCP_FIXTURE_TOKEN", "downstream-secret")
+        .env("MCP_FIXTURE_LOG", &gate.log)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the fixture serves HTTP");
+    let mut url = String::new();
+    BufReader::new(fixture.stdout.take().expect("piped"))
+        .read_line(&mut url)
+        .expect("the fixture prints its URL");
+    let config = gate.dir.join("http.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen = "127.0.0.1:0"
+
+[[server]]
+name = "remote"
+url = "{}"
+headers_from_env = {{ Authorization = "REMOTE_AUTH" }}
+
+[[agent]]
+name = "coder"
+token = "{CODER_TOKEN}"
+
+[[agent.grant]]
+server = "remote"
+tools = ["write_note"]
+"#,
+            url.trim()
+        ),
+    )
+    .expect("written");
+    let data = gate.dir.join("http-data");
+
+    let unset = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data)
+        .env_remove("REMOTE_AUTH")
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("runs");
+    assert!(!unset.status.success());
+    let stderr = String::from_utf8_lossy(&unset.stderr);
+    assert!(
+        stderr.contains("header Authorization takes its value from $REMOTE_AUTH, which is not set"),
+        "{stderr}"
+    );
+
+    let (mut daemon, agents) = spawn_serve_with(
+        &config,
+        &data,
+        &[("REMOTE_AUTH", "Bearer downstream-secret")],
+    );
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(agents).auth_header(CODER_TOKEN),
+    );
+    let coder = ().serve(transport).await.expect("the agent connects");
+    let id = action_id(&text(
+        &call(&coder, "remote__write_note", json!({"text": "far"})).await,
+    ));
+    assert!(gate.deliveries().is_empty());
+    let approve = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(["approve", &id.to_string(), "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("runs");
+    assert!(approve.status.success(), "{approve:?}");
+    assert_eq!(gate.deliveries(), [r#"write_note {"text":"far"}"#]);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let _ = fixture.kill();
+    let _ = fixture.wait();
 }

@@ -1,4 +1,5 @@
-//! One MCP client connection to a downstream server over a child process's stdio.
+//! One MCP client connection to a downstream server: a child process speaking MCP on
+//! stdio, or a server over MCP streamable HTTP.
 //!
 //! The gateway introduces itself with **no client capabilities**: no roots, no sampling,
 //! no elicitation. A server's reach is what the configuration gives it, not what a client
@@ -11,14 +12,17 @@
 //! that, a deadline, a lost connection or an unreadable answer means the request may have
 //! reached the server ([`Failure::AfterSend`]).
 
+use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, ServerResult};
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use tokio::process::Command;
 use tracing::debug;
@@ -87,6 +91,72 @@ impl StdioCommand {
     }
 }
 
+/// A downstream server reached over MCP streamable HTTP.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpEndpoint {
+    /// The endpoint URL. Plain `http://` only: this build carries no TLS stack, so it is
+    /// meant for servers on the same machine.
+    pub url: String,
+    /// Headers sent with every request (names and values; the values are secrets and are
+    /// never shown or logged).
+    pub headers: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for HttpEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpEndpoint")
+            .field("url", &self.url)
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(name, _)| name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// How to reach a downstream server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A child process speaking MCP on stdio.
+    Stdio(StdioCommand),
+    /// A server over MCP streamable HTTP.
+    Http(HttpEndpoint),
+}
+
+impl From<StdioCommand> for Endpoint {
+    fn from(command: StdioCommand) -> Self {
+        Self::Stdio(command)
+    }
+}
+
+impl From<HttpEndpoint> for Endpoint {
+    fn from(endpoint: HttpEndpoint) -> Self {
+        Self::Http(endpoint)
+    }
+}
+
+impl Endpoint {
+    /// How it is shown to a person (never with environment or header values).
+    pub fn display(&self) -> String {
+        match self {
+            Self::Stdio(command) => command.display(),
+            Self::Http(endpoint) => format!("http: {}", endpoint.url),
+        }
+    }
+
+    /// The name of what is started or reached, for messages.
+    fn subject(&self) -> &str {
+        match self {
+            Self::Stdio(command) => &command.program,
+            Self::Http(endpoint) => &endpoint.url,
+        }
+    }
+}
+
 /// The client side of the handshake and the notifications it listens to.
 struct Handler {
     stale: Arc<AtomicBool>,
@@ -131,29 +201,53 @@ impl Connection {
     /// Start the server and complete the MCP handshake within `deadline`. `stale` is set
     /// whenever the server announces a changed tool list.
     pub(crate) async fn start(
-        command: &StdioCommand,
+        endpoint: &Endpoint,
         deadline: Duration,
         stale: Arc<AtomicBool>,
     ) -> Result<Self, String> {
-        let transport = TokioChildProcess::new(command.command()).map_err(|error| {
-            format!(
-                "could not start {:?}: {error}; check the command and that it is installed",
-                command.program
-            )
-        })?;
-        let handshake = Handler { stale }.serve(transport);
-        let running = match tokio::time::timeout(deadline, handshake).await {
+        let handler = Handler { stale };
+        let handshake = match endpoint {
+            Endpoint::Stdio(command) => {
+                let transport = TokioChildProcess::new(command.command()).map_err(|error| {
+                    format!(
+                        "could not start {:?}: {error}; check the command and that it is installed",
+                        command.program
+                    )
+                })?;
+                tokio::time::timeout(deadline, handler.serve(transport)).await
+            }
+            Endpoint::Http(http) => {
+                let mut headers = HashMap::new();
+                for (name, value) in &http.headers {
+                    let name = HeaderName::try_from(name.as_str()).map_err(|_| {
+                        format!(
+                            "{name:?} is not a valid HTTP header name; fix the server's headers"
+                        )
+                    })?;
+                    let value = HeaderValue::try_from(value.as_str()).map_err(|_| {
+                        format!("the value of header {name} is not a valid HTTP header value; check the variable it comes from")
+                    })?;
+                    headers.insert(name, value);
+                }
+                let transport = StreamableHttpClientTransport::from_config(
+                    StreamableHttpClientTransportConfig::with_uri(http.url.as_str())
+                        .custom_headers(headers),
+                );
+                tokio::time::timeout(deadline, handler.serve(transport)).await
+            }
+        };
+        let running = match handshake {
             Ok(Ok(running)) => running,
             Ok(Err(error)) => {
                 return Err(format!(
-                    "{:?} started but the MCP handshake failed: {error}; check that it is an MCP server speaking on stdio",
-                    command.program
+                    "{:?} was reached but the MCP handshake failed: {error}; check that it is an MCP server and that its credentials are accepted",
+                    endpoint.subject()
                 ));
             }
             Err(_) => {
                 return Err(format!(
-                    "{:?} did not complete the MCP handshake within {}; check that it is an MCP server speaking on stdio, or raise its deadline",
-                    command.program,
+                    "{:?} did not complete the MCP handshake within {}; check that it is an MCP server, or raise its deadline",
+                    endpoint.subject(),
                     seconds(deadline)
                 ));
             }
@@ -197,6 +291,9 @@ pub(crate) async fn request(
         Ok(Err(ServiceError::TransportClosed)) => Err(Failure::AfterSend(
             "the connection to the server was lost before it answered (it may have crashed)"
                 .to_owned(),
+        )),
+        Ok(Err(error)) if error.auth_challenge().is_some() => Err(Failure::NotSent(
+            "the server refused the credentials (HTTP 401 or 403), so the request did not run; check the headers it is given".to_owned(),
         )),
         Ok(Err(ServiceError::McpError(error))) => Err(Failure::Answered(format!(
             "the server answered with an error (code {}): {}",

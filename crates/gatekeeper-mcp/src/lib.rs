@@ -44,5 +44,5 @@ pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};
 pub use catalog::{
     Catalog, CatalogTool, canonical_json, definition_digest, gated_name, split_gated_name,
 };
-pub use connection::{INHERITED_ENV, StdioCommand};
+pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, StdioCommand};
 pub use server::{DEFAULT_DEADLINE, MAX_LIST_PAGES, McpError, McpServer, McpServerConfig};

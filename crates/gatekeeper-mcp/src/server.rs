@@ -51,7 +51,7 @@ use tracing::{info, warn};
 
 use crate::backoff::Backoff;
 use crate::catalog::{Catalog, CatalogTool, split_gated_name};
-use crate::connection::{self, Connection, Failure, StdioCommand, seconds};
+use crate::connection::{self, Connection, Endpoint, Failure, seconds};
 
 /// The deadline of a downstream request when the configuration names none.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
@@ -66,8 +66,8 @@ pub struct McpServerConfig {
     pub name: String,
     /// The name a person sees in prompts.
     pub server_name: String,
-    /// How to start it.
-    pub command: StdioCommand,
+    /// How to start or reach it.
+    pub endpoint: Endpoint,
     /// How far its annotations are believed. [`ServerTrust::Byo`] unless a person vetted it.
     pub trust: ServerTrust,
     /// The deadline of every request to it.
@@ -76,12 +76,12 @@ pub struct McpServerConfig {
 
 impl McpServerConfig {
     /// A bring-your-own server with the default deadline, shown under its name.
-    pub fn new(name: impl Into<String>, command: StdioCommand) -> Self {
+    pub fn new(name: impl Into<String>, endpoint: impl Into<Endpoint>) -> Self {
         let name = name.into();
         Self {
             server_name: name.clone(),
             name,
-            command,
+            endpoint: endpoint.into(),
             trust: ServerTrust::Byo,
             deadline: DEFAULT_DEADLINE,
         }
@@ -179,7 +179,7 @@ impl McpServer {
         let config = GatekeeperConfig {
             name: self.config.name.clone(),
             server_name: self.config.server_name.clone(),
-            endpoint: self.config.command.display(),
+            endpoint: self.config.endpoint.display(),
             trust: self.config.trust,
             scope: format!("mcp:{}", self.config.name),
         };
@@ -212,7 +212,7 @@ impl McpServer {
             ));
         }
         let connection = match Connection::start(
-            &self.config.command,
+            &self.config.endpoint,
             self.config.deadline,
             self.stale.clone(),
         )

@@ -15,7 +15,7 @@ use std::time::Duration;
 use gatekeeper_core::{
     ActionResult, ActionState, ActionStore, CallOutcome, Session, ToolGatekeeper,
 };
-use gatekeeper_mcp::{McpServer, McpServerConfig, StdioCommand};
+use gatekeeper_mcp::{Endpoint, HttpEndpoint, McpServer, McpServerConfig, StdioCommand};
 use kernel::{Clock, DriverActionId, LedgerId, Overseer, StepClock};
 use serde_json::{Value, json};
 
@@ -48,8 +48,8 @@ async fn world(name: &str, deadline: Duration) -> World {
     world_over(command, log, deadline).await
 }
 
-async fn world_over(command: StdioCommand, log: PathBuf, deadline: Duration) -> World {
-    let server = McpServer::connect(McpServerConfig::new("fixture", command).deadline(deadline))
+async fn world_over(endpoint: impl Into<Endpoint>, log: PathBuf, deadline: Duration) -> World {
+    let server = McpServer::connect(McpServerConfig::new("fixture", endpoint).deadline(deadline))
         .await
         .expect("the fixture starts");
     let clock: Arc<dyn Clock> = Arc::new(StepClock::default());
@@ -336,4 +336,80 @@ async fn a_server_that_keeps_failing_to_start_is_not_started_again_before_its_ba
     assert!(read(&w).await.is_ok(), "started again after the backoff");
     assert_eq!(starts(), 3);
     let _ = std::fs::remove_file(&attempts);
+}
+
+/// The fixture serving MCP streamable HTTP as a child process, killed on drop.
+struct HttpFixture {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpFixture {
+    fn start(log: &std::path::Path, token: &str) -> Self {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-fixture"))
+            .env("MCP_FIXTURE_HTTP", "127.0.0.1:0")
+            .env("MCP_FIXTURE_TOKEN", token)
+            .env("MCP_FIXTURE_LOG", log)
+            .env("RUST_LOG", "off")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the fixture starts");
+        let mut url = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut url)
+            .expect("the fixture prints its URL");
+        Self {
+            child,
+            url: url.trim().to_owned(),
+        }
+    }
+
+    fn endpoint(&self, token: &str) -> HttpEndpoint {
+        HttpEndpoint {
+            url: self.url.clone(),
+            headers: vec![("Authorization".to_owned(), format!("Bearer {token}"))],
+        }
+    }
+}
+
+impl Drop for HttpFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn over_http_a_write_waits_and_approve_delivers_it_once_with_the_configured_headers() {
+    let log = log_path("http");
+    let fixture = HttpFixture::start(&log, "http-token-0123");
+    let w = world_over(fixture.endpoint("http-token-0123"), log, RELAXED).await;
+    let (action, ledger) = w.stage("write_note", json!({"text": "over http"})).await;
+    assert!(w.deliveries().is_empty(), "nothing is sent before approval");
+    w.overseer.approve(ledger, "alice").await.expect("applies");
+    assert_eq!(w.result(action).await.status(), "applied");
+    assert_eq!(w.deliveries(), [r#"write_note {"text":"over http"}"#]);
+    let CallOutcome::Data { result, .. } = w.call("read_notes", json!({})).await else {
+        panic!("read");
+    };
+    assert_eq!(result.text(), "over http");
+}
+
+#[tokio::test]
+async fn over_http_refused_credentials_stop_the_connection_with_what_to_check() {
+    let log = log_path("http-refused");
+    let fixture = HttpFixture::start(&log, "http-token-0123");
+    let error = McpServer::connect(McpServerConfig::new(
+        "fixture",
+        fixture.endpoint("another-token"),
+    ))
+    .await
+    .expect_err("refused");
+    let message = error.to_string();
+    assert!(message.contains("credentials"), "{message}");
+    assert!(
+        !message.contains("another-token"),
+        "a secret never reaches a message: {message}"
+    );
 }

@@ -21,18 +21,24 @@
 //! `<tool> <arguments as JSON>`. Tests count deliveries from that file, not from what the
 //! gateway believes.
 //!
-//! `tools/list` is answered as raw JSON, because rmcp's typed `Tool` cannot carry a
-//! non-boolean hint.
+//! On stdio (the default), `tools/list` is answered as raw JSON, because rmcp's typed
+//! `Tool` cannot carry a non-boolean hint.
+//!
+//! With `MCP_FIXTURE_HTTP=ADDR` it serves MCP streamable HTTP on ADDR instead (port 0
+//! picks one) and prints `http://<address>/mcp` as its first line; there the catalog goes
+//! through rmcp's typed listing, so `odd_hint` is left out. With `MCP_FIXTURE_TOKEN=T`
+//! it answers 401 to any request without `Authorization: Bearer T`.
 
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, ContentBlock,
-    CustomResult, ServerCapabilities, ServerConfig, ServerResult,
+    CustomResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -152,6 +158,21 @@ impl ServerHandler for Fixture {
         )
     }
 
+    /// The typed listing (HTTP mode): tools rmcp cannot represent are left out.
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = self.catalog()["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|tool| serde_json::from_value::<Tool>(tool.clone()).ok())
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -192,7 +213,7 @@ impl ServerHandler for Fixture {
 }
 
 /// The fixture as an rmcp service: `tools/list` raw, everything else through the handler.
-struct Raw(Fixture);
+struct Raw(Arc<Fixture>);
 
 impl Service<RoleServer> for Raw {
     async fn handle_request(
@@ -205,7 +226,7 @@ impl Service<RoleServer> for Raw {
                 self.0.catalog(),
             )));
         }
-        Service::handle_request(&self.0, request, context).await
+        Service::handle_request(&*self.0, request, context).await
     }
 
     async fn handle_notification(
@@ -213,22 +234,68 @@ impl Service<RoleServer> for Raw {
         notification: rmcp::model::ClientNotification,
         context: NotificationContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        Service::handle_notification(&self.0, notification, context).await
+        Service::handle_notification(&*self.0, notification, context).await
     }
 
     fn get_info(&self) -> ServerConfig {
-        ServerHandler::get_info(&self.0)
+        ServerHandler::get_info(&*self.0)
     }
+}
+
+/// Serve MCP streamable HTTP on `address` until killed.
+async fn serve_http(
+    fixture: Arc<Fixture>,
+    address: &str,
+    token: Option<String>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse as _;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+
+    let service = StreamableHttpService::new(
+        move || Ok(fixture.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let expected = token.map(|t| format!("Bearer {t}"));
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let expected = expected.clone();
+                    async move {
+                        let presented = request
+                            .headers()
+                            .get(header::AUTHORIZATION)
+                            .and_then(|v| v.to_str().ok());
+                        match expected {
+                            Some(expected) if presented != Some(expected.as_str()) => {
+                                StatusCode::UNAUTHORIZED.into_response()
+                            }
+                            _ => next.run(request).await,
+                        }
+                    }
+                },
+            ));
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    println!("http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, router).await?;
+    Ok(())
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let fixture = Raw(Fixture {
+    let fixture = Arc::new(Fixture {
         notes: Mutex::new(Vec::new()),
         changed: AtomicBool::new(false),
         log: std::env::var_os(LOG_ENV).map(PathBuf::from),
     });
-    fixture
+    if let Ok(address) = std::env::var("MCP_FIXTURE_HTTP") {
+        return serve_http(fixture, &address, std::env::var("MCP_FIXTURE_TOKEN").ok()).await;
+    }
+    Raw(fixture)
         .serve(rmcp::transport::stdio())
         .await?
         .waiting()

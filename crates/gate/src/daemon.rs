@@ -10,11 +10,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use gatekeeper_mcp::{Endpoint, HttpEndpoint, McpServer, McpServerConfig};
 use kernel::{Clock, Overseer, SystemClock};
 use store_sqlite::Database;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::{Config, ServerConfig, Transport};
 use crate::control;
@@ -196,10 +197,12 @@ impl Daemon {
         &self.socket
     }
 
-    /// Serve agents and the person until `shutdown` completes.
+    /// Serve agents and the person until `shutdown` completes; then stop taking requests,
+    /// give open agent connections `grace` to finish, and wait for decisions in flight.
     pub async fn serve(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+        grace: Duration,
     ) -> Result<(), StartError> {
         let Self {
             gateway,
@@ -209,12 +212,33 @@ impl Daemon {
             socket,
         } = self;
         let person = tokio::spawn(control::serve(control, gateway.clone()));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        });
+        let mut graceful = stopped.clone();
+        let mut hard = stopped;
         let agents = axum::serve(http, http::router(gateway.clone(), tokens))
-            .with_graceful_shutdown(shutdown)
-            .await;
+            .with_graceful_shutdown(async move {
+                let _ = graceful.wait_for(|s| *s).await;
+            });
+        let outcome = tokio::select! {
+            served = agents => {
+                served.map_err(|e| StartError(format!("the agents' endpoint failed: {e}")))
+            }
+            () = async move {
+                let _ = hard.wait_for(|s| *s).await;
+                tokio::time::sleep(grace).await;
+            } => {
+                warn!(grace = ?grace, "shutdown: agent connections still open after the grace period; closing them");
+                Ok(())
+            }
+        };
         person.abort();
         let _ = std::fs::remove_file(&socket);
         gateway.overseer().settle().await;
-        agents.map_err(|e| StartError(format!("the agents' endpoint failed: {e}")))
+        info!("shutdown.done");
+        outcome
     }
 }

@@ -174,7 +174,9 @@ async fn serve(config: PathBuf, data_dir: PathBuf) -> anyhow::Result<()> {
         daemon.socket().display()
     );
     let _ = out.flush();
-    daemon.serve(shutdown_signal()).await?;
+    daemon
+        .serve(shutdown_signal(), std::time::Duration::from_secs(3))
+        .await?;
     Ok(())
 }
 

@@ -451,7 +451,11 @@ async fn a_daemon_killed_after_the_send_never_sends_again_after_restart() {
         .stderr(Stdio::null())
         .spawn()
         .expect("gate approve starts");
-    while gate.deliveries().is_empty() {
+    for waited in 0.. {
+        if !gate.deliveries().is_empty() {
+            break;
+        }
+        assert!(waited < 1500, "the server never received the call");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     gate.kill_and_restart();
@@ -642,4 +646,29 @@ tools = ["write_note"]
     let _ = daemon.wait();
     let _ = fixture.kill();
     let _ = fixture.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_the_daemon_with_an_agent_connected_and_removes_the_socket() {
+    let mut gate = Gate::start("sigterm");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let _ = call(&coder, "fixture__read_notes", json!({})).await;
+    let socket = gate.dir.join("data").join("gate.sock");
+    assert!(socket.exists());
+    let term = Command::new("kill")
+        .args(["-TERM", &gate.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(term.success());
+    let mut exited = None;
+    for _ in 0..1000 {
+        exited = gate.child.try_wait().expect("waitable");
+        if exited.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let status = exited.expect("the daemon stopped on SIGTERM");
+    assert!(status.success(), "{status:?}");
+    assert!(!socket.exists(), "the person's socket is removed");
 }

@@ -195,7 +195,11 @@ async fn a_hung_tool_ends_as_outcome_unknown_at_the_deadline_and_is_never_resent
     let approval = tokio::spawn(async move { overseer.approve(ledger, "alice").await });
     // The claim is stored before the request leaves: once the server has it, the record
     // already says `applying`.
-    while w.deliveries().is_empty() {
+    for waited in 0.. {
+        if !w.deliveries().is_empty() {
+            break;
+        }
+        assert!(waited < 3000, "the server never received the call");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let record = w.gatekeeper.store().get(action).await.expect("store");

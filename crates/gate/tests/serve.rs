@@ -655,10 +655,11 @@ async fn sigterm_stops_the_daemon_with_an_agent_connected_and_removes_the_socket
     let _ = call(&coder, "fixture__read_notes", json!({})).await;
     let socket = gate.dir.join("data").join("gate.sock");
     assert!(socket.exists());
-    let term = Command::new("kill")
-        .args(["-TERM", &gate.child.id().to_string()])
+    // The shell's builtin, so no procps is needed.
+    let term = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {}", gate.child.id())])
         .status()
-        .expect("kill runs");
+        .expect("sh runs");
     assert!(term.success());
     let mut exited = None;
     for _ in 0..1000 {

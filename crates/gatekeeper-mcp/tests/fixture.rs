@@ -189,7 +189,8 @@ async fn a_tool_error_is_recorded_as_the_services_answer() {
 
 #[tokio::test]
 async fn a_hung_tool_ends_as_outcome_unknown_at_the_deadline_and_is_never_resent() {
-    let w = world("hang", Duration::from_millis(500)).await;
+    // Short, but long enough for the handshake and the catalog read on a loaded machine.
+    let w = world("hang", Duration::from_secs(2)).await;
     let (action, ledger) = w.stage("hang", json!({})).await;
     let overseer = w.overseer.clone();
     let approval = tokio::spawn(async move { overseer.approve(ledger, "alice").await });

@@ -28,6 +28,8 @@ pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 pub enum Request {
     /// The open actions, as a batch.
     Pending,
+    /// Each server's catalog now, against the one accepted at start.
+    Catalog,
     /// The approval prompts of some actions.
     Show {
         /// Ledger ids.
@@ -170,6 +172,7 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
                 lines.push(error.to_string());
             }
         },
+        Request::Catalog => lines.push(gateway.catalog_report().await),
         Request::Show { ids } => {
             let shell = Shell::new(overseer, "");
             for id in ids {

@@ -160,7 +160,7 @@ impl Daemon {
                 .iter()
                 .map(|a| (a.name.as_str(), a.token.as_str())),
         );
-        let gateway = Arc::new(Gateway::new(overseer, views));
+        let gateway = Arc::new(Gateway::new(overseer, downstreams, views));
 
         let socket = socket_in(data_dir);
         let control = control::bind(&socket).map_err(|e| StartError(e.to_string()))?;

@@ -21,8 +21,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use gatekeeper_core::{ActionResult, CallOutcome, Content, Session, ToolGatekeeper, ToolResult};
-use gatekeeper_mcp::{McpServer, canonical_json};
+use gatekeeper_mcp::{McpServer, canonical_json, split_gated_name};
 use kernel::{ActionState, LedgerId, Overseer};
+use prompt_sanitize::{MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline};
 use rmcp::model::{CallToolResult, ContentBlock, Tool as McpTool};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -254,6 +255,7 @@ impl AgentView {
 /// Every agent's view over one kernel, and what the gateway remembers between calls.
 pub struct Gateway {
     overseer: Overseer,
+    downstreams: Vec<Downstream>,
     agents: BTreeMap<String, AgentView>,
     /// Pending calls by (agent, tool, canonical arguments), to answer a repeat with the
     /// same action. Also serializes staging, so two identical calls cannot both stage.
@@ -315,10 +317,11 @@ pub fn staged_message(tool: &str, ledger: LedgerId, repeat: bool) -> String {
 }
 
 impl Gateway {
-    /// A gateway over `overseer` for these agents.
-    pub fn new(overseer: Overseer, agents: Vec<AgentView>) -> Self {
+    /// A gateway over `overseer` and these servers, for these agents.
+    pub fn new(overseer: Overseer, downstreams: Vec<Downstream>, agents: Vec<AgentView>) -> Self {
         Self {
             overseer,
+            downstreams,
             agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),
             staged: Mutex::new(HashMap::new()),
             reasons: std::sync::Mutex::new(HashMap::new()),
@@ -328,6 +331,69 @@ impl Gateway {
     /// The kernel.
     pub fn overseer(&self) -> &Overseer {
         &self.overseer
+    }
+
+    /// For the person: each server's catalog as read now, against the one accepted at start
+    /// (the one agents can call): tools changed, added or gone since. Server-provided names
+    /// are rendered as code spans, so they cannot forge a line.
+    pub async fn catalog_report(&self) -> String {
+        let mut lines = Vec::new();
+        for downstream in &self.downstreams {
+            let server = code_span(&downstream.name, MAX_INLINE_CHARS);
+            let accepted: BTreeMap<String, String> = downstream
+                .gatekeeper
+                .tools()
+                .filter_map(|(tool, _)| {
+                    let (name, digest) = split_gated_name(&tool.name)?;
+                    Some((name.to_owned(), digest.to_owned()))
+                })
+                .collect();
+            let current = match downstream.server.refresh().await {
+                Ok(catalog) => catalog,
+                Err(error) => {
+                    lines.push(format!(
+                        "{server}: could not read its catalog now: {}",
+                        plain_inline(&error, MAX_DESCRIPTION_CHARS)
+                    ));
+                    continue;
+                }
+            };
+            let mut notes = Vec::new();
+            for tool in current.tools() {
+                let name = code_span(&tool.name, MAX_INLINE_CHARS);
+                match accepted.get(&tool.name) {
+                    None => notes.push(format!(
+                        "  {name} is new since the gate started: agents cannot call it until you restart the gate"
+                    )),
+                    Some(digest) if *digest != tool.digest => notes.push(format!(
+                        "  {name} changed since the gate started (definition {digest}, now {}): agents cannot call it until you restart the gate",
+                        tool.digest
+                    )),
+                    Some(_) => {}
+                }
+            }
+            for name in accepted.keys() {
+                if current.get(name).is_none() {
+                    notes.push(format!(
+                        "  {} is gone from the server: calls of it are refused",
+                        code_span(name, MAX_INLINE_CHARS)
+                    ));
+                }
+            }
+            if notes.is_empty() {
+                lines.push(format!(
+                    "{server}: {} tools, unchanged since the gate started",
+                    accepted.len()
+                ));
+            } else {
+                lines.push(format!("{server}:"));
+                lines.extend(notes);
+            }
+        }
+        if lines.is_empty() {
+            lines.push("no servers are configured".to_owned());
+        }
+        lines.join("\n")
     }
 
     /// Remember a person's reason for rejecting `ledger`.

@@ -61,6 +61,12 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Each server's catalog now: tools changed, added or gone since the gate started.
+    Catalog {
+        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// The approval prompt of actions.
     Show {
         /// Action ids.
@@ -245,6 +251,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Pending { data_dir } => ask(data_dir, &Request::Pending),
+        Command::Catalog { data_dir } => ask(data_dir, &Request::Catalog),
         Command::Show { ids, data_dir } => ask(data_dir, &Request::Show { ids }),
         Command::Approve {
             ids,

@@ -522,6 +522,13 @@ async fn a_tool_the_server_changed_after_the_grant_is_not_callable_until_the_gat
         refused.contains("changed the tool \"write_note\""),
         "{refused}"
     );
+    let catalog = gate.person(&["catalog"]);
+    assert!(catalog.status.success(), "{catalog:?}");
+    let catalog = String::from_utf8_lossy(&catalog.stdout);
+    assert!(
+        catalog.contains("`write_note` changed since the gate started"),
+        "the person is shown what changed: {catalog}"
+    );
     let approve = gate.person(&["approve", &before.to_string()]);
     assert!(
         !approve.status.success(),

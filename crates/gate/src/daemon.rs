@@ -161,6 +161,10 @@ impl Daemon {
                 .map(|a| (a.name.as_str(), a.token.as_str())),
         );
         let gateway = Arc::new(Gateway::new(overseer, downstreams, views));
+        let recovered = gateway.recover_pending().await;
+        if recovered > 0 {
+            info!(recovered, "pending actions recovered from the ledger");
+        }
 
         let socket = socket_in(data_dir);
         let control = control::bind(&socket).map_err(|e| StartError(e.to_string()))?;

@@ -333,6 +333,56 @@ impl Gateway {
         &self.overseer
     }
 
+    /// Remember the pending actions in the ledger (staged before a restart), so that an
+    /// identical call still returns the action it already staged. Returns how many.
+    pub async fn recover_pending(&self) -> usize {
+        let open = match self.overseer.open_actions() {
+            Ok(open) => open,
+            Err(error) => {
+                warn!(%error, "recover.pending: the ledger could not be read");
+                return 0;
+            }
+        };
+        let mut staged = self.staged.lock().await;
+        let mut recovered = 0;
+        for entry in open {
+            let Some(action) = entry.action() else {
+                continue;
+            };
+            if action.state != ActionState::Pending {
+                continue;
+            }
+            let (Some(view), Some(downstream)) = (
+                self.agents.get(&*entry.caller),
+                self.downstreams
+                    .iter()
+                    .find(|d| d.name.as_str() == &*entry.gatekeeper),
+            ) else {
+                continue;
+            };
+            let Ok(Some(record)) = downstream.gatekeeper.store().get(action.driver_id).await else {
+                continue;
+            };
+            let Some(tool) = view
+                .tools
+                .iter()
+                .find(|t| t.server == downstream.name && *t.gated == *record.tool)
+            else {
+                continue;
+            };
+            staged.insert(
+                (
+                    view.name.clone(),
+                    tool.exposed.clone(),
+                    canonical_json(&record.args),
+                ),
+                entry.id,
+            );
+            recovered += 1;
+        }
+        recovered
+    }
+
     /// For the person: each server's catalog as read now, against the one accepted at start
     /// (the one agents can call): tools changed, added or gone since. Server-provided names
     /// are rendered as code spans, so they cannot forge a line.

@@ -680,3 +680,25 @@ async fn sigterm_stops_the_daemon_with_an_agent_connected_and_removes_the_socket
     assert!(status.success(), "{status:?}");
     assert!(!socket.exists(), "the person's socket is removed");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_identical_call_after_a_restart_still_returns_the_action_it_staged() {
+    let mut gate = Gate::start("dedupe-restart");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let args = json!({"text": "once", "extra": {"b": 1, "a": 2}});
+    let id = action_id(&text(
+        &call(&coder, "fixture__write_note", args.clone()).await,
+    ));
+    drop(coder);
+    gate.kill_and_restart();
+    let coder = gate.agent(CODER_TOKEN).await;
+    let again = text(&call(&coder, "fixture__write_note", args).await);
+    assert!(again.contains("already staged"), "{again}");
+    assert_eq!(action_id(&again), id);
+    let other = text(&call(&coder, "fixture__write_note", json!({"text": "twice"})).await);
+    assert_ne!(
+        action_id(&other),
+        id,
+        "different arguments are a different action"
+    );
+}

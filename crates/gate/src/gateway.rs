@@ -71,6 +71,8 @@ pub struct AgentView {
     tools: Vec<AgentTool>,
     by_name: HashMap<String, usize>,
     sessions: HashMap<String, Session>,
+    /// Held while this agent stages, so a repeat waits for the first and finds its action.
+    staging: Mutex<()>,
 }
 
 /// Why an agent's view could not be built.
@@ -243,6 +245,7 @@ impl AgentView {
             tools,
             by_name,
             sessions,
+            staging: Mutex::new(()),
         })
     }
 
@@ -258,8 +261,9 @@ pub struct Gateway {
     downstreams: Vec<Downstream>,
     agents: BTreeMap<String, AgentView>,
     /// Pending calls by (agent, tool, canonical arguments), to answer a repeat with the
-    /// same action. Also serializes staging, so two identical calls cannot both stage.
-    staged: Mutex<HashMap<(String, String, String), LedgerId>>,
+    /// same action. (Each agent's staging is serialized by [`AgentView`]'s turn, so two
+    /// identical calls cannot both stage; different agents stage concurrently.)
+    staged: std::sync::Mutex<HashMap<(String, String, String), LedgerId>>,
     /// A person's reason for a rejection, told to the agent that asks.
     reasons: std::sync::Mutex<HashMap<LedgerId, String>>,
 }
@@ -323,7 +327,7 @@ impl Gateway {
             overseer,
             downstreams,
             agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),
-            staged: Mutex::new(HashMap::new()),
+            staged: std::sync::Mutex::new(HashMap::new()),
             reasons: std::sync::Mutex::new(HashMap::new()),
         }
     }
@@ -343,8 +347,7 @@ impl Gateway {
                 return 0;
             }
         };
-        let mut staged = self.staged.lock().await;
-        let mut recovered = 0;
+        let mut found = Vec::new();
         for entry in open {
             let Some(action) = entry.action() else {
                 continue;
@@ -370,17 +373,22 @@ impl Gateway {
             else {
                 continue;
             };
-            staged.insert(
+            found.push((
                 (
                     view.name.clone(),
                     tool.exposed.clone(),
                     canonical_json(&record.args),
                 ),
                 entry.id,
-            );
-            recovered += 1;
+            ));
         }
+        let recovered = found.len();
+        self.staged().extend(found);
         recovered
+    }
+
+    fn staged(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String, String), LedgerId>> {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// For the person: each server's catalog as read now, against the one accepted at start
@@ -503,8 +511,9 @@ impl Gateway {
         if let Err(refusal) = entry.driver.check_current(&entry.gated).await {
             return error_result(format!("{refusal}. Nothing was staged or sent."));
         }
-        let mut staged = self.staged.lock().await;
-        if let Some(&ledger) = staged.get(&key) {
+        let _turn = view.staging.lock().await;
+        let known = self.staged().get(&key).copied();
+        if let Some(ledger) = known {
             let still_pending = self
                 .overseer
                 .entry(ledger)
@@ -515,11 +524,11 @@ impl Gateway {
             if still_pending {
                 return text_result(staged_message(&entry.exposed, ledger, true));
             }
-            staged.remove(&key);
+            self.staged().remove(&key);
         }
         match session.call_tool(&entry.gated, args).await {
             Ok(CallOutcome::Pending { ledger, .. }) => {
-                staged.insert(key, ledger);
+                self.staged().insert(key, ledger);
                 text_result(staged_message(&entry.exposed, ledger, false))
             }
             Ok(CallOutcome::Data { .. }) => error_result(

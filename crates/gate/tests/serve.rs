@@ -702,3 +702,19 @@ async fn an_identical_call_after_a_restart_still_returns_the_action_it_staged() 
         "different arguments are a different action"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn identical_calls_racing_each_other_stage_one_action() {
+    let gate = Gate::start("dedupe-race");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let args = json!({"text": "race"});
+    let (a, b, c) = tokio::join!(
+        call(&coder, "fixture__write_note", args.clone()),
+        call(&coder, "fixture__write_note", args.clone()),
+        call(&coder, "fixture__write_note", args.clone()),
+    );
+    let ids: Vec<u64> = [a, b, c].iter().map(|r| action_id(&text(r))).collect();
+    assert!(ids.iter().all(|&id| id == ids[0]), "{ids:?}");
+    let pending = text(&call(&coder, "gate_pending", json!({})).await);
+    assert_eq!(pending.lines().count(), 2, "one waiting action: {pending}");
+}

@@ -29,6 +29,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         "gatekeeper-confluence",
         &["gatekeeper-core", "kernel", "prompt-sanitize"],
     ),
+    (
+        "gatekeeper-mcp",
+        &["gatekeeper-core", "kernel", "prompt-sanitize"],
+    ),
     ("shell", &["kernel", "prompt-sanitize"]),
     (
         "store-sqlite",
@@ -42,6 +46,17 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gatekeeper-core",
             "gatekeeper-issues",
             "gatekeeper-confluence",
+            "shell",
+            "store-sqlite",
+        ],
+    ),
+    (
+        "gate",
+        &[
+            "kernel",
+            "prompt-sanitize",
+            "gatekeeper-core",
+            "gatekeeper-mcp",
             "shell",
             "store-sqlite",
         ],

@@ -1,0 +1,623 @@
+//! The daemon's configuration, `gate.toml`: read strictly, refused with the file, the line
+//! and what to write instead.
+//!
+//! Nothing is ambient: a server an agent has no grant for is invisible to it, and an agent
+//! has no grant unless the file gives it one. A downstream server is `byo` (its annotations
+//! never auto-apply a write) unless the file says `vetted`. Secrets for HTTP servers are
+//! named, not written: a header's value comes from an environment variable.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gatekeeper_core::ServerTrust;
+use gatekeeper_mcp::StdioCommand;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Where the daemon listens for agents when the file names no address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7431";
+/// The longest deadline a server may be given.
+pub const MAX_DEADLINE_SECONDS: u64 = 3600;
+/// The shortest token an agent may be given.
+pub const MIN_TOKEN_CHARS: usize = 24;
+
+/// A configuration file that cannot be used: where, and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{}: {message}", .path.display(), .line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct ConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// The line (1-based), when the problem has one.
+    pub line: Option<usize>,
+    /// What is wrong and what to write instead.
+    pub message: String,
+}
+
+/// How the daemon reaches a downstream server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process speaking MCP on stdio.
+    Stdio(StdioCommand),
+    /// An MCP server over streamable HTTP.
+    Http {
+        /// The endpoint.
+        url: String,
+        /// Headers, each as (header name, environment variable holding its value).
+        headers_from_env: Vec<(String, String)>,
+    },
+}
+
+/// One downstream server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Its name: the prefix of its tools' names (`<name>__<tool>`).
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// How far its annotations are believed.
+    pub trust: ServerTrust,
+    /// The deadline of every request to it.
+    pub deadline: Duration,
+    /// Tools whose reads are sensitive.
+    pub sensitive_reads: Vec<String>,
+}
+
+/// What one agent may use of one server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantConfig {
+    /// The server.
+    pub server: String,
+    /// The tools by their downstream names; `None` is the whole server.
+    pub tools: Option<Vec<String>>,
+}
+
+/// One agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// Its name, recorded as the caller of everything it does.
+    pub name: String,
+    /// The bearer token it presents.
+    pub token: String,
+    /// What it may use; nothing by default.
+    pub grants: Vec<GrantConfig>,
+}
+
+/// A checked configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// Where agents reach the daemon (a loopback address).
+    pub listen: SocketAddr,
+    /// Downstream servers, in file order.
+    pub servers: Vec<ServerConfig>,
+    /// Agents, in file order.
+    pub agents: Vec<AgentConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<Spanned<String>>,
+    #[serde(default, rename = "server")]
+    servers: Vec<RawServer>,
+    #[serde(default, rename = "agent")]
+    agents: Vec<RawAgent>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawTrust {
+    #[default]
+    Byo,
+    Vetted,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    name: Spanned<String>,
+    command: Option<Spanned<String>>,
+    args: Option<Spanned<Vec<String>>>,
+    env: Option<Spanned<BTreeMap<String, String>>>,
+    url: Option<Spanned<String>>,
+    headers_from_env: Option<Spanned<BTreeMap<String, String>>>,
+    #[serde(default)]
+    trust: RawTrust,
+    deadline_seconds: Option<Spanned<u64>>,
+    #[serde(default)]
+    sensitive_reads: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgent {
+    name: Spanned<String>,
+    token: Spanned<String>,
+    #[serde(default, rename = "grant")]
+    grants: Vec<RawGrant>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    server: Spanned<String>,
+    tools: Option<Vec<String>>,
+}
+
+/// Checks one file's text; errors carry the line of the offending span.
+struct Checker<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Checker<'_> {
+    fn error(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: self.path.to_owned(),
+            line: span.map(|s| line_of(self.text, s.start)),
+            message: message.into(),
+        }
+    }
+
+    fn at<T>(&self, spanned: &Spanned<T>, message: impl Into<String>) -> ConfigError {
+        self.error(Some(spanned.span()), message)
+    }
+}
+
+/// The 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset)
+        .unwrap_or(text)
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Whether `name` may name a server or an agent: `[A-Za-z0-9-]` and single `_`, at most
+/// 32 characters. A server name is the prefix of `<server>__<tool>`, so it may not hold
+/// `__` itself.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && !name.contains("__")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// Whether `program` can be run: a path to an existing file, or a name found on `PATH`.
+fn program_exists(program: &str) -> bool {
+    if program.contains('/') {
+        return Path::new(program).is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// Whether `url` looks like an http(s) URL with a host.
+fn valid_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    rest.is_some_and(|rest| {
+        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+        !host.is_empty() && !host.starts_with(':') && !host.contains(char::is_whitespace)
+    })
+}
+
+impl Config {
+    /// Read and check the file at `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError {
+            path: path.to_owned(),
+            line: None,
+            message: format!(
+                "cannot read the configuration ({error}); write one with `gate init`, or pass --config PATH"
+            ),
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Check the text of a configuration file (`path` is only for messages).
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let check = Checker { path, text };
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| check.error(e.span(), e.message().trim()))?;
+
+        let listen = match &raw.listen {
+            None => DEFAULT_LISTEN.parse().expect("the default address parses"),
+            Some(listen) => {
+                let address: SocketAddr = listen.get_ref().parse().map_err(|_| {
+                    check.at(listen, format!(
+                        "listen = {:?} is not an address with a port; write for example listen = \"{DEFAULT_LISTEN}\"",
+                        listen.get_ref()
+                    ))
+                })?;
+                if !address.ip().is_loopback() {
+                    return Err(check.at(listen, format!(
+                        "listen = {:?} is not a loopback address, and agents must not reach the gate from other machines; write for example listen = \"{DEFAULT_LISTEN}\"",
+                        listen.get_ref()
+                    )));
+                }
+                address
+            }
+        };
+
+        let mut servers: Vec<ServerConfig> = Vec::new();
+        for server in raw.servers {
+            let name = server.name.get_ref().clone();
+            if !valid_name(&name) {
+                return Err(check.at(&server.name, format!(
+                    "server name {name:?} is not usable; write 1 to 32 letters, digits, '-' or single '_', for example name = \"files\""
+                )));
+            }
+            if servers.iter().any(|s| s.name == name) {
+                return Err(check.at(
+                    &server.name,
+                    format!("a second server is named {name:?}; give each [[server]] its own name"),
+                ));
+            }
+            let transport = match (&server.command, &server.url) {
+                (Some(command), None) => {
+                    if let Some(headers) = &server.headers_from_env {
+                        return Err(check.at(headers, format!(
+                            "server {name:?} runs a command, so it takes no headers_from_env; use env = {{ ... }} for its environment"
+                        )));
+                    }
+                    let program = command.get_ref();
+                    if !program_exists(program) {
+                        return Err(check.at(command, format!(
+                            "server {name:?}: command {program:?} was not found{}; write the full path to the program, for example command = \"/usr/local/bin/{}\"",
+                            if program.contains('/') { "" } else { " on PATH" },
+                            Path::new(program).file_name().map_or("server".into(), |f| f.to_string_lossy())
+                        )));
+                    }
+                    let mut stdio = StdioCommand::new(program.clone()).args(
+                        server
+                            .args
+                            .as_ref()
+                            .map(|a| a.get_ref().clone())
+                            .unwrap_or_default(),
+                    );
+                    for (key, value) in server
+                        .env
+                        .as_ref()
+                        .map(|e| e.get_ref().clone())
+                        .unwrap_or_default()
+                    {
+                        stdio = stdio.env(key, value);
+                    }
+                    Transport::Stdio(stdio)
+                }
+                (None, Some(url)) => {
+                    if let Some(args) = &server.args {
+                        return Err(check.at(args, format!(
+                            "server {name:?} is reached by url, so it takes no args; remove them, or use command = \"...\" instead of url"
+                        )));
+                    }
+                    if let Some(env) = &server.env {
+                        return Err(check.at(env, format!(
+                            "server {name:?} is reached by url, so it takes no env; name header values with headers_from_env = {{ Authorization = \"ENV_VAR\" }}"
+                        )));
+                    }
+                    if !valid_url(url.get_ref()) {
+                        return Err(check.at(url, format!(
+                            "server {name:?}: url {:?} is not an http(s) URL with a host; write for example url = \"http://127.0.0.1:8931/mcp\"",
+                            url.get_ref()
+                        )));
+                    }
+                    if url.get_ref().starts_with("https://") {
+                        return Err(check.at(url, format!(
+                            "server {name:?}: url {:?} needs TLS, which this build of gate does not carry; reach servers on this machine with http://, or start the server with command = \"...\"",
+                            url.get_ref()
+                        )));
+                    }
+                    Transport::Http {
+                        url: url.get_ref().clone(),
+                        headers_from_env: server
+                            .headers_from_env
+                            .as_ref()
+                            .map(|h| h.get_ref().clone().into_iter().collect())
+                            .unwrap_or_default(),
+                    }
+                }
+                (Some(command), Some(_)) => {
+                    return Err(check.at(command, format!(
+                        "server {name:?} has both a command and a url; keep one: command = \"...\" for a local program, url = \"https://...\" for a remote server"
+                    )));
+                }
+                (None, None) => {
+                    return Err(check.at(&server.name, format!(
+                        "server {name:?} has neither a command nor a url; write command = \"/path/to/server\" (with args = [...]) or url = \"http://127.0.0.1:8931/mcp\""
+                    )));
+                }
+            };
+            let deadline = match &server.deadline_seconds {
+                None => gatekeeper_mcp::DEFAULT_DEADLINE,
+                Some(seconds) if (1..=MAX_DEADLINE_SECONDS).contains(seconds.get_ref()) => {
+                    Duration::from_secs(*seconds.get_ref())
+                }
+                Some(seconds) => {
+                    return Err(check.at(seconds, format!(
+                        "server {name:?}: deadline_seconds = {} is out of range; write a number of seconds from 1 to {MAX_DEADLINE_SECONDS}, for example deadline_seconds = 30",
+                        seconds.get_ref()
+                    )));
+                }
+            };
+            servers.push(ServerConfig {
+                name,
+                transport,
+                trust: match server.trust {
+                    RawTrust::Byo => ServerTrust::Byo,
+                    RawTrust::Vetted => ServerTrust::Vetted,
+                },
+                deadline,
+                sensitive_reads: server.sensitive_reads,
+            });
+        }
+
+        let mut agents: Vec<AgentConfig> = Vec::new();
+        for agent in raw.agents {
+            let name = agent.name.get_ref().clone();
+            if !valid_name(&name) {
+                return Err(check.at(&agent.name, format!(
+                    "agent name {name:?} is not usable; write 1 to 32 letters, digits, '-' or single '_', for example name = \"coder\""
+                )));
+            }
+            if agents.iter().any(|a| a.name == name) {
+                return Err(check.at(
+                    &agent.name,
+                    format!("a second agent is named {name:?}; give each [[agent]] its own name"),
+                ));
+            }
+            let token = agent.token.get_ref().clone();
+            if token.chars().count() < MIN_TOKEN_CHARS
+                || token.chars().any(char::is_whitespace)
+                || token.contains(TOKEN_PLACEHOLDER)
+            {
+                return Err(check.at(&agent.token, format!(
+                    "agent {name:?}: the token must be at least {MIN_TOKEN_CHARS} characters without spaces; write a long random string, for example from `openssl rand -hex 24`"
+                )));
+            }
+            if agents.iter().any(|a| a.token == token) {
+                return Err(check.at(&agent.token, format!(
+                    "agent {name:?} has the same token as another agent; give each agent its own token"
+                )));
+            }
+            let mut grants: Vec<GrantConfig> = Vec::new();
+            for grant in agent.grants {
+                let server = grant.server.get_ref().clone();
+                if !servers.iter().any(|s| s.name == server) {
+                    let known: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+                    return Err(check.at(&grant.server, format!(
+                        "agent {name:?} is granted server {server:?}, which no [[server]] defines; write one of: {}",
+                        if known.is_empty() { "(no servers yet)".to_owned() } else { known.join(", ") }
+                    )));
+                }
+                if grants.iter().any(|g| g.server == server) {
+                    return Err(check.at(&grant.server, format!(
+                        "agent {name:?} has two grants of server {server:?}; merge them into one [[agent.grant]]"
+                    )));
+                }
+                grants.push(GrantConfig {
+                    server,
+                    tools: grant.tools,
+                });
+            }
+            agents.push(AgentConfig {
+                name,
+                token,
+                grants,
+            });
+        }
+
+        Ok(Self {
+            path: path.to_owned(),
+            listen,
+            servers,
+            agents,
+        })
+    }
+}
+
+/// The placeholder for an agent's token in [`EXAMPLE`]; refused as a token.
+pub const TOKEN_PLACEHOLDER: &str = "{TOKEN}";
+
+/// The commented example `gate init` writes, after replacing [`TOKEN_PLACEHOLDER`] with a
+/// random token.
+pub const EXAMPLE: &str = r#"# gate.toml: what the gate sits in front of, and who may use it.
+# Every write an agent asks for waits here until you approve it (`gate pending`,
+# `gate approve ID`). Unknown keys are refused, so a typo never passes silently.
+
+# Where agents reach the gate over MCP (streamable HTTP). Loopback only.
+listen = "127.0.0.1:7431"
+
+# A downstream MCP server, started as a child process speaking MCP on stdio.
+# Its tools reach agents as `files__<tool>`.
+[[server]]
+name = "files"
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
+# env = { LOG_LEVEL = "info" }   # its environment (it inherits only PATH, HOME, LANG, ...)
+# trust = "vetted"               # default "byo": its annotations never auto-apply a write
+# deadline_seconds = 30          # every request to it has a deadline (default 60)
+# sensitive_reads = ["read_file"]
+
+# A downstream server over MCP streamable HTTP (http:// on this machine: this build has
+# no TLS). Header values come from environment variables of `gate serve`, so secrets
+# never sit in this file, the ledger or a log.
+# [[server]]
+# name = "remote"
+# url = "http://127.0.0.1:8931/mcp"
+# headers_from_env = { Authorization = "REMOTE_MCP_AUTHORIZATION" }
+
+# An agent: it presents its token as `Authorization: Bearer <token>`, and sees only
+# what its grants name (nothing by default).
+[[agent]]
+name = "coder"
+token = "{TOKEN}"   # `gate init` wrote a random one; or: openssl rand -hex 24
+
+[[agent.grant]]
+server = "files"
+# tools = ["read_file", "write_file"]   # default: every tool of the server
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("gate.toml"), text)
+    }
+
+    fn refused(text: &str) -> String {
+        parse(text).expect_err("refused").to_string()
+    }
+
+    const TOKEN: &str = "0123456789abcdef01234567";
+
+    #[test]
+    fn the_example_parses_once_its_command_exists_and_its_token_is_set() {
+        let example = EXAMPLE.replace("command = \"npx\"", "command = \"sh\"");
+        let message = parse(&example)
+            .expect_err("the placeholder is no token")
+            .to_string();
+        assert!(message.contains("the token must be"), "{message}");
+        let example = example.replace(TOKEN_PLACEHOLDER, TOKEN);
+        let config = parse(&example).expect("the example is valid");
+        assert_eq!(config.servers.len(), 1);
+        assert_eq!(config.servers[0].trust, ServerTrust::Byo);
+        assert_eq!(config.agents[0].grants[0].tools, None);
+        assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_with_its_line_and_the_keys_that_exist() {
+        let message = refused("[[server]]\nname = \"a\"\ncomand = \"sh\"\n");
+        assert!(
+            message.starts_with("gate.toml:3: unknown field `comand`"),
+            "{message}"
+        );
+        assert!(message.contains("`command`"), "{message}");
+    }
+
+    #[test]
+    fn a_duplicate_server_name_is_refused_at_the_second() {
+        let message = refused(
+            "[[server]]\nname = \"a\"\ncommand = \"sh\"\n\n[[server]]\nname = \"a\"\ncommand = \"sh\"\n",
+        );
+        assert!(
+            message.starts_with("gate.toml:6: a second server is named \"a\""),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_missing_command_is_refused_with_what_to_write() {
+        let message =
+            refused("[[server]]\nname = \"a\"\ncommand = \"no-such-mcp-server-anywhere\"\n");
+        assert!(message.starts_with("gate.toml:3: server \"a\": command \"no-such-mcp-server-anywhere\" was not found on PATH"), "{message}");
+        assert!(
+            message.contains("command = \"/usr/local/bin/no-such-mcp-server-anywhere\""),
+            "{message}"
+        );
+        let message = refused("[[server]]\nname = \"a\"\n");
+        assert!(
+            message.starts_with("gate.toml:2: server \"a\" has neither a command nor a url"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_with_an_example() {
+        for url in ["ftp://x", "http://", "mcp.example.com", "http://:80/mcp"] {
+            let message = refused(&format!("[[server]]\nname = \"a\"\n\nurl = \"{url}\"\n"));
+            assert!(
+                message.starts_with("gate.toml:4: server \"a\": url"),
+                "{url}: {message}"
+            );
+            assert!(
+                message.contains("url = \"http://127.0.0.1:8931/mcp\""),
+                "{message}"
+            );
+        }
+        let config = parse("[[server]]\nname = \"a\"\nurl = \"http://127.0.0.1:9/mcp\"\nheaders_from_env = { Authorization = \"A_TOKEN\" }\n").expect("valid");
+        assert_eq!(
+            config.servers[0].transport,
+            Transport::Http {
+                url: "http://127.0.0.1:9/mcp".into(),
+                headers_from_env: vec![("Authorization".into(), "A_TOKEN".into())]
+            }
+        );
+    }
+
+    #[test]
+    fn an_https_url_is_refused_at_check_since_no_tls_is_built_in() {
+        let message = refused("[[server]]\nname = \"a\"\nurl = \"https://mcp.example.com/mcp\"\n");
+        assert!(
+            message.starts_with(
+                "gate.toml:3: server \"a\": url \"https://mcp.example.com/mcp\" needs TLS"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn agents_get_nothing_unless_granted_and_only_known_servers() {
+        let config =
+            parse(&format!("[[agent]]\nname = \"a\"\ntoken = \"{TOKEN}\"\n")).expect("valid");
+        assert!(config.agents[0].grants.is_empty());
+        let message = refused(&format!(
+            "[[agent]]\nname = \"a\"\ntoken = \"{TOKEN}\"\n[[agent.grant]]\nserver = \"nope\"\n"
+        ));
+        assert!(
+            message.starts_with("gate.toml:5: agent \"a\" is granted server \"nope\""),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn weak_or_shared_tokens_are_refused() {
+        let message = refused("[[agent]]\nname = \"a\"\ntoken = \"short\"\n");
+        assert!(
+            message.starts_with("gate.toml:3: agent \"a\": the token must be"),
+            "{message}"
+        );
+        let message = refused(&format!(
+            "[[agent]]\nname = \"a\"\ntoken = \"{TOKEN}\"\n[[agent]]\nname = \"b\"\ntoken = \"{TOKEN}\"\n"
+        ));
+        assert!(
+            message.starts_with("gate.toml:6: agent \"b\" has the same token"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn only_loopback_addresses_and_sane_deadlines_are_accepted() {
+        let message = refused("listen = \"0.0.0.0:7431\"\n");
+        assert!(
+            message.starts_with("gate.toml:1: listen = \"0.0.0.0:7431\" is not a loopback address"),
+            "{message}"
+        );
+        let message = refused("[[server]]\nname = \"a\"\ncommand = \"sh\"\ndeadline_seconds = 0\n");
+        assert!(
+            message.starts_with("gate.toml:4: server \"a\": deadline_seconds = 0 is out of range"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_server_name_with_the_tool_separator_is_refused() {
+        let message = refused("[[server]]\nname = \"a__b\"\ncommand = \"sh\"\n");
+        assert!(
+            message.starts_with("gate.toml:2: server name \"a__b\" is not usable"),
+            "{message}"
+        );
+    }
+}

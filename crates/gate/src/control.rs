@@ -1,0 +1,262 @@
+//! The person's side: a unix socket only the owner can open (mode 0600, in the data
+//! directory), never the agents' endpoint. Nothing an agent can call approves anything.
+//!
+//! One request per connection, one JSON line each way. Everything shown is rendered by the
+//! shell crate from sanitized pieces, so a server's or an agent's text cannot forge a line
+//! of the prompt.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use kernel::LedgerId;
+use serde::{Deserialize, Serialize};
+use shell::{Decision, Effect, Shell};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{UnixListener, UnixStream};
+use tracing::warn;
+
+use crate::gateway::Gateway;
+
+/// The longest request line read from the socket.
+pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+
+/// What the person asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// The open actions, as a batch.
+    Pending,
+    /// Each server's catalog now, against the one accepted at start.
+    Catalog,
+    /// The approval prompts of some actions.
+    Show {
+        /// Ledger ids.
+        ids: Vec<u64>,
+    },
+    /// Approve actions (or enable a rule for each one's kind).
+    Approve {
+        /// Ledger ids.
+        ids: Vec<u64>,
+        /// Enable an auto-approval rule for each action's kind instead (the shell's `k`).
+        all_of_kind: bool,
+        /// Who decides.
+        person: String,
+    },
+    /// Reject actions: nothing is sent, ever.
+    Reject {
+        /// Ledger ids.
+        ids: Vec<u64>,
+        /// Told to the agent that asks for the outcome.
+        reason: Option<String>,
+        /// Who decides.
+        person: String,
+    },
+}
+
+/// The daemon's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// Whether everything asked was done.
+    pub ok: bool,
+    /// What to show the person.
+    pub text: String,
+}
+
+/// Why the socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// Another daemon answers on the socket.
+    #[error(
+        "another gate already listens on {0}; stop it first, or give this one another --data-dir"
+    )]
+    InUse(String),
+    /// The socket could not be created or restricted.
+    #[error("could not set up the person's socket {path}: {source}")]
+    Io {
+        /// The socket.
+        path: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The daemon could not be reached or answered nonsense.
+    #[error(
+        "could not talk to the gate at {path}: {message}; is `gate serve` running with this --data-dir?"
+    )]
+    Unreachable {
+        /// The socket.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Bind the person's socket at `path`, owner-only. A leftover socket nobody answers on is
+/// replaced; one a live daemon answers on is refused.
+pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+    let shown = path.display().to_string();
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(ControlError::InUse(shown));
+        }
+        std::fs::remove_file(path).map_err(|source| ControlError::Io {
+            path: shown.clone(),
+            source,
+        })?;
+    }
+    let listener = UnixListener::bind(path).map_err(|source| ControlError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        ControlError::Io {
+            path: shown,
+            source,
+        }
+    })?;
+    Ok(listener)
+}
+
+/// Answer the person's requests until the listener fails.
+pub async fn serve(listener: UnixListener, gateway: Arc<Gateway>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let gateway = gateway.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = answer(stream, &gateway).await {
+                        warn!(%error, "control.connection.failed");
+                    }
+                });
+            }
+            Err(error) => {
+                warn!(%error, "control.accept.failed");
+                return;
+            }
+        }
+    }
+}
+
+async fn answer(stream: UnixStream, gateway: &Gateway) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    tokio::io::BufReader::new(read.take(MAX_REQUEST_BYTES))
+        .read_line(&mut line)
+        .await?;
+    let response = match serde_json::from_str::<Request>(&line) {
+        Ok(request) => execute(request, gateway).await,
+        Err(error) => Response {
+            ok: false,
+            text: format!(
+                "the gate did not understand the request ({error}); use the gate command of the same version"
+            ),
+        },
+    };
+    let mut out = serde_json::to_string(&response).expect("a response serialises");
+    out.push('\n');
+    write.write_all(out.as_bytes()).await
+}
+
+async fn execute(request: Request, gateway: &Gateway) -> Response {
+    let overseer = gateway.overseer().clone();
+    overseer.settle().await;
+    let mut ok = true;
+    let mut lines: Vec<String> = Vec::new();
+    match request {
+        Request::Pending => match Shell::new(overseer, "").batch() {
+            Ok(batch) => lines.push(batch.to_string()),
+            Err(error) => {
+                ok = false;
+                lines.push(error.to_string());
+            }
+        },
+        Request::Catalog => lines.push(gateway.catalog_report().await),
+        Request::Show { ids } => {
+            let shell = Shell::new(overseer, "");
+            for id in ids {
+                match shell.prompt(LedgerId(id)) {
+                    Ok(prompt) => lines.push(prompt.to_string()),
+                    Err(error) => {
+                        ok = false;
+                        lines.push(format!("#{id}: {error}"));
+                    }
+                }
+            }
+        }
+        Request::Approve {
+            ids,
+            all_of_kind,
+            person,
+        } => {
+            let shell = Shell::new(overseer, person);
+            let decision = if all_of_kind {
+                Decision::ApproveAllOfKind
+            } else {
+                Decision::Approve
+            };
+            for id in ids {
+                match shell.decide(LedgerId(id), decision).await {
+                    Ok(decided) => {
+                        ok &= !matches!(decided.effect, Effect::Refused | Effect::Failed { .. });
+                        lines.push(decided.report.to_string());
+                    }
+                    Err(error) => {
+                        ok = false;
+                        lines.push(format!("#{id}: {error}"));
+                    }
+                }
+            }
+        }
+        Request::Reject {
+            ids,
+            reason,
+            person,
+        } => {
+            let shell = Shell::new(overseer, person);
+            for id in ids {
+                let ledger = LedgerId(id);
+                match shell.decide(ledger, Decision::Reject).await {
+                    Ok(decided) => {
+                        if decided.effect == Effect::Rejected
+                            && let Some(reason) = &reason
+                        {
+                            gateway.record_reason(ledger, reason.clone());
+                        }
+                        ok &= decided.effect == Effect::Rejected;
+                        lines.push(decided.report.to_string());
+                    }
+                    Err(error) => {
+                        ok = false;
+                        lines.push(format!("#{id}: {error}"));
+                    }
+                }
+            }
+        }
+    }
+    Response {
+        ok,
+        text: lines.join("\n"),
+    }
+}
+
+/// Send one request to the daemon whose socket is `path`, and wait for its answer.
+pub fn request(path: &Path, request: &Request) -> Result<Response, ControlError> {
+    let unreachable = |message: String| ControlError::Unreachable {
+        path: path.display().to_string(),
+        message,
+    };
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(path).map_err(|e| unreachable(e.to_string()))?;
+    let mut line = serde_json::to_string(request).expect("a request serialises");
+    line.push('\n');
+    stream
+        .write_all(line.as_bytes())
+        .map_err(|e| unreachable(e.to_string()))?;
+    let mut answer = String::new();
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .map_err(|e| unreachable(e.to_string()))?;
+    serde_json::from_str(&answer).map_err(|e| unreachable(format!("unreadable answer: {e}")))
+}

@@ -1,0 +1,248 @@
+//! `gate serve`: wire one kernel, one MCP driver per downstream server and the SQLite store
+//! into a gateway, then serve agents over HTTP and the person over the socket.
+//!
+//! Startup refuses, with what to do, anything it cannot honour: a server that does not
+//! start or list its tools, a grant of a tool the server does not list, a setting this
+//! version does not implement yet (sensitive reads; `https://` servers, since this build
+//! carries no TLS), a header whose environment variable is not set. Nothing is
+//! half-configured.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatekeeper_mcp::{Endpoint, HttpEndpoint, McpServer, McpServerConfig};
+use kernel::{Clock, Overseer, SystemClock};
+use store_sqlite::Database;
+use tracing::{info, warn};
+
+use crate::config::{Config, ServerConfig, Transport};
+use crate::control;
+use crate::gateway::{AgentView, Downstream, Gateway};
+use crate::http::{self, MCP_PATH, Tokens};
+use crate::paths::{DATABASE_FILE, socket_in};
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartError(String);
+
+/// A started daemon, before it serves.
+pub struct Daemon {
+    gateway: Arc<Gateway>,
+    tokens: Tokens,
+    http: tokio::net::TcpListener,
+    control: tokio::net::UnixListener,
+    socket: PathBuf,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("socket", &self.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), StartError> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
+        .map_err(|e| {
+            StartError(format!(
+                "could not create the data directory {}: {e}; pass another --data-dir",
+                dir.display()
+            ))
+        })
+}
+
+/// How to reach a configured server; an HTTP server's header values are read from the
+/// environment here, and never written anywhere.
+fn endpoint(server: &ServerConfig, config: &Config) -> Result<Endpoint, StartError> {
+    match &server.transport {
+        Transport::Stdio(command) => Ok(Endpoint::Stdio(command.clone())),
+        Transport::Http {
+            url,
+            headers_from_env,
+        } => {
+            if !url.starts_with("http://") {
+                return Err(StartError(format!(
+                    "server {:?}: {url:?} needs TLS, which this build of gate does not carry (it reaches HTTP servers on this machine only); use an http:// address, or run the server through a stdio command in {}",
+                    server.name,
+                    config.path.display()
+                )));
+            }
+            let mut headers = Vec::new();
+            for (name, variable) in headers_from_env {
+                let value = std::env::var(variable).map_err(|_| {
+                    StartError(format!(
+                        "server {:?}: header {name} takes its value from ${variable}, which is not set; set it in the environment of `gate serve`",
+                        server.name
+                    ))
+                })?;
+                headers.push((name.clone(), value));
+            }
+            Ok(Endpoint::Http(HttpEndpoint {
+                url: url.clone(),
+                headers,
+            }))
+        }
+    }
+}
+
+impl Daemon {
+    /// Open the store in `data_dir`, start every downstream server, build every agent's
+    /// view, and bind the agents' address and the person's socket.
+    pub async fn start(config: &Config, data_dir: &Path) -> Result<Self, StartError> {
+        create_private_dir(data_dir)?;
+        let database = Database::open(data_dir.join(DATABASE_FILE)).map_err(|e| {
+            StartError(format!(
+                "could not open {}: {e}",
+                data_dir.join(DATABASE_FILE).display()
+            ))
+        })?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let overseer = Overseer::with_store(database.ledger(), clock.clone());
+
+        let mut downstreams = Vec::new();
+        for server in &config.servers {
+            let endpoint = endpoint(server, config)?;
+            if !server.sensitive_reads.is_empty() {
+                return Err(StartError(format!(
+                    "server {:?} lists sensitive_reads, which this version of gate does not honour yet (it would not lock anything down); remove them from {} rather than rely on them",
+                    server.name,
+                    config.path.display()
+                )));
+            }
+            let mcp = McpServer::connect(
+                McpServerConfig::new(server.name.clone(), endpoint)
+                    .trust(server.trust)
+                    .deadline(server.deadline),
+            )
+            .await
+            .map_err(|e| StartError(e.to_string()))?;
+            let store = database
+                .action_store(&server.name, clock.clone())
+                .await
+                .map_err(|e| StartError(format!("server {:?}: {e}", server.name)))?;
+            let gatekeeper = Arc::new(mcp.gatekeeper(store));
+            overseer
+                .register(gatekeeper.clone())
+                .map_err(|e| StartError(e.to_string()))?;
+            info!(server = %server.name, tools = mcp.catalog().tools().len(), "server.ready");
+            downstreams.push(Downstream {
+                name: server.name.clone(),
+                server: mcp,
+                gatekeeper,
+            });
+        }
+        overseer.resume().map_err(|e| StartError(e.to_string()))?;
+
+        let mut views = Vec::new();
+        for agent in &config.agents {
+            let grants: Vec<(String, Option<Vec<String>>)> = agent
+                .grants
+                .iter()
+                .map(|g| (g.server.clone(), g.tools.clone()))
+                .collect();
+            views.push(
+                AgentView::build(&overseer, &agent.name, &grants, &downstreams)
+                    .map_err(|e| StartError(e.to_string()))?,
+            );
+        }
+        let tokens = Tokens::new(
+            config
+                .agents
+                .iter()
+                .map(|a| (a.name.as_str(), a.token.as_str())),
+        );
+        let gateway = Arc::new(Gateway::new(overseer, downstreams, views));
+        let recovered = gateway.recover_pending().await;
+        if recovered > 0 {
+            info!(recovered, "pending actions recovered from the ledger");
+        }
+
+        let socket = socket_in(data_dir);
+        let control = control::bind(&socket).map_err(|e| StartError(e.to_string()))?;
+        let http = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| {
+                StartError(format!(
+                    "could not listen on {}: {e}; change listen in {}",
+                    config.listen,
+                    config.path.display()
+                ))
+            })?;
+        Ok(Self {
+            gateway,
+            tokens,
+            http,
+            control,
+            socket,
+        })
+    }
+
+    /// Where agents reach it.
+    pub fn address(&self) -> Result<SocketAddr, std::io::Error> {
+        self.http.local_addr()
+    }
+
+    /// The agents' endpoint URL.
+    pub fn url(&self) -> Result<String, std::io::Error> {
+        Ok(format!("http://{}{MCP_PATH}", self.address()?))
+    }
+
+    /// The person's socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Serve agents and the person until `shutdown` completes; then stop taking requests,
+    /// give open agent connections `grace` to finish, and wait for decisions in flight.
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+        grace: Duration,
+    ) -> Result<(), StartError> {
+        let Self {
+            gateway,
+            tokens,
+            http,
+            control,
+            socket,
+        } = self;
+        let person = tokio::spawn(control::serve(control, gateway.clone()));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        });
+        let mut graceful = stopped.clone();
+        let mut hard = stopped;
+        let agents = axum::serve(http, http::router(gateway.clone(), tokens))
+            .with_graceful_shutdown(async move {
+                let _ = graceful.wait_for(|s| *s).await;
+            });
+        let outcome = tokio::select! {
+            served = agents => {
+                served.map_err(|e| StartError(format!("the agents' endpoint failed: {e}")))
+            }
+            () = async move {
+                let _ = hard.wait_for(|s| *s).await;
+                tokio::time::sleep(grace).await;
+            } => {
+                warn!(grace = ?grace, "shutdown: agent connections still open after the grace period; closing them");
+                Ok(())
+            }
+        };
+        person.abort();
+        let _ = std::fs::remove_file(&socket);
+        gateway.overseer().settle().await;
+        info!("shutdown.done");
+        outcome
+    }
+}

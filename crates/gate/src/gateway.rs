@@ -1,0 +1,629 @@
+//! The gateway: what each agent sees and what its calls do, independent of how the agent
+//! is connected.
+//!
+//! An agent sees only the tools its grants name, as `<server>__<tool>` ([`crate::names`]),
+//! with the downstream description and boolean annotations passed through, and two gateway
+//! tools: [`ACTION_RESULT_TOOL`] and [`PENDING_TOOL`]. A call goes through the agent's
+//! gatekeeper-core session for that server:
+//!
+//! - a read runs at once, is recorded as an observation, and its answer is returned;
+//! - a write is staged and answered at once with an ordinary result (not an error): what
+//!   was staged, its action id, that nothing was sent, that later reads will not show it,
+//!   and how to get the outcome. A gated tool's output schema is not listed, since its
+//!   answer is that message, not the tool's output;
+//! - an identical call (same agent, same tool, same arguments) while the first is still
+//!   pending returns the same action instead of staging a second one.
+//!
+//! Nothing here decides: approving and rejecting belong to the person's side
+//! ([`crate::control`]); an agent can only read the outcome of its own actions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use gatekeeper_core::{ActionResult, CallOutcome, Content, Session, ToolGatekeeper, ToolResult};
+use gatekeeper_mcp::{McpServer, canonical_json, split_gated_name};
+use kernel::{ActionState, LedgerId, Overseer};
+use prompt_sanitize::{MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline};
+use rmcp::model::{CallToolResult, ContentBlock, Tool as McpTool};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+use tracing::warn;
+
+use crate::names::{NameCollision, agent_names};
+
+/// The gateway tool that reports an action's outcome.
+pub const ACTION_RESULT_TOOL: &str = "gate_action_result";
+/// The gateway tool that lists the agent's open actions.
+pub const PENDING_TOOL: &str = "gate_pending";
+
+/// One downstream server as the gateway holds it.
+#[derive(Debug, Clone)]
+pub struct Downstream {
+    /// Its configured name (also its gatekeeper's name).
+    pub name: String,
+    /// The driver.
+    pub server: Arc<McpServer>,
+    /// Its gatekeeper, registered with the kernel.
+    pub gatekeeper: Arc<ToolGatekeeper>,
+}
+
+/// One tool as one agent sees it.
+#[derive(Debug, Clone)]
+struct AgentTool {
+    /// The name the agent calls.
+    exposed: String,
+    /// The driver of its server.
+    driver: Arc<McpServer>,
+    /// The server it belongs to.
+    server: String,
+    /// Its gated name in that server's gatekeeper.
+    gated: String,
+    /// Whether the classifier made it a read.
+    read: bool,
+    /// What the agent is shown.
+    listing: McpTool,
+}
+
+/// One agent's view: its tools and its sessions.
+#[derive(Debug)]
+pub struct AgentView {
+    name: String,
+    tools: Vec<AgentTool>,
+    by_name: HashMap<String, usize>,
+    sessions: HashMap<String, Session>,
+    /// Held while this agent stages, so a repeat waits for the first and finds its action.
+    staging: Mutex<()>,
+}
+
+/// Why an agent's view could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ViewError {
+    /// A grant names a tool its server does not list.
+    #[error(
+        "agent {agent:?} is granted tool {tool:?} of server {server:?}, which that server does not list; it lists: {listed}"
+    )]
+    UnknownTool {
+        /// The agent.
+        agent: String,
+        /// The server.
+        server: String,
+        /// The tool.
+        tool: String,
+        /// What the server lists.
+        listed: String,
+    },
+    /// A grant names a server the gateway does not run.
+    #[error("agent {agent:?} is granted server {server:?}, which is not running")]
+    UnknownServer {
+        /// The agent.
+        agent: String,
+        /// The server.
+        server: String,
+    },
+    /// Two tools would have the same name.
+    #[error(transparent)]
+    Names(#[from] NameCollision),
+    /// The kernel refused to mint a grant.
+    #[error("the kernel refused a grant for agent {agent:?}: {message}")]
+    Grant {
+        /// The agent.
+        agent: String,
+        /// The kernel's message.
+        message: String,
+    },
+}
+
+/// The listing of one tool: the downstream definition as gatekeeper-core keeps it (boolean
+/// hints only), under the agent-facing name, with the output schema only for reads.
+fn listing(exposed: &str, downstream: &gatekeeper_mcp::CatalogTool, read: bool) -> Option<McpTool> {
+    let mut shown = serde_json::to_value(&downstream.tool).ok()?;
+    shown["name"] = Value::String(exposed.to_owned());
+    if read && let Some(schema) = downstream.raw.get("outputSchema") {
+        shown["outputSchema"] = schema.clone();
+    }
+    match serde_json::from_value(shown) {
+        Ok(tool) => Some(tool),
+        Err(error) => {
+            warn!(tool = %downstream.name, %error, "listing.unreadable: not offered to agents");
+            None
+        }
+    }
+}
+
+fn gateway_tools() -> Vec<McpTool> {
+    let result = json!({
+        "name": ACTION_RESULT_TOOL,
+        "description": "The outcome of an action you staged: pending, applied (with the server's answer), rejected (with the person's reason), or failed (with whether it may have reached the server).",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"action_id": {"type": "integer", "description": "The action id a staged call returned."}},
+            "required": ["action_id"]
+        },
+        "annotations": {"readOnlyHint": true}
+    });
+    let pending = json!({
+        "name": PENDING_TOOL,
+        "description": "Your actions that still wait for a person's decision.",
+        "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": true}
+    });
+    [result, pending]
+        .into_iter()
+        .map(|t| serde_json::from_value(t).expect("the gateway's own tools parse"))
+        .collect()
+}
+
+impl AgentView {
+    /// The view of agent `name` over `downstreams`, given its grants as (server, tools or
+    /// `None` for all).
+    pub fn build(
+        overseer: &Overseer,
+        name: &str,
+        grants: &[(String, Option<Vec<String>>)],
+        downstreams: &[Downstream],
+    ) -> Result<Self, ViewError> {
+        let mut picked: Vec<(String, gatekeeper_mcp::CatalogTool, bool, Arc<McpServer>)> =
+            Vec::new();
+        let mut sessions = HashMap::new();
+        for (server, tools) in grants {
+            let downstream = downstreams
+                .iter()
+                .find(|d| &d.name == server)
+                .ok_or_else(|| ViewError::UnknownServer {
+                    agent: name.to_owned(),
+                    server: server.clone(),
+                })?;
+            let catalog = downstream.server.catalog();
+            let chosen: Vec<&gatekeeper_mcp::CatalogTool> = match tools {
+                None => catalog.tools().iter().collect(),
+                Some(tools) => tools
+                    .iter()
+                    .map(|tool| {
+                        catalog.get(tool).ok_or_else(|| ViewError::UnknownTool {
+                            agent: name.to_owned(),
+                            server: server.clone(),
+                            tool: tool.clone(),
+                            listed: catalog
+                                .tools()
+                                .iter()
+                                .map(|t| t.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
+            let gated: Vec<&str> = chosen.iter().map(|t| t.gated_name()).collect();
+            let session = downstream
+                .gatekeeper
+                .grant(overseer, name, &gated)
+                .map_err(|e| ViewError::Grant {
+                    agent: name.to_owned(),
+                    message: e.to_string(),
+                })?
+                .into_session();
+            sessions.insert(server.clone(), session);
+            for tool in chosen {
+                let read = downstream
+                    .gatekeeper
+                    .classification(tool.gated_name())
+                    .is_some_and(|c| c.is_read());
+                picked.push((
+                    server.clone(),
+                    tool.clone(),
+                    read,
+                    downstream.server.clone(),
+                ));
+            }
+        }
+        let pairs: Vec<(&str, &str)> = picked
+            .iter()
+            .map(|(server, tool, _, _)| (server.as_str(), tool.name.as_str()))
+            .collect();
+        let exposed = agent_names(&pairs, &[ACTION_RESULT_TOOL, PENDING_TOOL])?;
+        let mut tools = Vec::new();
+        for ((server, tool, read, driver), exposed) in picked.into_iter().zip(exposed) {
+            if let Some(listing) = listing(&exposed, &tool, read) {
+                tools.push(AgentTool {
+                    exposed,
+                    driver,
+                    server,
+                    gated: tool.gated_name().to_owned(),
+                    read,
+                    listing,
+                });
+            }
+        }
+        let by_name = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.exposed.clone(), i))
+            .collect();
+        Ok(Self {
+            name: name.to_owned(),
+            tools,
+            by_name,
+            sessions,
+            staging: Mutex::new(()),
+        })
+    }
+
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Every agent's view over one kernel, and what the gateway remembers between calls.
+pub struct Gateway {
+    overseer: Overseer,
+    downstreams: Vec<Downstream>,
+    agents: BTreeMap<String, AgentView>,
+    /// Pending calls by (agent, tool, canonical arguments), to answer a repeat with the
+    /// same action. (Each agent's staging is serialized by [`AgentView`]'s turn, so two
+    /// identical calls cannot both stage; different agents stage concurrently.)
+    staged: std::sync::Mutex<HashMap<(String, String, String), LedgerId>>,
+    /// A person's reason for a rejection, told to the agent that asks.
+    reasons: std::sync::Mutex<HashMap<LedgerId, String>>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Text for the agent, as one ordinary result.
+fn text_result(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text)])
+}
+
+/// Text for the agent, as a tool error.
+fn error_result(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+/// A downstream answer as the agent receives it. Blocks the toolkit does not keep (images,
+/// resources) are replaced by a note.
+fn downstream_result(result: &ToolResult, prefix: Option<String>) -> CallToolResult {
+    let mut content: Vec<ContentBlock> = prefix.into_iter().map(ContentBlock::text).collect();
+    for block in &result.content {
+        content.push(ContentBlock::text(match block {
+            Content::Text { text } => text.clone(),
+            Content::Unsupported => "(a block that is not text was left out)".to_owned(),
+        }));
+    }
+    let mut answer = if result.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    answer.structured_content = result.structured_content.clone();
+    answer
+}
+
+/// What an agent is told when its write is staged.
+pub fn staged_message(tool: &str, ledger: LedgerId, repeat: bool) -> String {
+    let id = ledger.0;
+    let head = if repeat {
+        format!(
+            "This identical call to \"{tool}\" is already staged as action {id} and still waits for a person's approval; it was not staged again."
+        )
+    } else {
+        format!("Staged as action {id}: calling \"{tool}\" needs a person's approval.")
+    };
+    format!(
+        "{head} Nothing has been sent to the server, so later reads will not show this change. To learn the outcome, call {ACTION_RESULT_TOOL} with {{\"action_id\": {id}}}."
+    )
+}
+
+impl Gateway {
+    /// A gateway over `overseer` and these servers, for these agents.
+    pub fn new(overseer: Overseer, downstreams: Vec<Downstream>, agents: Vec<AgentView>) -> Self {
+        Self {
+            overseer,
+            downstreams,
+            agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),
+            staged: std::sync::Mutex::new(HashMap::new()),
+            reasons: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The kernel.
+    pub fn overseer(&self) -> &Overseer {
+        &self.overseer
+    }
+
+    /// Remember the pending actions in the ledger (staged before a restart), so that an
+    /// identical call still returns the action it already staged. Returns how many.
+    pub async fn recover_pending(&self) -> usize {
+        let open = match self.overseer.open_actions() {
+            Ok(open) => open,
+            Err(error) => {
+                warn!(%error, "recover.pending: the ledger could not be read");
+                return 0;
+            }
+        };
+        let mut found = Vec::new();
+        for entry in open {
+            let Some(action) = entry.action() else {
+                continue;
+            };
+            if action.state != ActionState::Pending {
+                continue;
+            }
+            let (Some(view), Some(downstream)) = (
+                self.agents.get(&*entry.caller),
+                self.downstreams
+                    .iter()
+                    .find(|d| d.name.as_str() == &*entry.gatekeeper),
+            ) else {
+                continue;
+            };
+            let Ok(Some(record)) = downstream.gatekeeper.store().get(action.driver_id).await else {
+                continue;
+            };
+            let Some(tool) = view
+                .tools
+                .iter()
+                .find(|t| t.server == downstream.name && *t.gated == *record.tool)
+            else {
+                continue;
+            };
+            found.push((
+                (
+                    view.name.clone(),
+                    tool.exposed.clone(),
+                    canonical_json(&record.args),
+                ),
+                entry.id,
+            ));
+        }
+        let recovered = found.len();
+        self.staged().extend(found);
+        recovered
+    }
+
+    fn staged(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String, String), LedgerId>> {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// For the person: each server's catalog as read now, against the one accepted at start
+    /// (the one agents can call): tools changed, added or gone since. Server-provided names
+    /// are rendered as code spans, so they cannot forge a line.
+    pub async fn catalog_report(&self) -> String {
+        let mut lines = Vec::new();
+        for downstream in &self.downstreams {
+            let server = code_span(&downstream.name, MAX_INLINE_CHARS);
+            let accepted: BTreeMap<String, String> = downstream
+                .gatekeeper
+                .tools()
+                .filter_map(|(tool, _)| {
+                    let (name, digest) = split_gated_name(&tool.name)?;
+                    Some((name.to_owned(), digest.to_owned()))
+                })
+                .collect();
+            let current = match downstream.server.refresh().await {
+                Ok(catalog) => catalog,
+                Err(error) => {
+                    lines.push(format!(
+                        "{server}: could not read its catalog now: {}",
+                        plain_inline(&error, MAX_DESCRIPTION_CHARS)
+                    ));
+                    continue;
+                }
+            };
+            let mut notes = Vec::new();
+            for tool in current.tools() {
+                let name = code_span(&tool.name, MAX_INLINE_CHARS);
+                match accepted.get(&tool.name) {
+                    None => notes.push(format!(
+                        "  {name} is new since the gate started: agents cannot call it until you restart the gate"
+                    )),
+                    Some(digest) if *digest != tool.digest => notes.push(format!(
+                        "  {name} changed since the gate started (definition {digest}, now {}): agents cannot call it until you restart the gate",
+                        tool.digest
+                    )),
+                    Some(_) => {}
+                }
+            }
+            for name in accepted.keys() {
+                if current.get(name).is_none() {
+                    notes.push(format!(
+                        "  {} is gone from the server: calls of it are refused",
+                        code_span(name, MAX_INLINE_CHARS)
+                    ));
+                }
+            }
+            if notes.is_empty() {
+                lines.push(format!(
+                    "{server}: {} tools, unchanged since the gate started",
+                    accepted.len()
+                ));
+            } else {
+                lines.push(format!("{server}:"));
+                lines.extend(notes);
+            }
+        }
+        if lines.is_empty() {
+            lines.push("no servers are configured".to_owned());
+        }
+        lines.join("\n")
+    }
+
+    /// Remember a person's reason for rejecting `ledger`.
+    pub fn record_reason(&self, ledger: LedgerId, reason: String) {
+        self.reasons
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ledger, reason);
+    }
+
+    /// The tools agent `agent` sees (none for an unknown agent).
+    pub fn list_tools(&self, agent: &str) -> Vec<McpTool> {
+        let Some(view) = self.agents.get(agent) else {
+            return Vec::new();
+        };
+        let mut tools: Vec<McpTool> = view.tools.iter().map(|t| t.listing.clone()).collect();
+        tools.extend(gateway_tools());
+        tools
+    }
+
+    /// Run one call of agent `agent`. `None` when the agent has no tool of that name.
+    pub async fn call_tool(&self, agent: &str, tool: &str, args: Value) -> Option<CallToolResult> {
+        let view = self.agents.get(agent)?;
+        match tool {
+            ACTION_RESULT_TOOL => return Some(self.action_result(view, &args).await),
+            PENDING_TOOL => return Some(self.pending(view)),
+            _ => {}
+        }
+        let entry = &view.tools[*view.by_name.get(tool)?];
+        let session = view.sessions.get(&entry.server)?;
+        if entry.read {
+            return Some(match session.call_tool(&entry.gated, args).await {
+                Ok(CallOutcome::Data { result, .. }) => downstream_result(&result, None),
+                Ok(CallOutcome::Pending { .. }) => error_result(
+                    "the gateway expected a read and staged an action instead; ask the person to check the gate's log",
+                ),
+                Err(error) => error_result(error.to_string()),
+            });
+        }
+        Some(self.stage(view, entry, session, args).await)
+    }
+
+    async fn stage(
+        &self,
+        view: &AgentView,
+        entry: &AgentTool,
+        session: &Session,
+        args: Value,
+    ) -> CallToolResult {
+        let key = (
+            view.name.clone(),
+            entry.exposed.clone(),
+            canonical_json(&args),
+        );
+        // A write is staged only against the definition the person granted: a tool the
+        // server changed since is not callable until a person accepts the new catalog.
+        if let Err(refusal) = entry.driver.check_current(&entry.gated).await {
+            return error_result(format!("{refusal}. Nothing was staged or sent."));
+        }
+        let _turn = view.staging.lock().await;
+        let known = self.staged().get(&key).copied();
+        if let Some(ledger) = known {
+            let still_pending = self
+                .overseer
+                .entry(ledger)
+                .ok()
+                .flatten()
+                .and_then(|e| e.action().map(|a| a.state == ActionState::Pending))
+                .unwrap_or(false);
+            if still_pending {
+                return text_result(staged_message(&entry.exposed, ledger, true));
+            }
+            self.staged().remove(&key);
+        }
+        match session.call_tool(&entry.gated, args).await {
+            Ok(CallOutcome::Pending { ledger, .. }) => {
+                self.staged().insert(key, ledger);
+                text_result(staged_message(&entry.exposed, ledger, false))
+            }
+            Ok(CallOutcome::Data { .. }) => error_result(
+                "the gateway expected to stage this call but the server ran it as a read; ask the person to check the gate's log",
+            ),
+            Err(error) => error_result(error.to_string()),
+        }
+    }
+
+    async fn action_result(&self, view: &AgentView, args: &Value) -> CallToolResult {
+        let Some(id) = args.get("action_id").and_then(Value::as_u64) else {
+            return error_result(
+                "action_id must be the number a staged call returned, for example {\"action_id\": 3}",
+            );
+        };
+        let ledger = LedgerId(id);
+        let unknown = || {
+            error_result(format!(
+                "you have no action {id}; {PENDING_TOOL} lists your open actions"
+            ))
+        };
+        let Ok(Some(entry)) = self.overseer.entry(ledger) else {
+            return unknown();
+        };
+        let Some(action) = entry.action() else {
+            return unknown();
+        };
+        if &*entry.caller != view.name.as_str() {
+            return unknown();
+        }
+        let Some(session) = view.sessions.get(&*entry.gatekeeper) else {
+            return unknown();
+        };
+        match session.get_action_result(action.driver_id).await {
+            Ok(ActionResult::Applied { result, .. }) => downstream_result(
+                &result,
+                Some(format!(
+                    "Action {id} was approved and sent; the server answered:"
+                )),
+            ),
+            Ok(ActionResult::Rejected { .. }) => {
+                let reason = self
+                    .reasons
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&ledger)
+                    .cloned();
+                text_result(match reason {
+                    Some(reason) => format!(
+                        "Action {id} was rejected by a person, so nothing was sent. Their reason: {reason}"
+                    ),
+                    None => format!("Action {id} was rejected by a person, so nothing was sent."),
+                })
+            }
+            Ok(ActionResult::Failed { message, retryable }) => text_result(if retryable {
+                format!(
+                    "Action {id} failed before it reached the server: {message} It waits for a person again."
+                )
+            } else {
+                format!(
+                    "Action {id} failed, and it may have reached the server: {message} It will not be sent again."
+                )
+            }),
+            Ok(ActionResult::Pending { .. }) => text_result(format!(
+                "Action {id} still waits for a person's approval; nothing has been sent."
+            )),
+            Ok(ActionResult::Applying { .. }) => text_result(format!(
+                "Action {id} was approved and is being sent now; ask again shortly."
+            )),
+            Err(error) => error_result(error.to_string()),
+        }
+    }
+
+    fn pending(&self, view: &AgentView) -> CallToolResult {
+        let open = match self.overseer.open_actions() {
+            Ok(open) => open,
+            Err(error) => return error_result(format!("the ledger could not be read: {error}")),
+        };
+        let mine: Vec<String> = open
+            .iter()
+            .filter(|e| &*e.caller == view.name.as_str())
+            .filter_map(|e| {
+                let action = e.action()?;
+                Some(format!(
+                    "action {}: {} ({})",
+                    e.id.0,
+                    e.title(),
+                    action.state
+                ))
+            })
+            .collect();
+        text_result(if mine.is_empty() {
+            "You have no actions waiting for a person.".to_owned()
+        } else {
+            format!("Waiting for a person:\n{}", mine.join("\n"))
+        })
+    }
+}

@@ -1,0 +1,33 @@
+//! The `gate` daemon's library: an MCP gateway that sits between agents and the person's
+//! real MCP servers and holds every write until a person decides.
+//!
+//! This is the deployment, the top floor like the lectures: it wires the kernel, the MCP
+//! driver ([`gatekeeper_mcp`]) and storage into one process. Nothing depends on it.
+//!
+//! - [`config`]: `gate.toml`, read strictly.
+//! - [`names`]: the tool names agents see (`<server>__<tool>`).
+//! - [`paths`]: where configuration and data live by default.
+//! - [`gateway`]: what each agent sees and what its calls do.
+//! - [`http`]: agents over MCP streamable HTTP on loopback, one bearer token each.
+//! - [`control`]: the person's owner-only socket (`gate pending`, `approve`, `reject`).
+//! - [`daemon`]: `gate serve`, wiring all of the above over one kernel and one SQLite file.
+//! - [`bridge`]: `gate mcp --agent NAME`, a stateless stdio bridge to the daemon.
+//!
+//! # Architecture invariants
+//!
+//! - Nothing an agent can reach decides. Agents reach the daemon only through [`http`];
+//!   approving and rejecting exist only on the person's socket ([`control`]), which is
+//!   created owner-only in a private data directory.
+//! - Every downstream request has a deadline (the server's, enforced by
+//!   [`gatekeeper_mcp`]).
+//! - An agent sees, and can call, only what its grants name; with no grant it sees only
+//!   the gateway's two tools, which report on its own actions.
+
+pub mod bridge;
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod gateway;
+pub mod http;
+pub mod names;
+pub mod paths;

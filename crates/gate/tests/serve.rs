@@ -1,0 +1,720 @@
+//! `gate serve` as a real process in front of a real MCP server process (gatekeeper-mcp's
+//! `mcp-fixture`), with an agent speaking MCP over HTTP (rmcp's client) and a person using
+//! the `gate` commands.
+//!
+//! Deliveries are counted from the fixture's own log, written by the server process before
+//! each write acts.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+const CODER_TOKEN: &str = "coder-token-0123456789abcdef";
+const IDLE_TOKEN: &str = "idle-token-0123456789abcdef0";
+
+/// The fixture server binary, a binary of gatekeeper-mcp. `cargo test --workspace` builds
+/// it next to this test's directory; when it is missing or older than its source (as after
+/// `cargo test -p gate` alone), it is built here, once per test run.
+fn fixture_binary() -> PathBuf {
+    static FIXTURE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FIXTURE.get_or_init(build_fixture).clone()
+}
+
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn build_fixture() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let fixture = dir.join("mcp-fixture");
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gatekeeper-mcp");
+    let sources = [
+        crate_dir.join("src/bin/mcp-fixture.rs"),
+        crate_dir.join("Cargo.toml"),
+    ];
+    let fresh = modified(&fixture).is_some_and(|built| {
+        sources
+            .iter()
+            .all(|source| modified(source).is_some_and(|changed| changed <= built))
+    });
+    if !fresh {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "gatekeeper-mcp", "--bin", "mcp-fixture"]);
+        if dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
+        assert!(status.success(), "building the fixture server failed");
+    }
+    assert!(fixture.is_file(), "{} was not built", fixture.display());
+    fixture
+}
+
+/// A port nothing listens on right now (the bridge needs a fixed one).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Start `gate serve` and read the agents' URL from its first line.
+fn spawn_serve(config: &Path, data: &Path) -> (Child, String) {
+    spawn_serve_with(config, data, &[])
+}
+
+fn spawn_serve_with(config: &Path, data: &Path, env: &[(&str, &str)]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .envs(env.iter().copied())
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("gate serve starts");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut first)
+        .expect("gate serve prints its address");
+    let url = first
+        .trim()
+        .strip_prefix("gate: agents at ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_owned();
+    (child, url)
+}
+
+struct Gate {
+    child: Child,
+    config: PathBuf,
+    dir: PathBuf,
+    url: String,
+    log: PathBuf,
+}
+
+impl Gate {
+    fn start(name: &str) -> Self {
+        Self::start_with(name, "byo")
+    }
+
+    fn start_with(name: &str, trust: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "gate-serve-{}-{}-{name}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let log = dir.join("deliveries.log");
+        let config = dir.join("gate.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"listen = "127.0.0.1:{port}"
+
+[[server]]
+name = "fixture"
+command = {fixture:?}
+env = {{ MCP_FIXTURE_LOG = {log:?} }}
+trust = "{trust}"
+
+[[agent]]
+name = "coder"
+token = "{CODER_TOKEN}"
+
+[[agent.grant]]
+server = "fixture"
+
+[[agent]]
+name = "idle"
+token = "{IDLE_TOKEN}"
+"#,
+                port = free_port(),
+                fixture = fixture_binary().to_string_lossy(),
+                log = log.to_string_lossy(),
+            ),
+        )
+        .expect("config written");
+        let (child, url) = spawn_serve(&config, &dir.join("data"));
+        Self {
+            child,
+            config,
+            dir,
+            url,
+            log,
+        }
+    }
+
+    /// SIGKILL the daemon (no cleanup of any kind), then start it again on the same
+    /// configuration and data.
+    fn kill_and_restart(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+        let (child, url) = spawn_serve(&self.config, &self.dir.join("data"));
+        self.child = child;
+        self.url = url;
+    }
+
+    async fn agent(&self, token: &str) -> RunningService<RoleClient, ()> {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(self.url.clone()).auth_header(token),
+        );
+        ().serve(transport).await.expect("the agent connects")
+    }
+
+    /// Run a person's command against this daemon.
+    fn person(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_gate"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .output()
+            .expect("gate runs")
+    }
+
+    fn deliveries(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .map(|t| t.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn call(agent: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    agent
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The action id in a staged answer.
+fn action_id(answer: &str) -> u64 {
+    let rest = answer
+        .split("action ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no action id in {answer:?}"));
+    rest.chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .expect("a number")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_see_only_their_grants_under_server_names_and_writes_without_output_schemas() {
+    let gate = Gate::start("listing");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let tools = coder.list_all_tools().await.expect("lists");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for expected in [
+        "fixture__read_notes",
+        "fixture__write_note",
+        "fixture__odd_hint",
+        "gate_action_result",
+        "gate_pending",
+    ] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    let schema = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t.name.as_ref() == name)
+            .map(|t| t.output_schema.is_some())
+    };
+    assert_eq!(
+        schema("fixture__read_notes"),
+        Some(true),
+        "a read keeps its output schema"
+    );
+    assert_eq!(
+        schema("fixture__write_note"),
+        Some(false),
+        "a gated tool answers with a pending note, so its output schema is not listed"
+    );
+
+    let idle = gate.agent(IDLE_TOKEN).await;
+    let tools = idle.list_all_tools().await.expect("lists");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(
+        names,
+        ["gate_action_result", "gate_pending"],
+        "no grant, no server tools"
+    );
+    let Value::Object(args) = json!({"text": "x"}) else {
+        unreachable!()
+    };
+    assert!(
+        idle.call_tool(CallToolRequestParams::new("fixture__write_note").with_arguments(args))
+            .await
+            .is_err(),
+        "an agent without a grant cannot call the tool"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_waits_for_the_person_a_duplicate_is_the_same_action_and_approve_delivers_once() {
+    let gate = Gate::start("approve");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let read = call(&coder, "fixture__read_notes", json!({})).await;
+    assert_ne!(read.is_error, Some(true));
+
+    let staged = call(&coder, "fixture__write_note", json!({"text": "hi"})).await;
+    assert_ne!(staged.is_error, Some(true), "pending is an ordinary answer");
+    let staged = text(&staged);
+    assert!(staged.contains("Nothing has been sent"), "{staged}");
+    let id = action_id(&staged);
+    let again = text(&call(&coder, "fixture__write_note", json!({"text": "hi"})).await);
+    assert!(again.contains("already staged"), "{again}");
+    assert_eq!(action_id(&again), id, "the same action, not a second one");
+    assert!(gate.deliveries().is_empty(), "nothing sent before approval");
+
+    let pending = gate.person(&["pending"]);
+    assert!(pending.status.success(), "{pending:?}");
+    let listed = String::from_utf8_lossy(&pending.stdout);
+    assert!(
+        listed.contains(&format!("#{id}  pending  [fixture]")),
+        "{listed}"
+    );
+
+    let approve = gate.person(&["approve", &id.to_string()]);
+    assert!(approve.status.success(), "{approve:?}");
+    assert_eq!(gate.deliveries(), [r#"write_note {"text":"hi"}"#]);
+    let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": id})).await);
+    assert!(outcome.contains("approved and sent"), "{outcome}");
+    assert!(outcome.contains("wrote \"hi\""), "{outcome}");
+
+    let twice = gate.person(&["approve", &id.to_string()]);
+    assert!(
+        !twice.status.success(),
+        "an applied action is not approved again"
+    );
+    assert_eq!(gate.deliveries().len(), 1, "delivered exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reject_delivers_nothing_and_the_reason_reaches_the_agent() {
+    let gate = Gate::start("reject");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let id = action_id(&text(
+        &call(&coder, "fixture__write_note", json!({"text": "no"})).await,
+    ));
+    let reject = gate.person(&["reject", &id.to_string(), "--reason", "not on a friday"]);
+    assert!(reject.status.success(), "{reject:?}");
+    let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": id})).await);
+    assert!(outcome.contains("rejected"), "{outcome}");
+    assert!(outcome.contains("not on a friday"), "{outcome}");
+    assert!(gate.deliveries().is_empty());
+
+    let idle = gate.agent(IDLE_TOKEN).await;
+    let other = text(&call(&idle, "gate_action_result", json!({"action_id": id})).await);
+    assert!(
+        other.contains("you have no action"),
+        "another agent's action stays hidden: {other}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_persons_side_is_owner_only_and_out_of_an_agents_reach() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let gate = Gate::start("owner-only");
+    let mode = |path: PathBuf| {
+        std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(gate.dir.join("data")), 0o700);
+    assert_eq!(mode(gate.dir.join("data").join("gate.sock")), 0o600);
+
+    let coder = gate.agent(CODER_TOKEN).await;
+    let id = action_id(&text(
+        &call(&coder, "fixture__write_note", json!({"text": "mine"})).await,
+    ));
+    for tool in ["gate_approve", "approve", "gate__approve"] {
+        let Value::Object(args) = json!({"action_id": id, "ids": [id]}) else {
+            unreachable!()
+        };
+        assert!(
+            coder
+                .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+                .await
+                .is_err(),
+            "{tool} is not an agent's tool"
+        );
+    }
+    assert!(gate.deliveries().is_empty());
+    let still = text(&call(&coder, "gate_action_result", json!({"action_id": id})).await);
+    assert!(still.contains("still waits"), "{still}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_token_reaches_nothing() {
+    let gate = Gate::start("token");
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gate.url.clone())
+            .auth_header("not-a-token-of-any-agent-at-all"),
+    );
+    assert!(().serve(transport).await.is_err(), "refused at the door");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stdio_bridge_reaches_the_daemon_as_its_agent_and_keeps_nothing_itself() {
+    use rmcp::transport::TokioChildProcess;
+
+    let gate = Gate::start("bridge");
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_gate"));
+    command
+        .args(["mcp", "--agent", "coder", "--config"])
+        .arg(&gate.config);
+    let bridged =
+        ().serve(TokioChildProcess::new(command).expect("gate mcp starts"))
+            .await
+            .expect("the bridge speaks MCP on stdio");
+    let tools = bridged.list_all_tools().await.expect("lists");
+    assert!(
+        tools
+            .iter()
+            .any(|t| t.name.as_ref() == "fixture__write_note")
+    );
+
+    let staged = text(
+        &call(
+            &bridged,
+            "fixture__write_note",
+            json!({"text": "via stdio"}),
+        )
+        .await,
+    );
+    let id = action_id(&staged);
+    assert!(gate.deliveries().is_empty(), "staged, not sent");
+
+    // The same agent over HTTP sees the same action: the state is the daemon's.
+    let direct = gate.agent(CODER_TOKEN).await;
+    let again = text(&call(&direct, "fixture__write_note", json!({"text": "via stdio"})).await);
+    assert_eq!(action_id(&again), id, "{again}");
+
+    assert!(gate.person(&["approve", &id.to_string()]).status.success());
+    let outcome = text(&call(&bridged, "gate_action_result", json!({"action_id": id})).await);
+    assert!(outcome.contains("approved and sent"), "{outcome}");
+    assert_eq!(gate.deliveries(), [r#"write_note {"text":"via stdio"}"#]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_after_the_send_never_sends_again_after_restart() {
+    let mut gate = Gate::start("sigkill");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let id = action_id(&text(&call(&coder, "fixture__hang", json!({})).await));
+    drop(coder);
+    // The person's approve waits for the apply, which the server never answers.
+    let mut approve = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(["approve", &id.to_string(), "--data-dir"])
+        .arg(gate.dir.join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gate approve starts");
+    for waited in 0.. {
+        if !gate.deliveries().is_empty() {
+            break;
+        }
+        assert!(waited < 1500, "the server never received the call");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    gate.kill_and_restart();
+    let _ = approve.wait();
+
+    let again = gate.person(&["approve", &id.to_string()]);
+    assert!(
+        !again.status.success(),
+        "a call that may have landed is final"
+    );
+    let coder = gate.agent(CODER_TOKEN).await;
+    let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": id})).await);
+    assert!(outcome.contains("may have reached the server"), "{outcome}");
+    assert_eq!(gate.deliveries(), ["hang {}"], "never sent twice");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_of_a_tool_the_server_does_not_list_stops_the_start_with_what_it_lists() {
+    let gate = Gate::start("bad-grant");
+    let text = std::fs::read_to_string(&gate.config).expect("config");
+    let bad = gate.dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        text.replace(
+            "server = \"fixture\"\n",
+            "server = \"fixture\"\ntools = [\"read_notes\", \"delete_everything\"]\n",
+        )
+        .replace(
+            &gate.url.replace("http://", "").replace("/mcp", ""),
+            "127.0.0.1:0",
+        ),
+    )
+    .expect("written");
+    let out = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&bad)
+        .arg("--data-dir")
+        .arg(gate.dir.join("other-data"))
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("agent \"coder\" is granted tool \"delete_everything\" of server \"fixture\", which that server does not list; it lists: read_notes, write_note"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_the_server_changed_after_the_grant_is_not_callable_until_the_gate_restarts() {
+    let mut gate = Gate::start("changed");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let staged = text(&call(&coder, "fixture__write_note", json!({"text": "before"})).await);
+    let before = action_id(&staged);
+    let changed = call(&coder, "fixture__change_catalog", json!({})).await;
+    assert_eq!(text(&changed), "catalog changed");
+
+    let refused = call(&coder, "fixture__write_note", json!({"text": "after"})).await;
+    assert_eq!(refused.is_error, Some(true));
+    let refused = text(&refused);
+    assert!(
+        refused.contains("changed the tool \"write_note\""),
+        "{refused}"
+    );
+    let catalog = gate.person(&["catalog"]);
+    assert!(catalog.status.success(), "{catalog:?}");
+    let catalog = String::from_utf8_lossy(&catalog.stdout);
+    assert!(
+        catalog.contains("`write_note` changed since the gate started"),
+        "the person is shown what changed: {catalog}"
+    );
+    let approve = gate.person(&["approve", &before.to_string()]);
+    assert!(
+        !approve.status.success(),
+        "a call staged against the old definition is refused"
+    );
+    assert!(gate.deliveries().is_empty(), "nothing reached the server");
+
+    drop(coder);
+    gate.kill_and_restart();
+    let coder = gate.agent(CODER_TOKEN).await;
+    let restaged = text(&call(&coder, "fixture__write_note", json!({"text": "after"})).await);
+    assert!(restaged.contains("Staged as action"), "{restaged}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approve_all_of_kind_lets_later_safe_calls_apply_on_a_vetted_server_only() {
+    for (trust, later) in [("vetted", "applied"), ("byo", "pending")] {
+        let gate = Gate::start_with(&format!("rule-{trust}"), trust);
+        let coder = gate.agent(CODER_TOKEN).await;
+        let first = action_id(&text(
+            &call(&coder, "fixture__tag_note", json!({"tag": "a"})).await,
+        ));
+        let rule = gate.person(&["approve", "--all-of-kind", &first.to_string()]);
+        assert!(rule.status.success(), "{rule:?}");
+        let second = action_id(&text(
+            &call(&coder, "fixture__tag_note", json!({"tag": "b"})).await,
+        ));
+        // Give the kernel's background drain its turn, through the person's socket.
+        assert!(gate.person(&["pending"]).status.success());
+        let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": second})).await);
+        let expected = if later == "applied" {
+            "approved and sent"
+        } else {
+            "still waits"
+        };
+        assert!(outcome.contains(expected), "{trust}: {outcome}");
+        let written: Vec<String> = gate.deliveries();
+        assert_eq!(
+            written.iter().any(|l| l.contains("\"b\"")),
+            later == "applied",
+            "{trust}: {written:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_downstream_http_server_gets_its_header_from_the_environment_and_a_write_once() {
+    let gate = Gate::start("http-downstream");
+    let mut fixture = Command::new(fixture_binary())
+        .env("MCP_FIXTURE_HTTP", "127.0.0.1:0")
+        .env("MCP_FIXTURE_TOKEN", "downstream-secret")
+        .env("MCP_FIXTURE_LOG", &gate.log)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the fixture serves HTTP");
+    let mut url = String::new();
+    BufReader::new(fixture.stdout.take().expect("piped"))
+        .read_line(&mut url)
+        .expect("the fixture prints its URL");
+    let config = gate.dir.join("http.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen = "127.0.0.1:0"
+
+[[server]]
+name = "remote"
+url = "{}"
+headers_from_env = {{ Authorization = "REMOTE_AUTH" }}
+
+[[agent]]
+name = "coder"
+token = "{CODER_TOKEN}"
+
+[[agent.grant]]
+server = "remote"
+tools = ["write_note"]
+"#,
+            url.trim()
+        ),
+    )
+    .expect("written");
+    let data = gate.dir.join("http-data");
+
+    let unset = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data)
+        .env_remove("REMOTE_AUTH")
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("runs");
+    assert!(!unset.status.success());
+    let stderr = String::from_utf8_lossy(&unset.stderr);
+    assert!(
+        stderr.contains("header Authorization takes its value from $REMOTE_AUTH, which is not set"),
+        "{stderr}"
+    );
+
+    let (mut daemon, agents) = spawn_serve_with(
+        &config,
+        &data,
+        &[("REMOTE_AUTH", "Bearer downstream-secret")],
+    );
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(agents).auth_header(CODER_TOKEN),
+    );
+    let coder = ().serve(transport).await.expect("the agent connects");
+    let id = action_id(&text(
+        &call(&coder, "remote__write_note", json!({"text": "far"})).await,
+    ));
+    assert!(gate.deliveries().is_empty());
+    let approve = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(["approve", &id.to_string(), "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("runs");
+    assert!(approve.status.success(), "{approve:?}");
+    assert_eq!(gate.deliveries(), [r#"write_note {"text":"far"}"#]);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let _ = fixture.kill();
+    let _ = fixture.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_the_daemon_with_an_agent_connected_and_removes_the_socket() {
+    let mut gate = Gate::start("sigterm");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let _ = call(&coder, "fixture__read_notes", json!({})).await;
+    let socket = gate.dir.join("data").join("gate.sock");
+    assert!(socket.exists());
+    // The shell's builtin, so no procps is needed.
+    let term = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {}", gate.child.id())])
+        .status()
+        .expect("sh runs");
+    assert!(term.success());
+    let mut exited = None;
+    for _ in 0..1000 {
+        exited = gate.child.try_wait().expect("waitable");
+        if exited.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let status = exited.expect("the daemon stopped on SIGTERM");
+    assert!(status.success(), "{status:?}");
+    assert!(!socket.exists(), "the person's socket is removed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_identical_call_after_a_restart_still_returns_the_action_it_staged() {
+    let mut gate = Gate::start("dedupe-restart");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let args = json!({"text": "once", "extra": {"b": 1, "a": 2}});
+    let id = action_id(&text(
+        &call(&coder, "fixture__write_note", args.clone()).await,
+    ));
+    drop(coder);
+    gate.kill_and_restart();
+    let coder = gate.agent(CODER_TOKEN).await;
+    let again = text(&call(&coder, "fixture__write_note", args).await);
+    assert!(again.contains("already staged"), "{again}");
+    assert_eq!(action_id(&again), id);
+    let other = text(&call(&coder, "fixture__write_note", json!({"text": "twice"})).await);
+    assert_ne!(
+        action_id(&other),
+        id,
+        "different arguments are a different action"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn identical_calls_racing_each_other_stage_one_action() {
+    let gate = Gate::start("dedupe-race");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let args = json!({"text": "race"});
+    let (a, b, c) = tokio::join!(
+        call(&coder, "fixture__write_note", args.clone()),
+        call(&coder, "fixture__write_note", args.clone()),
+        call(&coder, "fixture__write_note", args.clone()),
+    );
+    let ids: Vec<u64> = [a, b, c].iter().map(|r| action_id(&text(r))).collect();
+    assert!(ids.iter().all(|&id| id == ids[0]), "{ids:?}");
+    let pending = text(&call(&coder, "gate_pending", json!({})).await);
+    assert_eq!(pending.lines().count(), 2, "one waiting action: {pending}");
+}

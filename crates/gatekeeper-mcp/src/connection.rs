@@ -1,0 +1,331 @@
+//! One MCP client connection to a downstream server: a child process speaking MCP on
+//! stdio, or a server over MCP streamable HTTP.
+//!
+//! The gateway introduces itself with **no client capabilities**: no roots, no sampling,
+//! no elicitation. A server's reach is what the configuration gives it, not what a client
+//! offers it. The only notification it acts on is `notifications/tools/list_changed`, which
+//! marks the cached catalog stale.
+//!
+//! Every request has a deadline. [`Connection::request`] reports *when* a failure happened
+//! relative to the send, because that decides whether a write may have landed: a request
+//! that could not be handed to the transport never left ([`Failure::NotSent`]); after
+//! that, a deadline, a lost connection or an unreadable answer means the request may have
+//! reached the server ([`Failure::AfterSend`]).
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, ServerResult};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceError, ServiceExt};
+use tokio::process::Command;
+use tracing::debug;
+
+/// Environment variables a downstream server inherits from the gateway; everything else
+/// it gets only from its configuration.
+pub const INHERITED_ENV: [&str; 6] = ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER"];
+
+/// How to start a downstream server as a child process speaking MCP on stdio.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StdioCommand {
+    /// The program to run.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Environment variables set for it (besides [`INHERITED_ENV`]).
+    pub env: Vec<(String, String)>,
+}
+
+impl StdioCommand {
+    /// A command without arguments or extra environment.
+    pub fn new(program: impl Into<String>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// The same command with these arguments.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.args = args.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The same command with one more environment variable.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// How the command is shown to a person: `stdio: program arg…` (no environment, which
+    /// may hold secrets).
+    pub fn display(&self) -> String {
+        let mut shown = format!("stdio: {}", self.program);
+        for arg in &self.args {
+            shown.push(' ');
+            shown.push_str(arg);
+        }
+        shown
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args).env_clear().kill_on_drop(true);
+        for key in INHERITED_ENV {
+            if let Some(value) = std::env::var_os(key) {
+                command.env(key, value);
+            }
+        }
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        command.stderr(Stdio::inherit());
+        command
+    }
+}
+
+/// A downstream server reached over MCP streamable HTTP.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpEndpoint {
+    /// The endpoint URL. Plain `http://` only: this build carries no TLS stack, so it is
+    /// meant for servers on the same machine.
+    pub url: String,
+    /// Headers sent with every request (names and values; the values are secrets and are
+    /// never shown or logged).
+    pub headers: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for HttpEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpEndpoint")
+            .field("url", &self.url)
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(name, _)| name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// How to reach a downstream server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A child process speaking MCP on stdio.
+    Stdio(StdioCommand),
+    /// A server over MCP streamable HTTP.
+    Http(HttpEndpoint),
+}
+
+impl From<StdioCommand> for Endpoint {
+    fn from(command: StdioCommand) -> Self {
+        Self::Stdio(command)
+    }
+}
+
+impl From<HttpEndpoint> for Endpoint {
+    fn from(endpoint: HttpEndpoint) -> Self {
+        Self::Http(endpoint)
+    }
+}
+
+impl Endpoint {
+    /// How it is shown to a person (never with environment or header values).
+    pub fn display(&self) -> String {
+        match self {
+            Self::Stdio(command) => command.display(),
+            Self::Http(endpoint) => format!("http: {}", endpoint.url),
+        }
+    }
+
+    /// The name of what is started or reached, for messages.
+    fn subject(&self) -> &str {
+        match self {
+            Self::Stdio(command) => &command.program,
+            Self::Http(endpoint) => &endpoint.url,
+        }
+    }
+}
+
+/// The client side of the handshake and the notifications it listens to.
+struct Handler {
+    stale: Arc<AtomicBool>,
+}
+
+/// What the gateway tells a server about itself: its name and no capabilities at all.
+pub(crate) fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("gate", env!("CARGO_PKG_VERSION")),
+    )
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        client_config()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        debug!("downstream.tools.list-changed");
+        self.stale.store(true, Ordering::SeqCst);
+    }
+}
+
+/// When a request failed, relative to its send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The request was never handed to the transport: nothing reached the server.
+    NotSent(String),
+    /// The request was handed to the transport; the server may have acted on it.
+    AfterSend(String),
+    /// The server answered with a JSON-RPC error: an answer, not a lost request.
+    Answered(String),
+}
+
+/// A live connection: the running client and its peer handle.
+pub(crate) struct Connection {
+    running: RunningService<RoleClient, Handler>,
+}
+
+impl Connection {
+    /// Start the server and complete the MCP handshake within `deadline`. `stale` is set
+    /// whenever the server announces a changed tool list.
+    pub(crate) async fn start(
+        endpoint: &Endpoint,
+        deadline: Duration,
+        stale: Arc<AtomicBool>,
+    ) -> Result<Self, String> {
+        let handler = Handler { stale };
+        let handshake = match endpoint {
+            Endpoint::Stdio(command) => {
+                let transport = TokioChildProcess::new(command.command()).map_err(|error| {
+                    format!(
+                        "could not start {:?}: {error}; check the command and that it is installed",
+                        command.program
+                    )
+                })?;
+                tokio::time::timeout(deadline, handler.serve(transport)).await
+            }
+            Endpoint::Http(http) => {
+                let mut headers = HashMap::new();
+                for (name, value) in &http.headers {
+                    let name = HeaderName::try_from(name.as_str()).map_err(|_| {
+                        format!(
+                            "{name:?} is not a valid HTTP header name; fix the server's headers"
+                        )
+                    })?;
+                    let value = HeaderValue::try_from(value.as_str()).map_err(|_| {
+                        format!("the value of header {name} is not a valid HTTP header value; check the variable it comes from")
+                    })?;
+                    headers.insert(name, value);
+                }
+                let transport = StreamableHttpClientTransport::from_config(
+                    StreamableHttpClientTransportConfig::with_uri(http.url.as_str())
+                        .custom_headers(headers),
+                );
+                tokio::time::timeout(deadline, handler.serve(transport)).await
+            }
+        };
+        let running = match handshake {
+            Ok(Ok(running)) => running,
+            Ok(Err(error)) => {
+                return Err(format!(
+                    "{:?} was reached but the MCP handshake failed: {error}; check that it is an MCP server and that its credentials are accepted",
+                    endpoint.subject()
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "{:?} did not complete the MCP handshake within {}; check that it is an MCP server, or raise its deadline",
+                    endpoint.subject(),
+                    seconds(deadline)
+                ));
+            }
+        };
+        Ok(Self { running })
+    }
+
+    /// Whether the connection can still carry a request.
+    pub(crate) fn is_alive(&self) -> bool {
+        !self.running.is_closed() && !self.running.peer().is_transport_closed()
+    }
+
+    pub(crate) fn peer(&self) -> Peer<RoleClient> {
+        self.running.peer().clone()
+    }
+}
+
+/// Send one request and wait for its answer, at most `deadline`.
+pub(crate) async fn request(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    deadline: Duration,
+) -> Result<ServerResult, Failure> {
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::with_timeout(deadline))
+        .await
+        .map_err(|error| {
+            Failure::NotSent(format!(
+                "the connection to the server was closed before the request was sent ({error})"
+            ))
+        })?;
+    // From here on the request may have been written: every failure is "after send".
+    // The outer timeout is a backstop; rmcp's own timeout normally fires first and
+    // also tells the server to cancel.
+    match tokio::time::timeout(deadline + Duration::from_secs(1), handle.await_response()).await {
+        Ok(Ok(result)) => Ok(result),
+        Ok(Err(ServiceError::Timeout { .. })) | Err(_) => Err(Failure::AfterSend(format!(
+            "the server did not answer within the deadline of {}",
+            seconds(deadline)
+        ))),
+        Ok(Err(ServiceError::TransportClosed)) => Err(Failure::AfterSend(
+            "the connection to the server was lost before it answered (it may have crashed)"
+                .to_owned(),
+        )),
+        Ok(Err(error)) if error.auth_challenge().is_some() => Err(Failure::NotSent(
+            "the server refused the credentials (HTTP 401 or 403), so the request did not run; check the headers it is given".to_owned(),
+        )),
+        Ok(Err(ServiceError::McpError(error))) => Err(Failure::Answered(format!(
+            "the server answered with an error (code {}): {}",
+            error.code.0, error.message
+        ))),
+        Ok(Err(error)) => Err(Failure::AfterSend(format!(
+            "the request failed after it was sent: {error}"
+        ))),
+    }
+}
+
+/// A duration as a person reads it: `1.5s`.
+pub(crate) fn seconds(duration: Duration) -> String {
+    format!("{}s", duration.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateway_advertises_no_client_capabilities() {
+        let config = serde_json::to_value(client_config()).expect("serialises");
+        assert_eq!(config["capabilities"], serde_json::json!({}));
+        assert_eq!(config["clientInfo"]["name"], "gate");
+    }
+
+    #[test]
+    fn the_command_is_shown_without_its_environment() {
+        let command = StdioCommand::new("node")
+            .args(["server.js", "/data"])
+            .env("API_TOKEN", "secret");
+        assert_eq!(command.display(), "stdio: node server.js /data");
+    }
+}

@@ -1,0 +1,419 @@
+//! [`McpServer`]: a downstream MCP server seen through gatekeeper-core's service port.
+//!
+//! # What a caller can rely on
+//!
+//! - **Every downstream request has a deadline** (the server's, [`McpServerConfig::deadline`]):
+//!   the handshake, each `tools/list` page, each `tools/call`.
+//! - **Nothing is re-sent.** [`ToolService::call`] sends `tools/call` at most once per
+//!   invocation and sorts failures by whether the request left:
+//!   - before it left (the server cannot be started, the handshake fails, the catalog
+//!     cannot be read, the tool changed or disappeared since staging, the connection was
+//!     already closed): [`CallError::NotDispatched`], so a person may approve again;
+//!   - after it left (deadline passed, connection lost, the server crashed, an answer that
+//!     is not a tool result): [`CallError::Unknown`], so the action store never sends it
+//!     again;
+//!   - a tool error (`isError: true`) or a JSON-RPC error answer is the service's answer,
+//!     returned as a [`ToolResult`] with `is_error` set.
+//! - **A call runs only against the definition it was classified and staged with.** The
+//!   gatekeeper knows each tool by its gated name `<tool>@<digest>`
+//!   ([`crate::catalog`]); before a call, the server's current definition of the tool
+//!   must have the same digest, or the call is refused before anything is sent. For a
+//!   write (anything the classifier does not call a read) the catalog is re-read before
+//!   every call, so a server that swaps a tool without announcing it is caught too; for a
+//!   read the cached catalog is used until the server announces a change
+//!   (`notifications/tools/list_changed`) or the connection is restarted.
+//! - A server that exited is started again on its next use; a call whose request had not
+//!   left when it exited is unaffected, one whose request had left is "outcome unknown".
+//!   A start that fails is not tried again before a backoff that doubles with each failure
+//!   ([`crate::backoff`]); calls meanwhile fail as not sent.
+//!
+//! The classifier ([`gatekeeper_core::classify`]) alone decides read vs write: this
+//! module asks it, and never reads annotations itself.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gatekeeper_core::{
+    ActionStore, CallError, GatekeeperConfig, ServerTrust, Tool, ToolGatekeeper, ToolResult,
+    ToolService, classify_tool,
+};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest,
+    PaginatedRequestParams, ServerResult,
+};
+use rmcp::service::{Peer, RoleClient};
+use serde_json::Value;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::backoff::Backoff;
+use crate::catalog::{Catalog, CatalogTool, split_gated_name};
+use crate::connection::{self, Connection, Endpoint, Failure, seconds};
+
+/// The deadline of a downstream request when the configuration names none.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The most `tools/list` pages read from one server; a longer catalog is cut there.
+pub const MAX_LIST_PAGES: usize = 20;
+
+/// How to reach and present one downstream server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    /// The gatekeeper's name: unique among the kernel's gatekeepers.
+    pub name: String,
+    /// The name a person sees in prompts.
+    pub server_name: String,
+    /// How to start or reach it.
+    pub endpoint: Endpoint,
+    /// How far its annotations are believed. [`ServerTrust::Byo`] unless a person vetted it.
+    pub trust: ServerTrust,
+    /// The deadline of every request to it.
+    pub deadline: Duration,
+}
+
+impl McpServerConfig {
+    /// A bring-your-own server with the default deadline, shown under its name.
+    pub fn new(name: impl Into<String>, endpoint: impl Into<Endpoint>) -> Self {
+        let name = name.into();
+        Self {
+            server_name: name.clone(),
+            name,
+            endpoint: endpoint.into(),
+            trust: ServerTrust::Byo,
+            deadline: DEFAULT_DEADLINE,
+        }
+    }
+
+    /// The same server with another trust tier.
+    pub fn trust(mut self, trust: ServerTrust) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// The same server with another deadline.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+}
+
+/// Why a downstream server could not be set up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The server could not be started, or its catalog could not be read.
+    #[error("downstream server {server:?} is not usable: {message}")]
+    Unavailable {
+        /// The server's configured name.
+        server: String,
+        /// What happened and what to check.
+        message: String,
+    },
+}
+
+/// A downstream MCP server: the [`ToolService`] of its gatekeeper.
+pub struct McpServer {
+    config: McpServerConfig,
+    connection: Mutex<Option<Connection>>,
+    /// When the server may be started again after failed starts (taken while starting).
+    backoff: Mutex<Backoff>,
+    /// Set when the server announced a changed tool list, or was restarted.
+    stale: Arc<AtomicBool>,
+    catalog: RwLock<Arc<Catalog>>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpServer {
+    /// Start the server and read its catalog.
+    pub async fn connect(config: McpServerConfig) -> Result<Arc<Self>, McpError> {
+        let server = Arc::new(Self {
+            config,
+            connection: Mutex::new(None),
+            backoff: Mutex::new(Backoff::default()),
+            stale: Arc::new(AtomicBool::new(true)),
+            catalog: RwLock::new(Arc::default()),
+        });
+        server
+            .refresh()
+            .await
+            .map_err(|message| McpError::Unavailable {
+                server: server.config.name.clone(),
+                message,
+            })?;
+        Ok(server)
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    /// The catalog as last read.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Whether the server announced a changed catalog (or was restarted) since it was
+    /// last read.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::SeqCst)
+    }
+
+    /// A gatekeeper over the catalog as last read, calling this server and keeping its
+    /// actions in `store`. Its tools carry their gated names (`<tool>@<digest>`); the
+    /// action kinds are scoped `mcp:<name>`.
+    pub fn gatekeeper(self: &Arc<Self>, store: ActionStore) -> ToolGatekeeper {
+        let config = GatekeeperConfig {
+            name: self.config.name.clone(),
+            server_name: self.config.server_name.clone(),
+            endpoint: self.config.endpoint.display(),
+            trust: self.config.trust,
+            scope: format!("mcp:{}", self.config.name),
+        };
+        let tools: Vec<Tool> = self
+            .catalog()
+            .tools()
+            .iter()
+            .map(|t| t.tool.clone())
+            .collect();
+        ToolGatekeeper::new(config, tools, self.clone(), store)
+    }
+
+    /// A peer on a live connection, starting the server if it is not running.
+    async fn peer(&self) -> Result<Peer<RoleClient>, String> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            if connection.is_alive() {
+                return Ok(connection.peer());
+            }
+            warn!(server = %self.config.name, "downstream.exited: starting it again");
+            // A restarted server may list other tools.
+            self.stale.store(true, Ordering::SeqCst);
+            *slot = None;
+        }
+        let mut backoff = self.backoff.lock().await;
+        if let Err(wait) = backoff.check(Instant::now()) {
+            return Err(format!(
+                "the server failed to start and is not tried again for another {}; check its command and its log",
+                seconds(wait)
+            ));
+        }
+        let connection = match Connection::start(
+            &self.config.endpoint,
+            self.config.deadline,
+            self.stale.clone(),
+        )
+        .await
+        {
+            Ok(connection) => connection,
+            Err(message) => {
+                let wait = backoff.failed(Instant::now());
+                warn!(server = %self.config.name, %message, wait = %seconds(wait), "downstream.start.failed");
+                return Err(message);
+            }
+        };
+        backoff.succeeded();
+        info!(server = %self.config.name, "downstream.started");
+        let peer = connection.peer();
+        *slot = Some(connection);
+        Ok(peer)
+    }
+
+    /// Read the catalog again (every page of `tools/list`, each under the deadline).
+    pub async fn refresh(&self) -> Result<Arc<Catalog>, String> {
+        let peer = self.peer().await?;
+        // Cleared before the read: a change announced while it runs marks it stale again.
+        self.stale.store(false, Ordering::SeqCst);
+        let listed = self.list_raw(&peer).await;
+        let raw_tools = match listed {
+            Ok(tools) => tools,
+            Err(message) => {
+                self.stale.store(true, Ordering::SeqCst);
+                return Err(message);
+            }
+        };
+        let catalog = Arc::new(Catalog::from_raw_tools(&self.config.name, raw_tools));
+        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = catalog.clone();
+        Ok(catalog)
+    }
+
+    async fn list_raw(&self, peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let request = ClientRequest::ListToolsRequest(ListToolsRequest {
+                method: Default::default(),
+                params: cursor
+                    .take()
+                    .map(|c| PaginatedRequestParams::default().with_cursor(Some(c))),
+                extensions: Default::default(),
+            });
+            let reply = connection::request(peer, request, self.config.deadline)
+                .await
+                .map_err(|failure| {
+                    let (Failure::NotSent(m) | Failure::AfterSend(m) | Failure::Answered(m)) =
+                        failure;
+                    format!("could not read the tool list: {m}")
+                })?;
+            // Whatever variant rmcp matched, the raw JSON is what counts.
+            let mut page = serde_json::to_value(&reply)
+                .map_err(|e| format!("could not read the tool list: {e}"))?;
+            match page.get_mut("tools").map(Value::take) {
+                Some(Value::Array(listed)) => tools.extend(listed),
+                _ => return Err("the tool list reply has no \"tools\" array".to_owned()),
+            }
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ => return Ok(tools),
+            }
+        }
+        warn!(server = %self.config.name, pages = MAX_LIST_PAGES, "catalog.truncated");
+        Ok(tools)
+    }
+
+    /// The server's current definition of `name`, checked against the digest a call was
+    /// staged with. Everything here happens before the call is sent.
+    async fn current_definition(&self, name: &str, staged: &str) -> Result<CatalogTool, String> {
+        let cached = self.catalog().get(name).cloned();
+        let is_read = cached
+            .as_ref()
+            .is_some_and(|t| classify_tool(&t.tool, self.config.trust).is_read());
+        let catalog = if self.is_stale() || !is_read || !self.connection_alive().await {
+            self.refresh().await?
+        } else {
+            self.catalog()
+        };
+        let Some(current) = catalog.get(name) else {
+            return Err(format!(
+                "the server no longer lists the tool {name:?}, so the call was not sent; reject it"
+            ));
+        };
+        if current.digest != staged {
+            return Err(format!(
+                "the server changed the tool {name:?} after this call was staged (its definition is now {} instead of {staged}), so the call was not sent; reject it and stage it again if the new definition is acceptable",
+                current.digest
+            ));
+        }
+        Ok(current.clone())
+    }
+
+    /// Whether a call of `gated` (`<tool>@<digest>`) would still run against the definition
+    /// it names, judged from the catalog as last read (read again first if the server
+    /// announced a change or was restarted). `Err` says what changed; nothing is sent
+    /// but, when stale, a `tools/list`.
+    pub async fn check_current(&self, gated: &str) -> Result<(), String> {
+        let Some((name, staged)) = split_gated_name(gated) else {
+            return Err(format!(
+                "{gated:?} is not a gated tool name (<tool>@<digest>)"
+            ));
+        };
+        let catalog = if self.is_stale() {
+            self.refresh().await?
+        } else {
+            self.catalog()
+        };
+        match catalog.get(name) {
+            None => Err(format!(
+                "the server no longer lists the tool {name:?}; a person must restart the gate to accept its new catalog"
+            )),
+            Some(current) if current.digest != staged => Err(format!(
+                "the server changed the tool {name:?} since a person granted it; a person must restart the gate to accept its new definition"
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    async fn connection_alive(&self) -> bool {
+        self.connection
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(Connection::is_alive)
+    }
+}
+
+/// A `tools/call` reply as gatekeeper-core's [`ToolResult`], or why it is not one.
+fn tool_result(reply: ServerResult) -> Result<ToolResult, CallError> {
+    match reply {
+        ServerResult::CallToolResult(_) | ServerResult::CustomResult(_) => {}
+        other => {
+            return Err(CallError::Unknown(format!(
+                "the server answered the call with something other than a tool result ({}); check the service for its effect",
+                serde_json::to_value(&other)
+                    .ok()
+                    .and_then(|v| v.get("resultType").cloned())
+                    .map_or_else(|| "unknown kind".to_owned(), |t| t.to_string())
+            )));
+        }
+    }
+    let raw = serde_json::to_value(&reply).map_err(|e| {
+        CallError::Unknown(format!(
+            "the server's answer could not be read ({e}); check the service for its effect"
+        ))
+    })?;
+    serde_json::from_value(raw).map_err(|e| {
+        CallError::Unknown(format!(
+            "the server's answer is not a tool result ({e}); check the service for its effect"
+        ))
+    })
+}
+
+#[async_trait]
+impl ToolService for McpServer {
+    /// The catalog as last read, under gated names.
+    async fn list_tools(&self) -> Vec<Tool> {
+        self.catalog()
+            .tools()
+            .iter()
+            .map(|t| t.tool.clone())
+            .collect()
+    }
+
+    async fn call(&self, tool: &str, args: &Value) -> Result<ToolResult, CallError> {
+        let Some((name, staged)) = split_gated_name(tool) else {
+            return Err(CallError::NotDispatched(format!(
+                "{tool:?} is not a gated tool name (<tool>@<digest>), so nothing was sent; reject this call"
+            )));
+        };
+        let current = self
+            .current_definition(name, staged)
+            .await
+            .map_err(CallError::NotDispatched)?;
+        let Value::Object(arguments) = args.clone() else {
+            return Err(CallError::NotDispatched(
+                "tool arguments must be a JSON object, so nothing was sent".to_owned(),
+            ));
+        };
+        let peer = self.peer().await.map_err(CallError::NotDispatched)?;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new(current.name).with_arguments(arguments),
+        ));
+        match connection::request(&peer, request, self.config.deadline).await {
+            Ok(reply) => tool_result(reply),
+            Err(Failure::NotSent(message)) => Err(CallError::NotDispatched(format!(
+                "{message}; nothing was sent"
+            ))),
+            Err(Failure::Answered(message)) => Ok(ToolResult::tool_error(message)),
+            Err(Failure::AfterSend(message)) => {
+                warn!(server = %self.config.name, tool = name, %message, "downstream.call.outcome-unknown");
+                Err(CallError::Unknown(format!(
+                    "{message}; the call may have taken effect (deadline {})",
+                    seconds(self.config.deadline)
+                )))
+            }
+        }
+    }
+}

@@ -68,7 +68,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use kernel::{Clock, DriverActionId, Timestamp};
+use kernel::{Clock, DriverActionId, FailureKind, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{debug, info, warn};
@@ -306,6 +306,7 @@ impl ActionRecord {
                         id: self.id,
                         message,
                         retryable,
+                        kind: error.failure_kind(),
                     },
                 }
             }
@@ -448,6 +449,9 @@ pub enum ApplyError {
         message: String,
         /// Whether the service is known not to have run the tool.
         retryable: bool,
+        /// Whether the call was not sent, refused by the service, or has an unknown
+        /// outcome.
+        kind: FailureKind,
     },
     /// Another store settled the record while this attempt ran (it was opened over the
     /// same records and took the claim for an interrupted one).
@@ -482,6 +486,23 @@ impl ApplyError {
             | Self::NotRetryable { .. }
             | Self::Superseded(_)
             | Self::OutcomeNotRecorded { .. } => false,
+        }
+    }
+}
+
+impl ApplyError {
+    /// What is known about whether the call took effect, for the ledger.
+    pub fn failure_kind(&self) -> FailureKind {
+        match self {
+            Self::Failed { kind, .. } => *kind,
+            // Nothing was sent by this attempt.
+            Self::Unknown(_) | Self::Rejected(_) | Self::AlreadyApplying(_) | Self::Storage(_) => {
+                FailureKind::NotSent
+            }
+            // An earlier attempt, or this one, may have reached the service.
+            Self::NotRetryable { .. } | Self::Superseded(_) | Self::OutcomeNotRecorded { .. } => {
+                FailureKind::OutcomeUnknown
+            }
         }
     }
 }
@@ -1097,15 +1118,26 @@ mod tests {
     fn failures_are_retryable_only_when_nothing_reached_the_tool() {
         let claimed = record(ActionState::Applying);
         let cases = [
-            (CallError::NotDispatched("creds".into()), true, "creds"),
-            (CallError::Declined("403".into()), true, "403"),
+            (
+                CallError::NotDispatched("creds".into()),
+                true,
+                "creds",
+                FailureKind::NotSent,
+            ),
+            (
+                CallError::Declined("403".into()),
+                true,
+                "403",
+                FailureKind::ServiceError,
+            ),
             (
                 CallError::Unknown("timeout".into()),
                 false,
                 OUTCOME_UNKNOWN_MESSAGE,
+                FailureKind::OutcomeUnknown,
             ),
         ];
-        for (error, retryable, message) in cases {
+        for (error, retryable, message, kind) in cases {
             let Settlement::Failed { record, error } = claimed.settle(Err(error)) else {
                 panic!("should fail");
             };
@@ -1117,6 +1149,7 @@ mod tests {
                 }
             );
             assert_eq!(error.retryable(), retryable);
+            assert_eq!(error.failure_kind(), kind, "the ledger's kind of {message}");
             assert_eq!(error.to_string(), message);
         }
     }

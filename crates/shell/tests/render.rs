@@ -310,6 +310,11 @@ fn build(w: &Words, f: &Facts) -> (LedgerEntry, Vec<AutoApprovalRule>) {
         action.failure = f.failure.map(|retryable| Failure {
             message: w.message.clone(),
             retryable,
+            kind: if retryable {
+                kernel::FailureKind::NotSent
+            } else {
+                kernel::FailureKind::OutcomeUnknown
+            },
         });
         action.resolution = f.resolution.map(|(auto, cause)| Resolution {
             by: w.by.clone(),

@@ -246,7 +246,8 @@ fn write_state(
 /// transaction, unless the ledger has already moved on.
 fn interrupt_in_ledger(db: &Connection, gatekeeper: &str, id: DriverActionId) -> Result<(), Error> {
     db.prepare_cached(
-        "UPDATE ledger SET state = 'failed', failure = ?3, failure_retryable = 0
+        "UPDATE ledger SET state = 'failed', failure = ?3, failure_retryable = 0,
+            failure_kind = 'outcome_unknown'
          WHERE kind = 'action' AND gatekeeper = ?1 AND driver_id = ?2
            AND (state = 'pending' OR (state = 'failed' AND failure_retryable = 1))",
     )?

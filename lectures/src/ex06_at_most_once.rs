@@ -228,6 +228,11 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     writeln!(cx, "{}", alice.batch()?)?;
     writeln!(
         cx,
+        "  [as soon as the gate is back, alice looks {id} up: it waits for nobody, and says why]"
+    )?;
+    writeln!(cx, "{}", alice.prompt(id)?)?;
+    writeln!(
+        cx,
         "  [alice approves {id} again, in the restarted process]"
     )?;
     writeln!(cx, "{}", alice.decide(id, Decision::Approve).await?.report)?;

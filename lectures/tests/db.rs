@@ -85,6 +85,8 @@ async fn ex06_with_a_db_reopens_the_file_and_recovers_the_claim_as_failed() {
         format!("restart: every handle of {} is closed", path.display()),
         "the reopened file keeps the record: the ledger says #4 is failed, not retryable"
             .to_owned(),
+        // What the person sees as soon as the gate is back, before deciding anything.
+        "── #4 · failed, outcome unknown · [issues]".to_owned(),
         "could not approve #4: «action #4 failed and cannot be retried".to_owned(),
         // The same evidence as in memory.
         "evidence: #4: store state before the restart = failed".to_owned(),
@@ -225,10 +227,10 @@ async fn the_ledger_view_lists_the_ex06_entries() {
     let entries: Vec<&str> = view.lines().filter(|l| l.starts_with("  #")).collect();
     assert_eq!(entries.len(), 4, "{view}");
     for (line, (id, state)) in entries.iter().zip([
-        ("#4", "failed, final"),
-        ("#3", "approved"),
-        ("#2", "failed, final"),
-        ("#1", "approved"),
+        ("#4", "failed, outcome unknown"),
+        ("#3", "approved, applied"),
+        ("#2", "failed, outcome unknown"),
+        ("#1", "approved, applied"),
     ]) {
         assert!(line.starts_with(&format!("  {id} ")), "{line}");
         assert!(line.contains(state), "{line}");

@@ -18,8 +18,10 @@
 //!   never replayed, and no restart is needed.
 //! - A call that succeeded is recorded as applied even when its reply is too large to keep
 //!   (it is replaced by a note) or cannot be encoded.
-//! - At most [`MAX_OPEN_ACTIONS`] calls are pending or applying per store; the newest
-//!   [`RETAINED_FINAL_ACTIONS`] final records are kept, open records are never pruned.
+//! - At most [`MAX_OPEN_ACTIONS`] calls are open per store: pending, applying, or failed
+//!   in a way a person may retry (the same "open" as the kernel's ledger: such a call still
+//!   waits for a person). The newest [`RETAINED_FINAL_ACTIONS`] final records are kept;
+//!   open records are never pruned. So a store holds at most 150 records per gatekeeper.
 //!
 //! This is *at most once*, not exactly once: when the outcome is unknown, the store prefers
 //! losing a result to repeating a write.
@@ -172,9 +174,15 @@ impl ActionState {
         }
     }
 
-    /// Pending or applying: counts towards [`MAX_OPEN_ACTIONS`].
+    /// Pending, applying, or failed in a way a person may retry: it still waits for a
+    /// person (or is in flight), as [`kernel::ActionEntry::is_open`] says of its ledger
+    /// entry, and counts towards [`MAX_OPEN_ACTIONS`].
     pub fn is_open(&self) -> bool {
-        matches!(self, Self::Pending | Self::Applying)
+        match self {
+            Self::Pending | Self::Applying => true,
+            Self::Failed { retryable, .. } => *retryable,
+            Self::Applied { .. } | Self::Rejected => false,
+        }
     }
 
     /// No person will decide it again: applied, rejected, or failed for good. Only final
@@ -405,7 +413,8 @@ pub enum StageError {
         /// Their size as compact JSON.
         bytes: usize,
     },
-    /// [`MAX_OPEN_ACTIONS`] calls are already pending or applying.
+    /// [`MAX_OPEN_ACTIONS`] calls are already open (pending, applying, or failed and
+    /// waiting for a person to approve them again or reject them).
     #[error(
         "50 calls to this server are already awaiting approval. Wait for them to be approved or rejected before queueing more."
     )]
@@ -595,7 +604,8 @@ pub trait ActionStorage: Send + Sync {
         record: &ActionRecord,
     ) -> Result<bool, StorageError>;
 
-    /// How many records are pending or applying.
+    /// How many records are open ([`ActionState::is_open`]: pending, applying, or failed
+    /// and retryable).
     async fn count_open(&self) -> Result<usize, StorageError>;
 
     /// Delete the record if it is pending. Returns whether one was deleted.

@@ -220,7 +220,9 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
     let first = format!("{state}, {writes} writes");
 
     writeln!(cx)?;
-    writeln!(cx, "ana approves {replace} again, as the shell offered:")?;
+    cx.narrate(&format!(
+        "ana approves {replace} again, as the shell offered:"
+    ))?;
     review(
         cx,
         &lab,

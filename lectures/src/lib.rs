@@ -40,7 +40,7 @@ pub mod ex12_people_during_review;
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
     Context, Lecture, LectureFuture, find, list, run_lecture, snapshot_filters, transcript,
-    valid_names,
+    valid_names, verb,
 };
 
 /// Every lecture, in the order `all` runs them.

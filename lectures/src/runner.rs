@@ -19,7 +19,8 @@ use std::io::{self, Write};
 use std::pin::Pin;
 use std::time::Duration;
 
-use shell::{Decider, ReviewSummary, Scripted, Shell};
+use kernel::LedgerId;
+use shell::{Decider, Decision, ReviewSummary, Scripted, Shell};
 
 use crate::DbPlan;
 
@@ -106,6 +107,51 @@ impl<'a> Context<'a> {
         writeln!(self.out, "## {title}")
     }
 
+    /// Writes a section heading that says what the script does (`scripted`) in a scripted
+    /// run, and what is asked (`interactive`) when a person answers instead: a heading
+    /// never claims a decision the person did not take.
+    pub fn section_for(&mut self, scripted: &str, interactive: &str) -> io::Result<()> {
+        let title = if self.is_interactive() {
+            interactive
+        } else {
+            scripted
+        };
+        self.section(title)
+    }
+
+    /// Writes a line of narration that says what the script's person decides: as it is in
+    /// a scripted run; marked as the script's plan in an interactive run, where the person
+    /// at the terminal decides and may differ.
+    pub fn narrate(&mut self, line: &str) -> io::Result<()> {
+        if self.is_interactive() {
+            writeln!(self.out, "(the script's plan; you decide below: {line})")
+        } else {
+            writeln!(self.out, "{line}")
+        }
+    }
+
+    /// The decision `shell`'s person takes on `id`: the script's (`scripted`) in a scripted
+    /// run, written nowhere; in an interactive run the action's card is shown and the person
+    /// at the terminal is asked. Lectures call it for every decision outside a review.
+    pub fn decision(
+        &mut self,
+        shell: &Shell,
+        id: LedgerId,
+        scripted: Decision,
+    ) -> Result<Decision, shell::ShellError> {
+        let Some(person) = self.person.as_mut() else {
+            return Ok(scripted);
+        };
+        writeln!(
+            self.out,
+            "[{} is asked about {id}; the script would {scripted}]",
+            shell.person()
+        )?;
+        let prompt = shell.prompt(id)?;
+        writeln!(self.out, "{prompt}")?;
+        Ok(person.decide(id, &prompt, self.out)?)
+    }
+
     /// Writes one line of evidence: `  evidence: what = value`.
     pub fn evidence(&mut self, what: &str, value: impl fmt::Display) -> io::Result<()> {
         writeln!(self.out, "  evidence: {what} = {value}")
@@ -169,6 +215,17 @@ pub async fn run_lecture(lecture: &Lecture, cx: &mut Context<'_>) -> anyhow::Res
     }
     cx.flush()?;
     Ok(())
+}
+
+/// What a person did, for narration: `approves`, `rejects`, `skips`, `allows all of its
+/// kind`.
+pub fn verb(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Approve => "approves",
+        Decision::Reject => "rejects",
+        Decision::Skip => "skips",
+        Decision::ApproveAllOfKind => "allows all of its kind",
+    }
 }
 
 /// The lecture named `name`, if there is one.

@@ -31,7 +31,7 @@ struct Args {
     #[arg(long)]
     interactive: bool,
     /// Keep each desk's ledger, rules and action stores in a new SQLite file instead of in
-    /// memory: the first desk of the run uses PATH, later desks PATH.2, PATH.3, ... (desks
+    /// memory: the first desk of the run uses PATH, later desks PATH.02, PATH.03, ... (desks
     /// never share a file). A file that already exists is refused, never reused or
     /// overwritten. With ex06 the restart really closes the file and opens it again.
     /// Read what a run wrote with `lectures ledger --db PATH`.

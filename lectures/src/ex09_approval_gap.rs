@@ -14,6 +14,7 @@
 //! side-by-side summary are printed.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use gatekeeper_confluence::{
     ContentHandle, Edit, Lab, PageView, Policy, Staged, WikiError, WikiSession,
@@ -273,10 +274,12 @@ fn wiki_lab(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Lab> {
         "  [--db: this desk's ledger, rules and action stores live in {}]",
         visible(&path.display().to_string())
     )?;
-    Ok(Lab::over(
+    // A ledger kept in a file records real time (see `LectureClock`).
+    Ok(Lab::over_with_clock(
         policy,
         database.ledger(),
         database.kv(gatekeeper_confluence::lab::GATEKEEPER_NAME),
+        Arc::new(kernel::SystemClock),
     )?)
 }
 

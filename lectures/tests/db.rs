@@ -335,22 +335,63 @@ async fn the_ledger_view_never_creates_a_file() {
 
 /// Lines that only exist with `--db`: a desk's location, and the note (after a blank
 /// line) of a lecture that opened no desk.
-fn without_db_lines(text: &str) -> Vec<&str> {
-    let mut kept: Vec<&str> = Vec::new();
+fn without_db_lines(text: &str) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::new();
     for line in text.lines() {
         if line.starts_with("  [--db: ") {
             continue;
         }
         if line.starts_with("[--db: ") {
-            assert_eq!(kept.pop(), Some(""), "the note follows a blank line");
+            assert_eq!(
+                kept.pop().as_deref(),
+                Some(""),
+                "the note follows a blank line"
+            );
             continue;
         }
         if line.contains("turn ended in") {
             continue;
         }
-        kept.push(line);
+        kept.push(without_times(line));
     }
     kept
+}
+
+/// `line` with every time (`09:00:01.000`, or `2026-11-30 20:15:00.250` on a wall clock)
+/// replaced by `[time]` and runs of spaces (a table's alignment) made one: a run with
+/// `--db` records real time, one in memory the lectures' fixed clock.
+fn without_times(line: &str) -> String {
+    fn shape(bytes: &[u8], pattern: &[u8]) -> bool {
+        bytes.len() >= pattern.len()
+            && pattern.iter().zip(bytes).all(|(p, b)| match p {
+                b'9' => b.is_ascii_digit(),
+                other => other == b,
+            })
+    }
+    let bytes = line.as_bytes();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &bytes[i..];
+        let len = if shape(rest, b"9999-99-99 99:99:99.999") {
+            23
+        } else if shape(rest, b"99:99:99.999") {
+            12
+        } else {
+            0
+        };
+        if len > 0 {
+            out.push_str("[time]");
+            i += len;
+        } else {
+            let c = line[i..].chars().next().expect("a char");
+            if !(c == ' ' && out.ends_with("  ")) {
+                out.push(c);
+            }
+            i += c.len_utf8();
+        }
+    }
+    out
 }
 
 #[tokio::test]
@@ -674,5 +715,43 @@ async fn a_failed_run_says_what_it_left_and_how_to_clean_it() {
         again.status.success(),
         "{}",
         String::from_utf8_lossy(&again.stderr)
+    );
+}
+
+#[tokio::test]
+async fn a_run_that_keeps_a_real_ledger_records_real_time_not_1970() {
+    let dir = TempDir::new("real-time");
+    let path = dir.join("gate.db");
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    let (text, _) = run_with("ex03", DbPlan::new(&path)).await;
+    text.expect("ex03 runs on a file");
+    let db = Database::open(&path).expect("reopens");
+    let entries = db.ledger().entries().expect("reads");
+    assert!(!entries.is_empty());
+    for entry in &entries {
+        assert!(
+            u128::from(entry.created_at.0) >= before,
+            "{} was recorded at {}",
+            entry.id,
+            entry.created_at
+        );
+    }
+    // The view a person reads later shows the date with the time.
+    let view = ledger_view(&path).expect("reads the file");
+    let year = entries[0].created_at.to_string()[..4].to_owned();
+    assert!(
+        view.lines()
+            .any(|l| l.starts_with("  #1  ") && l.contains(&year)),
+        "{view}"
+    );
+    // The same lecture in memory keeps the fixed clock of its snapshot.
+    assert!(
+        transcript("ex03")
+            .await
+            .expect("runs")
+            .contains("  #1  09:00:00.000  read")
     );
 }

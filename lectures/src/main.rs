@@ -3,6 +3,11 @@
 //!
 //! Transcripts go to stdout, errors to stderr. An unknown name exits non-zero with the list
 //! of valid names. `cargo xtask lecture ...` runs this binary in release mode.
+//!
+//! Logging is off by default (the transcript is the output). `RUST_LOG` turns on the
+//! kernel's and the drivers' `tracing` events, on stderr: `RUST_LOG=info` for every state
+//! change, or a filter such as `RUST_LOG=kernel=debug,gatekeeper_core=info`. Untrusted text
+//! in an event (a tool name, a service's message) is already a `«…»` label or one line.
 
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
@@ -14,6 +19,7 @@ use lectures::{
     run_lecture, valid_names,
 };
 use shell::Interactive;
+use tracing_subscriber::EnvFilter;
 
 /// Run the approval-gate lectures: each shows one design decision at work.
 #[derive(Debug, Parser)]
@@ -59,7 +65,23 @@ enum View {
     },
 }
 
+/// Installs the `tracing` subscriber: events to stderr, filtered by `RUST_LOG`, nothing
+/// when it is unset or empty.
+fn install_logging() {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => EnvFilter::new(spec),
+        _ => EnvFilter::new("off"),
+    };
+    // Fails only if a subscriber is already installed, and then that one logs.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
+        .try_init();
+}
+
 fn main() -> ExitCode {
+    install_logging();
     let args = Args::parse();
     if let Some(View::Ledger {
         limit,

@@ -221,3 +221,34 @@ fn interactive_headings_and_evidence_tell_what_the_person_did_not_what_the_scrip
     );
     assert!(ex10.contains("(the script's plan; you decide below: ana rejects the page"));
 }
+
+#[test]
+fn rust_log_shows_the_kernels_events_on_stderr_and_nothing_by_default() {
+    let quiet = runner().arg("ex06").output().expect("runs");
+    assert!(quiet.status.success());
+    assert!(
+        quiet.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&quiet.stderr)
+    );
+    let logged = runner()
+        .arg("ex06")
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("runs");
+    assert!(logged.status.success());
+    let stderr = String::from_utf8_lossy(&logged.stderr);
+    assert!(stderr.contains("action applied"), "{stderr}");
+    assert!(stderr.contains("apply failed"), "{stderr}");
+    // The transcript is the same with or without logging: events go to stderr only.
+    assert_eq!(
+        String::from_utf8_lossy(&logged.stdout)
+            .lines()
+            .filter(|l| !l.contains("turn ended in"))
+            .collect::<Vec<_>>(),
+        String::from_utf8_lossy(&quiet.stdout)
+            .lines()
+            .filter(|l| !l.contains("turn ended in"))
+            .collect::<Vec<_>>()
+    );
+}

@@ -293,7 +293,7 @@ pub fn ledger_view_page(path: &Path, page: LedgerPage) -> anyhow::Result<String>
     let oldest = entries.last().map_or(1, read_id);
     if oldest > 1 {
         out.push_str(&format!(
-            "Older entries: lectures ledger --db {shown} --before {oldest}\n"
+            "Older entries: cargo xtask lecture ledger --db {shown} --before {oldest}\n"
         ));
     }
     out.push('\n');

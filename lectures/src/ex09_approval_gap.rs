@@ -1,6 +1,6 @@
 //! ex09: the approval gap: what a wiki edit approved after someone else's edit does.
 //!
-//! Seed 003's cases (b) and (c), run twice each, under the reference's policy and under
+//! The reference's review cases (b) and (c), run twice each, under the reference's policy and under
 //! ours. The agent stages a change to page 100; while it waits for ana, bob (another
 //! person, outside the gate) edits the page in the wiki's own editor. (b1) A replace
 //! approved afterwards silently erases bob's edit under the reference; ours remembers the

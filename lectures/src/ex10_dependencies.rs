@@ -1,6 +1,6 @@
 //! ex10: dependencies: what becomes of the actions built on one a person rejects.
 //!
-//! Seed 003's cases (d) and (e), run under the reference's policy and under ours. (d) The
+//! The reference's review cases (d) and (e), run under the reference's policy and under ours. (d) The
 //! agent stages a page, a child under it, a grandchild under that and an append to the
 //! grandchild; ana rejects the page. Both drivers drop all four, but the reference does
 //! not tell the kernel about the three it took along: they stay pending there as

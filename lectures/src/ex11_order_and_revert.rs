@@ -1,7 +1,7 @@
 //! ex11: order and revert: the page should end as the agent was shown it, and undoing
 //! one action should undo only that action.
 //!
-//! Seed 003's cases (f), (g) and (h), run under the reference's policy and under ours.
+//! The reference's review cases (f), (g) and (h), run under the reference's policy and under ours.
 //! (f1) A replace then an append: the simulation shows both. Approved in reverse order,
 //! the reference ends with only the replacement; ours refuses the append with "apply #1
 //! first", and the page ends as simulated. (f2) An append then a replace, approved in id

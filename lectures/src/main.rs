@@ -1,5 +1,6 @@
 //! The lecture runner's command line: `lectures ex05 | all | --list [--interactive]
-//! [--db PATH]`, and `lectures ledger --db PATH` to read a database a run left behind.
+//! [--db PATH]`, and `lectures ledger --db PATH` to read a database a run left behind. People
+//! run it as `cargo xtask lecture …`, so every help and error text names that command.
 //!
 //! Transcripts go to stdout, errors to stderr. An unknown name exits non-zero with the list
 //! of valid names. `cargo xtask lecture ...` runs this binary in release mode.
@@ -23,7 +24,7 @@ use tracing_subscriber::EnvFilter;
 
 /// Run the approval-gate lectures: each shows one design decision at work.
 #[derive(Debug, Parser)]
-#[command(name = "lectures")]
+#[command(name = "lectures", bin_name = "cargo xtask lecture")]
 struct Args {
     #[command(subcommand)]
     view: Option<View>,
@@ -40,7 +41,7 @@ struct Args {
     /// memory: the first desk of the run uses PATH, later desks PATH.02, PATH.03, ... (desks
     /// never share a file). A file that already exists is refused, never reused or
     /// overwritten. With ex06 the restart really closes the file and opens it again.
-    /// Read what a run wrote with `lectures ledger --db PATH`.
+    /// Read what a run wrote with `cargo xtask lecture ledger --db PATH`.
     #[arg(long, value_name = "PATH", global = true)]
     db: Option<PathBuf>,
 }
@@ -90,11 +91,13 @@ fn main() -> ExitCode {
     }) = &args.view
     {
         let Some(db) = &args.db else {
-            eprintln!("name the database to read: lectures ledger --db PATH");
+            eprintln!("name the database to read: cargo xtask lecture ledger --db PATH");
             return ExitCode::from(2);
         };
         if args.lecture.is_some() || args.list || args.interactive {
-            eprintln!("`ledger` only reads a database: run it alone, as lectures ledger --db PATH");
+            eprintln!(
+                "`ledger` only reads a database: run it alone, as cargo xtask lecture ledger --db PATH"
+            );
             return ExitCode::from(2);
         }
         let text = if *check {

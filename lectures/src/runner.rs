@@ -8,7 +8,7 @@
 //!
 //! Transcripts must be the same on every run, because they are snapshot-tested: lectures
 //! use [`kernel::StepClock`] and sequential ids, and the one measured duration (a turn's
-//! wall time) is printed as `turn ended in 0.042 ms` and replaced by
+//! wall time) is printed as `turn ended in N.NNN ms` and replaced by
 //! [`snapshot_filters`]. Nothing else a lecture prints may depend on time or on the
 //! machine. (With `--db` a desk prints one more line, naming its file; snapshots are
 //! taken in memory.)
@@ -158,7 +158,7 @@ impl<'a> Context<'a> {
     }
 
     /// Writes the measured duration of an agent's turn in the one format the snapshot
-    /// filter knows: `turn ended in 0.042 ms`.
+    /// filter knows: `turn ended in N.NNN ms`.
     pub fn turn_duration(&mut self, elapsed: Duration) -> io::Result<()> {
         writeln!(
             self.out,
@@ -240,12 +240,32 @@ pub fn valid_names() -> String {
     names.join(", ")
 }
 
-/// The `--list` text: one line per lecture.
+/// How wide `--list` lines may be, in chars.
+pub const LIST_WIDTH: usize = 100;
+
+/// The `--list` text: each lecture's name and title on one line, then its summary, wrapped
+/// at [`LIST_WIDTH`] and indented under the title.
 pub fn list() -> String {
-    crate::LECTURES
-        .iter()
-        .map(|l| format!("{}  {}: {}\n", l.name, l.title, l.summary))
-        .collect()
+    let mut out = String::new();
+    for lecture in crate::LECTURES {
+        out.push_str(&format!("{}  {}\n", lecture.name, lecture.title));
+        let mut line = String::new();
+        for word in lecture.summary.split_whitespace() {
+            if !line.is_empty() && 6 + line.chars().count() + 1 + word.chars().count() > LIST_WIDTH
+            {
+                out.push_str(&format!("      {line}\n"));
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        if !line.is_empty() {
+            out.push_str(&format!("      {line}\n"));
+        }
+    }
+    out
 }
 
 /// The full transcript of one lecture, scripted, as the snapshot tests record it.

@@ -551,7 +551,7 @@ async fn the_ledger_view_pages_most_recent_first() {
     assert_eq!(ids(&first), expected);
     assert!(
         first.contains(&format!(
-            "Older entries: lectures ledger --db {} --before 71",
+            "Older entries: cargo xtask lecture ledger --db {} --before 71",
             path.display()
         )),
         "{first}"

@@ -103,14 +103,23 @@ fn an_unknown_lecture_lists_the_valid_names_and_fails() {
 }
 
 #[test]
-fn list_prints_one_line_per_lecture() {
+fn list_names_every_lecture_with_its_summary_in_lines_of_at_most_100_chars() {
     let output = runner().arg("--list").output().expect("runs");
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(stdout.lines().count(), LECTURES.len(), "{stdout}");
-    for (line, lecture) in stdout.lines().zip(LECTURES) {
-        assert!(line.starts_with(lecture.name), "{line}");
-        assert!(line.contains(lecture.summary), "{line}");
+    let heads: Vec<&str> = stdout.lines().filter(|l| !l.starts_with(' ')).collect();
+    assert_eq!(heads.len(), LECTURES.len(), "{stdout}");
+    for (head, lecture) in heads.iter().zip(LECTURES) {
+        assert_eq!(*head, format!("{}  {}", lecture.name, lecture.title));
+    }
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    let text = words.join(" ");
+    for lecture in LECTURES {
+        let summary: Vec<&str> = lecture.summary.split_whitespace().collect();
+        assert!(text.contains(&summary.join(" ")), "{stdout}");
+    }
+    for line in stdout.lines() {
+        assert!(line.chars().count() <= 100, "{line}");
     }
 }
 

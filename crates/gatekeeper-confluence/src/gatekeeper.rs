@@ -1727,7 +1727,7 @@ impl Gatekeeper for ConfluenceGatekeeper {
         self.revert_now(action)
     }
 
-    /// None: every action is simulated, so none needs to skip the queue (spec §1.6).
+    /// None: every action is simulated, so none needs to skip the queue (as in the reference).
     fn auto_approvable_actions(&self) -> Vec<ActionKind> {
         Vec::new()
     }

@@ -3,7 +3,8 @@
 //! run it as `cargo xtask lecture …`, so every help and error text names that command.
 //!
 //! Transcripts go to stdout, errors to stderr. An unknown name exits non-zero with the list
-//! of valid names. `cargo xtask lecture ...` runs this binary in release mode.
+//! of valid names. `cargo xtask lecture ...` builds this binary in the dev profile, the one
+//! `cargo test --workspace` shares, and runs it.
 //!
 //! Logging is off by default (the transcript is the output). `RUST_LOG` turns on the
 //! kernel's and the drivers' `tracing` events, on stderr: `RUST_LOG=info` for every state

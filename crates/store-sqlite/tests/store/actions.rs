@@ -291,6 +291,11 @@ async fn reopening_turns_a_dead_claim_into_an_interrupted_failure_in_store_and_l
         (failure.message.as_str(), failure.retryable),
         (INTERRUPTED_MESSAGE, false)
     );
+    assert_eq!(
+        failure.kind,
+        kernel::FailureKind::OutcomeUnknown,
+        "as soon as the file is open again, the interrupted call reads as outcome unknown"
+    );
     let record = db
         .action_storage("issues")
         .get(action.driver_id)

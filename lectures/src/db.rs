@@ -4,7 +4,8 @@
 //! [`Desk`](crate::setup) opens a SQLite database of its own ([`store_sqlite::Database`]):
 //! the kernel's ledger, rules and lockdown latch, and the action store of every driver the
 //! desk builds. Desks never share a file, within a lecture or across lectures: the first
-//! desk of a run gets `PATH`, the next `PATH.2`, then `PATH.3`, and so on ([`DbPlan`]).
+//! desk of a run gets `PATH`, the next `PATH.02`, then `PATH.03`, and so on ([`DbPlan`]; two
+//! digits, so the files list in desk order).
 //!
 //! A file that already exists is never reused or overwritten: the desk refuses with
 //! "`<file>` already exists; choose a new --db path or delete it". The file is created
@@ -28,7 +29,7 @@ use store_sqlite::{Database, LedgerReader, ReadEntry};
 use crate::setup::visible;
 
 /// Where the desks of one run keep their databases: `PATH` for the first desk, then
-/// `PATH.2`, `PATH.3`, … in the order the desks open.
+/// `PATH.02`, `PATH.03`, … in the order the desks open.
 #[derive(Debug, Clone)]
 pub struct DbPlan {
     base: PathBuf,
@@ -50,13 +51,14 @@ impl DbPlan {
     }
 
     /// The file of the `n`-th desk of the run, counting from 1: `base` for the first,
-    /// `base.n` after it.
+    /// `base.NN` (two digits at least) after it.
     pub fn file(&self, n: usize) -> PathBuf {
         if n <= 1 {
             self.base.clone()
         } else {
+            // Two digits, so that the files of a run list in desk order.
             let mut name = self.base.as_os_str().to_owned();
-            name.push(format!(".{n}"));
+            name.push(format!(".{n:02}"));
             PathBuf::from(name)
         }
     }
@@ -101,71 +103,64 @@ impl DbPlan {
     }
 
     /// Refuses, before anything runs, a plan that would meet a file of an earlier run:
-    /// `base`, its write-ahead log, or any `base.N` next to it. (Each desk checks its own
-    /// file again when it creates it; this only makes the refusal come first, before a
-    /// transcript starts.)
+    /// `base` or any `base.NN` next to it, or what SQLite and the store keep next to one
+    /// (`-wal`, `-shm`, `-sessions`), naming every one at once so one clean-up is enough;
+    /// and a `base` whose directory does not exist. (Each desk checks its own file again
+    /// when it creates it; this only makes the refusal come first, before a transcript
+    /// starts.)
     pub fn check_free(&self) -> anyhow::Result<()> {
-        for path in std::iter::once(self.base.clone()).chain(sidecars(&self.base)) {
-            if path.exists() {
-                // Everything an earlier run keeps next to its file, named at once, so
-                // one clean-up is enough.
-                let mut also = vec![];
-                for suffix in ["-wal", "-shm", "-sessions"] {
-                    let mut name = self.base.as_os_str().to_owned();
-                    name.push(suffix);
-                    let side = PathBuf::from(name);
-                    if side != path && side.exists() {
-                        also.push(shown_path(&side));
-                    }
-                }
-                let error = already_exists(&path);
-                if also.is_empty() {
-                    return Err(error);
-                }
-                return Err(anyhow::anyhow!(
-                    "{error}, together with {} next to it",
-                    also.join(", ")
-                ));
-            }
-        }
-        let Some(name) = self.base.file_name().and_then(|n| n.to_str()) else {
-            return Ok(());
-        };
         let dir = match self.base.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => Path::new("."),
         };
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            // A missing directory: creating the first file says so clearly.
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "the directory {} of --db {} does not exist; create it first or choose another --db path",
+                shown_path(dir),
+                shown_path(&self.base)
+            );
+        }
+        let Some(name) = self.base.file_name().and_then(|n| n.to_str()) else {
             return Ok(());
         };
-        let mut taken: Vec<PathBuf> = entries
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| anyhow::anyhow!("cannot list {}: {e}", shown_path(dir)))?;
+        // (desk number, companion suffix, the path as the person wrote it)
+        let mut taken: Vec<(u64, String, PathBuf)> = entries
             .flatten()
-            .filter(|entry| {
-                entry.file_name().to_str().is_some_and(|other| {
-                    other
-                        .strip_prefix(name)
-                        .and_then(|rest| rest.strip_prefix('.'))
-                        .is_some_and(|rest| {
-                            let n = ["-wal", "-shm"]
-                                .iter()
-                                .find_map(|s| rest.strip_suffix(s))
-                                .unwrap_or(rest);
-                            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
-                        })
-                })
-            })
-            .map(|entry| {
+            .filter_map(|entry| {
+                let file_name = entry.file_name();
+                let rest = file_name.to_str()?.strip_prefix(name)?;
+                let (stem, suffix) = ["-wal", "-shm", "-sessions"]
+                    .iter()
+                    .find_map(|s| rest.strip_suffix(s).map(|stem| (stem, *s)))
+                    .unwrap_or((rest, ""));
+                let desk = if stem.is_empty() {
+                    1
+                } else {
+                    let digits = stem.strip_prefix('.')?;
+                    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                        return None;
+                    }
+                    digits.parse().ok()?
+                };
                 // Shown as the person wrote the path: `base` followed by the rest.
                 let mut shown = self.base.as_os_str().to_owned();
-                shown.push(&entry.file_name().to_string_lossy()[name.len()..]);
-                PathBuf::from(shown)
+                shown.push(rest);
+                Some((desk, suffix.to_owned(), PathBuf::from(shown)))
             })
             .collect();
         taken.sort();
-        match taken.first() {
-            Some(path) => Err(already_exists(path)),
-            None => Ok(()),
+        let names: Vec<String> = taken.iter().map(|(_, _, p)| shown_path(p)).collect();
+        match names.as_slice() {
+            [] => Ok(()),
+            [one] => Err(anyhow::anyhow!(
+                "{one} already exists; choose a new --db path or delete it"
+            )),
+            [first, rest @ ..] => Err(anyhow::anyhow!(
+                "{first} already exists, and so do {}; choose a new --db path or delete them all (an earlier run's databases, with the -wal, -shm and -sessions files SQLite and the store keep next to them)",
+                rest.join(", ")
+            )),
         }
     }
 
@@ -298,7 +293,7 @@ pub fn ledger_view_page(path: &Path, page: LedgerPage) -> anyhow::Result<String>
     let oldest = entries.last().map_or(1, read_id);
     if oldest > 1 {
         out.push_str(&format!(
-            "Older entries: lectures ledger --db {shown} --before {oldest}\n"
+            "Older entries: cargo xtask lecture ledger --db {shown} --before {oldest}\n"
         ));
     }
     out.push('\n');

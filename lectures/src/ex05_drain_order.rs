@@ -86,7 +86,10 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     .await?;
     let first_team = call(cx, team, "addLabel", json!({"issue": 1, "label": "triage"})).await?;
 
-    cx.section("The person allows addLabel on both trackers (all-of-kind)")?;
+    cx.section_for(
+        "The person allows addLabel on both trackers (all-of-kind)",
+        "The person reviews the two labels (the script allows addLabel on both trackers)",
+    )?;
     cx.review(
         &alice,
         Scripted::by_id([
@@ -125,7 +128,10 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     let byo_state = state_of(&desk, team_label)?;
     let calls_before = vetted_tracker.calls();
 
-    cx.section("The person approves the manual gate")?;
+    cx.section_for(
+        "The person approves the manual gate",
+        "The person reviews the batch (the script approves the manual gate, #3)",
+    )?;
     cx.review(
         &alice,
         Scripted::by_id([
@@ -143,7 +149,14 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         .iter()
         .map(|r| format!("{}:{} by {}", r.gatekeeper, r.kind.label, r.enabled_by))
         .collect();
-    cx.evidence("rules enabled", rules.join(", "))?;
+    cx.evidence(
+        "rules enabled",
+        if rules.is_empty() {
+            "none".to_owned()
+        } else {
+            rules.join(", ")
+        },
+    )?;
     cx.evidence(
         &format!("{label} addLabel while {create} createIssue waited"),
         &held_state,
@@ -154,7 +167,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         &byo_state,
     )?;
     cx.evidence(
-        &format!("{label} after {create} was approved"),
+        &format!("{label} after {create} was {}", state_of(&desk, create)?),
         describe(&desk, label)?,
     )?;
     cx.evidence(

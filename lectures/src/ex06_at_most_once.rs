@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use shell::{Decision, Shell};
 
 use crate::setup::{Desk, call, poll, show_issues, visible};
-use crate::{Context, Lecture, LectureFuture};
+use crate::{Context, Lecture, LectureFuture, verb};
 
 /// The lecture.
 pub const LECTURE: Lecture = Lecture {
@@ -77,48 +77,89 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     let mut evidence: Vec<(String, String)> = Vec::new();
 
     // 1. Double approval.
-    cx.section("1. Alice and Bob approve the same action at once")?;
+    cx.section_for(
+        "1. Alice and Bob approve the same action at once",
+        "1. Alice and Bob decide the same action at once (the script: both approve)",
+    )?;
     let first = json!({"title": "Fix login"});
     let (_, id) = stage(cx, &session, &first).await?;
-    writeln!(
-        cx,
-        "  (the tracker is slow today: the next call is held in flight until released)"
-    )?;
-    let park = tracker.park_next();
-    let alice_approves = alice.decide(id, Decision::Approve);
-    let bob_approves = async {
-        park.wait_until_parked().await;
-        let bob_said = bob.decide(id, Decision::Approve).await;
-        park.release();
-        bob_said
+    let alice_says = cx.decision(&alice, id, Decision::Approve)?;
+    let bob_says = cx.decision(&bob, id, Decision::Approve)?;
+    let (alice_said, bob_said) = if alice_says == Decision::Approve {
+        writeln!(
+            cx,
+            "  (the tracker is slow today: the next call is held in flight until released)"
+        )?;
+        let park = tracker.park_next();
+        let alice_decides = alice.decide(id, alice_says);
+        let bob_decides = async {
+            park.wait_until_parked().await;
+            let bob_said = bob.decide(id, bob_says).await;
+            park.release();
+            bob_said
+        };
+        tokio::join!(alice_decides, bob_decides)
+    } else {
+        let alice_said = alice.decide(id, alice_says).await;
+        (alice_said, bob.decide(id, bob_says).await)
     };
-    let (alice_said, bob_said) = tokio::join!(alice_approves, bob_approves);
-    writeln!(cx, "  [alice approves]")?;
+    writeln!(cx, "  [alice {}]", verb(alice_says))?;
     writeln!(cx, "{}", alice_said?.report)?;
-    writeln!(cx, "  [bob approves while alice's apply is in flight]")?;
+    if alice_says == Decision::Approve {
+        writeln!(
+            cx,
+            "  [bob {} while alice's apply is in flight]",
+            verb(bob_says)
+        )?;
+    } else {
+        writeln!(cx, "  [bob {}]", verb(bob_says))?;
+    }
     writeln!(cx, "{}", bob_said?.report)?;
-    let again = bob.decide(id, Decision::Approve).await?;
-    writeln!(cx, "  [bob approves once more, afterwards]")?;
+    let bob_again = cx.decision(&bob, id, Decision::Approve)?;
+    let again = bob.decide(id, bob_again).await?;
+    if bob_again == Decision::Approve {
+        writeln!(cx, "  [bob approves once more, afterwards]")?;
+    } else {
+        writeln!(cx, "  [bob {}, afterwards]", verb(bob_again))?;
+    }
     writeln!(cx, "{}", again.report)?;
     evidence.push((
-        format!("{id}: writes of \"Fix login\" that landed after two approvals"),
+        if (alice_says, bob_says) == (Decision::Approve, Decision::Approve) {
+            format!("{id}: writes of \"Fix login\" that landed after two approvals")
+        } else {
+            format!(
+                "{id}: writes of \"Fix login\" that landed after alice's {alice_says} and bob's {bob_says}"
+            )
+        },
         landed(&tracker, "createIssue", &first).to_string(),
     ));
 
     // 2. Timeout after landing.
-    cx.section("2. The write lands, the reply is lost")?;
+    cx.section_for(
+        "2. The write lands, the reply is lost",
+        "2. The tracker will lose its next reply (the script approves)",
+    )?;
     let second = json!({"title": "Update the docs"});
     let (action, id) = stage(cx, &session, &second).await?;
-    writeln!(cx, "  (the tracker will lose its next reply)")?;
-    tracker.lose_next_reply();
-    writeln!(cx, "  [alice approves]")?;
-    writeln!(cx, "{}", alice.decide(id, Decision::Approve).await?.report)?;
+    let says = cx.decision(&alice, id, Decision::Approve)?;
+    let lost = says == Decision::Approve;
+    if lost {
+        writeln!(cx, "  (the tracker will lose its next reply)")?;
+        tracker.lose_next_reply();
+    }
+    writeln!(cx, "  [alice {}]", verb(says))?;
+    writeln!(cx, "{}", alice.decide(id, says).await?.report)?;
     poll(cx, &session, action).await?;
     show_issues(cx, &tracker)?;
-    writeln!(cx, "  [alice approves again]")?;
-    writeln!(cx, "{}", alice.decide(id, Decision::Approve).await?.report)?;
+    let says = cx.decision(&alice, id, Decision::Approve)?;
+    writeln!(cx, "  [alice {} again]", verb(says))?;
+    writeln!(cx, "{}", alice.decide(id, says).await?.report)?;
     evidence.push((
-        format!("{id}: state after the lost reply"),
+        if lost {
+            format!("{id}: state after the lost reply")
+        } else {
+            format!("{id}: state (no reply was lost: it was not approved first)")
+        },
         state_of(&desk.overseer, id)?,
     ));
     evidence.push((
@@ -127,52 +168,83 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     ));
 
     // 3. 403.
-    cx.section("3. The tracker refuses with 403 before anything lands")?;
+    cx.section_for(
+        "3. The tracker refuses with 403 before anything lands",
+        "3. The tracker will refuse its next call with 403 (the script approves twice)",
+    )?;
     let third = json!({"title": "Rotate the keys"});
     let (action, id) = stage(cx, &session, &third).await?;
-    writeln!(cx, "  (the tracker will decline its next call)")?;
-    tracker.decline_next();
-    writeln!(cx, "  [alice approves]")?;
-    writeln!(cx, "{}", alice.decide(id, Decision::Approve).await?.report)?;
+    let says = cx.decision(&alice, id, Decision::Approve)?;
+    let declined = says == Decision::Approve;
+    if declined {
+        writeln!(cx, "  (the tracker will decline its next call)")?;
+        tracker.decline_next();
+    }
+    writeln!(cx, "  [alice {}]", verb(says))?;
+    writeln!(cx, "{}", alice.decide(id, says).await?.report)?;
     poll(cx, &session, action).await?;
     let after_403 = state_of(&desk.overseer, id)?;
     let landed_403 = landed(&tracker, "createIssue", &third);
     writeln!(cx, "{}", alice.batch()?)?;
-    writeln!(cx, "  [alice approves again]")?;
-    writeln!(cx, "{}", alice.decide(id, Decision::Approve).await?.report)?;
-    evidence.push((format!("{id}: state after the 403"), after_403));
+    let says = cx.decision(&alice, id, Decision::Approve)?;
+    writeln!(cx, "  [alice {} again]", verb(says))?;
+    writeln!(cx, "{}", alice.decide(id, says).await?.report)?;
+    let (after, again) = if declined {
+        ("after the 403", "after re-approval")
+    } else {
+        (
+            "after the first answer (no 403: nothing was sent)",
+            "after the second answer",
+        )
+    };
+    evidence.push((format!("{id}: state {after}"), after_403));
     evidence.push((
-        format!("{id}: writes that landed after the 403"),
+        format!("{id}: writes that landed {after}"),
         landed_403.to_string(),
     ));
     evidence.push((
-        format!("{id}: writes that landed after re-approval"),
+        format!(
+            "{id}: writes that landed {}",
+            if says == Decision::Approve {
+                again
+            } else {
+                "at the end"
+            }
+        ),
         landed(&tracker, "createIssue", &third).to_string(),
     ));
 
     // 4. Restart over an in-flight claim.
-    cx.section(
+    cx.section_for(
         "4. The approval is abandoned while a call is in flight, then the process restarts",
+        "4. An approval abandoned while its call is in flight, then a restart (the script approves)",
     )?;
     let fourth = json!({"title": "Migrate the database"});
     let (action, id) = stage(cx, &session, &fourth).await?;
-    let park = tracker.park_next();
+    let says = cx.decision(&alice, id, Decision::Approve)?;
+    let abandoned = says == Decision::Approve;
     let calls_before = tracker.calls();
-    writeln!(
-        cx,
-        "  [alice approves; the tracker holds the call in flight]"
-    )?;
-    {
-        let approve = alice.decide(id, Decision::Approve);
-        tokio::pin!(approve);
-        tokio::select! {
-            biased;
-            _ = &mut approve => anyhow::bail!("the parked call should not have returned"),
-            () = park.wait_until_parked() => {}
+    if abandoned {
+        let park = tracker.park_next();
+        writeln!(
+            cx,
+            "  [alice approves; the tracker holds the call in flight]"
+        )?;
+        {
+            let approve = alice.decide(id, Decision::Approve);
+            tokio::pin!(approve);
+            tokio::select! {
+                biased;
+                _ = &mut approve => anyhow::bail!("the parked call should not have returned"),
+                () = park.wait_until_parked() => {}
+            }
+            // Leaving this block drops the apply mid-flight: nobody waits for it any more.
         }
-        // Leaving this block drops the apply mid-flight: nobody waits for it any more.
+        drop(park);
+    } else {
+        writeln!(cx, "  [alice {}]", verb(says))?;
+        writeln!(cx, "{}", alice.decide(id, says).await?.report)?;
     }
-    drop(park);
     let received = tracker.calls() - calls_before;
     let record = issues
         .store()
@@ -180,11 +252,13 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         .await?
         .map(|r| r.state.tag().to_string())
         .unwrap_or_else(|| "missing".to_owned());
-    writeln!(
-        cx,
-        "  the approval was abandoned after the tracker received the call ({received} call): outcome unknown; the ledger says {id} is {}; the store says: {record}",
-        state_of(&desk.overseer, id)?
-    )?;
+    if abandoned {
+        writeln!(
+            cx,
+            "  the approval was abandoned after the tracker received the call ({received} call): outcome unknown; the ledger says {id} is {}; the store says: {record}",
+            state_of(&desk.overseer, id)?
+        )?;
+    }
 
     // The process is gone, and everything it held goes with it: its people's shells, the
     // agent's grants and session, its gatekeeper, and (in `Desk::restart`) its kernel and
@@ -205,7 +279,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     let desk = desk.restart()?;
     if desk.file().is_some() {
         let settled = state_of(&desk.overseer, id)?;
-        if settled == "pending" {
+        if abandoned && settled == "pending" {
             // The abandoned apply was recorded before the restart; a pending entry means
             // the file lost that record. That would be a bug here, not a lesson.
             anyhow::bail!("the reopened file lost the record of the abandoned apply of {id}");
@@ -226,11 +300,15 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     let alice = Shell::new(overseer.clone(), "alice");
     let calls_at_restart = tracker.calls();
     writeln!(cx, "{}", alice.batch()?)?;
+    writeln!(cx, "  [as soon as the gate is back, alice looks {id} up]")?;
+    writeln!(cx, "{}", alice.prompt(id)?)?;
+    let says = cx.decision(&alice, id, Decision::Approve)?;
     writeln!(
         cx,
-        "  [alice approves {id} again, in the restarted process]"
+        "  [alice {} {id} again, in the restarted process]",
+        verb(says)
     )?;
-    writeln!(cx, "{}", alice.decide(id, Decision::Approve).await?.report)?;
+    writeln!(cx, "{}", alice.decide(id, says).await?.report)?;
     poll(cx, &session, action).await?;
     evidence.push((format!("{id}: store state before the restart"), record));
     evidence.push((
@@ -242,7 +320,11 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         (tracker.calls() - calls_at_restart).to_string(),
     ));
     evidence.push((
-        format!("{id}: state after approving again"),
+        if says == Decision::Approve {
+            format!("{id}: state after approving again")
+        } else {
+            format!("{id}: state at the end")
+        },
         state_of(&overseer, id)?,
     ));
 

@@ -1,6 +1,6 @@
 //! ex09: the approval gap: what a wiki edit approved after someone else's edit does.
 //!
-//! Seed 003's cases (b) and (c), run twice each, under the reference's policy and under
+//! The reference's review cases (b) and (c), run twice each, under the reference's policy and under
 //! ours. The agent stages a change to page 100; while it waits for ana, bob (another
 //! person, outside the gate) edits the page in the wiki's own editor. (b1) A replace
 //! approved afterwards silently erases bob's edit under the reference; ours remembers the
@@ -14,6 +14,7 @@
 //! side-by-side summary are printed.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use gatekeeper_confluence::{
     ContentHandle, Edit, Lab, PageView, Policy, Staged, WikiError, WikiSession,
@@ -220,7 +221,9 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
     let first = format!("{state}, {writes} writes");
 
     writeln!(cx)?;
-    writeln!(cx, "ana approves {replace} again, as the shell offered:")?;
+    cx.narrate(&format!(
+        "ana approves {replace} again, as the shell offered:"
+    ))?;
     review(
         cx,
         &lab,
@@ -271,10 +274,12 @@ fn wiki_lab(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Lab> {
         "  [--db: this desk's ledger, rules and action stores live in {}]",
         visible(&path.display().to_string())
     )?;
-    Ok(Lab::over(
+    // A ledger kept in a file records real time (see `LectureClock`).
+    Ok(Lab::over_with_clock(
         policy,
         database.ledger(),
         database.kv(gatekeeper_confluence::lab::GATEKEEPER_NAME),
+        Arc::new(kernel::SystemClock),
     )?)
 }
 

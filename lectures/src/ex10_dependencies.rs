@@ -1,6 +1,6 @@
 //! ex10: dependencies: what becomes of the actions built on one a person rejects.
 //!
-//! Seed 003's cases (d) and (e), run under the reference's policy and under ours. (d) The
+//! The reference's review cases (d) and (e), run under the reference's policy and under ours. (d) The
 //! agent stages a page, a child under it, a grandchild under that and an append to the
 //! grandchild; ana rejects the page. Both drivers drop all four, but the reference does
 //! not tell the kernel about the three it took along: they stay pending there as
@@ -156,10 +156,9 @@ async fn d(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Cascade> {
     let took_along = [child_id, grandchild_id, append_id];
 
     writeln!(cx)?;
-    writeln!(
-        cx,
+    cx.narrate(&format!(
         "ana rejects the page {page_id}; the others she leaves for now."
-    )?;
+    ))?;
     review(
         cx,
         &lab,
@@ -175,7 +174,9 @@ async fn d(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Cascade> {
     cx.evidence("actions waiting for a person", ids(&open))?;
 
     writeln!(cx)?;
-    writeln!(cx, "ana comes back to approve the child page {child_id}:")?;
+    cx.narrate(&format!(
+        "ana comes back to approve the child page {child_id}:"
+    ))?;
     let before = lab
         .overseer
         .entry(child_id)?
@@ -255,10 +256,9 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
     )?;
 
     writeln!(cx)?;
-    writeln!(
-        cx,
+    cx.narrate(&format!(
         "ana rejects the rename {rename}: the page keeps its title. The comment she leaves for now."
-    )?;
+    ))?;
     review(
         cx,
         &lab,
@@ -286,13 +286,11 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
     };
 
     writeln!(cx)?;
-    writeln!(
-        cx,
+    cx.narrate(&format!(
         "ana takes a second look at {comment} and decides on what the shell shows her: with no"
-    )?;
-    writeln!(
-        cx,
-        "sign of trouble she approves it; told it depends on the rejected rename, she rejects it."
+    ))?;
+    cx.narrate(
+        "sign of trouble she approves it; told it depends on the rejected rename, she rejects it.",
     )?;
     let decision = if flagged.is_some() {
         Decision::Reject

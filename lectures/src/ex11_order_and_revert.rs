@@ -1,7 +1,7 @@
 //! ex11: order and revert: the page should end as the agent was shown it, and undoing
 //! one action should undo only that action.
 //!
-//! Seed 003's cases (f), (g) and (h), run under the reference's policy and under ours.
+//! The reference's review cases (f), (g) and (h), run under the reference's policy and under ours.
 //! (f1) A replace then an append: the simulation shows both. Approved in reverse order,
 //! the reference ends with only the replacement; ours refuses the append with "apply #1
 //! first", and the page ends as simulated. (f2) An append then a replace, approved in id
@@ -157,10 +157,9 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     let simulated = read_body(cx, &agent, &page).await?;
 
     writeln!(cx)?;
-    writeln!(
-        cx,
+    cx.narrate(&format!(
         "ana approves the append {append} first and leaves the replace {replace} for later:"
-    )?;
+    ))?;
     review(
         cx,
         &lab,
@@ -174,10 +173,7 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     cx.evidence(&format!("{append} in the kernel's ledger"), &first)?;
 
     writeln!(cx)?;
-    writeln!(
-        cx,
-        "ana approves whatever still waits, in the order the shell asks:"
-    )?;
+    cx.narrate("ana approves whatever still waits, in the order the shell asks:")?;
     review(
         cx,
         &lab,
@@ -250,10 +246,9 @@ async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     )?;
 
     writeln!(cx)?;
-    writeln!(
-        cx,
+    cx.narrate(&format!(
         "ana approves the child {child_id} first and leaves the parent {parent_id} for later:"
-    )?;
+    ))?;
     review(
         cx,
         &lab,
@@ -275,7 +270,7 @@ async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     )?;
 
     writeln!(cx)?;
-    writeln!(cx, "ana approves the parent, then the child:")?;
+    cx.narrate("ana approves the parent, then the child:")?;
     review(
         cx,
         &lab,

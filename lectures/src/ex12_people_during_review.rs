@@ -329,10 +329,9 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
     )?;
 
     writeln!(cx)?;
-    writeln!(
-        cx,
+    cx.narrate(&format!(
         "ana approves the comment {comment} first and leaves the rename {rename} for later:"
-    )?;
+    ))?;
     review(
         cx,
         &lab,
@@ -345,10 +344,9 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
     cx.evidence(&format!("{comment} in the kernel's ledger"), &early)?;
 
     writeln!(cx)?;
-    writeln!(
-        cx,
+    cx.narrate(&format!(
         "ana rejects the rename {rename}; the page keeps its title."
-    )?;
+    ))?;
     review(
         cx,
         &lab,
@@ -367,10 +365,7 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
     cx.evidence(&format!("{comment} in the kernel's ledger"), &after)?;
     if lab.open_ids()?.contains(&comment) {
         writeln!(cx)?;
-        writeln!(
-            cx,
-            "ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it."
-        )?;
+        cx.narrate(&format!("ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it."))?;
         review(
             cx,
             &lab,
@@ -442,7 +437,7 @@ async fn s(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Stacked> {
         Edit::ReplaceBody("bob's procedure".into()),
     )?;
     writeln!(cx)?;
-    writeln!(cx, "ana approves both, in id order:")?;
+    cx.narrate("ana approves both, in id order:")?;
     review(
         cx,
         &lab,
@@ -537,10 +532,9 @@ async fn r3(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         agent.add_comment(&page, &text).await,
     )?;
     writeln!(cx)?;
-    writeln!(
-        cx,
+    cx.narrate(&format!(
         "ana approves the rename {rename}; the comment {comment} she leaves for later."
-    )?;
+    ))?;
     review(
         cx,
         &lab,

@@ -7,7 +7,7 @@
 //!
 //! By default every kernel and driver store lives in memory. With `--db PATH` (a
 //! [`DbPlan`] on the [`Context`]) each desk keeps them in a SQLite file of its own, ex06's
-//! restart really closes and reopens its file, and [`ledger_view`] (`lectures ledger --db
+//! restart really closes and reopens its file, and [`ledger_view`] (`cargo xtask lecture ledger --db
 //! PATH`) prints what a file holds from another process.
 //!
 //! The transcripts are snapshot-tested (`tests/transcripts.rs`), so the behaviour they
@@ -40,7 +40,7 @@ pub mod ex12_people_during_review;
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
     Context, Lecture, LectureFuture, find, list, run_lecture, snapshot_filters, transcript,
-    valid_names,
+    valid_names, verb,
 };
 
 /// Every lecture, in the order `all` runs them.

@@ -1,8 +1,15 @@
 //! The lecture runner's command line: `lectures ex05 | all | --list [--interactive]
-//! [--db PATH]`, and `lectures ledger --db PATH` to read a database a run left behind.
+//! [--db PATH]`, and `lectures ledger --db PATH` to read a database a run left behind. People
+//! run it as `cargo xtask lecture …`, so every help and error text names that command.
 //!
 //! Transcripts go to stdout, errors to stderr. An unknown name exits non-zero with the list
-//! of valid names. `cargo xtask lecture ...` runs this binary in release mode.
+//! of valid names. `cargo xtask lecture ...` builds this binary in the dev profile, the one
+//! `cargo test --workspace` shares, and runs it.
+//!
+//! Logging is off by default (the transcript is the output). `RUST_LOG` turns on the
+//! kernel's and the drivers' `tracing` events, on stderr: `RUST_LOG=info` for every state
+//! change, or a filter such as `RUST_LOG=kernel=debug,gatekeeper_core=info`. Untrusted text
+//! in an event (a tool name, a service's message) is already a `«…»` label or one line.
 
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
@@ -14,10 +21,11 @@ use lectures::{
     run_lecture, valid_names,
 };
 use shell::Interactive;
+use tracing_subscriber::EnvFilter;
 
 /// Run the approval-gate lectures: each shows one design decision at work.
 #[derive(Debug, Parser)]
-#[command(name = "lectures")]
+#[command(name = "lectures", bin_name = "cargo xtask lecture")]
 struct Args {
     #[command(subcommand)]
     view: Option<View>,
@@ -31,10 +39,10 @@ struct Args {
     #[arg(long)]
     interactive: bool,
     /// Keep each desk's ledger, rules and action stores in a new SQLite file instead of in
-    /// memory: the first desk of the run uses PATH, later desks PATH.2, PATH.3, ... (desks
+    /// memory: the first desk of the run uses PATH, later desks PATH.02, PATH.03, ... (desks
     /// never share a file). A file that already exists is refused, never reused or
     /// overwritten. With ex06 the restart really closes the file and opens it again.
-    /// Read what a run wrote with `lectures ledger --db PATH`.
+    /// Read what a run wrote with `cargo xtask lecture ledger --db PATH`.
     #[arg(long, value_name = "PATH", global = true)]
     db: Option<PathBuf>,
 }
@@ -59,7 +67,23 @@ enum View {
     },
 }
 
+/// Installs the `tracing` subscriber: events to stderr, filtered by `RUST_LOG`, nothing
+/// when it is unset or empty.
+fn install_logging() {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => EnvFilter::new(spec),
+        _ => EnvFilter::new("off"),
+    };
+    // Fails only if a subscriber is already installed, and then that one logs.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
+        .try_init();
+}
+
 fn main() -> ExitCode {
+    install_logging();
     let args = Args::parse();
     if let Some(View::Ledger {
         limit,
@@ -68,11 +92,13 @@ fn main() -> ExitCode {
     }) = &args.view
     {
         let Some(db) = &args.db else {
-            eprintln!("name the database to read: lectures ledger --db PATH");
+            eprintln!("name the database to read: cargo xtask lecture ledger --db PATH");
             return ExitCode::from(2);
         };
         if args.lecture.is_some() || args.list || args.interactive {
-            eprintln!("`ledger` only reads a database: run it alone, as lectures ledger --db PATH");
+            eprintln!(
+                "`ledger` only reads a database: run it alone, as cargo xtask lecture ledger --db PATH"
+            );
             return ExitCode::from(2);
         }
         let text = if *check {

@@ -8,7 +8,7 @@
 //!
 //! Transcripts must be the same on every run, because they are snapshot-tested: lectures
 //! use [`kernel::StepClock`] and sequential ids, and the one measured duration (a turn's
-//! wall time) is printed as `turn ended in 0.042 ms` and replaced by
+//! wall time) is printed as `turn ended in N.NNN ms` and replaced by
 //! [`snapshot_filters`]. Nothing else a lecture prints may depend on time or on the
 //! machine. (With `--db` a desk prints one more line, naming its file; snapshots are
 //! taken in memory.)
@@ -19,7 +19,8 @@ use std::io::{self, Write};
 use std::pin::Pin;
 use std::time::Duration;
 
-use shell::{Decider, ReviewSummary, Scripted, Shell};
+use kernel::LedgerId;
+use shell::{Decider, Decision, ReviewSummary, Scripted, Shell};
 
 use crate::DbPlan;
 
@@ -106,13 +107,58 @@ impl<'a> Context<'a> {
         writeln!(self.out, "## {title}")
     }
 
+    /// Writes a section heading that says what the script does (`scripted`) in a scripted
+    /// run, and what is asked (`interactive`) when a person answers instead: a heading
+    /// never claims a decision the person did not take.
+    pub fn section_for(&mut self, scripted: &str, interactive: &str) -> io::Result<()> {
+        let title = if self.is_interactive() {
+            interactive
+        } else {
+            scripted
+        };
+        self.section(title)
+    }
+
+    /// Writes a line of narration that says what the script's person decides: as it is in
+    /// a scripted run; marked as the script's plan in an interactive run, where the person
+    /// at the terminal decides and may differ.
+    pub fn narrate(&mut self, line: &str) -> io::Result<()> {
+        if self.is_interactive() {
+            writeln!(self.out, "(the script's plan; you decide below: {line})")
+        } else {
+            writeln!(self.out, "{line}")
+        }
+    }
+
+    /// The decision `shell`'s person takes on `id`: the script's (`scripted`) in a scripted
+    /// run, written nowhere; in an interactive run the action's card is shown and the person
+    /// at the terminal is asked. Lectures call it for every decision outside a review.
+    pub fn decision(
+        &mut self,
+        shell: &Shell,
+        id: LedgerId,
+        scripted: Decision,
+    ) -> Result<Decision, shell::ShellError> {
+        let Some(person) = self.person.as_mut() else {
+            return Ok(scripted);
+        };
+        writeln!(
+            self.out,
+            "[{} is asked about {id}; the script would {scripted}]",
+            shell.person()
+        )?;
+        let prompt = shell.prompt(id)?;
+        writeln!(self.out, "{prompt}")?;
+        Ok(person.decide(id, &prompt, self.out)?)
+    }
+
     /// Writes one line of evidence: `  evidence: what = value`.
     pub fn evidence(&mut self, what: &str, value: impl fmt::Display) -> io::Result<()> {
         writeln!(self.out, "  evidence: {what} = {value}")
     }
 
     /// Writes the measured duration of an agent's turn in the one format the snapshot
-    /// filter knows: `turn ended in 0.042 ms`.
+    /// filter knows: `turn ended in N.NNN ms`.
     pub fn turn_duration(&mut self, elapsed: Duration) -> io::Result<()> {
         writeln!(
             self.out,
@@ -171,6 +217,17 @@ pub async fn run_lecture(lecture: &Lecture, cx: &mut Context<'_>) -> anyhow::Res
     Ok(())
 }
 
+/// What a person did, for narration: `approves`, `rejects`, `skips`, `allows all of its
+/// kind`.
+pub fn verb(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Approve => "approves",
+        Decision::Reject => "rejects",
+        Decision::Skip => "skips",
+        Decision::ApproveAllOfKind => "allows all of its kind",
+    }
+}
+
 /// The lecture named `name`, if there is one.
 pub fn find(name: &str) -> Option<&'static Lecture> {
     crate::LECTURES.iter().find(|l| l.name == name)
@@ -183,12 +240,32 @@ pub fn valid_names() -> String {
     names.join(", ")
 }
 
-/// The `--list` text: one line per lecture.
+/// How wide `--list` lines may be, in chars.
+pub const LIST_WIDTH: usize = 100;
+
+/// The `--list` text: each lecture's name and title on one line, then its summary, wrapped
+/// at [`LIST_WIDTH`] and indented under the title.
 pub fn list() -> String {
-    crate::LECTURES
-        .iter()
-        .map(|l| format!("{}  {}: {}\n", l.name, l.title, l.summary))
-        .collect()
+    let mut out = String::new();
+    for lecture in crate::LECTURES {
+        out.push_str(&format!("{}  {}\n", lecture.name, lecture.title));
+        let mut line = String::new();
+        for word in lecture.summary.split_whitespace() {
+            if !line.is_empty() && 6 + line.chars().count() + 1 + word.chars().count() > LIST_WIDTH
+            {
+                out.push_str(&format!("      {line}\n"));
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        if !line.is_empty() {
+            out.push_str(&format!("      {line}\n"));
+        }
+    }
+    out
 }
 
 /// The full transcript of one lecture, scripted, as the snapshot tests record it.

@@ -19,20 +19,59 @@ use gatekeeper_core::{
     ActionResult, ActionStorage, ActionStore, CallOutcome, Session, SessionError, ToolGatekeeper,
 };
 use gatekeeper_issues::{IssueTracker, IssuesConfig};
-use kernel::{Clock, DriverActionId, LedgerStore, MemoryLedger, Overseer, StepClock};
+use kernel::{Clock, DriverActionId, LedgerStore, MemoryLedger, Overseer, StepClock, SystemClock};
 use prompt_sanitize::neutralize_controls;
 use serde_json::Value;
 use store_sqlite::Database;
 
 use crate::Context;
 
-/// A kernel on a deterministic clock (09:00:00, one second per reading), and where it
-/// keeps its records: in memory, or (with `--db`) in a SQLite file of its own.
+/// The lectures' clock. In memory (and so in every snapshot) it is the deterministic
+/// [`StepClock`] (09:00:00, one second per reading). A run that keeps a real ledger
+/// (`--db`) reads the wall clock instead: a ledger a person will query with SQL or read
+/// later records when things really happened, not 1970.
+pub(crate) enum LectureClock {
+    /// The fixed clock of snapshot runs.
+    Fixed(StepClock),
+    /// The wall clock of `--db` runs.
+    Wall(SystemClock),
+}
+
+impl LectureClock {
+    /// The clock for a desk: the wall clock with `--db`, the fixed one otherwise.
+    pub(crate) fn for_run(cx: &Context<'_>) -> Arc<Self> {
+        Arc::new(if cx.db().is_some() {
+            Self::Wall(SystemClock)
+        } else {
+            Self::Fixed(StepClock::default())
+        })
+    }
+
+    /// Moves the fixed clock forward ("three hours later"). The wall clock is not moved: a
+    /// real ledger records the real time, so on it the lecture's "later" is only narration.
+    pub(crate) fn advance(&self, millis: u64) {
+        if let Self::Fixed(clock) = self {
+            clock.advance(millis);
+        }
+    }
+}
+
+impl Clock for LectureClock {
+    fn now(&self) -> kernel::Timestamp {
+        match self {
+            Self::Fixed(clock) => clock.now(),
+            Self::Wall(clock) => clock.now(),
+        }
+    }
+}
+
+/// A kernel on the lectures' clock ([`LectureClock`]), and where it keeps its records: in
+/// memory, or (with `--db`) in a SQLite file of its own.
 pub(crate) struct Desk {
     pub(crate) overseer: Overseer,
     pub(crate) clock: Arc<dyn Clock>,
     /// The same clock, to move it forward ("three hours later").
-    pub(crate) time: Arc<StepClock>,
+    pub(crate) time: Arc<LectureClock>,
     storage: Storage,
 }
 
@@ -54,7 +93,7 @@ impl Desk {
     /// A desk in memory, or, when the context has a `--db` plan, over the plan's next
     /// file (saying so in the transcript).
     pub(crate) fn new(cx: &mut Context<'_>) -> anyhow::Result<Self> {
-        let time = Arc::new(StepClock::default());
+        let time = LectureClock::for_run(cx);
         let storage = match cx.db_mut() {
             None => Storage::Memory {
                 ledger: Arc::new(MemoryLedger::new()),
@@ -73,7 +112,7 @@ impl Desk {
         Ok(Self::over(time, storage))
     }
 
-    fn over(time: Arc<StepClock>, storage: Storage) -> Self {
+    fn over(time: Arc<LectureClock>, storage: Storage) -> Self {
         let clock: Arc<dyn Clock> = time.clone();
         let ledger = match &storage {
             Storage::Memory { ledger, .. } => ledger.clone(),

@@ -103,14 +103,23 @@ fn an_unknown_lecture_lists_the_valid_names_and_fails() {
 }
 
 #[test]
-fn list_prints_one_line_per_lecture() {
+fn list_names_every_lecture_with_its_summary_in_lines_of_at_most_100_chars() {
     let output = runner().arg("--list").output().expect("runs");
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(stdout.lines().count(), LECTURES.len(), "{stdout}");
-    for (line, lecture) in stdout.lines().zip(LECTURES) {
-        assert!(line.starts_with(lecture.name), "{line}");
-        assert!(line.contains(lecture.summary), "{line}");
+    let heads: Vec<&str> = stdout.lines().filter(|l| !l.starts_with(' ')).collect();
+    assert_eq!(heads.len(), LECTURES.len(), "{stdout}");
+    for (head, lecture) in heads.iter().zip(LECTURES) {
+        assert_eq!(*head, format!("{}  {}", lecture.name, lecture.title));
+    }
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    let text = words.join(" ");
+    for lecture in LECTURES {
+        let summary: Vec<&str> = lecture.summary.split_whitespace().collect();
+        assert!(text.contains(&summary.join(" ")), "{stdout}");
+    }
+    for line in stdout.lines() {
+        assert!(line.chars().count() <= 100, "{line}");
     }
 }
 
@@ -144,5 +153,111 @@ fn interactive_end_of_input_approves_nothing() {
     assert!(
         stdout.contains("evidence: tracker calls after the review = 1"),
         "nothing may have been sent: {stdout}"
+    );
+}
+
+/// Runs `lecture` with `--interactive` and the given answers on stdin; returns stdout.
+fn interactive(lecture: &str, answers: &[u8]) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = runner()
+        .args(["--interactive", lecture])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(answers)
+        .expect("writes");
+    let output = child.wait_with_output().expect("finishes");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn interactive_headings_and_evidence_tell_what_the_person_did_not_what_the_script_would_have() {
+    // The person skips everything: no heading or evidence may say anything was allowed
+    // or approved, and every decision the script would take is asked.
+    let ex05 = interactive("ex05", b"");
+    for lie in [
+        "The person allows addLabel on both trackers",
+        "The person approves the manual gate",
+        "after #3 was approved",
+    ] {
+        assert!(!ex05.contains(lie), "{lie:?} in:\n{ex05}");
+    }
+    assert!(
+        ex05.contains("  evidence: rules enabled = none\n"),
+        "an empty list is said, not left blank:\n{ex05}"
+    );
+
+    let ex06 = interactive("ex06", b"");
+    for asked in [
+        "[alice is asked about #1",
+        "[bob is asked about #1",
+        "[alice is asked about #2",
+        "[alice is asked about #3",
+        "[alice is asked about #4",
+    ] {
+        assert!(ex06.contains(asked), "{asked:?} not asked in:\n{ex06}");
+    }
+    for lie in ["[alice approves", "[bob approves", "after two approvals"] {
+        assert!(!ex06.contains(lie), "{lie:?} in:\n{ex06}");
+    }
+
+    let ex08 = interactive("ex08", b"");
+    assert!(ex08.contains("[alice is asked about #"), "{ex08}");
+    assert!(
+        !ex08.contains("[alice rejects"),
+        "nobody rejects by themselves:\n{ex08}"
+    );
+    assert!(!ex08.contains("The person tries to approve"), "{ex08}");
+
+    // The script's narration of a wiki review is marked as the script's plan.
+    let ex10 = interactive("ex10", b"");
+    assert!(
+        !ex10.lines().any(|l| l.starts_with("ana rejects the page")),
+        "{ex10}"
+    );
+    assert!(ex10.contains("(the script's plan; you decide below: ana rejects the page"));
+}
+
+#[test]
+fn rust_log_shows_the_kernels_events_on_stderr_and_nothing_by_default() {
+    let quiet = runner().arg("ex06").output().expect("runs");
+    assert!(quiet.status.success());
+    assert!(
+        quiet.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&quiet.stderr)
+    );
+    let logged = runner()
+        .arg("ex06")
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("runs");
+    assert!(logged.status.success());
+    let stderr = String::from_utf8_lossy(&logged.stderr);
+    assert!(stderr.contains("action applied"), "{stderr}");
+    assert!(stderr.contains("apply failed"), "{stderr}");
+    // The transcript is the same with or without logging: events go to stderr only.
+    assert_eq!(
+        String::from_utf8_lossy(&logged.stdout)
+            .lines()
+            .filter(|l| !l.contains("turn ended in"))
+            .collect::<Vec<_>>(),
+        String::from_utf8_lossy(&quiet.stdout)
+            .lines()
+            .filter(|l| !l.contains("turn ended in"))
+            .collect::<Vec<_>>()
     );
 }

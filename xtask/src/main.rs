@@ -93,6 +93,14 @@ fn lecture(args: &[String]) -> Result<(), String> {
 
 /// Builds the lecture runner and returns the path of its executable.
 ///
+/// It is built in the dev profile, the one `cargo test --workspace` builds libraries and
+/// binaries in, so the README's two commands share one build as far as cargo allows: the
+/// dependencies (SQLite's C sources among them) compiled for the lecture are reused by the
+/// tests. Cargo still compiles the workspace's crates and a few dependencies a second time
+/// for the tests, because the tests' dev-dependencies switch on extra features (tokio's
+/// `test-util`, regex features of insta and proptest) and features are unified per build.
+/// The lectures need no optimizing: `all` runs in well under a second.
+///
 /// Cargo's progress is shown as soon as something needs compiling (a fresh clone takes
 /// minutes, and silence would look like a hang); when everything is up to date nothing is
 /// printed, so a lecture's transcript starts on the first line.
@@ -102,14 +110,7 @@ fn build_lecture_runner() -> Result<PathBuf, String> {
 
     let mut command = cargo();
     command
-        .args([
-            "build",
-            "--release",
-            "--package",
-            "lectures",
-            "--bin",
-            "lectures",
-        ])
+        .args(["build", "--package", "lectures", "--bin", "lectures"])
         .args(["--message-format", "json-render-diagnostics"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

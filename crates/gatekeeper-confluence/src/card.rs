@@ -4,7 +4,7 @@
 //! Titles, bodies, comments and label names come from the agent or from the wiki, so
 //! they are untrusted: every one goes through `prompt-sanitize` (a block quote for
 //! bodies, plain inline text for titles, a code span for labels). Markdown bodies shown
-//! on a card are clipped to 2000 characters plus `…`, as in the reference (spec §1.6).
+//! on a card are clipped to 2000 characters plus `…`, as in the reference.
 
 use kernel::{ActionDescription, ActionKind, ObservationDescription};
 use prompt_sanitize::{Markdown, Sanitized, code_span, plain_inline, quote_untrusted};

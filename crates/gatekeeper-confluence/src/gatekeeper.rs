@@ -747,7 +747,7 @@ impl ConfluenceGatekeeper {
         let mut store = self.store();
         // Step 1: read the record.
         let Some(record) = store.get(id).cloned() else {
-            return Err(GatekeeperError::fatal(format!(
+            return Err(GatekeeperError::not_sent(format!(
                 "unknown action {id}: the wiki gatekeeper holds no such action (it was dropped with a rejected page, or never staged), so nothing was sent; reject it"
             )));
         };
@@ -852,6 +852,8 @@ impl ConfluenceGatekeeper {
 
     /// Record an apply that reached nothing in the wiki: a retryable refusal leaves the
     /// record (or puts it back, if `claimed`) `pending`; a final one marks it `failed`.
+    /// When `claimed`, the refusal is the wiki's answer (the service answered with an
+    /// error); otherwise the gatekeeper refused before sending (not sent).
     fn refused(
         &self,
         store: &mut ActionStore,
@@ -869,17 +871,24 @@ impl ConfluenceGatekeeper {
         let (next, error) = match refusal {
             Refusal::Retry(message) => {
                 warn!(%id, message = %label(&message), "apply failed; nothing was written");
-                (
-                    claimed.then(|| record.clone()),
-                    GatekeeperError::retryable(message),
-                )
+                let error = if claimed {
+                    GatekeeperError::service_error(message, true)
+                } else {
+                    GatekeeperError::retryable(message)
+                };
+                (claimed.then(|| record.clone()), error)
             }
             Refusal::Final(message) => {
                 warn!(%id, message = %label(&message), "apply refused for good; nothing was written");
                 let mut next = record.clone();
                 next.state = RecordState::Failed;
                 next.failure = Some(message.clone());
-                (Some(next), GatekeeperError::fatal(message))
+                let error = if claimed {
+                    GatekeeperError::service_error(message, false)
+                } else {
+                    GatekeeperError::not_sent(message)
+                };
+                (Some(next), error)
             }
         };
         let Some(next) = next else {
@@ -889,10 +898,14 @@ impl ConfluenceGatekeeper {
             Ok(_) => error,
             Err(kv) if claimed => {
                 warn!(%id, error = %kv, "could not release the claim of an apply that sent nothing");
-                GatekeeperError::fatal(format!(
-                    "{}; but that nothing was sent could not be recorded ({kv}), so the action stays claimed and is marked failed when the gatekeeper is reopened; stage it again",
-                    error.message
-                ))
+                GatekeeperError {
+                    message: format!(
+                        "{}; but that nothing was sent could not be recorded ({kv}), so the action stays claimed and is marked failed when the gatekeeper is reopened; stage it again",
+                        error.message
+                    ),
+                    retryable: false,
+                    kind: error.kind,
+                }
             }
             Err(kv) => {
                 warn!(%id, error = %kv, "could not record the failure");
@@ -1227,7 +1240,7 @@ impl ConfluenceGatekeeper {
     fn revert_now(&self, id: DriverActionId) -> Result<RevertOutcome, GatekeeperError> {
         let mut store = self.store();
         let Some(record) = store.get(id).cloned() else {
-            return Err(GatekeeperError::fatal(format!(
+            return Err(GatekeeperError::not_sent(format!(
                 "unknown action {id}: the wiki gatekeeper holds no such action; there is nothing to revert"
             )));
         };
@@ -1545,7 +1558,7 @@ fn claimed_elsewhere(
 ) -> Result<(), GatekeeperError> {
     info!(%id, state = ?now.map(|r| r.state), "apply refused: the claim was lost to another gatekeeper");
     let Some(now) = now else {
-        return Err(GatekeeperError::fatal(format!(
+        return Err(GatekeeperError::not_sent(format!(
             "action {id} was dropped by another process sharing this gatekeeper's store (rejected there), so nothing was sent; reject it"
         )));
     };
@@ -1714,7 +1727,7 @@ impl Gatekeeper for ConfluenceGatekeeper {
         self.revert_now(action)
     }
 
-    /// None: every action is simulated, so none needs to skip the queue (spec §1.6).
+    /// None: every action is simulated, so none needs to skip the queue (as in the reference).
     fn auto_approvable_actions(&self) -> Vec<ActionKind> {
         Vec::new()
     }

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use kernel::{
-    DecisionError, LedgerEntry, LedgerId, LedgerStore, MemoryLedger, Overseer, StepClock,
+    Clock, DecisionError, LedgerEntry, LedgerId, LedgerStore, MemoryLedger, Overseer, StepClock,
 };
 
 use crate::gatekeeper::ConfluenceGatekeeper;
@@ -37,8 +37,9 @@ pub const SPACE: &str = "OPS";
 /// drives the kernel (`overseer.approve`, `reject`, `revert`, `ledger`), plays the other
 /// people on the wiki (`service.human_edit`), and inspects the driver (`wiki`).
 pub struct Lab {
-    /// The deterministic clock everything reads (09:00:00, one second per reading).
-    pub clock: Arc<StepClock>,
+    /// The clock everything reads: deterministic (09:00:00, one second per reading) unless
+    /// the lab was built with [`Lab::over_with_clock`].
+    pub clock: Arc<dyn Clock>,
     /// The real kernel.
     pub overseer: Overseer,
     /// The wiki, outside the OS. Starts with the space [`SPACE`] and no pages.
@@ -68,7 +69,17 @@ impl Lab {
         ledger: Arc<dyn LedgerStore>,
         kv: Arc<dyn KvStore>,
     ) -> Result<Self, KvError> {
-        let clock = Arc::new(StepClock::default());
+        Self::over_with_clock(policy, ledger, kv, Arc::new(StepClock::default()))
+    }
+
+    /// [`Lab::over`] on `clock` (for example the wall clock, for a ledger kept in a file a
+    /// person will read later).
+    pub fn over_with_clock(
+        policy: Policy,
+        ledger: Arc<dyn LedgerStore>,
+        kv: Arc<dyn KvStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, KvError> {
         let overseer = Overseer::with_store(ledger, clock.clone());
         let service = Arc::new(WikiService::new());
         service.add_space(SPACE);

@@ -1,7 +1,8 @@
 //! A wiki gatekeeper that lets the agent keep working while its writes wait for a person.
 //!
-//! A Rust rebuild of the reference's Confluence gatekeeper (spec
-//! `reference-confluence.md`), plus fixes for the three pitfalls seed 003 found in it.
+//! A Rust rebuild of the reference's Confluence gatekeeper (the reference is Cloudflare
+//! OS's Gatekeeper, see the glossary in `docs/ARCHITECTURE.md`), plus fixes for the three
+//! pitfalls its review cases (a to h, lectures ex09–ex11) found in it.
 //!
 //! # Bird's eye view
 //!

@@ -1,6 +1,6 @@
 //! The simulation: how pending actions are folded over the wiki's state at read time.
 //!
-//! These are the reference's rules (spec §3), as pure functions over the pending
+//! These are the reference's rules, as pure functions over the pending
 //! records of one content, in ascending action id (staging order):
 //!
 //! - title: every set-title and create overwrites it, so the latest wins;

@@ -1,9 +1,11 @@
 //! The policy: the reference's behaviour, or ours, or any mix a lecture wants to show.
 //!
-//! Every difference between the reference (cloudflare-os `gatekeeper-confluence` at
-//! HEAD, spec `reference-confluence.md`) and this driver is one switch here, so a
-//! lecture can run the same script twice and print both outcomes side by side. The
-//! overlay rules themselves (spec §3) are the same under every policy.
+//! Every difference between the reference (the Confluence gatekeeper of Cloudflare OS's
+//! Gatekeeper, `cloudflare/cloudflare-os`) and this driver is one switch here, five in
+//! all: three for the reference's pitfalls, two for further gaps (see
+//! `docs/ARCHITECTURE.md`). So a lecture can run the same script twice and print both
+//! outcomes side by side. The overlay rules themselves (`overlay.rs`) are the same under
+//! every policy.
 
 use std::fmt;
 

@@ -2,7 +2,7 @@
 //! stored value is wrapped in.
 //!
 //! The layout of the key-value port (the analogue of the reference's Durable Object
-//! storage, spec §1.3):
+//! storage):
 //!
 //! | key | value |
 //! |---|---|

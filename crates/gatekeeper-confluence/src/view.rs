@@ -8,7 +8,7 @@ use crate::overlay::CommentView;
 use crate::record::{ContentKind, ContentStatus};
 
 /// A page or blog post as the agent sees it: the wiki's state with every pending action
-/// of this content folded in (spec §3).
+/// of this content folded in (`overlay.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageView {
     /// The handle the agent asked with (a `~N` stays `~N`).

@@ -329,6 +329,7 @@ impl Gatekeeper for ToolGatekeeper {
             Err(error) => Err(GatekeeperError {
                 message: one_line(&error.to_string(), MAX_MESSAGE_CHARS).into_string(),
                 retryable: error.retryable(),
+                kind: error.failure_kind(),
             }),
         }
     }

@@ -112,6 +112,16 @@ impl CallError {
         matches!(self, Self::Unknown(_))
     }
 
+    /// What a failed call says about its effect, for the ledger: not sent, refused by
+    /// the service, or outcome unknown.
+    pub fn failure_kind(&self) -> kernel::FailureKind {
+        match self {
+            Self::NotDispatched(_) => kernel::FailureKind::NotSent,
+            Self::Declined(_) => kernel::FailureKind::ServiceError,
+            Self::Unknown(_) => kernel::FailureKind::OutcomeUnknown,
+        }
+    }
+
     /// The service's message.
     pub fn message(&self) -> &str {
         match self {

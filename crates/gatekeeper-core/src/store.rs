@@ -18,8 +18,10 @@
 //!   never replayed, and no restart is needed.
 //! - A call that succeeded is recorded as applied even when its reply is too large to keep
 //!   (it is replaced by a note) or cannot be encoded.
-//! - At most [`MAX_OPEN_ACTIONS`] calls are pending or applying per store; the newest
-//!   [`RETAINED_FINAL_ACTIONS`] final records are kept, open records are never pruned.
+//! - At most [`MAX_OPEN_ACTIONS`] calls are open per store: pending, applying, or failed
+//!   in a way a person may retry (the same "open" as the kernel's ledger: such a call still
+//!   waits for a person). The newest [`RETAINED_FINAL_ACTIONS`] final records are kept;
+//!   open records are never pruned. So a store holds at most 150 records per gatekeeper.
 //!
 //! This is *at most once*, not exactly once: when the outcome is unknown, the store prefers
 //! losing a result to repeating a write.
@@ -68,7 +70,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use kernel::{Clock, DriverActionId, Timestamp};
+use kernel::{Clock, DriverActionId, FailureKind, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{debug, info, warn};
@@ -172,9 +174,15 @@ impl ActionState {
         }
     }
 
-    /// Pending or applying: counts towards [`MAX_OPEN_ACTIONS`].
+    /// Pending, applying, or failed in a way a person may retry: it still waits for a
+    /// person (or is in flight), as [`kernel::ActionEntry::is_open`] says of its ledger
+    /// entry, and counts towards [`MAX_OPEN_ACTIONS`].
     pub fn is_open(&self) -> bool {
-        matches!(self, Self::Pending | Self::Applying)
+        match self {
+            Self::Pending | Self::Applying => true,
+            Self::Failed { retryable, .. } => *retryable,
+            Self::Applied { .. } | Self::Rejected => false,
+        }
     }
 
     /// No person will decide it again: applied, rejected, or failed for good. Only final
@@ -306,6 +314,7 @@ impl ActionRecord {
                         id: self.id,
                         message,
                         retryable,
+                        kind: error.failure_kind(),
                     },
                 }
             }
@@ -404,7 +413,8 @@ pub enum StageError {
         /// Their size as compact JSON.
         bytes: usize,
     },
-    /// [`MAX_OPEN_ACTIONS`] calls are already pending or applying.
+    /// [`MAX_OPEN_ACTIONS`] calls are already open (pending, applying, or failed and
+    /// waiting for a person to approve them again or reject them).
     #[error(
         "50 calls to this server are already awaiting approval. Wait for them to be approved or rejected before queueing more."
     )]
@@ -448,6 +458,9 @@ pub enum ApplyError {
         message: String,
         /// Whether the service is known not to have run the tool.
         retryable: bool,
+        /// Whether the call was not sent, refused by the service, or has an unknown
+        /// outcome.
+        kind: FailureKind,
     },
     /// Another store settled the record while this attempt ran (it was opened over the
     /// same records and took the claim for an interrupted one).
@@ -482,6 +495,23 @@ impl ApplyError {
             | Self::NotRetryable { .. }
             | Self::Superseded(_)
             | Self::OutcomeNotRecorded { .. } => false,
+        }
+    }
+}
+
+impl ApplyError {
+    /// What is known about whether the call took effect, for the ledger.
+    pub fn failure_kind(&self) -> FailureKind {
+        match self {
+            Self::Failed { kind, .. } => *kind,
+            // Nothing was sent by this attempt.
+            Self::Unknown(_) | Self::Rejected(_) | Self::AlreadyApplying(_) | Self::Storage(_) => {
+                FailureKind::NotSent
+            }
+            // An earlier attempt, or this one, may have reached the service.
+            Self::NotRetryable { .. } | Self::Superseded(_) | Self::OutcomeNotRecorded { .. } => {
+                FailureKind::OutcomeUnknown
+            }
         }
     }
 }
@@ -574,7 +604,8 @@ pub trait ActionStorage: Send + Sync {
         record: &ActionRecord,
     ) -> Result<bool, StorageError>;
 
-    /// How many records are pending or applying.
+    /// How many records are open ([`ActionState::is_open`]: pending, applying, or failed
+    /// and retryable).
     async fn count_open(&self) -> Result<usize, StorageError>;
 
     /// Delete the record if it is pending. Returns whether one was deleted.
@@ -1097,15 +1128,26 @@ mod tests {
     fn failures_are_retryable_only_when_nothing_reached_the_tool() {
         let claimed = record(ActionState::Applying);
         let cases = [
-            (CallError::NotDispatched("creds".into()), true, "creds"),
-            (CallError::Declined("403".into()), true, "403"),
+            (
+                CallError::NotDispatched("creds".into()),
+                true,
+                "creds",
+                FailureKind::NotSent,
+            ),
+            (
+                CallError::Declined("403".into()),
+                true,
+                "403",
+                FailureKind::ServiceError,
+            ),
             (
                 CallError::Unknown("timeout".into()),
                 false,
                 OUTCOME_UNKNOWN_MESSAGE,
+                FailureKind::OutcomeUnknown,
             ),
         ];
-        for (error, retryable, message) in cases {
+        for (error, retryable, message, kind) in cases {
             let Settlement::Failed { record, error } = claimed.settle(Err(error)) else {
                 panic!("should fail");
             };
@@ -1117,6 +1159,7 @@ mod tests {
                 }
             );
             assert_eq!(error.retryable(), retryable);
+            assert_eq!(error.failure_kind(), kind, "the ledger's kind of {message}");
             assert_eq!(error.to_string(), message);
         }
     }

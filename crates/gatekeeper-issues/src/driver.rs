@@ -160,6 +160,7 @@ impl Reverter for LabelReverter {
             Err(error) => Err(GatekeeperError {
                 message: error.message().to_owned(),
                 retryable: !error.may_have_landed(),
+                kind: error.failure_kind(),
             }),
         }
     }

@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::deadline::DEFAULT_CALL_DEADLINE;
-use crate::ledger::LedgerId;
+use crate::ledger::{FailureKind, LedgerId};
 
 /// The id a driver gives an action it staged; passed back to it on apply, reject and revert.
 ///
@@ -169,6 +169,9 @@ impl RevertOutcome {
 ///
 /// `retryable` is true only when the driver knows nothing reached the service (for
 /// example, credentials were refused): the same approval may then be given again.
+/// `kind` says what is known about the call: it was not sent, the service answered with
+/// an error, or its outcome is unknown. The ledger keeps it with a failed apply, so a
+/// person can tell "check the service" apart from "nothing happened".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct GatekeeperError {
@@ -176,22 +179,50 @@ pub struct GatekeeperError {
     pub message: String,
     /// Whether approving the same action again may succeed without risking a second send.
     pub retryable: bool,
+    /// What is known about whether the call took effect.
+    pub kind: FailureKind,
 }
 
 impl GatekeeperError {
-    /// A failure after which the action must not be applied again.
+    /// A failure after which the call may or may not have taken effect (a timeout after
+    /// sending, a lost reply, a panic): never applied again, and a person must check the
+    /// service. The safe default for a failure the driver cannot classify.
     pub fn fatal(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             retryable: false,
+            kind: FailureKind::OutcomeUnknown,
         }
     }
 
-    /// A failure known to have happened before anything reached the service.
+    /// A failure known to have happened before anything reached the service, after which
+    /// the same approval may be given again.
     pub fn retryable(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             retryable: true,
+            kind: FailureKind::NotSent,
+        }
+    }
+
+    /// A final refusal known to have happened before anything reached the service (a
+    /// stale replace, an action on content that was never created): nothing took effect,
+    /// and approving it again will not help.
+    pub fn not_sent(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retryable: false,
+            kind: FailureKind::NotSent,
+        }
+    }
+
+    /// The service answered with an error and did not carry out the call; `retryable`
+    /// says whether the same approval may be given again.
+    pub fn service_error(message: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            message: message.into(),
+            retryable,
+            kind: FailureKind::ServiceError,
         }
     }
 }

@@ -93,6 +93,58 @@ pub struct RevertRecord {
     pub refused: Option<String>,
 }
 
+/// What is known about a call whose apply failed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FailureKind {
+    /// Nothing reached the service: the driver refused before sending (credentials
+    /// refused, a stale replace, content that was never created, an earlier action
+    /// still pending). Nothing took effect.
+    NotSent,
+    /// The call may or may not have taken effect (a timeout or lost reply after sending,
+    /// a deadline, a panic, an abandoned apply, a process that died mid-call). Never sent
+    /// again; a person must check the service. The default: it is the safe reading of a
+    /// failure nobody classified.
+    #[default]
+    OutcomeUnknown,
+    /// The service answered with an error and did not carry out the call.
+    ServiceError,
+}
+
+impl FailureKind {
+    /// Lower-case name with underscores, as stored (`not_sent`, `outcome_unknown`,
+    /// `service_error`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotSent => "not_sent",
+            Self::OutcomeUnknown => "outcome_unknown",
+            Self::ServiceError => "service_error",
+        }
+    }
+
+    /// The kind named by [`FailureKind::as_str`], if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::NotSent, Self::OutcomeUnknown, Self::ServiceError]
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+    }
+
+    /// A few words for people: "not sent", "outcome unknown", "the service answered
+    /// with an error".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::NotSent => "not sent",
+            Self::OutcomeUnknown => "outcome unknown",
+            Self::ServiceError => "the service answered with an error",
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
 /// A failed apply, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
@@ -100,6 +152,9 @@ pub struct Failure {
     pub message: String,
     /// Whether a person may approve the action again.
     pub retryable: bool,
+    /// Whether the call was not sent, answered with an error, or has an unknown outcome.
+    #[serde(default)]
+    pub kind: FailureKind,
 }
 
 /// The action-specific part of a ledger entry.

@@ -28,8 +28,8 @@ pub use contract::{
 pub use deadline::DEFAULT_CALL_DEADLINE;
 pub use drain::DrainCause;
 pub use ledger::{
-    ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, LedgerEntry, LedgerId,
-    Resolution, RevertRecord,
+    ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, FailureKind, LedgerEntry,
+    LedgerId, Resolution, RevertRecord,
 };
 pub use overseer::{DecisionError, Overseer, RejectReport, RevertReport};
 pub use store::{LedgerStore, MemoryLedger, StorageError};

@@ -987,9 +987,10 @@ impl Inner {
                 record.failure = Some(Failure {
                     message: source.message.clone(),
                     retryable: source.retryable,
+                    kind: source.kind,
                 });
                 self.store.put(entry)?;
-                warn!(action = %id, gatekeeper = %gatekeeper_name, error = %source, retryable = source.retryable, "apply failed");
+                warn!(action = %id, gatekeeper = %gatekeeper_name, error = %source, retryable = source.retryable, kind = source.kind.as_str(), "apply failed");
                 if !source.retryable {
                     // Its effect will never exist (or is unknown): what was staged on top
                     // of it is held for a person, as after a rejection.

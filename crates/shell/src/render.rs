@@ -18,7 +18,7 @@
 //!
 //! This module only formats. It reads nothing and decides nothing.
 
-use kernel::{ActionEntry, ActionState, AutoApprovalRule, EntryBody, LedgerEntry};
+use kernel::{ActionEntry, ActionState, AutoApprovalRule, EntryBody, FailureKind, LedgerEntry};
 use prompt_sanitize::{
     MAX_INLINE_CHARS, Sanitized, neutralize_controls, plain_inline, untrusted_label,
 };
@@ -100,11 +100,20 @@ fn table(rows: &[Vec<Sanitized>]) -> Vec<Sanitized> {
         .collect()
 }
 
-/// The state column of an action: `pending`, `failed, retryable`, `approved`, ...
+/// The state column of an action, in words that need no glossary: `pending`,
+/// `approved, applied`, `failed, retryable` (nothing reached the service; approve again),
+/// `failed, outcome unknown` (check the service), `failed, not sent`, `failed, refused by
+/// the service`, `rejected`, `reverted`.
 fn state_label(action: &ActionEntry) -> Sanitized {
     match (action.state, &action.failure) {
         (ActionState::Failed, Some(failure)) if failure.retryable => ours("failed, retryable"),
-        (ActionState::Failed, _) => ours("failed, final"),
+        (ActionState::Failed, Some(failure)) => ours(match failure.kind {
+            FailureKind::OutcomeUnknown => "failed, outcome unknown",
+            FailureKind::NotSent => "failed, not sent",
+            FailureKind::ServiceError => "failed, refused by the service",
+        }),
+        (ActionState::Failed, None) => ours("failed, outcome unknown"),
+        (ActionState::Approved, _) => ours("approved, applied"),
         (state, _) => ours(state.as_str()),
     }
 }
@@ -173,10 +182,17 @@ fn notes(action: &ActionEntry, indent: &str) -> Vec<Sanitized> {
         )));
     }
     if let Some(failure) = &action.failure {
-        let next = if failure.retryable {
-            "nothing reached the service; you may approve it again"
-        } else {
-            "final: it will not be sent again; the message says what to check"
+        let next = match (failure.retryable, failure.kind) {
+            (true, _) => "nothing reached the service; you may approve it again",
+            (false, FailureKind::OutcomeUnknown) => {
+                "outcome unknown: it will not be sent again; the message says what to check in the service"
+            }
+            (false, FailureKind::NotSent) => {
+                "final: nothing reached the service, and approving it again will not help"
+            }
+            (false, FailureKind::ServiceError) => {
+                "final: the service answered with an error and did nothing"
+            }
         };
         out.push(Sanitized::concat(&[
             &ours(format!("{indent}last attempt failed: ")),
@@ -269,11 +285,17 @@ pub fn render_action(entry: &LedgerEntry, rules: &[AutoApprovalRule]) -> Option<
         &ours(" · "),
         &auto_label(entry, action, rules, &[]),
         &ours(format!(
-            " · can be reverted: {} · agent told to wait: {}",
+            " · can be reverted: {}",
             yes_no(description.implements_revert),
-            yes_no(description.await_decision),
         )),
     ]));
+    // The driver's advice (`await_decision`), not a fact about the agent: nobody here
+    // suspends it; the harness that runs the agent may.
+    out.push(ours(if description.await_decision {
+        "  the agent: advised to wait for your decision (the driver cannot show this call's effect before it is applied)"
+    } else {
+        "  the agent: may carry on (the driver shows this call as pending in the agent's reads)"
+    }));
     out.extend(notes(action, "  "));
     Some(lines(&out))
 }

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Write};
 
-use kernel::{ActionEntry, ActionState, DecisionError, LedgerEntry, LedgerId, Overseer};
+use kernel::{
+    ActionEntry, ActionState, DecisionError, FailureKind, LedgerEntry, LedgerId, Overseer,
+};
 use prompt_sanitize::Sanitized;
 
 use crate::decide::{Decider, Decision};
@@ -247,10 +249,19 @@ impl Shell {
                         &ours(format!("  approved {id}, but applying it failed: ")),
                         &message(&source.message),
                     ]));
-                    report.push(ours(if source.retryable {
-                        "  nothing reached the service: it stays open and you may approve it again"
-                    } else {
-                        "  final: it will not be sent again; the message above says what to check before staging it again"
+                    report.push(ours(match (source.retryable, source.kind) {
+                        (true, _) => {
+                            "  nothing reached the service: it stays open and you may approve it again"
+                        }
+                        (false, FailureKind::OutcomeUnknown) => {
+                            "  outcome unknown: it will not be sent again; the message above says what to check in the service before staging it again"
+                        }
+                        (false, FailureKind::NotSent) => {
+                            "  final: nothing reached the service, and approving it again will not help; the message above says why"
+                        }
+                        (false, FailureKind::ServiceError) => {
+                            "  final: the service answered with an error and did nothing; the message above says why"
+                        }
                     }));
                     Effect::Failed {
                         retryable: source.retryable,

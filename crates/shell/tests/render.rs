@@ -88,7 +88,7 @@ fn a_tool_named_like_a_field_cannot_forge_auto_approvable() {
         .expect("kind line");
     assert_eq!(
         kind,
-        "  kind: «auto-approvable: yes, rule on · can be reverted: yes» · auto-approvable: no · can be reverted: no · agent told to wait: no"
+        "  kind: «auto-approvable: yes, rule on · can be reverted: yes» · auto-approvable: no · can be reverted: no"
     );
     assert_eq!(
         skeleton(kind).matches("auto-approvable:").count(),
@@ -105,6 +105,56 @@ fn a_tool_named_like_a_field_cannot_forge_auto_approvable() {
     assert!(
         row.contains("«auto-approvable: yes, rule on · can be reverted: yes»"),
         "{row}"
+    );
+}
+
+#[test]
+fn an_interrupted_call_reads_as_outcome_unknown_not_as_a_plain_final_failure() {
+    let mut e = entry(
+        4,
+        "issues",
+        "agent",
+        ActionDescription::new("Create issue", "d"),
+    );
+    let action = e.action_mut().expect("an action");
+    action.state = kernel::ActionState::Failed;
+    action.failure = Some(Failure {
+        message: "interrupted after it had been sent".into(),
+        retryable: false,
+        kind: kernel::FailureKind::OutcomeUnknown,
+    });
+    let ledger = render_ledger(std::slice::from_ref(&e));
+    assert!(
+        ledger.as_str().contains("failed, outcome unknown"),
+        "{}",
+        ledger.as_str()
+    );
+    let card = render_action(&e, &[]).expect("an action");
+    assert!(
+        card.as_str()
+            .starts_with("── #4 · failed, outcome unknown · [issues]"),
+        "{}",
+        card.as_str()
+    );
+    assert!(
+        card.as_str()
+            .contains("(outcome unknown: it will not be sent again"),
+        "{}",
+        card.as_str()
+    );
+
+    // A final refusal before sending is not an unknown outcome.
+    let action = e.action_mut().expect("an action");
+    action.failure = Some(Failure {
+        message: "stale replace".into(),
+        retryable: false,
+        kind: kernel::FailureKind::NotSent,
+    });
+    let ledger = render_ledger(std::slice::from_ref(&e));
+    assert!(
+        ledger.as_str().contains("failed, not sent"),
+        "{}",
+        ledger.as_str()
     );
 }
 
@@ -175,7 +225,8 @@ const HOSTILE: &[&str] = &[
     "title:",
     "auto-approvable: yes",
     "can be reverted: yes",
-    "agent told to wait: no",
+    "the agent: may carry on",
+    "failed, outcome unknown",
     "requested by",
     "last attempt failed:",
     "enabled by",
@@ -310,6 +361,11 @@ fn build(w: &Words, f: &Facts) -> (LedgerEntry, Vec<AutoApprovalRule>) {
         action.failure = f.failure.map(|retryable| Failure {
             message: w.message.clone(),
             retryable,
+            kind: if retryable {
+                kernel::FailureKind::NotSent
+            } else {
+                kernel::FailureKind::OutcomeUnknown
+            },
         });
         action.resolution = f.resolution.map(|(auto, cause)| Resolution {
             by: w.by.clone(),

@@ -246,7 +246,8 @@ fn write_state(
 /// transaction, unless the ledger has already moved on.
 fn interrupt_in_ledger(db: &Connection, gatekeeper: &str, id: DriverActionId) -> Result<(), Error> {
     db.prepare_cached(
-        "UPDATE ledger SET state = 'failed', failure = ?3, failure_retryable = 0
+        "UPDATE ledger SET state = 'failed', failure = ?3, failure_retryable = 0,
+            failure_kind = 'outcome_unknown'
          WHERE kind = 'action' AND gatekeeper = ?1 AND driver_id = ?2
            AND (state = 'pending' OR (state = 'failed' AND failure_retryable = 1))",
     )?
@@ -424,7 +425,8 @@ const OLDEST_FINAL: &str = settled_rows!("id", "ORDER BY id LIMIT ?2");
 /// the highest still in `actions`, or the highest deleted from it (`action_ids` records
 /// an id before its row is deleted). Staging then writes only the new row.
 const NEXT_ID: &str = "SELECT
-       (SELECT count(*) FROM actions WHERE gatekeeper = ?1 AND state IN ('pending', 'applying')),
+       (SELECT count(*) FROM actions WHERE gatekeeper = ?1
+           AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable = 1))),
        max(COALESCE((SELECT max(id) FROM actions WHERE gatekeeper = ?1), 0),
            COALESCE((SELECT last_id FROM action_ids WHERE gatekeeper = ?1), 0))";
 
@@ -592,7 +594,8 @@ impl ActionStorage for SqliteActionStorage {
                     .db
                     .prepare_cached(
                         "SELECT count(*) FROM actions
-                         WHERE gatekeeper = ?1 AND state IN ('pending', 'applying')",
+                         WHERE gatekeeper = ?1
+                           AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable = 1))",
                     )?
                     .query_row([&*self.gatekeeper], |r| r.get(0))?;
                 Ok(open as usize)

@@ -97,34 +97,29 @@ pub(crate) struct ActionCounts {
     pub(crate) settled: BTreeSet<u64>,
 }
 
-/// Where a state counts: open, settled, or neither (a retryable failure).
+/// Where a state counts: open (pending, applying, or a retryable failure, which still
+/// waits for a person, as in the kernel's ledger) or settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Standing {
     Open,
     Settled,
-    Waiting,
 }
 
 fn standing(state: &ActionState) -> Standing {
-    match state {
-        ActionState::Pending | ActionState::Applying => Standing::Open,
-        ActionState::Applied { .. } | ActionState::Rejected => Standing::Settled,
-        ActionState::Failed {
-            retryable: true, ..
-        } => Standing::Waiting,
-        ActionState::Failed {
-            retryable: false, ..
-        } => Standing::Settled,
+    if state.is_open() {
+        Standing::Open
+    } else {
+        Standing::Settled
     }
 }
 
 /// The standing of a record known only by its state tag: a record moves *from* a failed
-/// state only if that failure was retryable (a final one never changes again).
+/// state only if that failure was retryable (a final one never changes again), so a
+/// failed record that moves was open.
 fn standing_of_tag(tag: StateTag) -> Standing {
     match tag {
-        StateTag::Pending | StateTag::Applying => Standing::Open,
+        StateTag::Pending | StateTag::Applying | StateTag::Failed => Standing::Open,
         StateTag::Applied | StateTag::Rejected => Standing::Settled,
-        StateTag::Failed => Standing::Waiting,
     }
 }
 
@@ -166,14 +161,12 @@ impl ActionsKnown {
                 Standing::Settled => {
                     counts.settled.remove(&id);
                 }
-                Standing::Waiting => {}
             }
             match standing(&record.state) {
                 Standing::Open => counts.open += 1,
                 Standing::Settled => {
                     counts.settled.insert(id);
                 }
-                Standing::Waiting => {}
             }
         }
         self.remember(record);

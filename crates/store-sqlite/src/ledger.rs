@@ -33,8 +33,8 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use kernel::{
     ActionDescription, ActionEntry, ActionKind, ActionState, AutoApprovalRule, DriverActionId,
-    EntryBody, Failure, LedgerEntry, LedgerId, LedgerStore, ObservationDescription, Resolution,
-    RevertRecord, StorageError, Timestamp,
+    EntryBody, Failure, FailureKind, LedgerEntry, LedgerId, LedgerStore, ObservationDescription,
+    Resolution, RevertRecord, StorageError, Timestamp,
 };
 use rusqlite::{OptionalExtension, Row, params};
 
@@ -75,7 +75,7 @@ macro_rules! select_entries {
             "SELECT id, kind, gatekeeper, caller, created_at, description_json, driver_id, ",
             "state, resolved_by, auto_approved, resolved_at, resolution_cause, failure, ",
             "failure_retryable, depends_on_json, blocked_by, restart_requested, revert_by, ",
-            "revert_at, revert_refused FROM ledger" $(, " ", $tail)?
+            "revert_at, revert_refused, failure_kind FROM ledger" $(, " ", $tail)?
         )
     };
 }
@@ -123,6 +123,17 @@ fn parse_state(name: &str) -> Result<ActionState, Error> {
             );
         }
     })
+}
+
+/// A stored failure kind. NULL (a row an upgraded file's missing CHECK let through) is
+/// read as outcome unknown, the safe reading.
+fn parse_failure_kind(name: Option<&str>) -> Result<FailureKind, Error> {
+    match name {
+        None => Ok(FailureKind::OutcomeUnknown),
+        Some(name) => FailureKind::parse(name).ok_or_else(|| {
+            StoreError::decode("ledger failure kind", format!("unknown kind {name:?}")).into()
+        }),
+    }
 }
 
 /// The title that stands for a description that cannot be read back.
@@ -188,10 +199,14 @@ pub(crate) fn entry_of(
                 None => None,
             };
             let failure = match row.get::<_, Option<String>>(12)? {
-                Some(message) => Some(Failure {
-                    message,
-                    retryable: row.get::<_, i64>(13)? == 1,
-                }),
+                Some(message) => {
+                    let retryable = row.get::<_, i64>(13)? == 1;
+                    Some(Failure {
+                        message,
+                        retryable,
+                        kind: parse_failure_kind(row.get_ref(20)?.as_str_or_null()?)?,
+                    })
+                }
                 None => None,
             };
             let depends_on: Vec<u64> = crate::json::read(&row.get::<_, String>(14)?, &what())?;
@@ -241,7 +256,7 @@ fn depends_on_json(action: &ActionEntry) -> String {
 /// in the order [`bind_action_columns`] binds them: one list, so the two statements
 /// cannot drift apart. (What never moves after the submission, the description and its
 /// dependencies, is written by `insert` alone.)
-const MOVING_COLUMNS: [&str; 12] = [
+const MOVING_COLUMNS: [&str; 13] = [
     "state",
     "resolved_by",
     "auto_approved",
@@ -249,6 +264,7 @@ const MOVING_COLUMNS: [&str; 12] = [
     "resolution_cause",
     "failure",
     "failure_retryable",
+    "failure_kind",
     "blocked_by",
     "restart_requested",
     "revert_by",
@@ -284,7 +300,7 @@ const RESOLUTION_COLUMNS: [&str; 4] = [
 ];
 
 /// A still-pending action entry's moving columns (`?1` id, then [`MOVING_COLUMNS`], then
-/// `?14` this session): written only while the action is still open (a copy read before
+/// `?15` this session): written only while the action is still open (a copy read before
 /// another process decided it must not take it back), and keeping the record of who
 /// decides if another session is deciding it.
 static UPDATE_ACTION: LazyLock<String> = LazyLock::new(|| {
@@ -311,8 +327,8 @@ static UPDATE_ACTION: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The outcome of a decision (any state but pending): [`UPDATE_ACTION`], written only if
-/// this session (`?14`) is the one deciding the action, or nobody is (or, when `?16`,
-/// the dead session `?15` was); it ends the decision (`deciding_session` cleared).
+/// this session (`?15`) is the one deciding the action, or nobody is (or, when `?17`,
+/// the dead session `?16` was); it ends the decision (`deciding_session` cleared).
 static UPDATE_OUTCOME: LazyLock<String> = LazyLock::new(|| {
     let sets: Vec<String> = MOVING_COLUMNS
         .iter()
@@ -321,9 +337,12 @@ static UPDATE_OUTCOME: LazyLock<String> = LazyLock::new(|| {
         .collect();
     format!(
         "UPDATE ledger SET {}, deciding_session = NULL WHERE id = ?1 AND kind = 'action'
-           AND (CASE WHEN ?16 THEN deciding_session IS ?15
-                ELSE deciding_session IS NULL OR deciding_session IS ?14 END)",
-        sets.join(", ")
+           AND (CASE WHEN ?{flag} THEN deciding_session IS ?{dead}
+                ELSE deciding_session IS NULL OR deciding_session IS ?{me} END)",
+        sets.join(", "),
+        me = OUTCOME_SESSION_FROM,
+        dead = OUTCOME_SESSION_FROM + 1,
+        flag = OUTCOME_SESSION_FROM + 2,
     )
 });
 
@@ -355,6 +374,7 @@ fn bind_action_columns(
         &resolution.and_then(|r| r.cause.as_deref()),
         &failure.map(|f| f.message.as_str()),
         &failure.map(|f| f.retryable),
+        &failure.map(|f| f.kind.as_str()),
         &action.blocked_by.map(|b| i64_of(b.0)),
         &action.restart_requested,
         &revert.map(|r| r.by.as_str()),

@@ -63,7 +63,13 @@ fn bring_ledger_forward(db: &Database) -> Result<usize, StoreError> {
                     state = CASE a.state WHEN 'applied' THEN 'approved' ELSE a.state END,
                     failure = CASE a.state WHEN 'failed' THEN a.error ELSE ledger.failure END,
                     failure_retryable = CASE a.state WHEN 'failed' THEN a.retryable
-                                        ELSE ledger.failure_retryable END
+                                        ELSE ledger.failure_retryable END,
+                    -- The action store does not keep the kind: a retryable failure is
+                    -- one that did not reach the tool, a final one may have.
+                    failure_kind = CASE a.state
+                        WHEN 'failed' THEN CASE a.retryable WHEN 1 THEN 'not_sent'
+                                           ELSE 'outcome_unknown' END
+                        ELSE ledger.failure_kind END
                  {BEHIND}"
             ),
             [],

@@ -23,9 +23,21 @@
 ///   the decision under way on an open action, so a second process on the same file
 ///   neither records itself as the decider nor sends it (see `ledger.rs`).
 ///
+/// - Version 5 (from 4): `ledger.failure_kind`, what is known about a failed apply
+///   (`not_sent`, `outcome_unknown`, `service_error`), so "may or may not have taken
+///   effect" is one exact query. The upgrade marks an older retryable failure `not_sent`
+///   (a retryable failure is one the driver knew had not reached the service) and an
+///   older final one `outcome_unknown`, the safe reading of a failure nobody classified.
+///   An upgraded file lacks the CHECK tying `failure_kind` to `failure` (SQLite cannot
+///   add a constraint over existing rows without rebuilding the table); the store
+///   writes both together.
+///
 /// An older file is upgraded on open, in one transaction; a build that knows only an older
 /// version then refuses it.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
+
+/// The names [`kernel::FailureKind`] is stored as.
+const FAILURE_KINDS: &str = "('not_sent', 'outcome_unknown', 'service_error')";
 
 /// The columns version 2 generated from `description_json`, dropped by the upgrade.
 pub(crate) const GENERATED_IN_V2: [&str; 6] = [
@@ -61,7 +73,8 @@ pub(crate) const UPGRADES: [(i64, &str); 2] = [
 /// Columns each table of the current version has, checked on open: a file whose
 /// `user_version` claims the current version but whose tables are older is refused
 /// before anything reads or writes it.
-pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 4] = [
+pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 5] = [
+    ("ledger", "failure_kind"),
     ("ledger", "deciding_session"),
     ("ledger", "revert_refused"),
     ("actions", "claimed_by"),
@@ -71,7 +84,7 @@ pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 4] = [
 /// `PRAGMA application_id` of our files: "GKSQ".
 pub const APPLICATION_ID: i64 = 0x474B_5351;
 
-/// The whole schema, version 4, but for [`LEDGER_VIEW`] ([`create`] adds it). Run in one
+/// The whole schema, version 5, but for [`LEDGER_VIEW`] ([`create`] adds it). Run in one
 /// transaction on an empty file.
 const CREATE_TABLES: &str = r#"
 -- The kernel's ledger: every action and observation, one row each, never deleted.
@@ -103,6 +116,10 @@ CREATE TABLE ledger (
     -- The process session deciding this action right now (recorded with who decided,
     -- before the driver is called; cleared by the outcome). NULL in memory.
     deciding_session   TEXT,
+    -- What is known about a failed apply; set exactly when `failure` is.
+    failure_kind       TEXT
+        CHECK (failure_kind IN ('not_sent', 'outcome_unknown', 'service_error'))
+        CHECK ((failure IS NULL) = (failure_kind IS NULL)),
     CHECK (
         (kind = 'action' AND driver_id IS NOT NULL AND state IS NOT NULL
             AND depends_on_json IS NOT NULL AND restart_requested IS NOT NULL)
@@ -250,6 +267,21 @@ pub(crate) fn upgrade(db: &rusqlite::Connection, version: i64) -> rusqlite::Resu
         )?;
         if !present {
             db.execute_batch("ALTER TABLE ledger ADD COLUMN deciding_session TEXT")?;
+        }
+    }
+    if version <= 4 {
+        let present: bool = db.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo('ledger') WHERE name = 'failure_kind')",
+            [],
+            |r| r.get(0),
+        )?;
+        if !present {
+            db.execute_batch(&format!(
+                "ALTER TABLE ledger ADD COLUMN failure_kind TEXT CHECK (failure_kind IN {FAILURE_KINDS});
+                 UPDATE ledger SET failure_kind =
+                     CASE failure_retryable WHEN 1 THEN 'not_sent' ELSE 'outcome_unknown' END
+                 WHERE failure IS NOT NULL;"
+            ))?;
         }
     }
     db.pragma_update(None, "user_version", SCHEMA_VERSION)

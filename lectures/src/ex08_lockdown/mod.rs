@@ -15,7 +15,7 @@ use serde_json::json;
 use shell::{Decision, Scripted, Shell};
 
 use crate::setup::{Desk, call, visible};
-use crate::{Context, Lecture, LectureFuture};
+use crate::{Context, Lecture, LectureFuture, verb};
 use payroll::{PayrollGatekeeper, PayrollService};
 
 /// The lecture.
@@ -86,16 +86,20 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     .await;
     let read_after = call(cx, tracker_session, "listIssues", json!({})).await;
 
-    cx.section("The person tries to approve the action queued before the read")?;
+    cx.section_for(
+        "The person tries to approve the action queued before the read",
+        "The person reviews the action queued before the read (the script approves it)",
+    )?;
     cx.review(&alice, Scripted::by_id([(queued, Decision::Approve)]))
         .await?;
     if desk.overseer.open_actions()?.iter().any(|e| e.id == queued) {
-        writeln!(cx, "  [alice rejects {queued} instead]")?;
-        writeln!(
-            cx,
-            "{}",
-            alice.decide(queued, Decision::Reject).await?.report
-        )?;
+        let decision = cx.decision(&alice, queued, Decision::Reject)?;
+        if cx.is_interactive() {
+            writeln!(cx, "  [alice {} {queued}]", verb(decision))?;
+        } else {
+            writeln!(cx, "  [alice rejects {queued} instead]")?;
+        }
+        writeln!(cx, "{}", alice.decide(queued, decision).await?.report)?;
     }
 
     cx.section("Evidence")?;

@@ -1,4 +1,4 @@
-//! The 11 cases of seed 003, each named after the case. Where the reference and our
+//! The 11 review cases of the reference (a to h2, see the glossary in docs/ARCHITECTURE.md), each named after the case. Where the reference and our
 //! policy behave the same the test runs both; where they differ there is one test per
 //! policy, and the difference is the point.
 

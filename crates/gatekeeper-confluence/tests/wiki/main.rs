@@ -1,7 +1,7 @@
 //! Integration tests of the wiki gatekeeper against the real kernel; one binary, whose
 //! module list reads like a table of contents.
 //!
-//! - `cases`: the 11 cases of seed 003 (a, b1, b2, c, d, e, f1, f2, g, h1, h2), each
+//! - `cases`: the 11 review cases of the reference (a, b1, b2, c, d, e, f1, f2, g, h1, h2), each
 //!   under the reference policy and ours where they differ.
 //! - `sessions`: the agent's API: handles, reads, overlay details, staging refusals.
 //! - `lifecycle`: apply, reject and revert beyond the 11 cases, and persistence.

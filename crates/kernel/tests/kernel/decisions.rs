@@ -1,8 +1,8 @@
 //! Manual approve, reject and revert: state changes, who decided, and the errors.
 
 use kernel::{
-    ActionDescription, ActionState, DecisionError, DriverActionId, GatekeeperError, LedgerId,
-    ObservationDescription,
+    ActionDescription, ActionState, DecisionError, DriverActionId, FailureKind, GatekeeperError,
+    LedgerId, ObservationDescription,
 };
 
 use crate::support::{setup, state, submit};
@@ -100,6 +100,45 @@ async fn a_failed_apply_is_its_own_state_with_the_message() {
         }
     );
     assert!(overseer.open_actions().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_ledger_tells_a_call_not_sent_from_one_refused_by_the_service_and_an_unknown_outcome() {
+    let (overseer, gatekeeper, queue) = setup();
+    let cases = [
+        (
+            1,
+            GatekeeperError::fatal("timed out after sending"),
+            FailureKind::OutcomeUnknown,
+        ),
+        (
+            2,
+            GatekeeperError::not_sent("stale: nothing was sent"),
+            FailureKind::NotSent,
+        ),
+        (
+            3,
+            GatekeeperError::retryable("credentials refused"),
+            FailureKind::NotSent,
+        ),
+        (
+            4,
+            GatekeeperError::service_error("404: no such issue", false),
+            FailureKind::ServiceError,
+        ),
+    ];
+    for (driver_id, error, kind) in cases {
+        let id = submit(&queue, driver_id, false).await;
+        gatekeeper.fail_next_apply(driver_id, error.clone());
+        overseer.approve(id, "alice").await.unwrap_err();
+        let entry = overseer.entry(id).unwrap().unwrap();
+        let failure = entry.action().unwrap().failure.clone().unwrap();
+        assert_eq!(
+            (failure.kind, failure.retryable),
+            (kind, error.retryable),
+            "{error:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -128,6 +128,49 @@ async fn the_action_store_behaves_exactly_as_in_memory() {
     assert_eq!(first, DriverActionId(1));
 }
 
+/// Stage and apply refused calls until the store says no; returns how many it took.
+async fn refused_until_full(storage: Arc<dyn ActionStorage>) -> usize {
+    let store = ActionStore::open(storage, Arc::new(StepClock::default()))
+        .await
+        .unwrap();
+    for n in 0..250 {
+        match store.stage("refused", json!({"n": n})).await {
+            Ok(id) => {
+                let error = store.apply(id, &Scripted).await.unwrap_err();
+                assert!(error.retryable(), "{error}");
+            }
+            Err(StageError::TooManyOpen) => {
+                assert_eq!(store.count_open().await.unwrap(), MAX_OPEN_ACTIONS);
+                return n;
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    250
+}
+
+#[tokio::test]
+async fn refused_calls_wait_for_a_person_so_they_count_as_open_and_the_store_stays_bounded() {
+    // A retryable failure waits for a person, as the kernel's ledger says (it is open
+    // there): it takes a slot of the open cap, so refused calls cannot pile up unbounded.
+    let memory = Arc::new(MemoryActionStorage::new());
+    assert_eq!(refused_until_full(memory.clone()).await, MAX_OPEN_ACTIONS);
+    assert_eq!(memory.records().len(), MAX_OPEN_ACTIONS);
+    let db = Database::open_in_memory().unwrap();
+    let sqlite = db.action_storage("issues");
+    assert_eq!(refused_until_full(sqlite.clone()).await, MAX_OPEN_ACTIONS);
+    assert_eq!(all_records(&*sqlite).await.len(), MAX_OPEN_ACTIONS);
+    // Counted from the file, not from the connection's memory, the cap is the same.
+    let dir = TempDir::new("refused-cap");
+    let path = dir.join("gate.db");
+    assert_eq!(
+        refused_until_full(Database::open(&path).unwrap().action_storage("issues")).await,
+        MAX_OPEN_ACTIONS
+    );
+    let reopened = Database::open(&path).unwrap().action_storage("issues");
+    assert_eq!(reopened.count_open().await.unwrap(), MAX_OPEN_ACTIONS);
+}
+
 #[tokio::test]
 async fn the_claim_is_on_disk_before_the_call_is_sent() {
     let dir = TempDir::new("claim");
@@ -247,6 +290,11 @@ async fn reopening_turns_a_dead_claim_into_an_interrupted_failure_in_store_and_l
     assert_eq!(
         (failure.message.as_str(), failure.retryable),
         (INTERRUPTED_MESSAGE, false)
+    );
+    assert_eq!(
+        failure.kind,
+        kernel::FailureKind::OutcomeUnknown,
+        "as soon as the file is open again, the interrupted call reads as outcome unknown"
     );
     let record = db
         .action_storage("issues")

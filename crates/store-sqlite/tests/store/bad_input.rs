@@ -7,7 +7,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use kernel::{
-    ActionDescription, DriverActionId, EntryBody, LedgerEntry, ObservationDescription, Timestamp,
+    ActionDescription, DriverActionId, EntryBody, FailureKind, LedgerEntry, ObservationDescription,
+    Timestamp,
 };
 use store_sqlite::{Database, SCHEMA_VERSION, StoreError};
 
@@ -255,63 +256,102 @@ fn a_missing_directory_is_cannot_open_not_read_only() {
     );
 }
 
-/// Turn a fresh file into what version 2 wrote: the description's fields as
-/// generated columns of `ledger`, and no `ledger_view`.
-fn make_version_2(raw: &rusqlite::Connection) {
-    raw.execute_batch("DROP VIEW ledger_view; ALTER TABLE ledger DROP COLUMN deciding_session")
+/// Turn a fresh file into what `version` (1 to 4) wrote: before 5, no `failure_kind`;
+/// before 4, no `deciding_session`; before 3, the description's fields as generated
+/// columns of `ledger` and no `ledger_view`; version 1 also had an index on state.
+fn make_version(raw: &rusqlite::Connection, version: i64) {
+    raw.execute_batch("ALTER TABLE ledger DROP COLUMN failure_kind")
         .unwrap();
-    for (column, kind, path) in [
-        ("title", "TEXT", "$.title"),
-        ("body", "TEXT", "$.description"),
-        ("kind_tag", "TEXT", "$.action_kind.tag"),
-        ("kind_label", "TEXT", "$.action_kind.label"),
-        ("auto_approvable", "INTEGER", "$.auto_approvable"),
-        ("prohibit_all_sharing", "INTEGER", "$.prohibit_all_sharing"),
-    ] {
-        raw.execute_batch(&format!(
-            "ALTER TABLE ledger ADD COLUMN {column} {kind}
-                 GENERATED ALWAYS AS (json_extract(description_json, '{path}')) VIRTUAL"
-        ))
-        .unwrap();
+    if version <= 3 {
+        raw.execute_batch("ALTER TABLE ledger DROP COLUMN deciding_session")
+            .unwrap();
     }
-    raw.execute_batch("PRAGMA user_version = 2").unwrap();
+    if version <= 2 {
+        raw.execute_batch("DROP VIEW ledger_view").unwrap();
+        for (column, kind, path) in [
+            ("title", "TEXT", "$.title"),
+            ("body", "TEXT", "$.description"),
+            ("kind_tag", "TEXT", "$.action_kind.tag"),
+            ("kind_label", "TEXT", "$.action_kind.label"),
+            ("auto_approvable", "INTEGER", "$.auto_approvable"),
+            ("prohibit_all_sharing", "INTEGER", "$.prohibit_all_sharing"),
+        ] {
+            raw.execute_batch(&format!(
+                "ALTER TABLE ledger ADD COLUMN {column} {kind}
+                     GENERATED ALWAYS AS (json_extract(description_json, '{path}')) VIRTUAL"
+            ))
+            .unwrap();
+        }
+    }
+    if version == 1 {
+        raw.execute_batch("CREATE INDEX actions_by_state ON actions (gatekeeper, state, id)")
+            .unwrap();
+    }
+    raw.pragma_update(None, "user_version", version).unwrap();
 }
 
-/// Make a file of schema `version` (1 or 2) with three entries, open it, and check that it
-/// was upgraded to the current version with every record kept.
+/// A failed action as an older version wrote it: `failure` and `failure_retryable`, no kind.
+fn old_failure(raw: &rusqlite::Connection, id: i64, retryable: bool) {
+    raw.execute(
+        "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
+            driver_id, state, failure, failure_retryable, depends_on_json, restart_requested)
+         VALUES (?1, 'action', 'gk', 'agent', 0, '{\"title\":\"t\",\"description\":\"d\"}',
+            ?1, 'failed', 'it failed', ?2, '[]', 0)",
+        rusqlite::params![id, retryable],
+    )
+    .unwrap();
+}
+
+/// Make a file of schema `version` (1 to 4) with three observations and two failed
+/// actions, open it, and check that it was upgraded to the current version with every
+/// record kept and every failure given a kind.
 fn upgrades_from(version: i64) {
     let dir = TempDir::new(&format!("upgrade{version}"));
     let path = dir.join("gate.db");
     filled(&path, 3);
     {
         let raw = rusqlite::Connection::open(&path).unwrap();
-        make_version_2(&raw);
-        if version == 1 {
-            // Version 1 also had an index on state.
-            raw.execute_batch(
-                "CREATE INDEX actions_by_state ON actions (gatekeeper, state, id);
-                 PRAGMA user_version = 1;",
-            )
-            .unwrap();
-        }
+        make_version(&raw, version);
+        old_failure(&raw, 4, true);
+        old_failure(&raw, 5, false);
     }
     {
         let db = Database::open(&path).unwrap();
-        assert_eq!(db.ledger().entries().unwrap().len(), 3);
+        let entries = db.ledger().entries().unwrap();
+        assert_eq!(entries.len(), 5);
+        let kinds: Vec<FailureKind> = entries
+            .iter()
+            .filter_map(|e| e.action()?.failure.as_ref().map(|f| f.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [FailureKind::NotSent, FailureKind::OutcomeUnknown],
+            "a retryable failure never reached the service; a final one may have"
+        );
         let titles = db
             .query_text("SELECT title FROM ledger_view ORDER BY id")
             .unwrap();
-        assert_eq!(titles.len(), 3, "the view answers for every entry");
+        assert_eq!(titles.len(), 5, "the view answers for every entry");
         assert!(titles.iter().all(|row| row[0].is_some()), "{titles:?}");
+        let kinds = db
+            .query_text(
+                "SELECT failure_kind FROM ledger_view WHERE failure IS NOT NULL ORDER BY id",
+            )
+            .unwrap();
+        assert_eq!(kinds.len(), 2, "the view has the new column");
     }
     let raw = rusqlite::Connection::open(&path).unwrap();
     let number = |sql: &str| -> i64 { raw.query_row(sql, [], |row| row.get(0)).unwrap() };
     assert_eq!(number("PRAGMA user_version"), SCHEMA_VERSION);
-    assert_eq!(
-        number("SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE name = 'deciding_session'"),
-        1,
-        "the upgrade adds the column of the session deciding an action"
-    );
+    for column in ["deciding_session", "failure_kind"] {
+        assert_eq!(
+            number(&format!(
+                "SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE name = '{column}'"
+            )),
+            1,
+            "the upgrade adds {column}"
+        );
+    }
     assert_eq!(
         number("SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE hidden <> 0"),
         0,
@@ -322,7 +362,22 @@ fn upgrades_from(version: i64) {
         0,
         "the upgrade drops the index on state"
     );
-    assert_eq!(count(&path), 3);
+    assert!(
+        raw.execute("UPDATE ledger SET failure_kind = 'maybe' WHERE id = 5", [])
+            .is_err(),
+        "an upgraded file checks the kind's name"
+    );
+    assert_eq!(count(&path), 5);
+}
+
+#[test]
+fn a_version_4_file_is_upgraded_on_open_and_its_failures_get_a_kind() {
+    upgrades_from(4);
+}
+
+#[test]
+fn a_version_3_file_is_upgraded_on_open_and_keeps_its_records() {
+    upgrades_from(3);
 }
 
 #[test]
@@ -342,7 +397,7 @@ fn a_file_of_an_older_schema_marked_as_current_is_refused_and_left_alone() {
     filled(&path, 3);
     {
         let raw = rusqlite::Connection::open(&path).unwrap();
-        make_version_2(&raw);
+        make_version(&raw, 2);
         // Someone changed the number, not the tables.
         raw.pragma_update(None, "user_version", SCHEMA_VERSION)
             .unwrap();

@@ -41,7 +41,8 @@ fn column(rows: &[Vec<Option<String>>], index: usize) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn the_documented_queries_answer_the_questions_they_claim_to() {
+async fn the_documented_queries_answer_the_questions_they_claim_to_and_unknown_outcomes_are_exact()
+{
     let db = Database::open_in_memory().unwrap();
     let overseer = Overseer::with_store(db.ledger(), Arc::new(StepClock::default()));
     let gk = FakeGatekeeper::new("issues");
@@ -101,6 +102,29 @@ async fn the_documented_queries_answer_the_questions_they_claim_to() {
     let unknown = "This call failed after it had been sent, so it may or may not have taken effect. Check the service before staging it again.";
     gk.fail_next_apply(4, GatekeeperError::fatal(unknown));
     assert!(overseer.approve(lost, "bob").await.is_err());
+    // Two final failures known to have taken no effect: a refusal before sending (a
+    // stale replace) and the service's own error. Neither is "may or may not".
+    let stale = queue
+        .submit_action(d(5), ActionDescription::new("issues: edit_issue", "manual"))
+        .await
+        .unwrap();
+    gk.fail_next_apply(
+        5,
+        GatekeeperError::not_sent("the issue changed since the agent read it; nothing was sent"),
+    );
+    assert!(overseer.approve(stale, "bob").await.is_err());
+    let answered = queue
+        .submit_action(
+            d(6),
+            ActionDescription::new("issues: delete_issue", "manual"),
+        )
+        .await
+        .unwrap();
+    gk.fail_next_apply(
+        6,
+        GatekeeperError::service_error("404: no such issue; nothing was deleted", false),
+    );
+    assert!(overseer.approve(answered, "bob").await.is_err());
 
     let queries = documented_queries();
     assert_eq!(
@@ -132,7 +156,11 @@ async fn the_documented_queries_answer_the_questions_they_claim_to() {
     assert_eq!(column(&autos, 5), ["carol", "carol"]);
 
     let failed = db.query_text(&queries[2]).unwrap();
-    assert_eq!(column(&failed, 2), ["issues: create_issue"]);
+    assert_eq!(
+        column(&failed, 2),
+        ["issues: create_issue"],
+        "only the call whose outcome is unknown, not the two known to have done nothing"
+    );
     assert_eq!(column(&failed, 3), [unknown]);
     assert_eq!(column(&failed, 4), ["bob"]);
 }

@@ -4,15 +4,36 @@
 //! # Commits
 //!
 //! Every write runs inside a transaction on the process's one connection. A write is
-//! either *committed now* (its call returns only after `COMMIT`, which with
-//! `synchronous=FULL` means after the write-ahead log was fsync'd) or *deferred*: it is
-//! written into the open transaction and committed with the next write that is
-//! committed now, or by the flusher thread at most [`DEFERRED_COMMIT_WINDOW`] after the
+//! either *durable now* (committed, and its call returns only after the write-ahead log
+//! was fsync'd past its commit), *committed now* without a sync of its own, or
+//! *deferred*: written into the open transaction and committed with the next write that
+//! commits, or by the flusher thread at most [`DEFERRED_COMMIT_WINDOW`] after the
 //! transaction opened, whichever comes first.
 //!
-//! Only writes whose loss in a crash is safe are deferred; the adapters document which.
-//! A claim (the `applying` write of the at-most-once protocol) is never deferred, so no
-//! crash can undo a claim whose call was sent.
+//! # Syncs, and group commit
+//!
+//! The connection runs with `synchronous=NORMAL`: SQLite's `COMMIT` appends the
+//! transaction's frames to the write-ahead log and does not fsync it (checkpoints still
+//! sync, so the file is never corrupted). Durability is this module's own step, after
+//! the commit and *outside* the connection's mutex: the log file is fdatasync'd through
+//! a handle of its own. The log is appended in commit order and SQLite's recovery keeps
+//! the longest prefix of whole, checksummed commits, so one sync makes every earlier
+//! commit durable too, whoever wrote it. Hence:
+//!
+//! - a commit without a sync (an outcome, see the adapters) becomes durable with the
+//!   next sync; a power cut before that loses it, and nothing after it;
+//! - group commit: while one sync runs, other threads commit their own transactions and
+//!   wait; the next sync covers all of them at once. No caller of a durable write
+//!   returns before a sync that began after its commit has completed.
+//!
+//! A failed sync is sticky: the caller is told its write failed, and every later write
+//! is refused ([`StoreError::NotDurable`]), since a disk that failed to sync cannot be
+//! trusted to have kept what the next sync would report.
+//!
+//! Only writes whose loss in a crash is safe are deferred or left unsynced; the adapters
+//! document which. A claim (the `applying` write of the at-most-once protocol) is always
+//! durable before its call returns, so no crash or power cut can undo a claim whose call
+//! was sent.
 //!
 //! In memory nothing can be made durable and no other connection can look, so a commit
 //! buys nothing but its cost: every write is deferred, and the open transaction is
@@ -28,6 +49,7 @@
 //! handed out by the lost transaction are never handed out again.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -54,9 +76,11 @@ pub(crate) const MEMORY_BATCH: u32 = 256;
 /// When a write must be on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Durability {
-    /// Committed (and fsync'd, on a file) before the call returns.
+    /// Committed and (on a file) synced before the call returns.
     Now,
-    /// Committed with the next `Now` write, or by the flusher within the window.
+    /// Committed before the call returns, not synced: durable with the next sync.
+    Lazy,
+    /// Committed with the next `Now` or `Lazy` write, or by the flusher within the window.
     Deferred,
 }
 
@@ -162,11 +186,102 @@ fn run(db: &Connection, sql: &str) -> rusqlite::Result<()> {
     db.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
+/// Where the write-ahead log stands: what was committed, and what is known synced.
+#[derive(Default)]
+struct SyncState {
+    /// Commits counted through `synced` are durable.
+    synced: u64,
+    /// A sync is running (its caller released this lock while it runs).
+    syncing: bool,
+    /// A sync failed: what the operating system said.
+    failed: Option<String>,
+}
+
+/// Makes commits durable by syncing the write-ahead log (see the module docs).
+struct Syncer {
+    /// The `-wal` file, opened by this module (SQLite keeps it while a connection is open).
+    log: File,
+    state: Mutex<SyncState>,
+    done: Condvar,
+    /// Commits made by this handle, counted after each `COMMIT` returns (under the
+    /// connection's mutex, so their frames are written before the count moves).
+    committed: AtomicU64,
+    /// Syncs made, for tests and benchmarks.
+    syncs: AtomicU64,
+}
+
+impl Syncer {
+    /// Open the log of the database at `path` and make its directory entry durable (SQLite
+    /// would fsync the directory at its own first sync of the log; this module makes those
+    /// syncs instead).
+    fn open(path: &Path) -> std::io::Result<Self> {
+        let log = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(sidecar(path, "-wal"))?;
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        File::open(dir)?.sync_all()?;
+        log.sync_data()?;
+        Ok(Self {
+            log,
+            state: Mutex::new(SyncState::default()),
+            done: Condvar::new(),
+            committed: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, SyncState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Return once commit number `commit` is durable: a sync that began after it has
+    /// completed. One caller syncs at a time; those who arrive meanwhile wait for the next
+    /// sync, which covers all of them (group commit).
+    fn wait_durable(&self, commit: u64) -> Result<(), String> {
+        let mut state = self.state();
+        loop {
+            if let Some(failed) = &state.failed {
+                return Err(failed.clone());
+            }
+            if state.synced >= commit {
+                return Ok(());
+            }
+            if state.syncing {
+                state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            state.syncing = true;
+            // Every commit counted by now has its frames written: this sync covers them.
+            let through = self.committed.load(Ordering::Acquire);
+            drop(state);
+            let synced = self.log.sync_data();
+            state = self.state();
+            state.syncing = false;
+            match synced {
+                Ok(()) => {
+                    self.syncs.fetch_add(1, Ordering::Relaxed);
+                    state.synced = state.synced.max(through);
+                }
+                Err(error) => state.failed = Some(error.to_string()),
+            }
+            self.done.notify_all();
+        }
+    }
+}
+
 /// State shared by every adapter of one database, and by its flusher thread.
 pub(crate) struct Shared {
     conn: Mutex<Conn>,
     wake: Condvar,
     commits: Arc<AtomicU64>,
+    /// On a file: the write-ahead log's syncs. In memory: `None`.
+    syncer: Option<Syncer>,
     path: Option<PathBuf>,
     session: Option<Session>,
     /// Lockdown is a latch: once seen, it is never looked up again.
@@ -297,6 +412,43 @@ impl Shared {
         steps: Steps,
         f: impl FnOnce(&mut Conn) -> Result<T, Error>,
     ) -> Result<T, StoreError> {
+        let (value, commit) = self.write_committed(durability, steps, f)?;
+        if durability == Durability::Now
+            && let Some(commit) = commit
+        {
+            // Outside the connection's mutex: others commit meanwhile, and share the sync.
+            self.wait_durable(commit)?;
+        }
+        Ok(value)
+    }
+
+    /// Wait until commit number `commit` of this handle is durable (see the module docs).
+    fn wait_durable(&self, commit: u64) -> Result<(), StoreError> {
+        let Some(syncer) = &self.syncer else {
+            return Ok(());
+        };
+        syncer
+            .wait_durable(commit)
+            .map_err(|detail| StoreError::NotDurable {
+                path: self.path.clone().unwrap_or_default(),
+                detail,
+            })
+    }
+
+    /// [`Shared::write`] up to its commit: returns the write's value and, if the write was
+    /// committed (not deferred), the number of its commit.
+    fn write_committed<T>(
+        &self,
+        durability: Durability,
+        steps: Steps,
+        f: impl FnOnce(&mut Conn) -> Result<T, Error>,
+    ) -> Result<(T, Option<u64>), StoreError> {
+        if let Some(failed) = self.syncer.as_ref().and_then(|s| s.state().failed.clone()) {
+            return Err(StoreError::NotDurable {
+                path: self.path.clone().unwrap_or_default(),
+                detail: failed,
+            });
+        }
         let (mut guard, opened_here) = self.lock_for_write()?;
         let conn = &mut *guard;
         let savepoint = !opened_here && steps == Steps::Many;
@@ -350,34 +502,49 @@ impl Shared {
                     batch.writes
                 });
                 let durability = match durability {
-                    Durability::Now if conn.coalesce && writes < MEMORY_BATCH => {
+                    Durability::Now | Durability::Lazy
+                        if conn.coalesce && writes < MEMORY_BATCH =>
+                    {
                         Durability::Deferred
                     }
                     other => other,
                 };
                 match durability {
-                    Durability::Now => self.commit(conn).map_err(|e| self.sorted(e))?,
+                    Durability::Now | Durability::Lazy => {
+                        let commit = self.commit(conn).map_err(|e| self.sorted(e))?;
+                        Ok((value, commit))
+                    }
                     Durability::Deferred => {
                         if opened_here && conn.flusher_idle && self.session.is_some() {
                             conn.flusher_idle = false;
                             self.wake.notify_one();
                         }
+                        Ok((value, None))
                     }
                 }
-                Ok(value)
             }
         }
     }
 
-    /// Commit the open transaction, if any.
-    fn commit(&self, conn: &mut Conn) -> Result<(), Error> {
+    /// Commit the open transaction, if any, without syncing it. Returns the number of
+    /// the commit, on a file, to wait for with [`Shared::wait_durable`]: the last commit
+    /// made if there was nothing to commit.
+    fn commit(&self, conn: &mut Conn) -> Result<Option<u64>, Error> {
+        let last = || {
+            self.syncer
+                .as_ref()
+                .map(|s| s.committed.load(Ordering::Acquire))
+        };
         if conn.batch.is_none() {
-            return Ok(());
+            return Ok(last());
         }
         match run(&conn.db, "COMMIT") {
             Ok(()) => {
                 conn.batch = None;
-                Ok(())
+                Ok(self
+                    .syncer
+                    .as_ref()
+                    .map(|s| s.committed.fetch_add(1, Ordering::AcqRel) + 1))
             }
             Err(error) => {
                 if !conn.db.is_autocommit() {
@@ -479,13 +646,23 @@ struct Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        {
+        let commit = {
             let mut conn = self.shared.lock();
-            if let Err(error) = self.shared.commit(&mut conn) {
-                let error = self.shared.sorted(error);
-                warn!(%error, "deferred writes could not be committed at close");
-            }
+            let commit = match self.shared.commit(&mut conn) {
+                Ok(commit) => commit,
+                Err(error) => {
+                    let error = self.shared.sorted(error);
+                    warn!(%error, "deferred writes could not be committed at close");
+                    None
+                }
+            };
             conn.closed = true;
+            commit
+        };
+        if let Some(commit) = commit
+            && let Err(error) = self.shared.wait_durable(commit)
+        {
+            warn!(%error, "commits could not be made durable at close");
         }
         self.shared.wake.notify_all();
         if let Some(flusher) = self.flusher.take() {
@@ -616,11 +793,12 @@ impl Database {
                 detail: format!("write-ahead logging is not available here (journal mode {mode})"),
             });
         }
-        // synchronous=FULL: in WAL mode, NORMAL does not fsync the log on commit, so a
-        // power cut can undo a committed claim whose call was already sent; the restarted
-        // process would then see the action pending and could send it a second time.
-        // FULL fsyncs the log at every commit, so a claim is on disk before the send.
-        db.pragma_update(None, "synchronous", "FULL")
+        // synchronous=NORMAL: SQLite does not fsync the log at each commit (it still
+        // syncs around checkpoints, so the file stays whole). This module syncs the log
+        // itself after the commits that must be durable, outside the connection's mutex,
+        // so concurrent writers share syncs, and an outcome needs none of its own (see
+        // the module docs). A claim is still on disk before its call is sent.
+        db.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sorted)?;
         let database = Self::start(db, Some(path), Some(session), version)?;
         Ok(database)
@@ -666,6 +844,16 @@ impl Database {
             info!(path = ?path, from = version, to = SCHEMA_VERSION, "database upgraded");
         }
         let file_backed = session.is_some();
+        // After the schema: its creation or upgrade is made durable by the first sync.
+        let syncer = match (&path, file_backed) {
+            (Some(path), true) => {
+                Some(Syncer::open(path).map_err(|e| StoreError::CannotOpen {
+                    path: path.clone(),
+                    detail: format!("cannot sync its write-ahead log: {e}"),
+                })?)
+            }
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             conn: Mutex::new(Conn {
                 db,
@@ -679,6 +867,7 @@ impl Database {
             }),
             wake: Condvar::new(),
             commits,
+            syncer,
             path,
             session,
             locked_down: AtomicBool::new(false),
@@ -727,11 +916,29 @@ impl Database {
         self.handle.shared.commits.load(Ordering::Relaxed)
     }
 
-    /// Commit deferred writes now instead of within [`DEFERRED_COMMIT_WINDOW`].
+    /// Commit deferred writes now instead of within [`DEFERRED_COMMIT_WINDOW`], and make
+    /// every commit so far durable.
     pub fn flush(&self) -> Result<(), StoreError> {
         let shared = self.shared();
-        let mut conn = shared.lock();
-        shared.commit(&mut conn).map_err(|e| shared.sorted(e))
+        let commit = {
+            let mut conn = shared.lock();
+            shared.commit(&mut conn).map_err(|e| shared.sorted(e))?
+        };
+        match commit {
+            Some(commit) => shared.wait_durable(commit),
+            None => Ok(()),
+        }
+    }
+
+    /// How many times this handle has synced the write-ahead log (0 in memory). A durable
+    /// write costs at most one; concurrent ones share them (see the `db` module docs).
+    /// Tests and benchmarks use it to check what each step costs.
+    pub fn syncs(&self) -> u64 {
+        self.handle
+            .shared
+            .syncer
+            .as_ref()
+            .map_or(0, |s| s.syncs.load(Ordering::Relaxed))
     }
 
     /// Cap the database at about `bytes` (rounded down to whole pages, and never below

@@ -409,12 +409,26 @@ fn record_attempt_if(
     ])
 }
 
-/// Whether a `put` records the outcome of an automatic decision, which may be deferred.
-fn automatic_outcome(entry: &LedgerEntry) -> bool {
-    entry.action().is_some_and(|action| {
-        matches!(action.state, ActionState::Approved | ActionState::Failed)
-            && action.resolution.as_ref().is_some_and(|r| r.auto)
-    })
+/// How durable a `put` must be before it returns.
+///
+/// The outcome of an apply (approved, or failed) needs no sync of its own: the claim
+/// before the send was synced, so if a power cut loses the outcome, recovery finds the
+/// claim and records "outcome unknown", never something to send again. A person's
+/// outcome is committed at once (visible to other processes) and becomes durable with
+/// the next sync; an automatic one is deferred to ride with the drain's next claim.
+/// Everything else (a rejection, a revert, a flag) is a decision or a fact nothing else
+/// records: durable before the call returns.
+fn put_durability(entry: &LedgerEntry) -> Durability {
+    match entry.action() {
+        Some(action) if matches!(action.state, ActionState::Approved | ActionState::Failed) => {
+            if action.resolution.as_ref().is_some_and(|r| r.auto) {
+                Durability::Deferred
+            } else {
+                Durability::Lazy
+            }
+        }
+        _ => Durability::Now,
+    }
 }
 
 impl SqliteLedger {
@@ -594,11 +608,7 @@ impl LedgerStore for SqliteLedger {
     }
 
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
-        let durability = if automatic_outcome(&entry) {
-            Durability::Deferred
-        } else {
-            Durability::Now
-        };
+        let durability = put_durability(&entry);
         let shared = self.db.shared();
         shared
             .write(durability, Steps::One, |conn| {

@@ -154,15 +154,24 @@ async fn the_claim_is_on_disk_before_the_call_is_sent() {
 }
 
 #[tokio::test]
-async fn one_durable_cycle_costs_exactly_three_commits() {
+async fn one_durable_cycle_costs_exactly_three_commits_of_which_two_are_synced() {
     let dir = TempDir::new("cycle");
     let rig = Rig::new(Database::open(dir.join("gate.db")).unwrap()).await;
-    let before = rig.db.commits();
+    let (before, synced_before) = (rig.db.commits(), rig.db.syncs());
+    // When the call goes out, the stage and the claim are both synced, and nothing else.
+    let db = rig.db.clone();
+    *rig.service.on_call.lock().unwrap() = Some(Box::new(move |_, _| {
+        assert_eq!(
+            (db.commits() - before, db.syncs() - synced_before),
+            (2, 2),
+            "stage and claim: each committed and synced before the send"
+        );
+    }));
     let queued = rig.queue_issue("Add dark mode").await;
     assert_eq!(
-        rig.db.commits() - before,
-        1,
-        "stage and submission: one commit"
+        (rig.db.commits() - before, rig.db.syncs() - synced_before),
+        (1, 1),
+        "stage and submission: one commit, synced before the agent hears \"pending\""
     );
     rig.overseer
         .approve(queued.ledger().unwrap(), "alice")
@@ -174,8 +183,19 @@ async fn one_durable_cycle_costs_exactly_three_commits() {
         3,
         "stage; claim before the send; outcome"
     );
+    assert_eq!(
+        rig.db.syncs() - synced_before,
+        2,
+        "the outcome is committed without a sync of its own"
+    );
     rig.db.flush().unwrap();
     assert_eq!(rig.db.commits() - before, 3, "nothing was left deferred");
+    assert_eq!(
+        rig.db.syncs() - synced_before,
+        3,
+        "the next sync (here, flush) makes the outcome durable"
+    );
+    assert_eq!(rig.service.calls().len(), 1);
 }
 
 #[tokio::test]
@@ -189,14 +209,17 @@ async fn a_drain_shares_each_outcome_with_the_next_claim() {
             .await
             .unwrap();
     }
-    let before = rig.db.commits();
+    let (before, synced_before) = (rig.db.commits(), rig.db.syncs());
     rig.overseer
         .enable_rule("issues", rig.label_kind(), "carol")
         .unwrap();
     rig.overseer.settle().await;
+    let synced = rig.db.syncs() - synced_before;
     rig.db.flush().unwrap();
     let spent = rig.db.commits() - before;
     assert_eq!(rig.service.calls().len() as u64, N);
+    // One sync for the rule and one per claim; the outcomes ride along, unsynced.
+    assert_eq!(synced, N + 1, "the drain of {N} synced {synced} times");
     // One for the rule, one claim per action (each carrying the previous outcome), one
     // for the last outcome; a loaded machine may let the flusher split one or two.
     assert!(

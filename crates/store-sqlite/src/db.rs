@@ -584,6 +584,14 @@ impl Shared {
         self.session.as_ref().map(Session::id)
     }
 
+    /// Whether another process (or another handle of this one) has the file open. In
+    /// memory, never.
+    pub(crate) fn others_alive(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| session::others_alive(s.dir(), s.id()))
+    }
+
     /// Whether the session that took a claim is still alive.
     pub(crate) fn claimant_alive(&self, claimed_by: Option<&str>) -> bool {
         match (&self.session, claimed_by) {

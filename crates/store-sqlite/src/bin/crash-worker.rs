@@ -420,8 +420,8 @@ async fn work(db_path: &Path, dir: &Path, total: u64, plan: Option<KillPlan>) {
     };
     let claimed: Vec<String> = claimed.iter().map(describe).collect();
     assert!(claimed.is_empty(), "claims left applying: {claimed:#?}");
-    // A staged call the kernel never recorded (the process was killed between the two)
-    // was never acknowledged to the agent; it is not this test's concern, but say so.
+    // A staged call the kernel never recorded (an earlier life was killed between the
+    // two) was never acknowledged to the agent; opening discards it, so none is left.
     let unrecorded: Vec<String> = store
         .pending()
         .await
@@ -434,9 +434,10 @@ async fn work(db_path: &Path, dir: &Path, total: u64, plan: Option<KillPlan>) {
         })
         .map(describe)
         .collect();
-    if !unrecorded.is_empty() {
-        eprintln!("crash worker: staged but never recorded by the kernel: {unrecorded:?}");
-    }
+    assert!(
+        unrecorded.is_empty(),
+        "staged but never recorded by the kernel: {unrecorded:?}"
+    );
     db.flush().expect("flush");
     println!("done");
 }

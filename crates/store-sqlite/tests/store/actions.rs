@@ -409,3 +409,49 @@ async fn discarding_an_id_never_staged_changes_nothing() {
     let next = store.stage("ok", json!({})).await.unwrap();
     assert_eq!(next, DriverActionId(first.0 + 1));
 }
+
+#[tokio::test]
+async fn a_stage_the_kernel_never_recorded_is_discarded_on_reopen_and_frees_its_slot() {
+    let dir = TempDir::new("unrecorded");
+    let path = dir.join("gate.db");
+    let staged_alone = |db: &Database| {
+        db.query_text("SELECT count(*) FROM actions WHERE state = 'pending'")
+            .unwrap()[0][0]
+            .clone()
+            .unwrap()
+    };
+    let orphan = {
+        let rig = Rig::new(Database::open(&path).unwrap()).await;
+        let _recorded = rig.queue_issue("Add dark mode").await;
+        // What a kill between a stage and the kernel's insert leaves behind: the staged
+        // row, committed without its ledger entry.
+        let orphan = rig
+            .db
+            .action_storage("issues")
+            .insert_pending(
+                Arc::from("createIssue"),
+                Arc::new(json!({"title": "never acknowledged"})),
+                kernel::Timestamp(9),
+                MAX_OPEN_ACTIONS,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        rig.db.flush().unwrap();
+        // Another handle opened meanwhile leaves it alone: this one may be about to
+        // record it.
+        let other = Database::open(&path).unwrap();
+        assert_eq!(staged_alone(&other), "2");
+        orphan
+    };
+
+    let db = Database::open(&path).unwrap();
+    assert_eq!(staged_alone(&db), "1", "only the recorded stage is left");
+    let storage = db.action_storage("issues");
+    assert!(storage.get(orphan).await.unwrap().is_none());
+    assert_eq!(storage.count_open().await.unwrap(), 1);
+    // Its id is never handed out again.
+    let rig = Rig::new(db).await;
+    let next = rig.queue_issue("Fix the login page").await;
+    assert!(next.action().unwrap() > orphan);
+}

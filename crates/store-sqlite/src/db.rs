@@ -854,12 +854,10 @@ impl Database {
         let file_backed = session.is_some();
         // After the schema: its creation or upgrade is made durable by the first sync.
         let syncer = match (&path, file_backed) {
-            (Some(path), true) => {
-                Some(Syncer::open(path).map_err(|e| StoreError::CannotOpen {
-                    path: path.clone(),
-                    detail: format!("cannot sync its write-ahead log: {e}"),
-                })?)
-            }
+            (Some(path), true) => Some(Syncer::open(path).map_err(|e| StoreError::CannotOpen {
+                path: path.clone(),
+                detail: format!("cannot sync its write-ahead log: {e}"),
+            })?),
             _ => None,
         };
         let shared = Arc::new(Shared {
@@ -1201,5 +1199,56 @@ fn upgrade(db: &Connection) -> rusqlite::Result<()> {
             let _ = db.execute_batch("ROLLBACK");
             Err(error)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_durable_write_returns_before_a_sync_covers_its_commit_and_concurrent_ones_share_syncs() {
+        const THREADS: u64 = 8;
+        const EACH: u64 = 30;
+        let dir = std::env::temp_dir().join(format!("store-sqlite-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Database::open(dir.join("gate.db")).unwrap();
+        let before = db.syncs();
+        std::thread::scope(|scope| {
+            for thread in 0..THREADS {
+                let db = db.clone();
+                scope.spawn(move || {
+                    let shared = db.shared();
+                    let syncer = shared.syncer.as_ref().unwrap();
+                    for n in 0..EACH {
+                        let commit = shared
+                            .write(Durability::Now, Steps::One, |conn| {
+                                conn.db.execute(
+                                    "INSERT INTO kv (scope, key, value) VALUES ('t', ?1, x'00')",
+                                    [format!("{thread}-{n}")],
+                                )?;
+                                // The connection's mutex is held: this write's commit is
+                                // the next one counted.
+                                Ok(syncer.committed.load(Ordering::Acquire) + 1)
+                            })
+                            .unwrap();
+                        assert!(
+                            syncer.state().synced >= commit,
+                            "a durable write returned before a sync covered commit {commit}"
+                        );
+                    }
+                });
+            }
+        });
+        let syncs = db.syncs() - before;
+        assert!(syncs >= 1);
+        assert!(
+            syncs < THREADS * EACH,
+            "{} durable writes from {THREADS} threads took {syncs} syncs: none was shared",
+            THREADS * EACH
+        );
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

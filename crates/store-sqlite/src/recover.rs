@@ -65,9 +65,8 @@ const UNRECORDED: &str = "FROM actions WHERE actions.state = 'pending' AND NOT E
 /// Discard every staged record the ledger does not know, if no other session is open.
 fn discard_unrecorded_stages(db: &Database) -> Result<usize, StoreError> {
     let shared = db.shared();
-    let unrecorded: i64 = shared.read(|db| {
-        Ok(db.query_row(&format!("SELECT count(*) {UNRECORDED}"), [], |r| r.get(0))?)
-    })?;
+    let unrecorded: i64 = shared
+        .read(|db| Ok(db.query_row(&format!("SELECT count(*) {UNRECORDED}"), [], |r| r.get(0))?))?;
     if unrecorded == 0 || shared.others_alive() {
         return Ok(0);
     }

@@ -455,3 +455,64 @@ async fn a_stage_the_kernel_never_recorded_is_discarded_on_reopen_and_frees_its_
     let next = rig.queue_issue("Fix the login page").await;
     assert!(next.action().unwrap() > orphan);
 }
+
+#[test]
+fn sixteen_sessions_on_one_file_share_syncs_and_send_each_call_once() {
+    const SESSIONS: u64 = 16;
+    const EACH: u64 = 4;
+    let dir = TempDir::new("group-commit");
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let rig =
+        runtime().block_on(async { Rig::new(Database::open(dir.join("gate.db")).unwrap()).await });
+    let (commits, syncs) = (rig.db.commits(), rig.db.syncs());
+    std::thread::scope(|scope| {
+        for session in 0..SESSIONS {
+            let rig = &rig;
+            scope.spawn(move || {
+                runtime().block_on(async {
+                    for n in 0..EACH {
+                        let queued = rig
+                            .session
+                            .call_tool(
+                                "createIssue",
+                                json!({"title": format!("issue {session}-{n}")}),
+                            )
+                            .await
+                            .unwrap();
+                        rig.overseer
+                            .approve(queued.ledger().unwrap(), "alice")
+                            .await
+                            .unwrap();
+                    }
+                })
+            });
+        }
+    });
+    let actions = SESSIONS * EACH;
+    let (commits, syncs) = (rig.db.commits() - commits, rig.db.syncs() - syncs);
+    let mut sent: Vec<String> = rig
+        .service
+        .calls()
+        .into_iter()
+        .map(|(_, args)| args["title"].as_str().unwrap().to_owned())
+        .collect();
+    sent.sort();
+    sent.dedup();
+    assert_eq!(sent.len() as u64, actions, "each call sent exactly once");
+    assert_eq!(rig.service.calls().len() as u64, actions);
+    for entry in rig.overseer.ledger().unwrap() {
+        assert_eq!(entry.action().unwrap().state, LedgerState::Approved);
+    }
+    // Two durable commits per action (stage, claim); concurrent ones share syncs.
+    eprintln!("{SESSIONS} sessions, {actions} actions: {commits} commits, {syncs} syncs");
+    assert!(commits >= 2 * actions, "{commits} commits");
+    assert!(
+        syncs < 2 * actions,
+        "{actions} actions from {SESSIONS} sessions took {syncs} syncs: none was shared"
+    );
+}

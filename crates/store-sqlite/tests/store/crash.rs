@@ -179,14 +179,8 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
             run_and_kill_after(&["work", &db_arg, &dir_arg, &total_arg], after)
         } else {
             // Every point, in and out of a drain, in turn; how far into the life, at random.
-            const POINTS: [&str; 6] = [
-                "claimed",
-                "sent",
-                "settled",
-                "hung",
-                "abandoned",
-                "decided",
-            ];
+            const POINTS: [&str; 6] =
+                ["claimed", "sent", "settled", "hung", "abandoned", "decided"];
             let combo = (life - life / 3) % (2 * POINTS.len() as u64);
             let point = POINTS[(combo % POINTS.len() as u64) as usize];
             // A person decides outside drains.

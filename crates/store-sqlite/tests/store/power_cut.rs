@@ -29,10 +29,7 @@ fn note_synced_lengths(rig: &Rig, path: &Path) -> Arc<Mutex<Vec<(String, u64)>>>
     let (log, notes) = (log_of(path), synced.clone());
     *rig.service.on_call.lock().unwrap() = Some(Box::new(move |tool, args| {
         let len = std::fs::metadata(&log).unwrap().len();
-        notes
-            .lock()
-            .unwrap()
-            .push((format!("{tool} {args}"), len));
+        notes.lock().unwrap().push((format!("{tool} {args}"), len));
     }));
     synced
 }
@@ -91,7 +88,11 @@ async fn a_power_cut_after_an_unsynced_outcome_leaves_outcome_unknown_never_a_re
     let synced = note_synced_lengths(&rig, &path);
 
     let waiting = rig.queue_issue("Add dark mode").await.ledger().unwrap();
-    let approved = rig.queue_issue("Fix the login page").await.ledger().unwrap();
+    let approved = rig
+        .queue_issue("Fix the login page")
+        .await
+        .ledger()
+        .unwrap();
     rig.overseer.approve(approved, "alice").await.unwrap();
     // The outcome is committed (the log grew) but not synced by anyone yet.
     let end = std::fs::metadata(log_of(&path)).unwrap().len();

@@ -241,7 +241,10 @@ async fn the_unknown_outcome_query_finds_claims_stranded_in_a_live_process() {
         let failed = db.query_text(&documented_queries()[2]).unwrap();
         assert_eq!(
             column(&failed, 2),
-            ["Call createIssue on Issue tracker", "Call createIssue on Issue tracker"]
+            [
+                "Call createIssue on Issue tracker",
+                "Call createIssue on Issue tracker"
+            ]
         );
         assert!(failed[0][3].as_deref().unwrap().contains("abandoned"));
         assert!(failed[1][3].as_deref().unwrap().contains("did not answer"));

@@ -191,8 +191,10 @@ fn run(db: &Connection, sql: &str) -> rusqlite::Result<()> {
 struct SyncState {
     /// Commits counted through `synced` are durable.
     synced: u64,
-    /// A sync is running (its caller released this lock while it runs).
+    /// A sync is running, or about to (its caller released this lock meanwhile).
     syncing: bool,
+    /// The caller about to sync waits for durable writes under way to commit first.
+    gathering: bool,
     /// A sync failed: what the operating system said.
     failed: Option<String>,
 }
@@ -208,7 +210,14 @@ struct Syncer {
     committed: AtomicU64,
     /// Syncs made, for tests and benchmarks.
     syncs: AtomicU64,
+    /// Durable writes started and not yet committed (or failed).
+    in_flight: AtomicU64,
 }
+
+/// How long a caller about to sync waits, at most, for durable writes already under way
+/// in other threads to commit, so that one sync covers them too. It waits only while
+/// such writes exist: a lone writer never waits.
+const GATHER: Duration = Duration::from_micros(200);
 
 impl Syncer {
     /// Open the log of the database at `path` and make its directory entry durable (SQLite
@@ -233,11 +242,25 @@ impl Syncer {
             done: Condvar::new(),
             committed: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
         })
     }
 
     fn state(&self) -> MutexGuard<'_, SyncState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A durable write starts: a sync about to begin may wait for its commit.
+    fn start_write(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A durable write committed (or failed): wake a sync waiting for it.
+    fn end_write(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if self.state().gathering {
+            self.done.notify_all();
+        }
     }
 
     /// Return once commit number `commit` is durable: a sync that began after it has
@@ -257,6 +280,20 @@ impl Syncer {
                 continue;
             }
             state.syncing = true;
+            let gather_until = Instant::now() + GATHER;
+            while self.in_flight.load(Ordering::Acquire) > 0 {
+                let now = Instant::now();
+                if now >= gather_until {
+                    break;
+                }
+                state.gathering = true;
+                state = self
+                    .done
+                    .wait_timeout(state, gather_until - now)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            }
+            state.gathering = false;
             // Every commit counted by now has its frames written: this sync covers them.
             let through = self.committed.load(Ordering::Acquire);
             drop(state);
@@ -412,7 +449,18 @@ impl Shared {
         steps: Steps,
         f: impl FnOnce(&mut Conn) -> Result<T, Error>,
     ) -> Result<T, StoreError> {
-        let (value, commit) = self.write_committed(durability, steps, f)?;
+        let durable = self
+            .syncer
+            .as_ref()
+            .filter(|_| durability == Durability::Now);
+        if let Some(syncer) = durable {
+            syncer.start_write();
+        }
+        let written = self.write_committed(durability, steps, f);
+        if let Some(syncer) = durable {
+            syncer.end_write();
+        }
+        let (value, commit) = written?;
         if durability == Durability::Now
             && let Some(commit) = commit
         {

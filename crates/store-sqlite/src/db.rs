@@ -21,10 +21,13 @@
 //! commit durable too, whoever wrote it. Hence:
 //!
 //! - a commit without a sync (an outcome, see the adapters) becomes durable with the
-//!   next sync; a power cut before that loses it, and nothing after it;
+//!   next sync; a power cut before that may lose it, with whatever was committed after
+//!   it, and never anything a completed sync covered;
 //! - group commit: while one sync runs, other threads commit their own transactions and
-//!   wait; the next sync covers all of them at once. No caller of a durable write
-//!   returns before a sync that began after its commit has completed.
+//!   wait; the next sync covers all of them at once (and before it starts, it waits up
+//!   to `GATHER` for durable writes already under way in other threads, never when there
+//!   are none). No caller of a durable write returns before a sync that began after its
+//!   commit has completed.
 //!
 //! A failed sync is sticky: the caller is told its write failed, and every later write
 //! is refused ([`StoreError::NotDurable`]), since a disk that failed to sync cannot be
@@ -760,8 +763,9 @@ impl Database {
     /// Opening reads a fixed handful of pages, never the whole file: a full check of
     /// every page is an explicit step, [`crate::LedgerReader::check_integrity`].
     ///
-    /// Then: write-ahead logging, `synchronous=FULL`, the schema if the file is new, and
-    /// the ledger reconciled with the action stores (see the crate docs).
+    /// Then: write-ahead logging (`synchronous=NORMAL`, with the log synced by this
+    /// handle after every durable commit: see the module docs), the schema if the file
+    /// is new, and the ledger reconciled with the action stores (see the crate docs).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         // Before SQLite touches anything: a directory, a device or a pipe is refused

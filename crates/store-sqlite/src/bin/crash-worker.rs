@@ -332,16 +332,17 @@ async fn person(world: &World, everything: bool) {
             .is_some_and(|a| a.description.auto_approvable);
         if manual || everything {
             // A refusal (decided meanwhile, in flight) is fine: the next round sees it.
-            let approved = world.overseer.approve(entry.id, "person").await;
             let Some(action) = entry.action() else {
                 continue;
             };
+            let seq = match world.gatekeeper.store().get(action.driver_id).await {
+                Ok(Some(record)) => seq_of(&record.args),
+                _ => 0,
+            };
+            let approved = world.overseer.approve(entry.id, "person").await;
             if approved.is_ok() {
-                let seq = match world.gatekeeper.store().get(action.driver_id).await {
-                    Ok(Some(record)) => seq_of(&record.args),
-                    _ => 0,
-                };
-                // The outcome is committed, and no sync has run since the claim's.
+                // The outcome is committed, and no sync has run since the claim's (nothing
+                // is awaited between the approval's return and here).
                 let hooks = &world.hooks;
                 assert_eq!(
                     hooks.db.syncs(),

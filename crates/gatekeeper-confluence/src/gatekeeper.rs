@@ -727,7 +727,12 @@ impl ConfluenceGatekeeper {
         if let WikiAction::SetTitle { .. } = action {
             let base_title = base.as_ref().map_or("", |p| p.title.as_str());
             staging.previous_title = Some(simulate_title(pending.iter().copied(), base_title).0);
-        } else {
+        } else if !self.policy.careful_revert {
+            // Only the reference's revert writes the whole earlier body back. A careful
+            // revert undoes the action's own change from what apply records (the
+            // replaced body, or the appended block), so nothing is kept here: a page
+            // with many pending appends would otherwise hold one copy of its growing
+            // body per append, memory quadratic in pending work.
             let base_body = base.as_ref().map(Page::body_markdown);
             staging.previous_markdown = Some(simulate_body(
                 &pending,

@@ -5,7 +5,7 @@
 //!
 //! | write | when it is committed |
 //! |---|---|
-//! | the claim (`compare_and_set` to `applying`) | now: fsync'd before the call returns, and so before the send |
+//! | the claim (`compare_and_set` to `applying`) | now, and synced before the call returns (so before the send); concurrent claims share syncs |
 //! | recovery of a dead claim (`applying` → failed, interrupted) | now, together with the same action's ledger entry |
 //! | `insert_pending` (stage) | deferred: rides with the kernel's ledger insert that submits it; one read (open count and next id) and one write (the row) |
 //! | an outcome (`applying` → applied / failed), a rejection | deferred: rides with the kernel's ledger write about the same decision, or the next claim |

@@ -4,15 +4,39 @@
 //! # Commits
 //!
 //! Every write runs inside a transaction on the process's one connection. A write is
-//! either *committed now* (its call returns only after `COMMIT`, which with
-//! `synchronous=FULL` means after the write-ahead log was fsync'd) or *deferred*: it is
-//! written into the open transaction and committed with the next write that is
-//! committed now, or by the flusher thread at most [`DEFERRED_COMMIT_WINDOW`] after the
+//! either *durable now* (committed, and its call returns only after the write-ahead log
+//! was fsync'd past its commit), *committed now* without a sync of its own, or
+//! *deferred*: written into the open transaction and committed with the next write that
+//! commits, or by the flusher thread at most [`DEFERRED_COMMIT_WINDOW`] after the
 //! transaction opened, whichever comes first.
 //!
-//! Only writes whose loss in a crash is safe are deferred; the adapters document which.
-//! A claim (the `applying` write of the at-most-once protocol) is never deferred, so no
-//! crash can undo a claim whose call was sent.
+//! # Syncs, and group commit
+//!
+//! The connection runs with `synchronous=NORMAL`: SQLite's `COMMIT` appends the
+//! transaction's frames to the write-ahead log and does not fsync it (checkpoints still
+//! sync, so the file is never corrupted). Durability is this module's own step, after
+//! the commit and *outside* the connection's mutex: the log file is fdatasync'd through
+//! a handle of its own. The log is appended in commit order and SQLite's recovery keeps
+//! the longest prefix of whole, checksummed commits, so one sync makes every earlier
+//! commit durable too, whoever wrote it. Hence:
+//!
+//! - a commit without a sync (an outcome, see the adapters) becomes durable with the
+//!   next sync; a power cut before that may lose it, with whatever was committed after
+//!   it, and never anything a completed sync covered;
+//! - group commit: while one sync runs, other threads commit their own transactions and
+//!   wait; the next sync covers all of them at once (and before it starts, it waits up
+//!   to `GATHER` for durable writes already under way in other threads, never when there
+//!   are none). No caller of a durable write returns before a sync that began after its
+//!   commit has completed.
+//!
+//! A failed sync is sticky: the caller is told its write failed, and every later write
+//! is refused ([`StoreError::NotDurable`]), since a disk that failed to sync cannot be
+//! trusted to have kept what the next sync would report.
+//!
+//! Only writes whose loss in a crash is safe are deferred or left unsynced; the adapters
+//! document which. A claim (the `applying` write of the at-most-once protocol) is always
+//! durable before its call returns, so no crash or power cut can undo a claim whose call
+//! was sent.
 //!
 //! In memory nothing can be made durable and no other connection can look, so a commit
 //! buys nothing but its cost: every write is deferred, and the open transaction is
@@ -28,6 +52,7 @@
 //! handed out by the lost transaction are never handed out again.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -54,9 +79,11 @@ pub(crate) const MEMORY_BATCH: u32 = 256;
 /// When a write must be on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Durability {
-    /// Committed (and fsync'd, on a file) before the call returns.
+    /// Committed and (on a file) synced before the call returns.
     Now,
-    /// Committed with the next `Now` write, or by the flusher within the window.
+    /// Committed before the call returns, not synced: durable with the next sync.
+    Lazy,
+    /// Committed with the next `Now` or `Lazy` write, or by the flusher within the window.
     Deferred,
 }
 
@@ -162,11 +189,139 @@ fn run(db: &Connection, sql: &str) -> rusqlite::Result<()> {
     db.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
+/// Where the write-ahead log stands: what was committed, and what is known synced.
+#[derive(Default)]
+struct SyncState {
+    /// Commits counted through `synced` are durable.
+    synced: u64,
+    /// A sync is running, or about to (its caller released this lock meanwhile).
+    syncing: bool,
+    /// The caller about to sync waits for durable writes under way to commit first.
+    gathering: bool,
+    /// A sync failed: what the operating system said.
+    failed: Option<String>,
+}
+
+/// Makes commits durable by syncing the write-ahead log (see the module docs).
+struct Syncer {
+    /// The `-wal` file, opened by this module (SQLite keeps it while a connection is open).
+    log: File,
+    state: Mutex<SyncState>,
+    done: Condvar,
+    /// Commits made by this handle, counted after each `COMMIT` returns (under the
+    /// connection's mutex, so their frames are written before the count moves).
+    committed: AtomicU64,
+    /// Syncs made, for tests and benchmarks.
+    syncs: AtomicU64,
+    /// Durable writes started and not yet committed (or failed).
+    in_flight: AtomicU64,
+}
+
+/// How long a caller about to sync waits, at most, for durable writes already under way
+/// in other threads to commit, so that one sync covers them too. It waits only while
+/// such writes exist: a lone writer never waits.
+const GATHER: Duration = Duration::from_micros(200);
+
+impl Syncer {
+    /// Open the log of the database at `path` and make its directory entry durable (SQLite
+    /// would fsync the directory at its own first sync of the log; this module makes those
+    /// syncs instead).
+    fn open(path: &Path) -> std::io::Result<Self> {
+        let log = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(sidecar(path, "-wal"))?;
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        File::open(dir)?.sync_all()?;
+        log.sync_data()?;
+        Ok(Self {
+            log,
+            state: Mutex::new(SyncState::default()),
+            done: Condvar::new(),
+            committed: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, SyncState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A durable write starts: a sync about to begin may wait for its commit.
+    fn start_write(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A durable write committed (or failed): wake a sync waiting for it.
+    fn end_write(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if self.state().gathering {
+            self.done.notify_all();
+        }
+    }
+
+    /// Return once commit number `commit` is durable: a sync that began after it has
+    /// completed. One caller syncs at a time; those who arrive meanwhile wait for the next
+    /// sync, which covers all of them (group commit).
+    fn wait_durable(&self, commit: u64) -> Result<(), String> {
+        let mut state = self.state();
+        loop {
+            if let Some(failed) = &state.failed {
+                return Err(failed.clone());
+            }
+            if state.synced >= commit {
+                return Ok(());
+            }
+            if state.syncing {
+                state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            state.syncing = true;
+            let gather_until = Instant::now() + GATHER;
+            while self.in_flight.load(Ordering::Acquire) > 0 {
+                let now = Instant::now();
+                if now >= gather_until {
+                    break;
+                }
+                state.gathering = true;
+                state = self
+                    .done
+                    .wait_timeout(state, gather_until - now)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            }
+            state.gathering = false;
+            // Every commit counted by now has its frames written: this sync covers them.
+            let through = self.committed.load(Ordering::Acquire);
+            drop(state);
+            let synced = self.log.sync_data();
+            state = self.state();
+            state.syncing = false;
+            match synced {
+                Ok(()) => {
+                    self.syncs.fetch_add(1, Ordering::Relaxed);
+                    state.synced = state.synced.max(through);
+                }
+                Err(error) => state.failed = Some(error.to_string()),
+            }
+            self.done.notify_all();
+        }
+    }
+}
+
 /// State shared by every adapter of one database, and by its flusher thread.
 pub(crate) struct Shared {
     conn: Mutex<Conn>,
     wake: Condvar,
     commits: Arc<AtomicU64>,
+    /// On a file: the write-ahead log's syncs. In memory: `None`.
+    syncer: Option<Syncer>,
     path: Option<PathBuf>,
     session: Option<Session>,
     /// Lockdown is a latch: once seen, it is never looked up again.
@@ -297,6 +452,54 @@ impl Shared {
         steps: Steps,
         f: impl FnOnce(&mut Conn) -> Result<T, Error>,
     ) -> Result<T, StoreError> {
+        let durable = self
+            .syncer
+            .as_ref()
+            .filter(|_| durability == Durability::Now);
+        if let Some(syncer) = durable {
+            syncer.start_write();
+        }
+        let written = self.write_committed(durability, steps, f);
+        if let Some(syncer) = durable {
+            syncer.end_write();
+        }
+        let (value, commit) = written?;
+        if durability == Durability::Now
+            && let Some(commit) = commit
+        {
+            // Outside the connection's mutex: others commit meanwhile, and share the sync.
+            self.wait_durable(commit)?;
+        }
+        Ok(value)
+    }
+
+    /// Wait until commit number `commit` of this handle is durable (see the module docs).
+    fn wait_durable(&self, commit: u64) -> Result<(), StoreError> {
+        let Some(syncer) = &self.syncer else {
+            return Ok(());
+        };
+        syncer
+            .wait_durable(commit)
+            .map_err(|detail| StoreError::NotDurable {
+                path: self.path.clone().unwrap_or_default(),
+                detail,
+            })
+    }
+
+    /// [`Shared::write`] up to its commit: returns the write's value and, if the write was
+    /// committed (not deferred), the number of its commit.
+    fn write_committed<T>(
+        &self,
+        durability: Durability,
+        steps: Steps,
+        f: impl FnOnce(&mut Conn) -> Result<T, Error>,
+    ) -> Result<(T, Option<u64>), StoreError> {
+        if let Some(failed) = self.syncer.as_ref().and_then(|s| s.state().failed.clone()) {
+            return Err(StoreError::NotDurable {
+                path: self.path.clone().unwrap_or_default(),
+                detail: failed,
+            });
+        }
         let (mut guard, opened_here) = self.lock_for_write()?;
         let conn = &mut *guard;
         let savepoint = !opened_here && steps == Steps::Many;
@@ -350,34 +553,49 @@ impl Shared {
                     batch.writes
                 });
                 let durability = match durability {
-                    Durability::Now if conn.coalesce && writes < MEMORY_BATCH => {
+                    Durability::Now | Durability::Lazy
+                        if conn.coalesce && writes < MEMORY_BATCH =>
+                    {
                         Durability::Deferred
                     }
                     other => other,
                 };
                 match durability {
-                    Durability::Now => self.commit(conn).map_err(|e| self.sorted(e))?,
+                    Durability::Now | Durability::Lazy => {
+                        let commit = self.commit(conn).map_err(|e| self.sorted(e))?;
+                        Ok((value, commit))
+                    }
                     Durability::Deferred => {
                         if opened_here && conn.flusher_idle && self.session.is_some() {
                             conn.flusher_idle = false;
                             self.wake.notify_one();
                         }
+                        Ok((value, None))
                     }
                 }
-                Ok(value)
             }
         }
     }
 
-    /// Commit the open transaction, if any.
-    fn commit(&self, conn: &mut Conn) -> Result<(), Error> {
+    /// Commit the open transaction, if any, without syncing it. Returns the number of
+    /// the commit, on a file, to wait for with [`Shared::wait_durable`]: the last commit
+    /// made if there was nothing to commit.
+    fn commit(&self, conn: &mut Conn) -> Result<Option<u64>, Error> {
+        let last = || {
+            self.syncer
+                .as_ref()
+                .map(|s| s.committed.load(Ordering::Acquire))
+        };
         if conn.batch.is_none() {
-            return Ok(());
+            return Ok(last());
         }
         match run(&conn.db, "COMMIT") {
             Ok(()) => {
                 conn.batch = None;
-                Ok(())
+                Ok(self
+                    .syncer
+                    .as_ref()
+                    .map(|s| s.committed.fetch_add(1, Ordering::AcqRel) + 1))
             }
             Err(error) => {
                 if !conn.db.is_autocommit() {
@@ -415,6 +633,14 @@ impl Shared {
     /// This process's session id, recorded in the claims it takes (`None` in memory).
     pub(crate) fn session_id(&self) -> Option<&str> {
         self.session.as_ref().map(Session::id)
+    }
+
+    /// Whether another process (or another handle of this one) has the file open. In
+    /// memory, never.
+    pub(crate) fn others_alive(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| session::others_alive(s.dir(), s.id()))
     }
 
     /// Whether the session that took a claim is still alive.
@@ -479,13 +705,23 @@ struct Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        {
+        let commit = {
             let mut conn = self.shared.lock();
-            if let Err(error) = self.shared.commit(&mut conn) {
-                let error = self.shared.sorted(error);
-                warn!(%error, "deferred writes could not be committed at close");
-            }
+            let commit = match self.shared.commit(&mut conn) {
+                Ok(commit) => commit,
+                Err(error) => {
+                    let error = self.shared.sorted(error);
+                    warn!(%error, "deferred writes could not be committed at close");
+                    None
+                }
+            };
             conn.closed = true;
+            commit
+        };
+        if let Some(commit) = commit
+            && let Err(error) = self.shared.wait_durable(commit)
+        {
+            warn!(%error, "commits could not be made durable at close");
         }
         self.shared.wake.notify_all();
         if let Some(flusher) = self.flusher.take() {
@@ -527,8 +763,9 @@ impl Database {
     /// Opening reads a fixed handful of pages, never the whole file: a full check of
     /// every page is an explicit step, [`crate::LedgerReader::check_integrity`].
     ///
-    /// Then: write-ahead logging, `synchronous=FULL`, the schema if the file is new, and
-    /// the ledger reconciled with the action stores (see the crate docs).
+    /// Then: write-ahead logging (`synchronous=NORMAL`, with the log synced by this
+    /// handle after every durable commit: see the module docs), the schema if the file
+    /// is new, and the ledger reconciled with the action stores (see the crate docs).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         // Before SQLite touches anything: a directory, a device or a pipe is refused
@@ -616,11 +853,12 @@ impl Database {
                 detail: format!("write-ahead logging is not available here (journal mode {mode})"),
             });
         }
-        // synchronous=FULL: in WAL mode, NORMAL does not fsync the log on commit, so a
-        // power cut can undo a committed claim whose call was already sent; the restarted
-        // process would then see the action pending and could send it a second time.
-        // FULL fsyncs the log at every commit, so a claim is on disk before the send.
-        db.pragma_update(None, "synchronous", "FULL")
+        // synchronous=NORMAL: SQLite does not fsync the log at each commit (it still
+        // syncs around checkpoints, so the file stays whole). This module syncs the log
+        // itself after the commits that must be durable, outside the connection's mutex,
+        // so concurrent writers share syncs, and an outcome needs none of its own (see
+        // the module docs). A claim is still on disk before its call is sent.
+        db.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sorted)?;
         let database = Self::start(db, Some(path), Some(session), version)?;
         Ok(database)
@@ -666,6 +904,14 @@ impl Database {
             info!(path = ?path, from = version, to = SCHEMA_VERSION, "database upgraded");
         }
         let file_backed = session.is_some();
+        // After the schema: its creation or upgrade is made durable by the first sync.
+        let syncer = match (&path, file_backed) {
+            (Some(path), true) => Some(Syncer::open(path).map_err(|e| StoreError::CannotOpen {
+                path: path.clone(),
+                detail: format!("cannot sync its write-ahead log: {e}"),
+            })?),
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             conn: Mutex::new(Conn {
                 db,
@@ -679,6 +925,7 @@ impl Database {
             }),
             wake: Condvar::new(),
             commits,
+            syncer,
             path,
             session,
             locked_down: AtomicBool::new(false),
@@ -727,11 +974,29 @@ impl Database {
         self.handle.shared.commits.load(Ordering::Relaxed)
     }
 
-    /// Commit deferred writes now instead of within [`DEFERRED_COMMIT_WINDOW`].
+    /// Commit deferred writes now instead of within [`DEFERRED_COMMIT_WINDOW`], and make
+    /// every commit so far durable.
     pub fn flush(&self) -> Result<(), StoreError> {
         let shared = self.shared();
-        let mut conn = shared.lock();
-        shared.commit(&mut conn).map_err(|e| shared.sorted(e))
+        let commit = {
+            let mut conn = shared.lock();
+            shared.commit(&mut conn).map_err(|e| shared.sorted(e))?
+        };
+        match commit {
+            Some(commit) => shared.wait_durable(commit),
+            None => Ok(()),
+        }
+    }
+
+    /// How many times this handle has synced the write-ahead log (0 in memory). A durable
+    /// write costs at most one; concurrent ones share them (see the `db` module docs).
+    /// Tests and benchmarks use it to check what each step costs.
+    pub fn syncs(&self) -> u64 {
+        self.handle
+            .shared
+            .syncer
+            .as_ref()
+            .map_or(0, |s| s.syncs.load(Ordering::Relaxed))
     }
 
     /// Cap the database at about `bytes` (rounded down to whole pages, and never below
@@ -986,5 +1251,56 @@ fn upgrade(db: &Connection) -> rusqlite::Result<()> {
             let _ = db.execute_batch("ROLLBACK");
             Err(error)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_durable_write_returns_before_a_sync_covers_its_commit_and_concurrent_ones_share_syncs() {
+        const THREADS: u64 = 8;
+        const EACH: u64 = 30;
+        let dir = std::env::temp_dir().join(format!("store-sqlite-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Database::open(dir.join("gate.db")).unwrap();
+        let before = db.syncs();
+        std::thread::scope(|scope| {
+            for thread in 0..THREADS {
+                let db = db.clone();
+                scope.spawn(move || {
+                    let shared = db.shared();
+                    let syncer = shared.syncer.as_ref().unwrap();
+                    for n in 0..EACH {
+                        let commit = shared
+                            .write(Durability::Now, Steps::One, |conn| {
+                                conn.db.execute(
+                                    "INSERT INTO kv (scope, key, value) VALUES ('t', ?1, x'00')",
+                                    [format!("{thread}-{n}")],
+                                )?;
+                                // The connection's mutex is held: this write's commit is
+                                // the next one counted.
+                                Ok(syncer.committed.load(Ordering::Acquire) + 1)
+                            })
+                            .unwrap();
+                        assert!(
+                            syncer.state().synced >= commit,
+                            "a durable write returned before a sync covered commit {commit}"
+                        );
+                    }
+                });
+            }
+        });
+        let syncs = db.syncs() - before;
+        assert!(syncs >= 1);
+        assert!(
+            syncs < THREADS * EACH,
+            "{} durable writes from {THREADS} threads took {syncs} syncs: none was shared",
+            THREADS * EACH
+        );
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

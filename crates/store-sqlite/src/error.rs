@@ -177,6 +177,18 @@ pub enum StoreError {
         "query_text runs only read-only statements; write through the storage adapters instead"
     )]
     NotReadOnly,
+    /// The disk failed to make a committed write durable (the write-ahead log's sync
+    /// failed). The write may or may not survive a power cut, so it is reported as
+    /// failed, and every later write is refused rather than trusted to the same disk.
+    #[error(
+        "the database at {path} could not make a write durable ({detail}); writes are refused from now on: check the disk, then open the database again"
+    )]
+    NotDurable {
+        /// The database file.
+        path: PathBuf,
+        /// What the operating system said.
+        detail: String,
+    },
     /// The database was closed while a write was starting.
     #[error("the database was closed while a write was starting; open it again to write")]
     Closed,

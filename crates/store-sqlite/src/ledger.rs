@@ -4,16 +4,20 @@
 //! What each write costs:
 //!
 //! - A new entry (a submission, an observation), a rule change and the lockdown latch
-//!   are committed before the call returns. A submission's commit also carries the
-//!   driver's staged record (deferred by the action store), so the agent is told
-//!   "pending" only once both are on disk.
-//! - The outcome of a decision a *person* took is committed before the call returns;
-//!   the driver's outcome write (deferred) rides in the same commit.
+//!   are committed and synced before the call returns. A submission's commit also
+//!   carries the driver's staged record (deferred by the action store), so the agent is
+//!   told "pending" only once both are on disk.
+//! - A rejection, a revert or a flag is committed and synced before the call returns;
+//!   the driver's write about it (deferred) rides in the same commit.
+//! - The outcome of an apply a *person* approved is committed before the call returns,
+//!   without a sync of its own: it becomes durable with the next sync.
 //! - The outcome of an *automatic* decision (an auto-approval rule applied it) is
 //!   deferred: it rides with the next claim of the same drain, or is committed by the
-//!   flusher within [`DEFERRED_COMMIT_WINDOW`](crate::DEFERRED_COMMIT_WINDOW). A crash
-//!   in between leaves the driver's claim on disk, which is recovered as "interrupted"
-//!   (outcome unknown), never as something to send again.
+//!   flusher within [`DEFERRED_COMMIT_WINDOW`](crate::DEFERRED_COMMIT_WINDOW).
+//!
+//! A crash or power cut before an outcome is durable leaves the driver's synced claim,
+//! which is recovered as "interrupted" (outcome unknown), never as something to send
+//! again.
 //!
 //! Two processes on one file: who decides an open action is recorded by
 //! `record_attempt` only if the action is still open and `deciding_session` names no
@@ -429,12 +433,26 @@ fn record_attempt_if(
     ])
 }
 
-/// Whether a `put` records the outcome of an automatic decision, which may be deferred.
-fn automatic_outcome(entry: &LedgerEntry) -> bool {
-    entry.action().is_some_and(|action| {
-        matches!(action.state, ActionState::Approved | ActionState::Failed)
-            && action.resolution.as_ref().is_some_and(|r| r.auto)
-    })
+/// How durable a `put` must be before it returns.
+///
+/// The outcome of an apply (approved, or failed) needs no sync of its own: the claim
+/// before the send was synced, so if a power cut loses the outcome, recovery finds the
+/// claim and records "outcome unknown", never something to send again. A person's
+/// outcome is committed at once (visible to other processes) and becomes durable with
+/// the next sync; an automatic one is deferred to ride with the drain's next claim.
+/// Everything else (a rejection, a revert, a flag) is a decision or a fact nothing else
+/// records: durable before the call returns.
+fn put_durability(entry: &LedgerEntry) -> Durability {
+    match entry.action() {
+        Some(action) if matches!(action.state, ActionState::Approved | ActionState::Failed) => {
+            if action.resolution.as_ref().is_some_and(|r| r.auto) {
+                Durability::Deferred
+            } else {
+                Durability::Lazy
+            }
+        }
+        _ => Durability::Now,
+    }
 }
 
 impl SqliteLedger {
@@ -614,11 +632,7 @@ impl LedgerStore for SqliteLedger {
     }
 
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
-        let durability = if automatic_outcome(&entry) {
-            Durability::Deferred
-        } else {
-            Durability::Now
-        };
+        let durability = put_durability(&entry);
         let shared = self.db.shared();
         shared
             .write(durability, Steps::One, |conn| {

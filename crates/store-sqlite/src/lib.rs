@@ -5,22 +5,27 @@
 //! Written first, as a guarantee; the mechanism follows.
 //!
 //! 1. **A call is never sent twice.** The claim of the at-most-once protocol (the
-//!    action's `applying` record) is committed, with `synchronous=FULL` (the write-ahead
-//!    log fsync'd), before the driver's store returns from the claim, and so before the
-//!    service is called. A claim is never held back to ride with a later commit.
+//!    action's `applying` record) is committed and the write-ahead log synced past it
+//!    before the driver's store returns from the claim, and so before the service is
+//!    called. A claim is never held back to ride with a later commit.
 //! 2. **A call that may have been sent is never forgotten.** A process that dies holding
 //!    a claim leaves it on disk; the next process that opens the database turns it into a
 //!    failure that cannot be retried ("interrupted after it had been sent; check the
 //!    service"), in the action store and in the ledger, in one commit. A claim whose
 //!    process is still alive (another process on the same file) is left alone.
 //! 3. **An acknowledged submission survives.** When the kernel answers a submission, the
-//!    driver's staged record and the ledger entry are both committed.
-//! 4. **A person's decision survives.** When `approve`, `reject` or `revert` returns, its
-//!    outcome is committed, together with the driver's.
-//! 5. **An automatic outcome may be lost, safely.** The outcome of an auto-approved action
-//!    is committed with the next claim of the drain or within
-//!    [`DEFERRED_COMMIT_WINDOW`]. A crash before that leaves the claim, which point 2
-//!    turns into "interrupted": the action is reported as possibly sent, never resent.
+//!    driver's staged record and the ledger entry are both committed and synced. A staged
+//!    record the kernel never recorded (a crash between the two) was never acknowledged:
+//!    opening discards it, when no other process has the file open.
+//! 4. **A person's decision survives.** When `reject` or `revert` returns, its outcome is
+//!    committed and synced, together with the driver's. When `approve` returns, its
+//!    outcome is committed (a process crash keeps it) and becomes durable with the next
+//!    sync; a power cut before that loses it safely, as in point 5.
+//! 5. **An outcome may be lost, safely.** The outcome of an apply needs no sync of its
+//!    own: a person's is committed without one, an auto-approved one rides with the next
+//!    claim of the drain or is committed within [`DEFERRED_COMMIT_WINDOW`]. A crash or
+//!    power cut before it is durable leaves the synced claim, which point 2 turns into
+//!    "interrupted": the action is reported as possibly sent, never resent.
 //! 6. **A damaged or foreign file is refused, not repaired.** Opening checks the file
 //!    before writing anything to it (reading a fixed handful of pages, never the whole
 //!    file), and any failure leaves it untouched and leaves nothing next to it. The full
@@ -38,22 +43,26 @@
 //!
 //! # What each commit contains
 //!
-//! Writes are either committed before the call returns, or deferred into the open
-//! transaction to ride with the next such commit (see `Database` for the rules). For one
-//! action through the kernel and gatekeeper-core, approved by a person:
+//! Writes are committed and synced before the call returns, committed without a sync of
+//! their own (durable with the next sync: the write-ahead log is appended in order, and
+//! a sync makes every earlier commit durable), or deferred into the open transaction to
+//! ride with the next commit (see `db.rs` for the rules, and for group commit: durable
+//! writes of concurrent sessions share syncs). For one action through the kernel and
+//! gatekeeper-core, approved by a person:
 //!
-//! | commit | written by | contains |
-//! |---|---|---|
-//! | 1. stage | the kernel's submission (`LedgerStore::insert`) | the driver's `pending` row and id counter (deferred by `insert_pending`) and the ledger's `pending` entry |
-//! | 2. claim | `ActionStorage::compare_and_set` to `applying` | the `applying` row with its session, and nothing the protocol still needs after it |
-//! | 3. outcome | the kernel's `LedgerStore::put` of the person's decision | the driver's `applied`/`failed` row and any pruning (deferred), and the ledger's decided entry |
+//! | commit | synced | written by | contains |
+//! |---|---|---|---|
+//! | 1. stage | yes | the kernel's submission (`LedgerStore::insert`) | the driver's `pending` row and id counter (deferred by `insert_pending`) and the ledger's `pending` entry |
+//! | 2. claim | yes | `ActionStorage::compare_and_set` to `applying` | the `applying` row with its session, and who decided (deferred by `record_attempt`) |
+//! | 3. outcome | no: by the next sync | the kernel's `LedgerStore::put` of the outcome | the driver's `applied`/`failed` row and any pruning (deferred), and the ledger's decided entry |
 //!
 //! In a drain of auto-approved actions the kernel's put of each outcome is deferred too,
-//! so commit 2 of action *n + 1* carries commit 3 of action *n*: one commit per applied
-//! action, plus one for the last outcome (made by the flusher within
+//! so commit 2 of action *n + 1* carries commit 3 of action *n*: one synced commit per
+//! applied action, plus one unsynced for the last outcome (made by the flusher within
 //! [`DEFERRED_COMMIT_WINDOW`], or by whatever write comes next). The tests
-//! `one_durable_cycle_costs_exactly_three_commits` and
-//! `a_drain_shares_each_outcome_with_the_next_claim` count them with SQLite's commit hook.
+//! `one_durable_cycle_costs_exactly_three_commits_of_which_two_are_synced` and
+//! `a_drain_shares_each_outcome_with_the_next_claim` count them ([`Database::commits`],
+//! [`Database::syncs`]); `power_cut.rs` cuts a copy's log past its last sync.
 //!
 //! A database in memory has nothing to make durable: its writes share transactions of a
 //! few hundred (see `Database`).

@@ -7,7 +7,15 @@
 //! the port; doing it here too means a process that registers no driver (a reviewing
 //! shell) also sees a consistent ledger at once.
 //!
-//! The two are written in one transaction whenever the protocol allows, but a deferred
+//! A staged driver record with no ledger entry was never acknowledged: the agent is told
+//! "pending" only once the kernel's entry is committed, and the two ride in one commit
+//! unless another commit (the flusher's, or another thread's) lands between the stage and
+//! the kernel's insert. If the process dies in that moment, the record would hold one of
+//! the store's open slots forever; opening discards it (its id is never handed out
+//! again), but only when no other session has the file open, since a live one may be
+//! between its stage and its insert right now.
+//!
+//! The ledger and the stores are written in one transaction whenever the protocol allows, but a deferred
 //! driver outcome can be committed by the flusher a moment before the kernel records the
 //! same outcome in the ledger. If the process dies in that moment, the action store is
 //! ahead: it says applied (or failed, or rejected) while the ledger still says pending.
@@ -45,7 +53,38 @@ const COUNT_BEHIND: &str = concat!(
 /// Returns how many entries moved; writes (and commits) only if some did.
 pub(crate) fn reconcile(db: &Database) -> Result<usize, StoreError> {
     let interrupted = crate::actions::interrupt_dead_claims(db)?;
-    Ok(interrupted + bring_ledger_forward(db)?)
+    let discarded = discard_unrecorded_stages(db)?;
+    Ok(interrupted + discarded + bring_ledger_forward(db)?)
+}
+
+/// Staged records the kernel never recorded (see the module docs).
+const UNRECORDED: &str = "FROM actions WHERE actions.state = 'pending' AND NOT EXISTS
+     (SELECT 1 FROM ledger WHERE ledger.kind = 'action'
+        AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id)";
+
+/// Discard every staged record the ledger does not know, if no other session is open.
+fn discard_unrecorded_stages(db: &Database) -> Result<usize, StoreError> {
+    let shared = db.shared();
+    let unrecorded: i64 = shared
+        .read(|db| Ok(db.query_row(&format!("SELECT count(*) {UNRECORDED}"), [], |r| r.get(0))?))?;
+    if unrecorded == 0 || shared.others_alive() {
+        return Ok(0);
+    }
+    shared.write(Durability::Now, Steps::Many, |conn| {
+        conn.known.forget();
+        // Their ids first, so none is handed out again; then the rows.
+        conn.db.execute(
+            &format!(
+                "INSERT INTO action_ids (gatekeeper, last_id)
+                 SELECT gatekeeper, max(id) {UNRECORDED} GROUP BY gatekeeper
+                 ON CONFLICT (gatekeeper) DO UPDATE SET last_id = max(last_id, excluded.last_id)"
+            ),
+            [],
+        )?;
+        let discarded = conn.db.execute(&format!("DELETE {UNRECORDED}"), [])?;
+        tracing::warn!(discarded, "action.stage.unrecorded.discarded");
+        Ok(discarded)
+    })
 }
 
 fn bring_ledger_forward(db: &Database) -> Result<usize, StoreError> {

@@ -87,6 +87,27 @@ impl Drop for Session {
     }
 }
 
+/// Whether any session other than `mine` is held by a live process (dead ones are tidied
+/// away on the way). When in doubt (the directory cannot be read), yes.
+pub(crate) fn others_alive(dir: &Path, mine: &str) -> bool {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return true;
+    };
+    for entry in entries {
+        let Ok(entry) = entry else {
+            return true;
+        };
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+            continue;
+        };
+        if id != mine && is_alive(dir, id, mine) {
+            return true;
+        }
+    }
+    false
+}
+
 /// Whether the session `id` is still held by a live process. `mine` is always alive.
 pub(crate) fn is_alive(dir: &Path, id: &str, mine: &str) -> bool {
     if id == mine {
@@ -132,6 +153,11 @@ mod tests {
         assert!(!is_alive(second.dir(), &gone, second.id()));
         assert!(is_alive(second.dir(), second.id(), second.id()));
         assert!(!is_alive(second.dir(), "../escape", second.id()));
+        assert!(!others_alive(second.dir(), second.id()));
+        let third = Session::start(&db).unwrap();
+        assert!(others_alive(second.dir(), second.id()));
+        drop(third);
+        assert!(!others_alive(second.dir(), second.id()));
         drop(second);
         let _ = fs::remove_dir_all(&dir);
     }

@@ -274,3 +274,43 @@ async fn a_wiki_refusal_quoting_the_agent_reaches_the_kernel_as_one_visible_line
         "404 not found: space NOPE evidence: nothing was sent = yes⟨ESC⟩⟨U+202E⟩; nothing was written"
     );
 }
+
+/// The bytes the driver keeps for `appends` pending appends on one page, each staged by
+/// an agent that read nothing first (so no append declares dependencies: what is left
+/// is the record itself and whatever it captured at staging).
+async fn kept_for_appends(policy: Policy, appends: usize) -> usize {
+    let lab = lab_with_manual(policy, "Manual", "original");
+    for n in 0..appends {
+        lab.session(&format!("agent-{n}"))
+            .append_content(
+                &ContentHandle::Real(100),
+                &format!("Step {n}: check the dashboards."),
+            )
+            .await
+            .unwrap();
+    }
+    lab.kv
+        .scan_prefix("")
+        .unwrap()
+        .iter()
+        .map(|(key, value)| key.len() + value.len())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_pending_append_keeps_no_copy_of_the_page_body() {
+    let (one, two) = (
+        kept_for_appends(Policy::GUARDED, 150).await,
+        kept_for_appends(Policy::GUARDED, 300).await,
+    );
+    assert!(
+        two * 10 <= one * 21,
+        "twice the pending appends keep {two} bytes against {one}: not linear"
+    );
+    // The reference keeps the whole earlier body with each append, for its revert.
+    let (one, two) = (
+        kept_for_appends(Policy::REFERENCE, 150).await,
+        kept_for_appends(Policy::REFERENCE, 300).await,
+    );
+    assert!(two * 10 > one * 30, "{one} then {two} bytes");
+}

@@ -197,15 +197,24 @@ async fn the_claim_is_on_disk_before_the_call_is_sent() {
 }
 
 #[tokio::test]
-async fn one_durable_cycle_costs_exactly_three_commits() {
+async fn one_durable_cycle_costs_exactly_three_commits_of_which_two_are_synced() {
     let dir = TempDir::new("cycle");
     let rig = Rig::new(Database::open(dir.join("gate.db")).unwrap()).await;
-    let before = rig.db.commits();
+    let (before, synced_before) = (rig.db.commits(), rig.db.syncs());
+    // When the call goes out, the stage and the claim are both synced, and nothing else.
+    let db = rig.db.clone();
+    *rig.service.on_call.lock().unwrap() = Some(Box::new(move |_, _| {
+        assert_eq!(
+            (db.commits() - before, db.syncs() - synced_before),
+            (2, 2),
+            "stage and claim: each committed and synced before the send"
+        );
+    }));
     let queued = rig.queue_issue("Add dark mode").await;
     assert_eq!(
-        rig.db.commits() - before,
-        1,
-        "stage and submission: one commit"
+        (rig.db.commits() - before, rig.db.syncs() - synced_before),
+        (1, 1),
+        "stage and submission: one commit, synced before the agent hears \"pending\""
     );
     rig.overseer
         .approve(queued.ledger().unwrap(), "alice")
@@ -217,8 +226,19 @@ async fn one_durable_cycle_costs_exactly_three_commits() {
         3,
         "stage; claim before the send; outcome"
     );
+    assert_eq!(
+        rig.db.syncs() - synced_before,
+        2,
+        "the outcome is committed without a sync of its own"
+    );
     rig.db.flush().unwrap();
     assert_eq!(rig.db.commits() - before, 3, "nothing was left deferred");
+    assert_eq!(
+        rig.db.syncs() - synced_before,
+        3,
+        "the next sync (here, flush) makes the outcome durable"
+    );
+    assert_eq!(rig.service.calls().len(), 1);
 }
 
 #[tokio::test]
@@ -232,14 +252,17 @@ async fn a_drain_shares_each_outcome_with_the_next_claim() {
             .await
             .unwrap();
     }
-    let before = rig.db.commits();
+    let (before, synced_before) = (rig.db.commits(), rig.db.syncs());
     rig.overseer
         .enable_rule("issues", rig.label_kind(), "carol")
         .unwrap();
     rig.overseer.settle().await;
+    let synced = rig.db.syncs() - synced_before;
     rig.db.flush().unwrap();
     let spent = rig.db.commits() - before;
     assert_eq!(rig.service.calls().len() as u64, N);
+    // One sync for the rule and one per claim; the outcomes ride along, unsynced.
+    assert_eq!(synced, N + 1, "the drain of {N} synced {synced} times");
     // One for the rule, one claim per action (each carrying the previous outcome), one
     // for the last outcome; a loaded machine may let the flusher split one or two.
     assert!(
@@ -433,4 +456,111 @@ async fn discarding_an_id_never_staged_changes_nothing() {
     let store = db.action_store("issues", clock()).await.unwrap();
     let next = store.stage("ok", json!({})).await.unwrap();
     assert_eq!(next, DriverActionId(first.0 + 1));
+}
+
+#[tokio::test]
+async fn a_stage_the_kernel_never_recorded_is_discarded_on_reopen_and_frees_its_slot() {
+    let dir = TempDir::new("unrecorded");
+    let path = dir.join("gate.db");
+    let staged_alone = |db: &Database| {
+        db.query_text("SELECT count(*) FROM actions WHERE state = 'pending'")
+            .unwrap()[0][0]
+            .clone()
+            .unwrap()
+    };
+    let orphan = {
+        let rig = Rig::new(Database::open(&path).unwrap()).await;
+        let _recorded = rig.queue_issue("Add dark mode").await;
+        // What a kill between a stage and the kernel's insert leaves behind: the staged
+        // row, committed without its ledger entry.
+        let orphan = rig
+            .db
+            .action_storage("issues")
+            .insert_pending(
+                Arc::from("createIssue"),
+                Arc::new(json!({"title": "never acknowledged"})),
+                kernel::Timestamp(9),
+                MAX_OPEN_ACTIONS,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        rig.db.flush().unwrap();
+        // Another handle opened meanwhile leaves it alone: this one may be about to
+        // record it.
+        let other = Database::open(&path).unwrap();
+        assert_eq!(staged_alone(&other), "2");
+        orphan
+    };
+
+    let db = Database::open(&path).unwrap();
+    assert_eq!(staged_alone(&db), "1", "only the recorded stage is left");
+    let storage = db.action_storage("issues");
+    assert!(storage.get(orphan).await.unwrap().is_none());
+    assert_eq!(storage.count_open().await.unwrap(), 1);
+    // Its id is never handed out again.
+    let rig = Rig::new(db).await;
+    let next = rig.queue_issue("Fix the login page").await;
+    assert!(next.action().unwrap() > orphan);
+}
+
+#[test]
+fn sixteen_sessions_on_one_file_share_syncs_and_send_each_call_once() {
+    const SESSIONS: u64 = 16;
+    const EACH: u64 = 4;
+    let dir = TempDir::new("group-commit");
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let rig =
+        runtime().block_on(async { Rig::new(Database::open(dir.join("gate.db")).unwrap()).await });
+    let (commits, syncs) = (rig.db.commits(), rig.db.syncs());
+    std::thread::scope(|scope| {
+        for session in 0..SESSIONS {
+            let rig = &rig;
+            scope.spawn(move || {
+                runtime().block_on(async {
+                    for n in 0..EACH {
+                        let queued = rig
+                            .session
+                            .call_tool(
+                                "createIssue",
+                                json!({"title": format!("issue {session}-{n}")}),
+                            )
+                            .await
+                            .unwrap();
+                        rig.overseer
+                            .approve(queued.ledger().unwrap(), "alice")
+                            .await
+                            .unwrap();
+                    }
+                })
+            });
+        }
+    });
+    let actions = SESSIONS * EACH;
+    let (commits, syncs) = (rig.db.commits() - commits, rig.db.syncs() - syncs);
+    let mut sent: Vec<String> = rig
+        .service
+        .calls()
+        .into_iter()
+        .map(|(_, args)| args["title"].as_str().unwrap().to_owned())
+        .collect();
+    sent.sort();
+    sent.dedup();
+    assert_eq!(sent.len() as u64, actions, "each call sent exactly once");
+    assert_eq!(rig.service.calls().len() as u64, actions);
+    for entry in rig.overseer.ledger().unwrap() {
+        assert_eq!(entry.action().unwrap().state, LedgerState::Approved);
+    }
+    // Two durable commits per action (stage, claim); concurrent ones share syncs.
+    eprintln!("{SESSIONS} sessions, {actions} actions: {commits} commits, {syncs} syncs");
+    assert!(commits >= 2 * actions, "{commits} commits");
+    assert!(
+        syncs < 2 * actions,
+        "{actions} actions from {SESSIONS} sessions took {syncs} syncs: none was shared"
+    );
 }

@@ -18,6 +18,10 @@
 //! without an answer and the kernel's record of it (`abandoned`), as well as at the
 //! points of an ordinary apply.
 //!
+//! A kill also lands after a person's approval returned with its outcome committed but
+//! not yet synced (`decided`): the outcome rides on the next sync, and the worker checks
+//! that none ran. (What a power cut does to such an outcome is `power_cut.rs`.)
+//!
 //! `CRASH_SOAK=<kills>` runs a longer soak (for example `CRASH_SOAK=500`);
 //! `CRASH_SEED=<n>` replays a run.
 
@@ -175,10 +179,12 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
             run_and_kill_after(&["work", &db_arg, &dir_arg, &total_arg], after)
         } else {
             // Every point, in and out of a drain, in turn; how far into the life, at random.
-            const POINTS: [&str; 5] = ["claimed", "sent", "settled", "hung", "abandoned"];
+            const POINTS: [&str; 6] =
+                ["claimed", "sent", "settled", "hung", "abandoned", "decided"];
             let combo = (life - life / 3) % (2 * POINTS.len() as u64);
             let point = POINTS[(combo % POINTS.len() as u64) as usize];
-            let scope = if combo < POINTS.len() as u64 {
+            // A person decides outside drains.
+            let scope = if combo < POINTS.len() as u64 || point == "decided" {
                 "any"
             } else {
                 "drain"

@@ -9,6 +9,7 @@ mod deep;
 mod kv;
 mod ledger;
 mod opening;
+mod power_cut;
 mod race;
 mod sql_queries;
 mod two_handles;

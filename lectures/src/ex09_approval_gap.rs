@@ -22,7 +22,7 @@ use gatekeeper_confluence::{
 use kernel::LedgerId;
 use shell::{Decision, ReviewSummary, Scripted, Shell};
 
-use crate::setup::{visible, visible_lines};
+use crate::setup::{paragraph, visible, visible_lines};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -38,21 +38,14 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    writeln!(
+    paragraph(
         cx,
-        "The wiki holds page 100, \"Manual\", at version 1. The agent stages a change to it; the"
-    )?;
-    writeln!(
-        cx,
-        "change waits for ana at the shell. Meanwhile bob, another person, edits the page in the"
-    )?;
-    writeln!(
-        cx,
-        "wiki's own editor: he is outside the gate, as people are. Each case runs twice, under"
-    )?;
-    writeln!(
-        cx,
-        "the reference's policy (Policy::REFERENCE) and under ours (Policy::GUARDED)."
+        &[
+            "The wiki holds page 100, \"Manual\", at version 1. The agent stages a change to it; the",
+            "change waits for ana at the shell. Meanwhile bob, another person, edits the page in the",
+            "wiki's own editor: he is outside the gate, as people are. Each case runs twice, under",
+            "the reference's policy (Policy::REFERENCE) and under ours (Policy::GUARDED).",
+        ],
     )?;
 
     let mut rows = Vec::new();

@@ -22,7 +22,7 @@ use crate::ex09_approval_gap::{
     Row, Scene, action_state, created, heading, page_evidence, read, read_body, review,
     side_by_side, staged,
 };
-use crate::setup::visible;
+use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -38,19 +38,15 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    writeln!(
+    paragraph(
         cx,
-        "The agent keeps working while its writes wait: reads show its pending actions as if"
+        &[
+            "The agent keeps working while its writes wait: reads show its pending actions as if",
+            "applied, so it builds on them. What happens to that work when ana rejects the action",
+            "it was built on? Each case runs under the reference's policy (Policy::REFERENCE) and",
+            "under ours (Policy::GUARDED).",
+        ],
     )?;
-    writeln!(
-        cx,
-        "applied, so it builds on them. What happens to that work when ana rejects the action"
-    )?;
-    writeln!(
-        cx,
-        "it was built on? Each case runs under the reference's policy (Policy::REFERENCE) and"
-    )?;
-    writeln!(cx, "under ours (Policy::GUARDED).")?;
 
     let mut rows = Vec::new();
     let reference = d(cx, Policy::REFERENCE).await?;

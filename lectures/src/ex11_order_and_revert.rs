@@ -22,7 +22,7 @@ use crate::ex09_approval_gap::{
     Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body, review,
     side_by_side, staged,
 };
-use crate::setup::visible;
+use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -38,21 +38,14 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    writeln!(
+    paragraph(
         cx,
-        "Reads fold the agent's pending actions in id order, so the agent is shown the page as it"
-    )?;
-    writeln!(
-        cx,
-        "will be once everything is approved in that order. People approve in any order, and may"
-    )?;
-    writeln!(
-        cx,
-        "revert an action after others edited the page. Each case runs under the reference's"
-    )?;
-    writeln!(
-        cx,
-        "policy (Policy::REFERENCE) and under ours (Policy::GUARDED)."
+        &[
+            "Reads fold the agent's pending actions in id order, so the agent is shown the page as it",
+            "will be once everything is approved in that order. People approve in any order, and may",
+            "revert an action after others edited the page. Each case runs under the reference's",
+            "policy (Policy::REFERENCE) and under ours (Policy::GUARDED).",
+        ],
     )?;
 
     let mut rows = Vec::new();

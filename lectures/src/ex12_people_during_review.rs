@@ -26,7 +26,7 @@ use crate::ex09_approval_gap::{
     Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body, review,
     side_by_side, staged,
 };
-use crate::setup::visible;
+use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -42,21 +42,14 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    writeln!(
+    paragraph(
         cx,
-        "The agent's writes wait for ana, and the world does not: bob, another person, edits"
-    )?;
-    writeln!(
-        cx,
-        "and trashes pages in the wiki's own editor, and ana decides in whatever order she"
-    )?;
-    writeln!(
-        cx,
-        "likes. Each case runs under the reference's policy (Policy::REFERENCE) and under"
-    )?;
-    writeln!(
-        cx,
-        "ours (Policy::GUARDED); every refusal and flag of ours is printed where it happens."
+        &[
+            "The agent's writes wait for ana, and the world does not: bob, another person, edits",
+            "and trashes pages in the wiki's own editor, and ana decides in whatever order she",
+            "likes. Each case runs under the reference's policy (Policy::REFERENCE) and under",
+            "ours (Policy::GUARDED); every refusal and flag of ours is printed where it happens.",
+        ],
     )?;
 
     let mut rows = Vec::new();

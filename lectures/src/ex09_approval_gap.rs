@@ -213,18 +213,16 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
     }
     let first = format!("{state}, {writes} writes");
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves {replace} again, as the shell offered:"
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves {replace} again, as the shell offered:"
+        )),
         Scripted::by_id([(replace, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence("wiki writes", lab.service.writes())?;
     cx.evidence(
@@ -505,6 +503,24 @@ pub(crate) async fn review(
             }
         }
     }
+    Ok(summary)
+}
+
+/// One review step of the script: a blank line, what ana sets out to do (`plan`, if
+/// any), her review with `script` (see [`review`]), and a blank line.
+pub(crate) async fn review_step(
+    cx: &mut Context<'_>,
+    lab: &Lab,
+    shell: &Shell,
+    plan: Option<&str>,
+    script: Scripted,
+) -> anyhow::Result<ReviewSummary> {
+    writeln!(cx)?;
+    if let Some(plan) = plan {
+        cx.narrate(plan)?;
+    }
+    let summary = review(cx, lab, shell, script).await?;
+    writeln!(cx)?;
     Ok(summary)
 }
 

@@ -20,7 +20,7 @@ use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
     Row, Scene, action_state, created, heading, page_evidence, read, read_body, review,
-    side_by_side, staged,
+    review_step, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -151,18 +151,16 @@ async fn d(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Cascade> {
     cx.evidence("wiki writes", lab.service.writes())?;
     let took_along = [child_id, grandchild_id, append_id];
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana rejects the page {page_id}; the others she leaves for now."
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana rejects the page {page_id}; the others she leaves for now."
+        )),
         Scripted::by_id([(page_id, Decision::Reject)]),
     )
     .await?;
-    writeln!(cx)?;
     let states_now = states(&lab, &took_along)?;
     cx.evidence("the other three in the kernel's ledger", &states_now)?;
     cx.evidence("actions the driver still holds", lab.wiki.pending_count())?;
@@ -251,18 +249,9 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
         ids(&depends),
     )?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
+    review_step(cx, &lab, &shell, Some(&format!(
         "ana rejects the rename {rename}: the page keeps its title. The comment she leaves for now."
-    ))?;
-    review(
-        cx,
-        &lab,
-        &shell,
-        Scripted::by_id([(rename, Decision::Reject)]),
-    )
-    .await?;
-    writeln!(cx)?;
+    )), Scripted::by_id([(rename, Decision::Reject)])).await?;
     let entry = lab.entry(comment)?;
     let flagged = entry.action().and_then(|a| a.blocked_by);
     let state = action_state(&lab, comment)?;

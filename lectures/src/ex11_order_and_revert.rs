@@ -19,8 +19,8 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body, review,
-    side_by_side, staged,
+    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body,
+    review_step, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -149,32 +149,28 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     )?;
     let simulated = read_body(cx, &agent, &page).await?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves the append {append} first and leaves the replace {replace} for later:"
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves the append {append} first and leaves the replace {replace} for later:"
+        )),
         Scripted::by_id([(replace, Decision::Skip), (append, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     page_evidence(cx, &lab, 100)?;
     let first = outcome(&lab, append)?;
     cx.evidence(&format!("{append} in the kernel's ledger"), &first)?;
 
-    writeln!(cx)?;
-    cx.narrate("ana approves whatever still waits, in the order the shell asks:")?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some("ana approves whatever still waits, in the order the shell asks:"),
         Scripted::by_id([(replace, Decision::Approve), (append, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence("wiki writes", lab.service.writes())?;
     Ok(Order {
@@ -204,15 +200,14 @@ async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
         agent.set_content(&page, "new procedure").await,
     )?;
     let simulated = read_body(cx, &agent, &page).await?;
-    writeln!(cx)?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        None,
         Scripted::by_id([(append, Decision::Approve), (replace, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence("wiki writes", lab.service.writes())?;
     Ok(Order {
@@ -238,18 +233,16 @@ async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
         agent.create_child_page(&parent, "Child", "").await,
     )?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves the child {child_id} first and leaves the parent {parent_id} for later:"
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves the child {child_id} first and leaves the parent {parent_id} for later:"
+        )),
         Scripted::by_id([(parent_id, Decision::Skip), (child_id, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let first = outcome(&lab, child_id)?;
     cx.evidence(&format!("{child_id} in the kernel's ledger"), &first)?;
     cx.evidence("wiki writes", lab.service.writes())?;
@@ -262,19 +255,17 @@ async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
         },
     )?;
 
-    writeln!(cx)?;
-    cx.narrate("ana approves the parent, then the child:")?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some("ana approves the parent, then the child:"),
         Scripted::by_id([
             (parent_id, Decision::Approve),
             (child_id, Decision::Approve),
         ]),
     )
     .await?;
-    writeln!(cx)?;
     let view = read(cx, &agent, &child).await?;
     let parent_now = agent.gatekeeper().resolve(parent);
     cx.evidence(&format!("{parent} resolves to"), parent_now)?;
@@ -315,15 +306,14 @@ async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyh
         r#"append_content(100, "new")"#,
         agent.append_content(&page, "new").await,
     )?;
-    writeln!(cx)?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        None,
         Scripted::by_id([(append, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     page_evidence(cx, &lab, 100)?;
     if human_in_between {
         human_edit(cx, &lab, "bob", 100, Edit::AppendBody("human".into()))?;

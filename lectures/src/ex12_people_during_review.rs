@@ -23,8 +23,8 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body, review,
-    side_by_side, staged,
+    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body,
+    review_step, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -238,15 +238,14 @@ async fn i(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         r#"set_content(100, "agent procedure")"#,
         agent.set_content(&page, "agent procedure").await,
     )?;
-    writeln!(cx)?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        None,
         Scripted::by_id([(replace, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     cx.evidence("wiki writes", lab.service.writes())?;
     page_evidence(cx, &lab, 100)
 }
@@ -262,15 +261,14 @@ async fn t(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         agent.append_content(&page, "agent note").await,
     )?;
     human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
-    writeln!(cx)?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        None,
         Scripted::by_id([(append, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     cx.evidence("wiki writes", lab.service.writes())?;
     status_evidence(cx, &lab, 100)
 }
@@ -321,33 +319,29 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
         },
     )?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves the comment {comment} first and leaves the rename {rename} for later:"
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves the comment {comment} first and leaves the rename {rename} for later:"
+        )),
         Scripted::by_id([(rename, Decision::Skip), (comment, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let early = outcome(&lab, comment)?;
     cx.evidence(&format!("{comment} in the kernel's ledger"), &early)?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana rejects the rename {rename}; the page keeps its title."
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana rejects the rename {rename}; the page keeps its title."
+        )),
         Scripted::by_id([(rename, Decision::Reject), (comment, Decision::Skip)]),
     )
     .await?;
-    writeln!(cx)?;
     let entry = lab.entry(comment)?;
     let blocked = entry.action().and_then(|a| a.blocked_by);
     let state = action_state(&lab, comment)?;
@@ -357,16 +351,7 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
     };
     cx.evidence(&format!("{comment} in the kernel's ledger"), &after)?;
     if lab.open_ids()?.contains(&comment) {
-        writeln!(cx)?;
-        cx.narrate(&format!("ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it."))?;
-        review(
-            cx,
-            &lab,
-            &shell,
-            Scripted::by_id([(comment, Decision::Reject)]),
-        )
-        .await?;
-        writeln!(cx)?;
+        review_step(cx, &lab, &shell, Some(&format!("ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it.")), Scripted::by_id([(comment, Decision::Reject)])).await?;
     }
     let wiki_page = lab
         .service
@@ -429,16 +414,14 @@ async fn s(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Stacked> {
         100,
         Edit::ReplaceBody("bob's procedure".into()),
     )?;
-    writeln!(cx)?;
-    cx.narrate("ana approves both, in id order:")?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some("ana approves both, in id order:"),
         Scripted::by_id([(replace, Decision::Approve), (append, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let append_now = outcome(&lab, append)?;
     cx.evidence(&format!("{append} in the kernel's ledger"), &append_now)?;
     cx.evidence("wiki writes", lab.service.writes())?;
@@ -463,15 +446,14 @@ async fn r1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         r#"append_content(100, "agent note")"#,
         agent.append_content(&page, "agent note").await,
     )?;
-    writeln!(cx)?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        None,
         Scripted::by_id([(append, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
     revert(cx, &lab, append).await?;
     status_evidence(cx, &lab, 100)
@@ -490,15 +472,14 @@ async fn r2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         r#"create_page("OPS", "Runbook", "step 1")"#,
         agent.create_page("OPS", "Runbook", "step 1").await,
     )?;
-    writeln!(cx)?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        None,
         Scripted::by_id([(create, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     human_edit(cx, &lab, "bob", 200, Edit::AppendBody("step 2".into()))?;
     revert(cx, &lab, create).await?;
     status_evidence(cx, &lab, 200)
@@ -524,18 +505,16 @@ async fn r3(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         &format!("add_comment(100, {text:?})"),
         agent.add_comment(&page, &text).await,
     )?;
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves the rename {rename}; the comment {comment} she leaves for later."
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves the rename {rename}; the comment {comment} she leaves for later."
+        )),
         Scripted::by_id([(rename, Decision::Approve), (comment, Decision::Skip)]),
     )
     .await?;
-    writeln!(cx)?;
     let outcome = revert(cx, &lab, rename).await?;
     let entry = lab.entry(comment)?;
     let blocked = entry.action().and_then(|a| a.blocked_by);

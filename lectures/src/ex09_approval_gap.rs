@@ -49,8 +49,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     )?;
 
     let mut rows = Vec::new();
-    let reference = b1(cx, Policy::REFERENCE).await?;
-    let ours = b1(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, b1);
     rows.push(Row::new(
         "b1 replace approved after bob's edit: page 100",
         reference.page,
@@ -61,15 +60,13 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.state,
         ours.state,
     ));
-    let reference = b2(cx, Policy::REFERENCE).await?;
-    let ours = b2(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, b2);
     rows.push(Row::new(
         "b2 append approved after bob's edit: page 100",
         reference.page,
         ours.page,
     ));
-    let reference = c(cx, Policy::REFERENCE).await?;
-    let ours = c(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, c);
     rows.push(Row::new(
         "c  first approval (bob's edit between read and write)",
         reference.first,
@@ -523,6 +520,18 @@ pub(crate) async fn review_step(
     writeln!(cx)?;
     Ok(summary)
 }
+
+/// Runs a case (`case(cx, policy, args..)`) under the reference's policy, then under ours;
+/// evaluates to `(reference, ours)`.
+macro_rules! both {
+    ($cx:expr, $case:ident $(, $arg:expr)*) => {
+        (
+            $case($cx, gatekeeper_confluence::Policy::REFERENCE $(, $arg)*).await?,
+            $case($cx, gatekeeper_confluence::Policy::GUARDED $(, $arg)*).await?,
+        )
+    };
+}
+pub(crate) use both;
 
 /// An action's state in the kernel's ledger: `approved`, `failed, retryable`, ...
 pub(crate) fn action_state(lab: &Lab, id: LedgerId) -> anyhow::Result<String> {

@@ -19,7 +19,7 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, created, heading, page_evidence, read, read_body, review,
+    Row, Scene, action_state, both, created, heading, page_evidence, read, read_body, review,
     review_step, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
@@ -49,8 +49,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     )?;
 
     let mut rows = Vec::new();
-    let reference = d(cx, Policy::REFERENCE).await?;
-    let ours = d(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, d);
     rows.push(Row::new(
         "d  after rejecting the page: the other three in the kernel's ledger",
         reference.states,
@@ -67,8 +66,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         ours.approve,
     ));
     rows.push(Row::new("d  wiki writes", reference.writes, ours.writes));
-    let reference = e(cx, Policy::REFERENCE).await?;
-    let ours = e(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, e);
     rows.push(Row::new(
         "e  the comment, after the rename was rejected",
         reference.comment,

@@ -19,7 +19,7 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body,
+    Row, Scene, action_state, both, created, heading, human_edit, page_evidence, read, read_body,
     review_step, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
@@ -49,8 +49,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     )?;
 
     let mut rows = Vec::new();
-    let reference = f1(cx, Policy::REFERENCE).await?;
-    let ours = f1(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, f1);
     rows.push(Row::new(
         "f1 the agent was shown",
         reference.simulated,
@@ -66,8 +65,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let reference = f2(cx, Policy::REFERENCE).await?;
-    let ours = f2(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, f2);
     rows.push(Row::new(
         "f2 the agent was shown",
         reference.simulated,
@@ -78,8 +76,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let reference = g(cx, Policy::REFERENCE).await?;
-    let ours = g(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, g);
     rows.push(Row::new(
         "g  approving the child first",
         reference.first,
@@ -90,15 +87,13 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let reference = h(cx, Policy::REFERENCE, false).await?;
-    let ours = h(cx, Policy::GUARDED, false).await?;
+    let (reference, ours) = both!(cx, h, false);
     rows.push(Row::new(
         "h1 page 100 after reverting the append",
         reference,
         ours,
     ));
-    let reference = h(cx, Policy::REFERENCE, true).await?;
-    let ours = h(cx, Policy::GUARDED, true).await?;
+    let (reference, ours) = both!(cx, h, true);
     rows.push(Row::new(
         "h2 page 100 after reverting the append, bob's edit made in between",
         reference,

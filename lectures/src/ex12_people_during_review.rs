@@ -23,7 +23,7 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body,
+    Row, Scene, action_state, both, created, heading, human_edit, page_evidence, read, read_body,
     review_step, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
@@ -53,28 +53,19 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     )?;
 
     let mut rows = Vec::new();
-    let (reference, ours) = (
-        i(cx, Policy::REFERENCE).await?,
-        i(cx, Policy::GUARDED).await?,
-    );
+    let (reference, ours) = both!(cx, i);
     rows.push(Row::new(
         "i  page 100 after ana approved the replace built on version 1",
         reference,
         ours,
     ));
-    let (reference, ours) = (
-        t(cx, Policy::REFERENCE).await?,
-        t(cx, Policy::GUARDED).await?,
-    );
+    let (reference, ours) = both!(cx, t);
     rows.push(Row::new(
         "t  page 100 after ana approved the append bob's trash overtook",
         reference,
         ours,
     ));
-    let (reference, ours) = (
-        o(cx, Policy::REFERENCE).await?,
-        o(cx, Policy::GUARDED).await?,
-    );
+    let (reference, ours) = both!(cx, o);
     rows.push(Row::new(
         "o  approving the comment while the rename waits",
         reference.early,
@@ -90,10 +81,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.comments,
         ours.comments,
     ));
-    let (reference, ours) = (
-        s(cx, Policy::REFERENCE).await?,
-        s(cx, Policy::GUARDED).await?,
-    );
+    let (reference, ours) = both!(cx, s);
     rows.push(Row::new(
         "s  the append stacked on the replace",
         reference.append,
@@ -104,28 +92,19 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let (reference, ours) = (
-        r1(cx, Policy::REFERENCE).await?,
-        r1(cx, Policy::GUARDED).await?,
-    );
+    let (reference, ours) = both!(cx, r1);
     rows.push(Row::new(
         "r1 page 100 after reverting the append, bob having trashed it",
         reference,
         ours,
     ));
-    let (reference, ours) = (
-        r2(cx, Policy::REFERENCE).await?,
-        r2(cx, Policy::GUARDED).await?,
-    );
+    let (reference, ours) = both!(cx, r2);
     rows.push(Row::new(
         "r2 page 200 after reverting its create, bob having added a step",
         reference,
         ours,
     ));
-    let (reference, ours) = (
-        r3(cx, Policy::REFERENCE).await?,
-        r3(cx, Policy::GUARDED).await?,
-    );
+    let (reference, ours) = both!(cx, r3);
     rows.push(Row::new(
         "r3 reverting the rename a pending comment quotes",
         reference,

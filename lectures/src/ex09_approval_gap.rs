@@ -521,6 +521,58 @@ pub(crate) async fn review_step(
     Ok(summary)
 }
 
+/// Ana asks the kernel to revert `id`; prints what happened, with the actions the
+/// kernel flagged because they depended on it, and returns it in short.
+pub(crate) async fn revert(
+    cx: &mut Context<'_>,
+    lab: &Lab,
+    id: LedgerId,
+) -> anyhow::Result<String> {
+    writeln!(
+        cx,
+        "[ana asks the kernel to revert {id} (Overseer::revert)]"
+    )?;
+    Ok(match lab.overseer.revert(id, "ana").await {
+        Ok(report) if report.reverted => {
+            writeln!(cx, "  reverted {id}")?;
+            let flagged: Vec<String> = report.flagged.iter().map(LedgerId::to_string).collect();
+            if flagged.is_empty() {
+                "reverted, nothing flagged".to_owned()
+            } else {
+                for other in &report.flagged {
+                    writeln!(
+                        cx,
+                        "  {other} depended on {id}: flagged, held for a person, never applied automatically"
+                    )?;
+                }
+                format!("reverted; flagged {}", flagged.join(", "))
+            }
+        }
+        Ok(report) => {
+            let message = report.message.unwrap_or_default();
+            writeln!(
+                cx,
+                "  the gatekeeper refused to revert {id}: {}",
+                visible(&message)
+            )?;
+            format!("refused: {}", short(&message))
+        }
+        Err(error) => {
+            writeln!(
+                cx,
+                "  could not revert {id}: {}",
+                visible(&error.to_string())
+            )?;
+            format!("failed: {}", short(&error.to_string()))
+        }
+    })
+}
+
+/// The text before the first `;` of a message: what happened, without the advice.
+pub(crate) fn short(text: &str) -> String {
+    visible(text.split(';').next().unwrap_or_default())
+}
+
 /// Runs a case (`case(cx, policy, args..)`) under the reference's policy, then under ours;
 /// evaluates to `(reference, ours)`.
 macro_rules! both {

@@ -20,7 +20,7 @@ use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
     Row, Scene, action_state, both, created, heading, human_edit, page_evidence, read, read_body,
-    review_step, side_by_side, staged,
+    revert, review_step, short, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -175,11 +175,6 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     })
 }
 
-/// A failure cut at the first `;`: the head of the message, without what to do next.
-fn short(text: &str) -> String {
-    text.split(';').next().unwrap_or_default().to_owned()
-}
-
 async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     heading(cx, "f2 · append then replace, approved in id order", policy)?;
     let (Scene { lab, agent, shell }, page) =
@@ -316,23 +311,7 @@ async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyh
     }
 
     writeln!(cx)?;
-    writeln!(
-        cx,
-        "[ana asks the kernel to revert {append} (Overseer::revert)]"
-    )?;
-    match lab.overseer.revert(append, "ana").await {
-        Ok(report) if report.reverted => writeln!(cx, "  reverted {append}")?,
-        Ok(report) => writeln!(
-            cx,
-            "  the gatekeeper refused to revert {append}: {}",
-            visible(report.message.as_deref().unwrap_or(""))
-        )?,
-        Err(error) => writeln!(
-            cx,
-            "  could not revert {append}: {}",
-            visible(&error.to_string())
-        )?,
-    }
+    revert(cx, &lab, append).await?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence(
         &format!("{append} in the kernel's ledger"),

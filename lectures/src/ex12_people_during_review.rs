@@ -24,7 +24,7 @@ use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
     Row, Scene, action_state, both, created, heading, human_edit, page_evidence, read, read_body,
-    review_step, side_by_side, staged,
+    revert, review_step, short, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -114,11 +114,6 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The text before the first `;` of a message: what happened, without the advice.
-fn short(text: &str) -> String {
-    visible(text.split(';').next().unwrap_or_default())
-}
-
 /// Page `id` as the wiki holds it now, with its status, as evidence; returns the text.
 fn status_evidence(cx: &mut Context<'_>, lab: &Lab, id: u64) -> anyhow::Result<String> {
     let text = match lab.service.page(id) {
@@ -134,47 +129,10 @@ fn status_evidence(cx: &mut Context<'_>, lab: &Lab, id: u64) -> anyhow::Result<S
     Ok(text)
 }
 
-/// Ana asks the kernel to revert `id`; prints and returns what happened, with the actions
-/// the kernel flagged because they depended on it.
-async fn revert(cx: &mut Context<'_>, lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
-    writeln!(
-        cx,
-        "[ana asks the kernel to revert {id} (Overseer::revert)]"
-    )?;
-    let outcome = match lab.overseer.revert(id, "ana").await {
-        Ok(report) if report.reverted => {
-            writeln!(cx, "  reverted {id}")?;
-            let flagged: Vec<String> = report.flagged.iter().map(LedgerId::to_string).collect();
-            if flagged.is_empty() {
-                "reverted, nothing flagged".to_owned()
-            } else {
-                for other in &report.flagged {
-                    writeln!(
-                        cx,
-                        "  {other} depended on {id}: flagged, held for a person, never applied automatically"
-                    )?;
-                }
-                format!("reverted; flagged {}", flagged.join(", "))
-            }
-        }
-        Ok(report) => {
-            let message = report.message.unwrap_or_default();
-            writeln!(
-                cx,
-                "  the gatekeeper refused to revert {id}: {}",
-                visible(&message)
-            )?;
-            format!("refused: {}", short(&message))
-        }
-        Err(error) => {
-            writeln!(
-                cx,
-                "  could not revert {id}: {}",
-                visible(&error.to_string())
-            )?;
-            format!("failed: {}", short(&error.to_string()))
-        }
-    };
+/// Ana asks the kernel to revert `id` (see [`revert`]); prints and returns what happened,
+/// then shows `id` in the kernel's ledger.
+async fn revert_shown(cx: &mut Context<'_>, lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
+    let outcome = revert(cx, lab, id).await?;
     cx.evidence(
         &format!("{id} in the kernel's ledger"),
         action_state(lab, id)?,
@@ -434,7 +392,7 @@ async fn r1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     )
     .await?;
     human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
-    revert(cx, &lab, append).await?;
+    revert_shown(cx, &lab, append).await?;
     status_evidence(cx, &lab, 100)
 }
 
@@ -460,7 +418,7 @@ async fn r2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     )
     .await?;
     human_edit(cx, &lab, "bob", 200, Edit::AppendBody("step 2".into()))?;
-    revert(cx, &lab, create).await?;
+    revert_shown(cx, &lab, create).await?;
     status_evidence(cx, &lab, 200)
 }
 
@@ -494,7 +452,7 @@ async fn r3(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         Scripted::by_id([(rename, Decision::Approve), (comment, Decision::Skip)]),
     )
     .await?;
-    let outcome = revert(cx, &lab, rename).await?;
+    let outcome = revert_shown(cx, &lab, rename).await?;
     let entry = lab.entry(comment)?;
     let blocked = entry.action().and_then(|a| a.blocked_by);
     cx.evidence(

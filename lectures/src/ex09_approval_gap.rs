@@ -573,6 +573,48 @@ pub(crate) fn short(text: &str) -> String {
     visible(text.split(';').next().unwrap_or_default())
 }
 
+/// The agent renames page 100 "Publishable", reads the title back and stages a comment
+/// on the page quoting it; returns the rename's and the comment's ledger ids.
+pub(crate) async fn rename_then_quote(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+) -> anyhow::Result<(LedgerId, LedgerId)> {
+    let rename = staged(
+        cx,
+        r#"set_title(100, "Publishable")"#,
+        agent.set_title(page, "Publishable").await,
+    )?;
+    let title = read(cx, agent, page).await?.title;
+    let text = format!("Title is now \"{title}\"");
+    let comment = staged(
+        cx,
+        &format!("add_comment(100, {text:?})"),
+        agent.add_comment(page, &text).await,
+    )?;
+    Ok((rename, comment))
+}
+
+/// Page `id`'s comments as the wiki holds them, ` | ` between them, or `none`.
+pub(crate) fn comments_in_wiki(lab: &Lab, id: u64) -> anyhow::Result<String> {
+    let page = lab
+        .service
+        .page(id)
+        .ok_or_else(|| anyhow::anyhow!("page {id} exists"))?;
+    let comments: Vec<String> = page.comments.iter().map(|c| visible(&c.body)).collect();
+    Ok(if comments.is_empty() {
+        "none".to_owned()
+    } else {
+        comments.join(" | ")
+    })
+}
+
+/// The action the kernel holds `id` back for: one it depends on that was rejected,
+/// failed for good or reverted.
+pub(crate) fn blocked_by(lab: &Lab, id: LedgerId) -> anyhow::Result<Option<LedgerId>> {
+    Ok(lab.entry(id)?.action().and_then(|a| a.blocked_by))
+}
+
 /// Runs a case (`case(cx, policy, args..)`) under the reference's policy, then under ours;
 /// evaluates to `(reference, ours)`.
 macro_rules! both {

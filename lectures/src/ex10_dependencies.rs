@@ -19,8 +19,8 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, both, created, heading, page_evidence, read, read_body, review,
-    review_step, side_by_side, staged,
+    Row, Scene, action_state, blocked_by, both, comments_in_wiki, created, heading, page_evidence,
+    read_body, rename_then_quote, review, review_step, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -225,18 +225,7 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
     )?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Draft", "procedure").await?;
-    let rename = staged(
-        cx,
-        r#"set_title(100, "Publishable")"#,
-        agent.set_title(&page, "Publishable").await,
-    )?;
-    let title = read(cx, &agent, &page).await?.title;
-    let text = format!("Title is now \"{title}\"");
-    let comment = staged(
-        cx,
-        &format!("add_comment(100, {text:?})"),
-        agent.add_comment(&page, &text).await,
-    )?;
+    let (rename, comment) = rename_then_quote(cx, &agent, &page).await?;
     let depends = lab
         .entry(comment)?
         .action()
@@ -250,8 +239,7 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
     review_step(cx, &lab, &shell, Some(&format!(
         "ana rejects the rename {rename}: the page keeps its title. The comment she leaves for now."
     )), Scripted::by_id([(rename, Decision::Reject)])).await?;
-    let entry = lab.entry(comment)?;
-    let flagged = entry.action().and_then(|a| a.blocked_by);
+    let flagged = blocked_by(&lab, comment)?;
     let state = action_state(&lab, comment)?;
     cx.evidence(&format!("{comment} in the kernel's ledger"), &state)?;
     cx.evidence(
@@ -287,16 +275,7 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
         .page(100)
         .ok_or_else(|| anyhow::anyhow!("page 100 exists"))?;
     cx.evidence("page 100's title in the wiki", visible(&wiki_page.title))?;
-    let comments: Vec<String> = wiki_page
-        .comments
-        .iter()
-        .map(|c| visible(&c.body))
-        .collect();
-    let comments = if comments.is_empty() {
-        "none".to_owned()
-    } else {
-        comments.join(" | ")
-    };
+    let comments = comments_in_wiki(&lab, 100)?;
     cx.evidence("page 100's comments in the wiki", &comments)?;
     page_evidence(cx, &lab, 100)?;
     cx.evidence("wiki writes", lab.service.writes())?;

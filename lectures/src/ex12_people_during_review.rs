@@ -23,8 +23,9 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, both, created, heading, human_edit, page_evidence, read, read_body,
-    revert, review_step, short, side_by_side, staged,
+    Row, Scene, action_state, blocked_by, both, comments_in_wiki, created, heading, human_edit,
+    page_evidence, read, read_body, rename_then_quote, revert, review_step, short, side_by_side,
+    staged,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -279,8 +280,7 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
         Scripted::by_id([(rename, Decision::Reject), (comment, Decision::Skip)]),
     )
     .await?;
-    let entry = lab.entry(comment)?;
-    let blocked = entry.action().and_then(|a| a.blocked_by);
+    let blocked = blocked_by(&lab, comment)?;
     let state = action_state(&lab, comment)?;
     let after = match blocked {
         Some(root) => format!("{state}, blocked by rejected {root}"),
@@ -290,20 +290,7 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
     if lab.open_ids()?.contains(&comment) {
         review_step(cx, &lab, &shell, Some(&format!("ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it.")), Scripted::by_id([(comment, Decision::Reject)])).await?;
     }
-    let wiki_page = lab
-        .service
-        .page(101)
-        .ok_or_else(|| anyhow::anyhow!("page 101 exists"))?;
-    let comments: Vec<String> = wiki_page
-        .comments
-        .iter()
-        .map(|c| visible(&c.body))
-        .collect();
-    let comments = if comments.is_empty() {
-        "none".to_owned()
-    } else {
-        comments.join(" | ")
-    };
+    let comments = comments_in_wiki(&lab, 101)?;
     cx.evidence("page 101's comments in the wiki", &comments)?;
     let title = lab
         .service
@@ -430,18 +417,7 @@ async fn r3(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     )?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Draft", "procedure").await?;
-    let rename = staged(
-        cx,
-        r#"set_title(100, "Publishable")"#,
-        agent.set_title(&page, "Publishable").await,
-    )?;
-    let title = read(cx, &agent, &page).await?.title;
-    let text = format!("Title is now \"{title}\"");
-    let comment = staged(
-        cx,
-        &format!("add_comment(100, {text:?})"),
-        agent.add_comment(&page, &text).await,
-    )?;
+    let (rename, comment) = rename_then_quote(cx, &agent, &page).await?;
     review_step(
         cx,
         &lab,
@@ -453,8 +429,7 @@ async fn r3(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     )
     .await?;
     let outcome = revert_shown(cx, &lab, rename).await?;
-    let entry = lab.entry(comment)?;
-    let blocked = entry.action().and_then(|a| a.blocked_by);
+    let blocked = blocked_by(&lab, comment)?;
     cx.evidence(
         &format!("{comment} in the kernel's ledger"),
         match blocked {

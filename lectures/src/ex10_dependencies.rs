@@ -236,9 +236,17 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
         ids(&depends),
     )?;
 
-    review_step(cx, &lab, &shell, Some(&format!(
+    let plan = format!(
         "ana rejects the rename {rename}: the page keeps its title. The comment she leaves for now."
-    )), Scripted::by_id([(rename, Decision::Reject)])).await?;
+    );
+    review_step(
+        cx,
+        &lab,
+        &shell,
+        Some(&plan),
+        Scripted::by_id([(rename, Decision::Reject)]),
+    )
+    .await?;
     let flagged = blocked_by(&lab, comment)?;
     let state = action_state(&lab, comment)?;
     cx.evidence(&format!("{comment} in the kernel's ledger"), &state)?;

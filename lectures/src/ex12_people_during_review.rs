@@ -288,7 +288,17 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
     };
     cx.evidence(&format!("{comment} in the kernel's ledger"), &after)?;
     if lab.open_ids()?.contains(&comment) {
-        review_step(cx, &lab, &shell, Some(&format!("ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it.")), Scripted::by_id([(comment, Decision::Reject)])).await?;
+        let plan = format!(
+            "ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it."
+        );
+        review_step(
+            cx,
+            &lab,
+            &shell,
+            Some(&plan),
+            Scripted::by_id([(comment, Decision::Reject)]),
+        )
+        .await?;
     }
     let comments = comments_in_wiki(&lab, 101)?;
     cx.evidence("page 101's comments in the wiki", &comments)?;

@@ -659,6 +659,14 @@ impl Row {
             ours: ours.into(),
         }
     }
+
+    /// A row from a case's `(reference, ours)`, as [`both!`] gives them.
+    pub(crate) fn pair<T: Into<String>>(
+        what: impl Into<String>,
+        (reference, ours): (T, T),
+    ) -> Self {
+        Self::new(what, reference, ours)
+    }
 }
 
 /// The closing section: every compared result, the reference's beside ours.

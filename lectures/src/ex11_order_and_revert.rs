@@ -87,17 +87,13 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let (reference, ours) = both!(cx, h, false);
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "h1 page 100 after reverting the append",
-        reference,
-        ours,
+        both!(cx, h, false),
     ));
-    let (reference, ours) = both!(cx, h, true);
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "h2 page 100 after reverting the append, bob's edit made in between",
-        reference,
-        ours,
+        both!(cx, h, true),
     ));
     side_by_side(cx, &rows)?;
     Ok(())

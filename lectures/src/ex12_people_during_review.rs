@@ -54,17 +54,13 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     )?;
 
     let mut rows = Vec::new();
-    let (reference, ours) = both!(cx, i);
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "i  page 100 after ana approved the replace built on version 1",
-        reference,
-        ours,
+        both!(cx, i),
     ));
-    let (reference, ours) = both!(cx, t);
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "t  page 100 after ana approved the append bob's trash overtook",
-        reference,
-        ours,
+        both!(cx, t),
     ));
     let (reference, ours) = both!(cx, o);
     rows.push(Row::new(
@@ -93,23 +89,17 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let (reference, ours) = both!(cx, r1);
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "r1 page 100 after reverting the append, bob having trashed it",
-        reference,
-        ours,
+        both!(cx, r1),
     ));
-    let (reference, ours) = both!(cx, r2);
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "r2 page 200 after reverting its create, bob having added a step",
-        reference,
-        ours,
+        both!(cx, r2),
     ));
-    let (reference, ours) = both!(cx, r3);
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "r3 reverting the rename a pending comment quotes",
-        reference,
-        ours,
+        both!(cx, r3),
     ));
     side_by_side(cx, &rows)?;
     Ok(())

@@ -120,19 +120,11 @@ async fn approved_after_bobs_edit(
     read(cx, &agent, &page).await?;
     let (id, edit) = match write {
         AgentWrite::Replace => (
-            staged(
-                cx,
-                r#"set_content(100, "agent body")"#,
-                agent.set_content(&page, "agent body").await,
-            )?,
+            agent_replaces(cx, &agent, &page, "agent body").await?,
             Edit::ReplaceBody("human edit".into()),
         ),
         AgentWrite::Append => (
-            staged(
-                cx,
-                r#"append_content(100, "agent proposal")"#,
-                agent.append_content(&page, "agent proposal").await,
-            )?,
+            agent_appends(cx, &agent, &page, "agent proposal").await?,
             Edit::AppendBody("human edit".into()),
         ),
     };
@@ -169,11 +161,7 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "original").await?;
     read(cx, &agent, &page).await?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "agent body")"#,
-        agent.set_content(&page, "agent body").await,
-    )?;
+    let replace = agent_replaces(cx, &agent, &page, "agent body").await?;
     lab.service
         .edit_after_next_get(100, Edit::AppendBody("concurrent".into()));
     writeln!(
@@ -412,6 +400,39 @@ pub(crate) fn staged(
     }
 }
 
+/// The agent replaces `page`'s body with `text`; printed as [`staged`] prints it.
+pub(crate) async fn agent_replaces(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+    text: &str,
+) -> anyhow::Result<LedgerId> {
+    let what = format!("set_content({page}, {text:?})");
+    staged(cx, &what, agent.set_content(page, text).await)
+}
+
+/// The agent appends `text` to `page`; printed as [`staged`] prints it.
+pub(crate) async fn agent_appends(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+    text: &str,
+) -> anyhow::Result<LedgerId> {
+    let what = format!("append_content({page}, {text:?})");
+    staged(cx, &what, agent.append_content(page, text).await)
+}
+
+/// The agent retitles `page` `title`; printed as [`staged`] prints it.
+pub(crate) async fn agent_renames(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+    title: &str,
+) -> anyhow::Result<LedgerId> {
+    let what = format!("set_title({page}, {title:?})");
+    staged(cx, &what, agent.set_title(page, title).await)
+}
+
 /// Prints the driver's refusal of an agent's call, and passes it on.
 fn refused<T>(cx: &mut Context<'_>, error: WikiError) -> anyhow::Result<T> {
     writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
@@ -580,11 +601,7 @@ pub(crate) async fn rename_then_quote(
     agent: &WikiSession,
     page: &ContentHandle,
 ) -> anyhow::Result<(LedgerId, LedgerId)> {
-    let rename = staged(
-        cx,
-        r#"set_title(100, "Publishable")"#,
-        agent.set_title(page, "Publishable").await,
-    )?;
+    let rename = agent_renames(cx, agent, page, "Publishable").await?;
     let title = read(cx, agent, page).await?.title;
     let text = format!("Title is now \"{title}\"");
     let comment = staged(

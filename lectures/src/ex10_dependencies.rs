@@ -19,8 +19,8 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, blocked_by, both, comments_in_wiki, created, heading, page_evidence,
-    read_body, rename_then_quote, review, review_step, side_by_side, staged,
+    Row, Scene, action_state, agent_appends, blocked_by, both, comments_in_wiki, created, heading,
+    page_evidence, read_body, rename_then_quote, review, review_step, side_by_side,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -140,11 +140,7 @@ async fn d(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Cascade> {
         &format!(r#"create_child_page({child}, "Checklist", "step 1")"#),
         agent.create_child_page(&child, "Checklist", "step 1").await,
     )?;
-    let append_id = staged(
-        cx,
-        &format!(r#"append_content({grandchild}, "step 2")"#),
-        agent.append_content(&grandchild, "step 2").await,
-    )?;
+    let append_id = agent_appends(cx, &agent, &grandchild, "step 2").await?;
     read_body(cx, &agent, &grandchild).await?;
     cx.evidence("wiki writes", lab.service.writes())?;
     let took_along = [child_id, grandchild_id, append_id];

@@ -19,8 +19,8 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, both, created, heading, human_edit, page_evidence, read, read_body,
-    revert, review_step, short, side_by_side, staged,
+    Row, Scene, action_state, agent_appends, agent_replaces, both, created, heading, human_edit,
+    page_evidence, read, read_body, revert, review_step, short, side_by_side,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -128,16 +128,8 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     )?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "old procedure").await?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "new procedure")"#,
-        agent.set_content(&page, "new procedure").await,
-    )?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "safety notes")"#,
-        agent.append_content(&page, "safety notes").await,
-    )?;
+    let replace = agent_replaces(cx, &agent, &page, "new procedure").await?;
+    let append = agent_appends(cx, &agent, &page, "safety notes").await?;
     let simulated = read_body(cx, &agent, &page).await?;
 
     review_step(
@@ -175,16 +167,8 @@ async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     heading(cx, "f2 · append then replace, approved in id order", policy)?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "old procedure").await?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "safety notes")"#,
-        agent.append_content(&page, "safety notes").await,
-    )?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "new procedure")"#,
-        agent.set_content(&page, "new procedure").await,
-    )?;
+    let append = agent_appends(cx, &agent, &page, "safety notes").await?;
+    let replace = agent_replaces(cx, &agent, &page, "new procedure").await?;
     let simulated = read_body(cx, &agent, &page).await?;
     review_step(
         cx,
@@ -287,11 +271,7 @@ async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyh
     heading(cx, case, policy)?;
     let (Scene { lab, agent, shell }, page) = Scene::manual(cx, policy, "Manual", "old").await?;
     read_body(cx, &agent, &page).await?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "new")"#,
-        agent.append_content(&page, "new").await,
-    )?;
+    let append = agent_appends(cx, &agent, &page, "new").await?;
     review_step(
         cx,
         &lab,

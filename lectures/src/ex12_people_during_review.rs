@@ -23,9 +23,9 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, blocked_by, both, comments_in_wiki, created, heading, human_edit,
-    page_evidence, read, read_body, rename_then_quote, revert, review_step, short, side_by_side,
-    staged,
+    Row, Scene, action_state, agent_appends, agent_renames, agent_replaces, blocked_by, both,
+    comments_in_wiki, created, heading, human_edit, page_evidence, read, read_body,
+    rename_then_quote, revert, review_step, short, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -161,11 +161,7 @@ async fn i(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         cx,
         "The agent, still working from what it read at version 1, replaces the body:"
     )?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "agent procedure")"#,
-        agent.set_content(&page, "agent procedure").await,
-    )?;
+    let replace = agent_replaces(cx, &agent, &page, "agent procedure").await?;
     review_step(
         cx,
         &lab,
@@ -183,11 +179,7 @@ async fn t(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "original").await?;
     read_body(cx, &agent, &page).await?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "agent note")"#,
-        agent.append_content(&page, "agent note").await,
-    )?;
+    let append = agent_appends(cx, &agent, &page, "agent note").await?;
     human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
     review_step(
         cx,
@@ -218,11 +210,7 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
         Scene::manual(cx, policy, "Draft", "procedure").await?;
     lab.service.seed_page_with_id(101, "OPS", "News", "");
     let news = agent.open("101").await?;
-    let rename = staged(
-        cx,
-        r#"set_title(100, "Publishable")"#,
-        agent.set_title(&page, "Publishable").await,
-    )?;
+    let rename = agent_renames(cx, &agent, &page, "Publishable").await?;
     writeln!(
         cx,
         "Without reading page 100 again, the agent announces the new title on page 101:"
@@ -320,16 +308,8 @@ async fn s(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Stacked> {
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "original").await?;
     read_body(cx, &agent, &page).await?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "new procedure")"#,
-        agent.set_content(&page, "new procedure").await,
-    )?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "safety notes")"#,
-        agent.append_content(&page, "safety notes").await,
-    )?;
+    let replace = agent_replaces(cx, &agent, &page, "new procedure").await?;
+    let append = agent_appends(cx, &agent, &page, "safety notes").await?;
     read_body(cx, &agent, &page).await?;
     human_edit(
         cx,
@@ -365,11 +345,7 @@ async fn r1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "original").await?;
     read_body(cx, &agent, &page).await?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "agent note")"#,
-        agent.append_content(&page, "agent note").await,
-    )?;
+    let append = agent_appends(cx, &agent, &page, "agent note").await?;
     review_step(
         cx,
         &lab,

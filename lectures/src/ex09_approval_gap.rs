@@ -542,6 +542,23 @@ pub(crate) async fn review_step(
     Ok(summary)
 }
 
+/// One review step (see [`review_step`]) in which ana approves `id`, with no plan said.
+pub(crate) async fn ana_approves(
+    cx: &mut Context<'_>,
+    lab: &Lab,
+    shell: &Shell,
+    id: LedgerId,
+) -> anyhow::Result<ReviewSummary> {
+    review_step(
+        cx,
+        lab,
+        shell,
+        None,
+        Scripted::by_id([(id, Decision::Approve)]),
+    )
+    .await
+}
+
 /// Ana asks the kernel to revert `id`; prints what happened, with the actions the
 /// kernel flagged because they depended on it, and returns it in short.
 pub(crate) async fn revert(

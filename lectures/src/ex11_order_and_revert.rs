@@ -19,8 +19,8 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, agent_appends, agent_replaces, both, created, heading, human_edit,
-    page_evidence, read, read_body, revert, review_step, short, side_by_side,
+    Row, Scene, action_state, agent_appends, agent_replaces, ana_approves, both, created, heading,
+    human_edit, page_evidence, read, read_body, revert, review_step, short, side_by_side,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -272,14 +272,7 @@ async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyh
     let (Scene { lab, agent, shell }, page) = Scene::manual(cx, policy, "Manual", "old").await?;
     read_body(cx, &agent, &page).await?;
     let append = agent_appends(cx, &agent, &page, "new").await?;
-    review_step(
-        cx,
-        &lab,
-        &shell,
-        None,
-        Scripted::by_id([(append, Decision::Approve)]),
-    )
-    .await?;
+    ana_approves(cx, &lab, &shell, append).await?;
     page_evidence(cx, &lab, 100)?;
     if human_in_between {
         human_edit(cx, &lab, "bob", 100, Edit::AppendBody("human".into()))?;

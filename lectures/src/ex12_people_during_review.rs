@@ -23,9 +23,9 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, agent_appends, agent_renames, agent_replaces, blocked_by, both,
-    comments_in_wiki, created, heading, human_edit, page_evidence, read, read_body,
-    rename_then_quote, revert, review_step, short, side_by_side, staged,
+    Row, Scene, action_state, agent_appends, agent_renames, agent_replaces, ana_approves,
+    blocked_by, both, comments_in_wiki, created, heading, human_edit, page_evidence, read,
+    read_body, rename_then_quote, revert, review_step, short, side_by_side, staged,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -162,14 +162,7 @@ async fn i(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         "The agent, still working from what it read at version 1, replaces the body:"
     )?;
     let replace = agent_replaces(cx, &agent, &page, "agent procedure").await?;
-    review_step(
-        cx,
-        &lab,
-        &shell,
-        None,
-        Scripted::by_id([(replace, Decision::Approve)]),
-    )
-    .await?;
+    ana_approves(cx, &lab, &shell, replace).await?;
     cx.evidence("wiki writes", lab.service.writes())?;
     page_evidence(cx, &lab, 100)
 }
@@ -181,14 +174,7 @@ async fn t(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     read_body(cx, &agent, &page).await?;
     let append = agent_appends(cx, &agent, &page, "agent note").await?;
     human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
-    review_step(
-        cx,
-        &lab,
-        &shell,
-        None,
-        Scripted::by_id([(append, Decision::Approve)]),
-    )
-    .await?;
+    ana_approves(cx, &lab, &shell, append).await?;
     cx.evidence("wiki writes", lab.service.writes())?;
     status_evidence(cx, &lab, 100)
 }
@@ -346,14 +332,7 @@ async fn r1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         Scene::manual(cx, policy, "Manual", "original").await?;
     read_body(cx, &agent, &page).await?;
     let append = agent_appends(cx, &agent, &page, "agent note").await?;
-    review_step(
-        cx,
-        &lab,
-        &shell,
-        None,
-        Scripted::by_id([(append, Decision::Approve)]),
-    )
-    .await?;
+    ana_approves(cx, &lab, &shell, append).await?;
     human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
     revert_shown(cx, &lab, append).await?;
     status_evidence(cx, &lab, 100)
@@ -372,14 +351,7 @@ async fn r2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         r#"create_page("OPS", "Runbook", "step 1")"#,
         agent.create_page("OPS", "Runbook", "step 1").await,
     )?;
-    review_step(
-        cx,
-        &lab,
-        &shell,
-        None,
-        Scripted::by_id([(create, Decision::Approve)]),
-    )
-    .await?;
+    ana_approves(cx, &lab, &shell, create).await?;
     human_edit(cx, &lab, "bob", 200, Edit::AppendBody("step 2".into()))?;
     revert_shown(cx, &lab, create).await?;
     status_evidence(cx, &lab, 200)

@@ -10,7 +10,9 @@ use gatekeeper_confluence::{
     ActionRecord, ConfluenceGatekeeper, ContentHandle, ContentStatus, Edit, KvStore, Lab, MemoryKv,
     Policy, RecordState, Staged, WikiAction, WikiService, WikiSession,
 };
-use kernel::{ActionState, DriverActionId, Gatekeeper, LedgerId, StepClock, Timestamp};
+use kernel::{
+    ActionState, DriverActionId, Gatekeeper, GatekeeperError, LedgerId, StepClock, Timestamp,
+};
 
 use crate::{agent_on_manual, apply_error, lab_with_manual, state, storage, version};
 
@@ -33,6 +35,13 @@ fn card(lab: &Lab, id: LedgerId) -> String {
         .description
         .description
         .clone()
+}
+
+/// Asserts that `error` is a failure for good whose message says `text`.
+#[track_caller]
+fn assert_final_saying(error: &GatekeeperError, text: &str) {
+    assert!(!error.retryable, "{}", error.message);
+    assert!(error.message.contains(text), "{}", error.message);
 }
 
 /// The agent stages `verb` ("replace", "append" or "rename") on `page`.
@@ -68,12 +77,7 @@ async fn an_edit_between_the_agents_read_and_its_staging_is_not_erased() {
             "the agent did read it: {read_card}"
         );
         let error = apply_error(lab.overseer.approve(staged.ledger, "ana").await);
-        assert!(!error.retryable, "{}", error.message);
-        assert!(
-            error.message.contains("staged against version 1"),
-            "{}",
-            error.message
-        );
+        assert_final_saying(&error, "staged against version 1");
         assert_eq!(storage(&lab, 100), "<p>human edit</p>", "rename: {rename}");
         assert_eq!(lab.service.page(100).unwrap().title, "Manual");
         assert_eq!(lab.service.writes(), 0);
@@ -261,12 +265,7 @@ async fn an_append_stacked_on_a_replace_that_fails_is_not_applied() {
     apply_error(lab.overseer.approve(replace.ledger, "ana").await);
     assert_eq!(blocked_by(&lab, append.ledger), Some(replace.ledger));
     let error = apply_error(lab.overseer.approve(append.ledger, "ana").await);
-    assert!(!error.retryable, "{}", error.message);
-    assert!(
-        error.message.contains("staged on top of"),
-        "{}",
-        error.message
-    );
+    assert_final_saying(&error, "staged on top of");
     assert_eq!(storage(&lab, 100), "<p>person's text</p>");
     assert_eq!(lab.service.writes(), 0);
 }

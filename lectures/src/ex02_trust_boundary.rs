@@ -11,7 +11,7 @@ use gatekeeper_core::{Grants, ServerTrust, classify_tool};
 use gatekeeper_issues::{Catalog, IssueTracker, IssuesConfig, catalog};
 use serde_json::json;
 
-use crate::setup::{Desk, call, issue_ids};
+use crate::setup::{Desk, call, issue_ids, paragraph};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -27,17 +27,13 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    writeln!(
+    paragraph(
         cx,
-        "A tool is a read only if the server says readOnlyHint: true. Anything else is an action,"
-    )?;
-    writeln!(
-        cx,
-        "queued for a person. Auto-approval also needs a vetted server, destructiveHint: false and"
-    )?;
-    writeln!(
-        cx,
-        "idempotentHint: true. This is decided in one place only."
+        &[
+            "A tool is a read only if the server says readOnlyHint: true. Anything else is an action,",
+            "queued for a person. Auto-approval also needs a vetted server, destructiveHint: false and",
+            "idempotentHint: true. This is decided in one place only.",
+        ],
     )?;
 
     cx.section("The tracker's catalog, classified")?;

@@ -22,7 +22,7 @@ use gatekeeper_confluence::{
 use kernel::LedgerId;
 use shell::{Decision, ReviewSummary, Scripted, Shell};
 
-use crate::setup::{visible, visible_lines};
+use crate::setup::{paragraph, visible, visible_lines};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -38,26 +38,18 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    writeln!(
+    paragraph(
         cx,
-        "The wiki holds page 100, \"Manual\", at version 1. The agent stages a change to it; the"
-    )?;
-    writeln!(
-        cx,
-        "change waits for ana at the shell. Meanwhile bob, another person, edits the page in the"
-    )?;
-    writeln!(
-        cx,
-        "wiki's own editor: he is outside the gate, as people are. Each case runs twice, under"
-    )?;
-    writeln!(
-        cx,
-        "the reference's policy (Policy::REFERENCE) and under ours (Policy::GUARDED)."
+        &[
+            "The wiki holds page 100, \"Manual\", at version 1. The agent stages a change to it; the",
+            "change waits for ana at the shell. Meanwhile bob, another person, edits the page in the",
+            "wiki's own editor: he is outside the gate, as people are. Each case runs twice, under",
+            "the reference's policy (Policy::REFERENCE) and under ours (Policy::GUARDED).",
+        ],
     )?;
 
     let mut rows = Vec::new();
-    let reference = b1(cx, Policy::REFERENCE).await?;
-    let ours = b1(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, b1);
     rows.push(Row::new(
         "b1 replace approved after bob's edit: page 100",
         reference.page,
@@ -68,15 +60,13 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.state,
         ours.state,
     ));
-    let reference = b2(cx, Policy::REFERENCE).await?;
-    let ours = b2(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, b2);
     rows.push(Row::new(
         "b2 append approved after bob's edit: page 100",
         reference.page,
         ours.page,
     ));
-    let reference = c(cx, Policy::REFERENCE).await?;
-    let ours = c(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, c);
     rows.push(Row::new(
         "c  first approval (bob's edit between read and write)",
         reference.first,
@@ -130,19 +120,11 @@ async fn approved_after_bobs_edit(
     read(cx, &agent, &page).await?;
     let (id, edit) = match write {
         AgentWrite::Replace => (
-            staged(
-                cx,
-                r#"set_content(100, "agent body")"#,
-                agent.set_content(&page, "agent body").await,
-            )?,
+            agent_replaces(cx, &agent, &page, "agent body").await?,
             Edit::ReplaceBody("human edit".into()),
         ),
         AgentWrite::Append => (
-            staged(
-                cx,
-                r#"append_content(100, "agent proposal")"#,
-                agent.append_content(&page, "agent proposal").await,
-            )?,
+            agent_appends(cx, &agent, &page, "agent proposal").await?,
             Edit::AppendBody("human edit".into()),
         ),
     };
@@ -179,11 +161,7 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "original").await?;
     read(cx, &agent, &page).await?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "agent body")"#,
-        agent.set_content(&page, "agent body").await,
-    )?;
+    let replace = agent_replaces(cx, &agent, &page, "agent body").await?;
     lab.service
         .edit_after_next_get(100, Edit::AppendBody("concurrent".into()));
     writeln!(
@@ -220,18 +198,16 @@ async fn c(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Conflict> {
     }
     let first = format!("{state}, {writes} writes");
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves {replace} again, as the shell offered:"
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves {replace} again, as the shell offered:"
+        )),
         Scripted::by_id([(replace, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence("wiki writes", lab.service.writes())?;
     cx.evidence(
@@ -424,6 +400,39 @@ pub(crate) fn staged(
     }
 }
 
+/// The agent replaces `page`'s body with `text`; printed as [`staged`] prints it.
+pub(crate) async fn agent_replaces(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+    text: &str,
+) -> anyhow::Result<LedgerId> {
+    let what = format!("set_content({page}, {text:?})");
+    staged(cx, &what, agent.set_content(page, text).await)
+}
+
+/// The agent appends `text` to `page`; printed as [`staged`] prints it.
+pub(crate) async fn agent_appends(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+    text: &str,
+) -> anyhow::Result<LedgerId> {
+    let what = format!("append_content({page}, {text:?})");
+    staged(cx, &what, agent.append_content(page, text).await)
+}
+
+/// The agent retitles `page` `title`; printed as [`staged`] prints it.
+pub(crate) async fn agent_renames(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+    title: &str,
+) -> anyhow::Result<LedgerId> {
+    let what = format!("set_title({page}, {title:?})");
+    staged(cx, &what, agent.set_title(page, title).await)
+}
+
 /// Prints the driver's refusal of an agent's call, and passes it on.
 fn refused<T>(cx: &mut Context<'_>, error: WikiError) -> anyhow::Result<T> {
     writeln!(cx, "    refused: {}", visible(&error.to_string()))?;
@@ -515,6 +524,143 @@ pub(crate) async fn review(
     Ok(summary)
 }
 
+/// One review step of the script: a blank line, what ana sets out to do (`plan`, if
+/// any), her review with `script` (see [`review`]), and a blank line.
+pub(crate) async fn review_step(
+    cx: &mut Context<'_>,
+    lab: &Lab,
+    shell: &Shell,
+    plan: Option<&str>,
+    script: Scripted,
+) -> anyhow::Result<ReviewSummary> {
+    writeln!(cx)?;
+    if let Some(plan) = plan {
+        cx.narrate(plan)?;
+    }
+    let summary = review(cx, lab, shell, script).await?;
+    writeln!(cx)?;
+    Ok(summary)
+}
+
+/// One review step (see [`review_step`]) in which ana approves `id`, with no plan said.
+pub(crate) async fn ana_approves(
+    cx: &mut Context<'_>,
+    lab: &Lab,
+    shell: &Shell,
+    id: LedgerId,
+) -> anyhow::Result<ReviewSummary> {
+    review_step(
+        cx,
+        lab,
+        shell,
+        None,
+        Scripted::by_id([(id, Decision::Approve)]),
+    )
+    .await
+}
+
+/// Ana asks the kernel to revert `id`; prints what happened, with the actions the
+/// kernel flagged because they depended on it, and returns it in short.
+pub(crate) async fn revert(
+    cx: &mut Context<'_>,
+    lab: &Lab,
+    id: LedgerId,
+) -> anyhow::Result<String> {
+    writeln!(
+        cx,
+        "[ana asks the kernel to revert {id} (Overseer::revert)]"
+    )?;
+    Ok(match lab.overseer.revert(id, "ana").await {
+        Ok(report) if report.reverted => {
+            writeln!(cx, "  reverted {id}")?;
+            let flagged: Vec<String> = report.flagged.iter().map(LedgerId::to_string).collect();
+            if flagged.is_empty() {
+                "reverted, nothing flagged".to_owned()
+            } else {
+                for other in &report.flagged {
+                    writeln!(
+                        cx,
+                        "  {other} depended on {id}: flagged, held for a person, never applied automatically"
+                    )?;
+                }
+                format!("reverted; flagged {}", flagged.join(", "))
+            }
+        }
+        Ok(report) => {
+            let message = report.message.unwrap_or_default();
+            writeln!(
+                cx,
+                "  the gatekeeper refused to revert {id}: {}",
+                visible(&message)
+            )?;
+            format!("refused: {}", short(&message))
+        }
+        Err(error) => {
+            writeln!(
+                cx,
+                "  could not revert {id}: {}",
+                visible(&error.to_string())
+            )?;
+            format!("failed: {}", short(&error.to_string()))
+        }
+    })
+}
+
+/// The text before the first `;` of a message: what happened, without the advice.
+pub(crate) fn short(text: &str) -> String {
+    visible(text.split(';').next().unwrap_or_default())
+}
+
+/// The agent renames page 100 "Publishable", reads the title back and stages a comment
+/// on the page quoting it; returns the rename's and the comment's ledger ids.
+pub(crate) async fn rename_then_quote(
+    cx: &mut Context<'_>,
+    agent: &WikiSession,
+    page: &ContentHandle,
+) -> anyhow::Result<(LedgerId, LedgerId)> {
+    let rename = agent_renames(cx, agent, page, "Publishable").await?;
+    let title = read(cx, agent, page).await?.title;
+    let text = format!("Title is now \"{title}\"");
+    let comment = staged(
+        cx,
+        &format!("add_comment(100, {text:?})"),
+        agent.add_comment(page, &text).await,
+    )?;
+    Ok((rename, comment))
+}
+
+/// Page `id`'s comments as the wiki holds them, ` | ` between them, or `none`.
+pub(crate) fn comments_in_wiki(lab: &Lab, id: u64) -> anyhow::Result<String> {
+    let page = lab
+        .service
+        .page(id)
+        .ok_or_else(|| anyhow::anyhow!("page {id} exists"))?;
+    let comments: Vec<String> = page.comments.iter().map(|c| visible(&c.body)).collect();
+    Ok(if comments.is_empty() {
+        "none".to_owned()
+    } else {
+        comments.join(" | ")
+    })
+}
+
+/// The action the kernel holds `id` back for: one it depends on that was rejected,
+/// failed for good or reverted.
+pub(crate) fn blocked_by(lab: &Lab, id: LedgerId) -> anyhow::Result<Option<LedgerId>> {
+    Ok(lab.entry(id)?.action().and_then(|a| a.blocked_by))
+}
+
+/// Runs a case (`case(cx, policy, args..)`) under the reference's policy, then under ours;
+/// evaluates to `(reference, ours)`.
+macro_rules! both {
+    ($cx:expr, $case:ident $(, $arg:expr)*) => {
+        (
+            $case($cx, gatekeeper_confluence::Policy::REFERENCE $(, $arg)*).await?,
+            $case($cx, gatekeeper_confluence::Policy::GUARDED $(, $arg)*).await?,
+        )
+    };
+}
+pub(crate) use both;
+
 /// An action's state in the kernel's ledger: `approved`, `failed, retryable`, ...
 pub(crate) fn action_state(lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
     let entry = lab.entry(id)?;
@@ -546,6 +692,14 @@ impl Row {
             reference: reference.into(),
             ours: ours.into(),
         }
+    }
+
+    /// A row from a case's `(reference, ours)`, as [`both!`] gives them.
+    pub(crate) fn pair<T: Into<String>>(
+        what: impl Into<String>,
+        (reference, ours): (T, T),
+    ) -> Self {
+        Self::new(what, reference, ours)
     }
 }
 

@@ -19,10 +19,10 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, created, heading, page_evidence, read, read_body, review,
-    side_by_side, staged,
+    Row, Scene, action_state, agent_appends, blocked_by, both, comments_in_wiki, created, heading,
+    page_evidence, read_body, rename_then_quote, review, review_step, side_by_side,
 };
-use crate::setup::visible;
+use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -38,23 +38,18 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    writeln!(
+    paragraph(
         cx,
-        "The agent keeps working while its writes wait: reads show its pending actions as if"
+        &[
+            "The agent keeps working while its writes wait: reads show its pending actions as if",
+            "applied, so it builds on them. What happens to that work when ana rejects the action",
+            "it was built on? Each case runs under the reference's policy (Policy::REFERENCE) and",
+            "under ours (Policy::GUARDED).",
+        ],
     )?;
-    writeln!(
-        cx,
-        "applied, so it builds on them. What happens to that work when ana rejects the action"
-    )?;
-    writeln!(
-        cx,
-        "it was built on? Each case runs under the reference's policy (Policy::REFERENCE) and"
-    )?;
-    writeln!(cx, "under ours (Policy::GUARDED).")?;
 
     let mut rows = Vec::new();
-    let reference = d(cx, Policy::REFERENCE).await?;
-    let ours = d(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, d);
     rows.push(Row::new(
         "d  after rejecting the page: the other three in the kernel's ledger",
         reference.states,
@@ -71,8 +66,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         ours.approve,
     ));
     rows.push(Row::new("d  wiki writes", reference.writes, ours.writes));
-    let reference = e(cx, Policy::REFERENCE).await?;
-    let ours = e(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, e);
     rows.push(Row::new(
         "e  the comment, after the rename was rejected",
         reference.comment,
@@ -146,27 +140,21 @@ async fn d(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Cascade> {
         &format!(r#"create_child_page({child}, "Checklist", "step 1")"#),
         agent.create_child_page(&child, "Checklist", "step 1").await,
     )?;
-    let append_id = staged(
-        cx,
-        &format!(r#"append_content({grandchild}, "step 2")"#),
-        agent.append_content(&grandchild, "step 2").await,
-    )?;
+    let append_id = agent_appends(cx, &agent, &grandchild, "step 2").await?;
     read_body(cx, &agent, &grandchild).await?;
     cx.evidence("wiki writes", lab.service.writes())?;
     let took_along = [child_id, grandchild_id, append_id];
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana rejects the page {page_id}; the others she leaves for now."
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana rejects the page {page_id}; the others she leaves for now."
+        )),
         Scripted::by_id([(page_id, Decision::Reject)]),
     )
     .await?;
-    writeln!(cx)?;
     let states_now = states(&lab, &took_along)?;
     cx.evidence("the other three in the kernel's ledger", &states_now)?;
     cx.evidence("actions the driver still holds", lab.wiki.pending_count())?;
@@ -233,18 +221,7 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
     )?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Draft", "procedure").await?;
-    let rename = staged(
-        cx,
-        r#"set_title(100, "Publishable")"#,
-        agent.set_title(&page, "Publishable").await,
-    )?;
-    let title = read(cx, &agent, &page).await?.title;
-    let text = format!("Title is now \"{title}\"");
-    let comment = staged(
-        cx,
-        &format!("add_comment(100, {text:?})"),
-        agent.add_comment(&page, &text).await,
-    )?;
+    let (rename, comment) = rename_then_quote(cx, &agent, &page).await?;
     let depends = lab
         .entry(comment)?
         .action()
@@ -255,20 +232,18 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
         ids(&depends),
     )?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
+    let plan = format!(
         "ana rejects the rename {rename}: the page keeps its title. The comment she leaves for now."
-    ))?;
-    review(
+    );
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&plan),
         Scripted::by_id([(rename, Decision::Reject)]),
     )
     .await?;
-    writeln!(cx)?;
-    let entry = lab.entry(comment)?;
-    let flagged = entry.action().and_then(|a| a.blocked_by);
+    let flagged = blocked_by(&lab, comment)?;
     let state = action_state(&lab, comment)?;
     cx.evidence(&format!("{comment} in the kernel's ledger"), &state)?;
     cx.evidence(
@@ -304,16 +279,7 @@ async fn e(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Flag> {
         .page(100)
         .ok_or_else(|| anyhow::anyhow!("page 100 exists"))?;
     cx.evidence("page 100's title in the wiki", visible(&wiki_page.title))?;
-    let comments: Vec<String> = wiki_page
-        .comments
-        .iter()
-        .map(|c| visible(&c.body))
-        .collect();
-    let comments = if comments.is_empty() {
-        "none".to_owned()
-    } else {
-        comments.join(" | ")
-    };
+    let comments = comments_in_wiki(&lab, 100)?;
     cx.evidence("page 100's comments in the wiki", &comments)?;
     page_evidence(cx, &lab, 100)?;
     cx.evidence("wiki writes", lab.service.writes())?;

@@ -19,10 +19,10 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body, review,
-    side_by_side, staged,
+    Row, Scene, action_state, agent_appends, agent_replaces, ana_approves, both, created, heading,
+    human_edit, page_evidence, read, read_body, revert, review_step, short, side_by_side,
 };
-use crate::setup::visible;
+use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -38,26 +38,18 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    writeln!(
+    paragraph(
         cx,
-        "Reads fold the agent's pending actions in id order, so the agent is shown the page as it"
-    )?;
-    writeln!(
-        cx,
-        "will be once everything is approved in that order. People approve in any order, and may"
-    )?;
-    writeln!(
-        cx,
-        "revert an action after others edited the page. Each case runs under the reference's"
-    )?;
-    writeln!(
-        cx,
-        "policy (Policy::REFERENCE) and under ours (Policy::GUARDED)."
+        &[
+            "Reads fold the agent's pending actions in id order, so the agent is shown the page as it",
+            "will be once everything is approved in that order. People approve in any order, and may",
+            "revert an action after others edited the page. Each case runs under the reference's",
+            "policy (Policy::REFERENCE) and under ours (Policy::GUARDED).",
+        ],
     )?;
 
     let mut rows = Vec::new();
-    let reference = f1(cx, Policy::REFERENCE).await?;
-    let ours = f1(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, f1);
     rows.push(Row::new(
         "f1 the agent was shown",
         reference.simulated,
@@ -73,8 +65,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let reference = f2(cx, Policy::REFERENCE).await?;
-    let ours = f2(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, f2);
     rows.push(Row::new(
         "f2 the agent was shown",
         reference.simulated,
@@ -85,8 +76,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let reference = g(cx, Policy::REFERENCE).await?;
-    let ours = g(cx, Policy::GUARDED).await?;
+    let (reference, ours) = both!(cx, g);
     rows.push(Row::new(
         "g  approving the child first",
         reference.first,
@@ -97,19 +87,13 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let reference = h(cx, Policy::REFERENCE, false).await?;
-    let ours = h(cx, Policy::GUARDED, false).await?;
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "h1 page 100 after reverting the append",
-        reference,
-        ours,
+        both!(cx, h, false),
     ));
-    let reference = h(cx, Policy::REFERENCE, true).await?;
-    let ours = h(cx, Policy::GUARDED, true).await?;
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "h2 page 100 after reverting the append, bob's edit made in between",
-        reference,
-        ours,
+        both!(cx, h, true),
     ));
     side_by_side(cx, &rows)?;
     Ok(())
@@ -144,44 +128,32 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     )?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "old procedure").await?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "new procedure")"#,
-        agent.set_content(&page, "new procedure").await,
-    )?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "safety notes")"#,
-        agent.append_content(&page, "safety notes").await,
-    )?;
+    let replace = agent_replaces(cx, &agent, &page, "new procedure").await?;
+    let append = agent_appends(cx, &agent, &page, "safety notes").await?;
     let simulated = read_body(cx, &agent, &page).await?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves the append {append} first and leaves the replace {replace} for later:"
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves the append {append} first and leaves the replace {replace} for later:"
+        )),
         Scripted::by_id([(replace, Decision::Skip), (append, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     page_evidence(cx, &lab, 100)?;
     let first = outcome(&lab, append)?;
     cx.evidence(&format!("{append} in the kernel's ledger"), &first)?;
 
-    writeln!(cx)?;
-    cx.narrate("ana approves whatever still waits, in the order the shell asks:")?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some("ana approves whatever still waits, in the order the shell asks:"),
         Scripted::by_id([(replace, Decision::Approve), (append, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence("wiki writes", lab.service.writes())?;
     Ok(Order {
@@ -191,35 +163,21 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     })
 }
 
-/// A failure cut at the first `;`: the head of the message, without what to do next.
-fn short(text: &str) -> String {
-    text.split(';').next().unwrap_or_default().to_owned()
-}
-
 async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
     heading(cx, "f2 · append then replace, approved in id order", policy)?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "old procedure").await?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "safety notes")"#,
-        agent.append_content(&page, "safety notes").await,
-    )?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "new procedure")"#,
-        agent.set_content(&page, "new procedure").await,
-    )?;
+    let append = agent_appends(cx, &agent, &page, "safety notes").await?;
+    let replace = agent_replaces(cx, &agent, &page, "new procedure").await?;
     let simulated = read_body(cx, &agent, &page).await?;
-    writeln!(cx)?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        None,
         Scripted::by_id([(append, Decision::Approve), (replace, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence("wiki writes", lab.service.writes())?;
     Ok(Order {
@@ -245,18 +203,16 @@ async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
         agent.create_child_page(&parent, "Child", "").await,
     )?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves the child {child_id} first and leaves the parent {parent_id} for later:"
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves the child {child_id} first and leaves the parent {parent_id} for later:"
+        )),
         Scripted::by_id([(parent_id, Decision::Skip), (child_id, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let first = outcome(&lab, child_id)?;
     cx.evidence(&format!("{child_id} in the kernel's ledger"), &first)?;
     cx.evidence("wiki writes", lab.service.writes())?;
@@ -269,19 +225,17 @@ async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
         },
     )?;
 
-    writeln!(cx)?;
-    cx.narrate("ana approves the parent, then the child:")?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some("ana approves the parent, then the child:"),
         Scripted::by_id([
             (parent_id, Decision::Approve),
             (child_id, Decision::Approve),
         ]),
     )
     .await?;
-    writeln!(cx)?;
     let view = read(cx, &agent, &child).await?;
     let parent_now = agent.gatekeeper().resolve(parent);
     cx.evidence(&format!("{parent} resolves to"), parent_now)?;
@@ -317,20 +271,8 @@ async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyh
     heading(cx, case, policy)?;
     let (Scene { lab, agent, shell }, page) = Scene::manual(cx, policy, "Manual", "old").await?;
     read_body(cx, &agent, &page).await?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "new")"#,
-        agent.append_content(&page, "new").await,
-    )?;
-    writeln!(cx)?;
-    review(
-        cx,
-        &lab,
-        &shell,
-        Scripted::by_id([(append, Decision::Approve)]),
-    )
-    .await?;
-    writeln!(cx)?;
+    let append = agent_appends(cx, &agent, &page, "new").await?;
+    ana_approves(cx, &lab, &shell, append).await?;
     page_evidence(cx, &lab, 100)?;
     if human_in_between {
         human_edit(cx, &lab, "bob", 100, Edit::AppendBody("human".into()))?;
@@ -338,23 +280,7 @@ async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyh
     }
 
     writeln!(cx)?;
-    writeln!(
-        cx,
-        "[ana asks the kernel to revert {append} (Overseer::revert)]"
-    )?;
-    match lab.overseer.revert(append, "ana").await {
-        Ok(report) if report.reverted => writeln!(cx, "  reverted {append}")?,
-        Ok(report) => writeln!(
-            cx,
-            "  the gatekeeper refused to revert {append}: {}",
-            visible(report.message.as_deref().unwrap_or(""))
-        )?,
-        Err(error) => writeln!(
-            cx,
-            "  could not revert {append}: {}",
-            visible(&error.to_string())
-        )?,
-    }
+    revert(cx, &lab, append).await?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence(
         &format!("{append} in the kernel's ledger"),

@@ -23,10 +23,11 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, created, heading, human_edit, page_evidence, read, read_body, review,
-    side_by_side, staged,
+    Row, Scene, action_state, agent_appends, agent_renames, agent_replaces, ana_approves,
+    blocked_by, both, comments_in_wiki, created, heading, human_edit, page_evidence, read,
+    read_body, rename_then_quote, revert, review_step, short, side_by_side, staged,
 };
-use crate::setup::visible;
+use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
 
 /// The lecture.
@@ -42,46 +43,26 @@ fn run<'a>(cx: &'a mut Context<'_>) -> LectureFuture<'a> {
 }
 
 async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
-    writeln!(
+    paragraph(
         cx,
-        "The agent's writes wait for ana, and the world does not: bob, another person, edits"
-    )?;
-    writeln!(
-        cx,
-        "and trashes pages in the wiki's own editor, and ana decides in whatever order she"
-    )?;
-    writeln!(
-        cx,
-        "likes. Each case runs under the reference's policy (Policy::REFERENCE) and under"
-    )?;
-    writeln!(
-        cx,
-        "ours (Policy::GUARDED); every refusal and flag of ours is printed where it happens."
+        &[
+            "The agent's writes wait for ana, and the world does not: bob, another person, edits",
+            "and trashes pages in the wiki's own editor, and ana decides in whatever order she",
+            "likes. Each case runs under the reference's policy (Policy::REFERENCE) and under",
+            "ours (Policy::GUARDED); every refusal and flag of ours is printed where it happens.",
+        ],
     )?;
 
     let mut rows = Vec::new();
-    let (reference, ours) = (
-        i(cx, Policy::REFERENCE).await?,
-        i(cx, Policy::GUARDED).await?,
-    );
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "i  page 100 after ana approved the replace built on version 1",
-        reference,
-        ours,
+        both!(cx, i),
     ));
-    let (reference, ours) = (
-        t(cx, Policy::REFERENCE).await?,
-        t(cx, Policy::GUARDED).await?,
-    );
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "t  page 100 after ana approved the append bob's trash overtook",
-        reference,
-        ours,
+        both!(cx, t),
     ));
-    let (reference, ours) = (
-        o(cx, Policy::REFERENCE).await?,
-        o(cx, Policy::GUARDED).await?,
-    );
+    let (reference, ours) = both!(cx, o);
     rows.push(Row::new(
         "o  approving the comment while the rename waits",
         reference.early,
@@ -97,10 +78,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.comments,
         ours.comments,
     ));
-    let (reference, ours) = (
-        s(cx, Policy::REFERENCE).await?,
-        s(cx, Policy::GUARDED).await?,
-    );
+    let (reference, ours) = both!(cx, s);
     rows.push(Row::new(
         "s  the append stacked on the replace",
         reference.append,
@@ -111,40 +89,20 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    let (reference, ours) = (
-        r1(cx, Policy::REFERENCE).await?,
-        r1(cx, Policy::GUARDED).await?,
-    );
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "r1 page 100 after reverting the append, bob having trashed it",
-        reference,
-        ours,
+        both!(cx, r1),
     ));
-    let (reference, ours) = (
-        r2(cx, Policy::REFERENCE).await?,
-        r2(cx, Policy::GUARDED).await?,
-    );
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "r2 page 200 after reverting its create, bob having added a step",
-        reference,
-        ours,
+        both!(cx, r2),
     ));
-    let (reference, ours) = (
-        r3(cx, Policy::REFERENCE).await?,
-        r3(cx, Policy::GUARDED).await?,
-    );
-    rows.push(Row::new(
+    rows.push(Row::pair(
         "r3 reverting the rename a pending comment quotes",
-        reference,
-        ours,
+        both!(cx, r3),
     ));
     side_by_side(cx, &rows)?;
     Ok(())
-}
-
-/// The text before the first `;` of a message: what happened, without the advice.
-fn short(text: &str) -> String {
-    visible(text.split(';').next().unwrap_or_default())
 }
 
 /// Page `id` as the wiki holds it now, with its status, as evidence; returns the text.
@@ -162,47 +120,10 @@ fn status_evidence(cx: &mut Context<'_>, lab: &Lab, id: u64) -> anyhow::Result<S
     Ok(text)
 }
 
-/// Ana asks the kernel to revert `id`; prints and returns what happened, with the actions
-/// the kernel flagged because they depended on it.
-async fn revert(cx: &mut Context<'_>, lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
-    writeln!(
-        cx,
-        "[ana asks the kernel to revert {id} (Overseer::revert)]"
-    )?;
-    let outcome = match lab.overseer.revert(id, "ana").await {
-        Ok(report) if report.reverted => {
-            writeln!(cx, "  reverted {id}")?;
-            let flagged: Vec<String> = report.flagged.iter().map(LedgerId::to_string).collect();
-            if flagged.is_empty() {
-                "reverted, nothing flagged".to_owned()
-            } else {
-                for other in &report.flagged {
-                    writeln!(
-                        cx,
-                        "  {other} depended on {id}: flagged, held for a person, never applied automatically"
-                    )?;
-                }
-                format!("reverted; flagged {}", flagged.join(", "))
-            }
-        }
-        Ok(report) => {
-            let message = report.message.unwrap_or_default();
-            writeln!(
-                cx,
-                "  the gatekeeper refused to revert {id}: {}",
-                visible(&message)
-            )?;
-            format!("refused: {}", short(&message))
-        }
-        Err(error) => {
-            writeln!(
-                cx,
-                "  could not revert {id}: {}",
-                visible(&error.to_string())
-            )?;
-            format!("failed: {}", short(&error.to_string()))
-        }
-    };
+/// Ana asks the kernel to revert `id` (see [`revert`]); prints and returns what happened,
+/// then shows `id` in the kernel's ledger.
+async fn revert_shown(cx: &mut Context<'_>, lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
+    let outcome = revert(cx, lab, id).await?;
     cx.evidence(
         &format!("{id} in the kernel's ledger"),
         action_state(lab, id)?,
@@ -240,20 +161,8 @@ async fn i(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         cx,
         "The agent, still working from what it read at version 1, replaces the body:"
     )?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "agent procedure")"#,
-        agent.set_content(&page, "agent procedure").await,
-    )?;
-    writeln!(cx)?;
-    review(
-        cx,
-        &lab,
-        &shell,
-        Scripted::by_id([(replace, Decision::Approve)]),
-    )
-    .await?;
-    writeln!(cx)?;
+    let replace = agent_replaces(cx, &agent, &page, "agent procedure").await?;
+    ana_approves(cx, &lab, &shell, replace).await?;
     cx.evidence("wiki writes", lab.service.writes())?;
     page_evidence(cx, &lab, 100)
 }
@@ -263,21 +172,9 @@ async fn t(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "original").await?;
     read_body(cx, &agent, &page).await?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "agent note")"#,
-        agent.append_content(&page, "agent note").await,
-    )?;
+    let append = agent_appends(cx, &agent, &page, "agent note").await?;
     human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
-    writeln!(cx)?;
-    review(
-        cx,
-        &lab,
-        &shell,
-        Scripted::by_id([(append, Decision::Approve)]),
-    )
-    .await?;
-    writeln!(cx)?;
+    ana_approves(cx, &lab, &shell, append).await?;
     cx.evidence("wiki writes", lab.service.writes())?;
     status_evidence(cx, &lab, 100)
 }
@@ -299,11 +196,7 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
         Scene::manual(cx, policy, "Draft", "procedure").await?;
     lab.service.seed_page_with_id(101, "OPS", "News", "");
     let news = agent.open("101").await?;
-    let rename = staged(
-        cx,
-        r#"set_title(100, "Publishable")"#,
-        agent.set_title(&page, "Publishable").await,
-    )?;
+    let rename = agent_renames(cx, &agent, &page, "Publishable").await?;
     writeln!(
         cx,
         "Without reading page 100 again, the agent announces the new title on page 101:"
@@ -328,35 +221,30 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
         },
     )?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves the comment {comment} first and leaves the rename {rename} for later:"
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves the comment {comment} first and leaves the rename {rename} for later:"
+        )),
         Scripted::by_id([(rename, Decision::Skip), (comment, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let early = outcome(&lab, comment)?;
     cx.evidence(&format!("{comment} in the kernel's ledger"), &early)?;
 
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana rejects the rename {rename}; the page keeps its title."
-    ))?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana rejects the rename {rename}; the page keeps its title."
+        )),
         Scripted::by_id([(rename, Decision::Reject), (comment, Decision::Skip)]),
     )
     .await?;
-    writeln!(cx)?;
-    let entry = lab.entry(comment)?;
-    let blocked = entry.action().and_then(|a| a.blocked_by);
+    let blocked = blocked_by(&lab, comment)?;
     let state = action_state(&lab, comment)?;
     let after = match blocked {
         Some(root) => format!("{state}, blocked by rejected {root}"),
@@ -364,31 +252,19 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
     };
     cx.evidence(&format!("{comment} in the kernel's ledger"), &after)?;
     if lab.open_ids()?.contains(&comment) {
-        writeln!(cx)?;
-        cx.narrate(&format!("ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it."))?;
-        review(
+        let plan = format!(
+            "ana takes a second look at {comment}: told it depends on the rejected rename, she rejects it."
+        );
+        review_step(
             cx,
             &lab,
             &shell,
+            Some(&plan),
             Scripted::by_id([(comment, Decision::Reject)]),
         )
         .await?;
-        writeln!(cx)?;
     }
-    let wiki_page = lab
-        .service
-        .page(101)
-        .ok_or_else(|| anyhow::anyhow!("page 101 exists"))?;
-    let comments: Vec<String> = wiki_page
-        .comments
-        .iter()
-        .map(|c| visible(&c.body))
-        .collect();
-    let comments = if comments.is_empty() {
-        "none".to_owned()
-    } else {
-        comments.join(" | ")
-    };
+    let comments = comments_in_wiki(&lab, 101)?;
     cx.evidence("page 101's comments in the wiki", &comments)?;
     let title = lab
         .service
@@ -418,16 +294,8 @@ async fn s(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Stacked> {
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "original").await?;
     read_body(cx, &agent, &page).await?;
-    let replace = staged(
-        cx,
-        r#"set_content(100, "new procedure")"#,
-        agent.set_content(&page, "new procedure").await,
-    )?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "safety notes")"#,
-        agent.append_content(&page, "safety notes").await,
-    )?;
+    let replace = agent_replaces(cx, &agent, &page, "new procedure").await?;
+    let append = agent_appends(cx, &agent, &page, "safety notes").await?;
     read_body(cx, &agent, &page).await?;
     human_edit(
         cx,
@@ -436,16 +304,14 @@ async fn s(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Stacked> {
         100,
         Edit::ReplaceBody("bob's procedure".into()),
     )?;
-    writeln!(cx)?;
-    cx.narrate("ana approves both, in id order:")?;
-    review(
+    review_step(
         cx,
         &lab,
         &shell,
+        Some("ana approves both, in id order:"),
         Scripted::by_id([(replace, Decision::Approve), (append, Decision::Approve)]),
     )
     .await?;
-    writeln!(cx)?;
     let append_now = outcome(&lab, append)?;
     cx.evidence(&format!("{append} in the kernel's ledger"), &append_now)?;
     cx.evidence("wiki writes", lab.service.writes())?;
@@ -465,22 +331,10 @@ async fn r1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "original").await?;
     read_body(cx, &agent, &page).await?;
-    let append = staged(
-        cx,
-        r#"append_content(100, "agent note")"#,
-        agent.append_content(&page, "agent note").await,
-    )?;
-    writeln!(cx)?;
-    review(
-        cx,
-        &lab,
-        &shell,
-        Scripted::by_id([(append, Decision::Approve)]),
-    )
-    .await?;
-    writeln!(cx)?;
+    let append = agent_appends(cx, &agent, &page, "agent note").await?;
+    ana_approves(cx, &lab, &shell, append).await?;
     human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
-    revert(cx, &lab, append).await?;
+    revert_shown(cx, &lab, append).await?;
     status_evidence(cx, &lab, 100)
 }
 
@@ -497,17 +351,9 @@ async fn r2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         r#"create_page("OPS", "Runbook", "step 1")"#,
         agent.create_page("OPS", "Runbook", "step 1").await,
     )?;
-    writeln!(cx)?;
-    review(
-        cx,
-        &lab,
-        &shell,
-        Scripted::by_id([(create, Decision::Approve)]),
-    )
-    .await?;
-    writeln!(cx)?;
+    ana_approves(cx, &lab, &shell, create).await?;
     human_edit(cx, &lab, "bob", 200, Edit::AppendBody("step 2".into()))?;
-    revert(cx, &lab, create).await?;
+    revert_shown(cx, &lab, create).await?;
     status_evidence(cx, &lab, 200)
 }
 
@@ -519,33 +365,19 @@ async fn r3(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     )?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Draft", "procedure").await?;
-    let rename = staged(
-        cx,
-        r#"set_title(100, "Publishable")"#,
-        agent.set_title(&page, "Publishable").await,
-    )?;
-    let title = read(cx, &agent, &page).await?.title;
-    let text = format!("Title is now \"{title}\"");
-    let comment = staged(
-        cx,
-        &format!("add_comment(100, {text:?})"),
-        agent.add_comment(&page, &text).await,
-    )?;
-    writeln!(cx)?;
-    cx.narrate(&format!(
-        "ana approves the rename {rename}; the comment {comment} she leaves for later."
-    ))?;
-    review(
+    let (rename, comment) = rename_then_quote(cx, &agent, &page).await?;
+    review_step(
         cx,
         &lab,
         &shell,
+        Some(&format!(
+            "ana approves the rename {rename}; the comment {comment} she leaves for later."
+        )),
         Scripted::by_id([(rename, Decision::Approve), (comment, Decision::Skip)]),
     )
     .await?;
-    writeln!(cx)?;
-    let outcome = revert(cx, &lab, rename).await?;
-    let entry = lab.entry(comment)?;
-    let blocked = entry.action().and_then(|a| a.blocked_by);
+    let outcome = revert_shown(cx, &lab, rename).await?;
+    let blocked = blocked_by(&lab, comment)?;
     cx.evidence(
         &format!("{comment} in the kernel's ledger"),
         match blocked {

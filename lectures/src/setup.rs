@@ -204,6 +204,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Writes `lines` to the transcript, one a line: a lecture's opening paragraph.
+pub(crate) fn paragraph(cx: &mut Context<'_>, lines: &[&str]) -> std::io::Result<()> {
+    for line in lines {
+        writeln!(cx, "{line}")?;
+    }
+    Ok(())
+}
+
 /// Compact JSON, as the agent wrote it, with control and invisible characters made
 /// visible (the transcript is a terminal too).
 pub(crate) fn json(value: &Value) -> String {

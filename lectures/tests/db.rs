@@ -5,7 +5,7 @@
 //! live next to the file).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gatekeeper_core::ActionState;
@@ -57,8 +57,34 @@ async fn run_with(name: &str, plan: DbPlan) -> (anyhow::Result<String>, DbPlan) 
     (result.map(|()| text), plan)
 }
 
-fn runner() -> Command {
+/// Runs the binary with `args`, then `--db path`.
+fn run_db(args: &[&str], path: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lectures"))
+        .args(args)
+        .arg("--db")
+        .arg(path)
+        .output()
+        .expect("runs")
+}
+
+/// Runs the binary with `args` and `--db path`, which must succeed; returns its stdout.
+fn succeeds(args: &[&str], path: &Path) -> String {
+    let output = run_db(args, path);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs the binary with `args` and `--db path`, which must fail without printing anything
+/// to stdout (`why` says what that shows); returns its stderr.
+fn refused(args: &[&str], path: &Path, why: &str) -> String {
+    let output = run_db(args, path);
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "{why}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn desk_line(path: &Path) -> String {
@@ -136,17 +162,8 @@ async fn ex06_in_memory_and_on_a_file_show_the_same_evidence() {
 async fn a_second_run_on_the_same_path_is_refused_and_the_file_is_left_alone() {
     let dir = TempDir::new("twice");
     let path = dir.join("gate.db");
-    let first = runner()
-        .args(["ex06", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
-    assert!(String::from_utf8_lossy(&first.stdout).contains(&desk_line(&path)));
+    let first = succeeds(&["ex06"], &path);
+    assert!(first.contains(&desk_line(&path)), "{first}");
     let before = std::fs::read(&path).expect("the file exists");
     let refusal = format!(
         "{} already exists; choose a new --db path or delete it",
@@ -154,14 +171,7 @@ async fn a_second_run_on_the_same_path_is_refused_and_the_file_is_left_alone() {
     );
 
     // The binary refuses before the transcript starts.
-    let second = runner()
-        .args(["ex06", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(!second.status.success());
-    assert!(second.stdout.is_empty(), "nothing runs");
-    let stderr = String::from_utf8_lossy(&second.stderr);
+    let stderr = refused(&["ex06"], &path, "nothing runs");
     // What the earlier run keeps next to its file is named with it: one clean-up.
     assert!(
         stderr.contains(&format!(
@@ -192,14 +202,7 @@ async fn every_file_of_an_earlier_run_is_named_at_once_in_desk_order() {
     for name in ["gate.db.10", "gate.db.02", "gate.db.02-wal", "gate.db"] {
         std::fs::write(dir.join(name), b"an earlier run").expect("writes");
     }
-    let output = runner()
-        .args(["ex05", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(!output.status.success());
-    assert!(output.stdout.is_empty(), "nothing runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused(&["ex05"], &path, "nothing runs");
     let d = dir.join("").display().to_string();
     let d = d.trim_end_matches('/');
     assert!(
@@ -214,14 +217,7 @@ async fn every_file_of_an_earlier_run_is_named_at_once_in_desk_order() {
 fn a_missing_directory_is_refused_before_the_banner() {
     let dir = TempDir::new("no-dir");
     let path = dir.join("missing").join("gate.db");
-    let output = runner()
-        .args(["ex05", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(!output.status.success());
-    assert!(output.stdout.is_empty(), "no banner");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused(&["ex05"], &path, "no banner");
     assert!(
         stderr.contains("does not exist; create it first or choose another --db path"),
         "{stderr}"
@@ -242,14 +238,7 @@ async fn a_later_desk_file_of_an_earlier_run_is_refused_before_anything_runs() {
     let dir = TempDir::new("later");
     let path = dir.join("gate.db");
     std::fs::write(dir.join("gate.db.03"), b"someone's data").expect("writes");
-    let output = runner()
-        .args(["all", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(!output.status.success());
-    assert!(output.stdout.is_empty(), "nothing runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused(&["all"], &path, "nothing runs");
     assert!(
         stderr.contains("gate.db.03 already exists; choose a new --db path or delete it"),
         "{stderr}"
@@ -295,17 +284,7 @@ async fn the_ledger_view_lists_the_ex06_entries() {
     );
 
     // The binary prints the same.
-    let output = runner()
-        .args(["ledger", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&output.stdout), view);
+    assert_eq!(succeeds(&["ledger"], &path), view);
 }
 
 #[tokio::test]
@@ -317,14 +296,8 @@ async fn the_ledger_view_never_creates_a_file() {
     assert!(error.contains("never creates one"), "{error}");
     assert!(!path.exists());
 
-    let output = runner()
-        .args(["ledger", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(!output.status.success());
-    assert!(output.stdout.is_empty());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("no database at"));
+    let stderr = refused(&["ledger"], &path, "nothing is printed");
+    assert!(stderr.contains("no database at"), "{stderr}");
     assert!(!path.exists());
     assert_eq!(
         std::fs::read_dir(&dir.0).expect("lists").count(),
@@ -569,20 +542,8 @@ async fn the_ledger_view_pages_most_recent_first() {
     assert!(!last.contains("Older entries"), "{last}");
 
     // The binary takes the same page.
-    let output = runner()
-        .args(["ledger", "--limit", "3", "--before", "5", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(
-        ids(&String::from_utf8_lossy(&output.stdout)),
-        ["#4", "#3", "#2"]
-    );
+    let output = succeeds(&["ledger", "--limit", "3", "--before", "5"], &path);
+    assert_eq!(ids(&output), ["#4", "#3", "#2"]);
 }
 
 #[tokio::test]
@@ -644,17 +605,7 @@ async fn the_full_check_is_a_command_of_its_own() {
         text.contains("passed SQLite's full integrity check"),
         "{text}"
     );
-    let output = runner()
-        .args(["ledger", "--check", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&output.stdout), text);
+    assert_eq!(succeeds(&["ledger", "--check"], &path), text);
 }
 
 #[tokio::test]
@@ -706,16 +657,7 @@ async fn a_failed_run_says_what_it_left_and_how_to_clean_it() {
         }
     }
     std::fs::remove_file(dir.join("gate.db.02-sessions")).expect("removes");
-    let again = runner()
-        .args(["ex02", "--db"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(
-        again.status.success(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    succeeds(&["ex02"], &path);
 }
 
 #[tokio::test]

@@ -125,29 +125,8 @@ fn list_names_every_lecture_with_its_summary_in_lines_of_at_most_100_chars() {
 
 #[test]
 fn interactive_end_of_input_approves_nothing() {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = runner()
-        .args(["--interactive", "ex03"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs");
     // A stray answer, then end of input.
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"yes please\n")
-        .expect("writes");
-    let output = child.wait_with_output().expect("finishes");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = interactive("ex03", b"yes please\n");
     assert!(stdout.contains("please type a, r, s or k"), "{stdout}");
     assert!(stdout.contains("> skip (end of input)"), "{stdout}");
     assert!(

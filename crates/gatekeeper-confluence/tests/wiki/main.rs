@@ -16,7 +16,7 @@ mod lifecycle;
 mod review;
 mod sessions;
 
-use gatekeeper_confluence::{Lab, Policy};
+use gatekeeper_confluence::{ContentHandle, Lab, Policy, WikiSession};
 use kernel::{ActionState, DecisionError, GatekeeperError, LedgerId};
 
 /// Both policies, for cases where they behave the same.
@@ -27,6 +27,18 @@ pub fn lab_with_manual(policy: Policy, title: &str, body: &str) -> Lab {
     let lab = Lab::new(policy);
     lab.service.seed_page_with_id(100, "OPS", title, body);
     lab
+}
+
+/// A lab from [`lab_with_manual`], the agent's session and its handle on page 100.
+pub async fn agent_on_manual(
+    policy: Policy,
+    title: &str,
+    body: &str,
+) -> (Lab, WikiSession, ContentHandle) {
+    let lab = lab_with_manual(policy, title, body);
+    let agent = lab.session("agent");
+    let page = agent.open("100").await.expect("page 100 opens");
+    (lab, agent, page)
 }
 
 /// The storage body of a page, as the wiki holds it now.

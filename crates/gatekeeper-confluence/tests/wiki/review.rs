@@ -8,11 +8,13 @@ use std::sync::Arc;
 use gatekeeper_confluence::record::{StoredRecord, StoredV1};
 use gatekeeper_confluence::{
     ActionRecord, ConfluenceGatekeeper, ContentHandle, ContentStatus, Edit, KvStore, Lab, MemoryKv,
-    Policy, RecordState, WikiAction, WikiService,
+    Policy, RecordState, Staged, WikiAction, WikiService, WikiSession,
 };
-use kernel::{ActionState, DriverActionId, Gatekeeper, LedgerId, StepClock, Timestamp};
+use kernel::{
+    ActionState, DriverActionId, Gatekeeper, GatekeeperError, LedgerId, StepClock, Timestamp,
+};
 
-use crate::{apply_error, lab_with_manual, state, storage, version};
+use crate::{agent_on_manual, apply_error, lab_with_manual, state, storage, version};
 
 /// The kernel's `blocked_by` of an action.
 fn blocked_by(lab: &Lab, id: LedgerId) -> Option<LedgerId> {
@@ -24,14 +26,40 @@ fn depends_on(lab: &Lab, id: LedgerId) -> Vec<LedgerId> {
     lab.entry(id).unwrap().action().unwrap().depends_on.clone()
 }
 
+/// The description on an action's card, as the person reads it.
+fn card(lab: &Lab, id: LedgerId) -> String {
+    lab.entry(id)
+        .unwrap()
+        .action()
+        .unwrap()
+        .description
+        .description
+        .clone()
+}
+
+/// Asserts that `error` is a failure for good whose message says `text`.
+#[track_caller]
+fn assert_final_saying(error: &GatekeeperError, text: &str) {
+    assert!(!error.retryable, "{}", error.message);
+    assert!(error.message.contains(text), "{}", error.message);
+}
+
+/// The agent stages `verb` ("replace", "append" or "rename") on `page`.
+async fn stage(agent: &WikiSession, page: &ContentHandle, verb: &str) -> Staged {
+    match verb {
+        "replace" => agent.set_content(page, "agent body").await,
+        "append" => agent.append_content(page, "agent note").await,
+        _ => agent.set_title(page, "Agent title").await,
+    }
+    .unwrap()
+}
+
 // ----- stale writes (pitfall 1) -----
 
 #[tokio::test]
 async fn an_edit_between_the_agents_read_and_its_staging_is_not_erased() {
     for rename in [false, true] {
-        let lab = lab_with_manual(Policy::GUARDED, "Manual", "original");
-        let agent = lab.session("agent");
-        let page = agent.open("100").await.unwrap();
+        let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Manual", "original").await;
         assert_eq!(agent.read(&page).await.unwrap().version, 1);
         lab.service
             .human_edit(100, Edit::ReplaceBody("human edit".into()))
@@ -43,23 +71,13 @@ async fn an_edit_between_the_agents_read_and_its_staging_is_not_erased() {
         } else {
             agent.set_content(&page, "agent body").await.unwrap()
         };
-        let card = lab.entry(staged.ledger).unwrap();
+        let read_card = card(&lab, staged.ledger);
         assert!(
-            !card
-                .action()
-                .unwrap()
-                .description
-                .description
-                .contains("did not read"),
-            "the agent did read it"
+            !read_card.contains("did not read"),
+            "the agent did read it: {read_card}"
         );
         let error = apply_error(lab.overseer.approve(staged.ledger, "ana").await);
-        assert!(!error.retryable, "{}", error.message);
-        assert!(
-            error.message.contains("staged against version 1"),
-            "{}",
-            error.message
-        );
+        assert_final_saying(&error, "staged against version 1");
         assert_eq!(storage(&lab, 100), "<p>human edit</p>", "rename: {rename}");
         assert_eq!(lab.service.page(100).unwrap().title, "Manual");
         assert_eq!(lab.service.writes(), 0);
@@ -75,54 +93,30 @@ async fn a_replace_of_a_page_the_agent_never_read_says_so_on_the_card() {
     let agent = lab.session("agent");
     let page = agent.open("100").await.unwrap();
     let blind = agent.set_content(&page, "agent body").await.unwrap();
-    let entry = lab.entry(blind.ledger).unwrap();
-    let card = &entry.action().unwrap().description.description;
+    let blind_card = card(&lab, blind.ledger);
     assert!(
-        card.contains(
+        blind_card.contains(
             "The agent did not read this page before staging this: it never saw version 2"
         ),
-        "{card}"
+        "{blind_card}"
     );
     // After a read, the card of the next replace says nothing of the sort.
     agent.read(&page).await.unwrap();
     let seen = agent.set_content(&page, "agent body, again").await.unwrap();
-    let entry = lab.entry(seen.ledger).unwrap();
-    assert!(
-        !entry
-            .action()
-            .unwrap()
-            .description
-            .description
-            .contains("did not read")
-    );
+    assert!(!card(&lab, seen.ledger).contains("did not read"));
     // The reference's cards carry no such line.
     let reference = lab_with_manual(Policy::REFERENCE, "Manual", "original");
     let agent = reference.session("agent");
     let staged = agent.set_content(&page, "agent body").await.unwrap();
-    let entry = reference.entry(staged.ledger).unwrap();
-    assert!(
-        !entry
-            .action()
-            .unwrap()
-            .description
-            .description
-            .contains("did not read")
-    );
+    assert!(!card(&reference, staged.ledger).contains("did not read"));
 }
 
 #[tokio::test]
 async fn an_edit_approved_after_the_page_was_trashed_does_not_restore_it() {
     for verb in ["replace", "append", "rename"] {
-        let lab = lab_with_manual(Policy::GUARDED, "Manual", "original");
-        let agent = lab.session("agent");
-        let page = agent.open("100").await.unwrap();
+        let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Manual", "original").await;
         agent.read(&page).await.unwrap();
-        let staged = match verb {
-            "replace" => agent.set_content(&page, "agent body").await,
-            "append" => agent.append_content(&page, "agent note").await,
-            _ => agent.set_title(&page, "Agent title").await,
-        }
-        .unwrap();
+        let staged = stage(&agent, &page, verb).await;
         lab.service.human_edit(100, Edit::Trash).unwrap();
         let error = apply_error(lab.overseer.approve(staged.ledger, "ana").await);
         assert!(
@@ -193,10 +187,8 @@ async fn a_write_referenced_without_a_read_is_flagged_when_rejected() {
 async fn approving_a_dependent_while_its_dependency_is_pending_is_refused() {
     // On another page, so the order of one page's actions ("apply #k first") is not
     // what holds it back.
-    let lab = lab_with_manual(Policy::GUARDED, "Draft", "procedure");
+    let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Draft", "procedure").await;
     lab.service.seed_page_with_id(101, "OPS", "News", "");
-    let agent = lab.session("agent");
-    let page = agent.open("100").await.unwrap();
     let news = agent.open("101").await.unwrap();
     let rename = agent.set_title(&page, "Publishable").await.unwrap();
     let title = agent.title(&page).await.unwrap();
@@ -240,9 +232,7 @@ async fn approving_a_dependent_while_its_dependency_is_pending_is_refused() {
 
 #[tokio::test]
 async fn a_dependency_that_failed_for_good_holds_the_dependent_like_a_rejection() {
-    let lab = lab_with_manual(Policy::GUARDED, "Manual", "original");
-    let agent = lab.session("agent");
-    let page = agent.open("100").await.unwrap();
+    let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Manual", "original").await;
     let replace = agent.set_content(&page, "agent body").await.unwrap();
     assert_eq!(agent.body(&page).await.unwrap(), "agent body");
     lab.service
@@ -261,9 +251,7 @@ async fn a_dependency_that_failed_for_good_holds_the_dependent_like_a_rejection(
 
 #[tokio::test]
 async fn an_append_stacked_on_a_replace_that_fails_is_not_applied() {
-    let lab = lab_with_manual(Policy::GUARDED, "Manual", "original");
-    let agent = lab.session("agent");
-    let page = agent.open("100").await.unwrap();
+    let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Manual", "original").await;
     agent.read(&page).await.unwrap();
     let replace = agent.set_content(&page, "new procedure").await.unwrap();
     let append = agent.append_content(&page, "safety notes").await.unwrap();
@@ -277,21 +265,14 @@ async fn an_append_stacked_on_a_replace_that_fails_is_not_applied() {
     apply_error(lab.overseer.approve(replace.ledger, "ana").await);
     assert_eq!(blocked_by(&lab, append.ledger), Some(replace.ledger));
     let error = apply_error(lab.overseer.approve(append.ledger, "ana").await);
-    assert!(!error.retryable, "{}", error.message);
-    assert!(
-        error.message.contains("staged on top of"),
-        "{}",
-        error.message
-    );
+    assert_final_saying(&error, "staged on top of");
     assert_eq!(storage(&lab, 100), "<p>person's text</p>");
     assert_eq!(lab.service.writes(), 0);
 }
 
 #[tokio::test]
 async fn reverting_an_action_others_depend_on_flags_them() {
-    let lab = lab_with_manual(Policy::GUARDED, "Draft", "procedure");
-    let agent = lab.session("agent");
-    let page = agent.open("100").await.unwrap();
+    let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Draft", "procedure").await;
     let rename = agent.set_title(&page, "Publishable").await.unwrap();
     let title = agent.title(&page).await.unwrap();
     let comment = agent
@@ -311,16 +292,9 @@ async fn reverting_an_action_others_depend_on_flags_them() {
 #[tokio::test]
 async fn revert_after_a_person_trashed_the_page_refuses_and_leaves_it_in_the_trash() {
     for verb in ["replace", "append", "rename"] {
-        let lab = lab_with_manual(Policy::GUARDED, "Manual", "original");
-        let agent = lab.session("agent");
-        let page = agent.open("100").await.unwrap();
+        let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Manual", "original").await;
         agent.read(&page).await.unwrap();
-        let staged = match verb {
-            "replace" => agent.set_content(&page, "agent body").await,
-            "append" => agent.append_content(&page, "agent note").await,
-            _ => agent.set_title(&page, "Agent title").await,
-        }
-        .unwrap();
+        let staged = stage(&agent, &page, verb).await;
         lab.overseer.approve(staged.ledger, "ana").await.unwrap();
         lab.service.human_edit(100, Edit::Trash).unwrap();
         let before = lab.service.page(100).unwrap();

@@ -447,7 +447,7 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # env = { LOG_LEVEL = "info" }   # its environment (it inherits only PATH, HOME, LANG, ...)
 # trust = "vetted"               # default "byo": its annotations never auto-apply a write
 # deadline_seconds = 30          # every request to it has a deadline (default 60)
-# sensitive_reads = ["read_file"]
+# sensitive_reads = ["read_file"]  # reading one locks that agent down: no more of its writes
 
 # A downstream server over MCP streamable HTTP (http:// on this machine: this build has
 # no TLS). Header values come from environment variables of `gate serve`, so secrets

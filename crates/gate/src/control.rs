@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kernel::LedgerId;
+use prompt_sanitize::{MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline};
 use serde::{Deserialize, Serialize};
 use shell::{Decision, Effect, Shell};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
@@ -197,6 +198,17 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
                 Decision::Approve
             };
             for id in ids {
+                // An agent whose workspace is locked down has nothing applied any more,
+                // by a person or by a rule the person enables here.
+                if let Some((agent, why)) = gateway.locked_caller(LedgerId(id)) {
+                    ok = false;
+                    lines.push(format!(
+                        "#{id}: not applied: agent {} is locked down because {}; nothing it staged may be sent any more, but you may still reject it",
+                        code_span(&agent, MAX_INLINE_CHARS),
+                        plain_inline(&why, MAX_DESCRIPTION_CHARS)
+                    ));
+                    continue;
+                }
                 match shell.decide(LedgerId(id), decision).await {
                     Ok(decided) => {
                         ok &= !matches!(decided.effect, Effect::Refused | Effect::Failed { .. });
@@ -217,13 +229,11 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
             let shell = Shell::new(overseer, person);
             for id in ids {
                 let ledger = LedgerId(id);
-                match shell.decide(ledger, Decision::Reject).await {
+                match shell
+                    .decide_with_reason(ledger, Decision::Reject, reason.as_deref())
+                    .await
+                {
                     Ok(decided) => {
-                        if decided.effect == Effect::Rejected
-                            && let Some(reason) = &reason
-                        {
-                            gateway.record_reason(ledger, reason.clone());
-                        }
                         ok &= decided.effect == Effect::Rejected;
                         lines.push(decided.report.to_string());
                     }

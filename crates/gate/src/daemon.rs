@@ -2,10 +2,10 @@
 //! into a gateway, then serve agents over HTTP and the person over the socket.
 //!
 //! Startup refuses, with what to do, anything it cannot honour: a server that does not
-//! start or list its tools, a grant of a tool the server does not list, a setting this
-//! version does not implement yet (sensitive reads; `https://` servers, since this build
-//! carries no TLS), a header whose environment variable is not set. Nothing is
-//! half-configured.
+//! start or list its tools, a grant of a tool the server does not list, a sensitive read
+//! that is not a read the server lists, a setting this version does not implement yet
+//! (`https://` servers, since this build carries no TLS), a header whose environment
+//! variable is not set. Nothing is half-configured.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ use crate::config::{Config, ServerConfig, Transport};
 use crate::control;
 use crate::gateway::{AgentView, Downstream, Gateway};
 use crate::http::{self, MCP_PATH, Tokens};
-use crate::paths::{DATABASE_FILE, socket_in};
+use crate::paths::{DATABASE_FILE, WORKSPACES_DIR, socket_in};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -111,13 +111,6 @@ impl Daemon {
         let mut downstreams = Vec::new();
         for server in &config.servers {
             let endpoint = endpoint(server, config)?;
-            if !server.sensitive_reads.is_empty() {
-                return Err(StartError(format!(
-                    "server {:?} lists sensitive_reads, which this version of gate does not honour yet (it would not lock anything down); remove them from {} rather than rely on them",
-                    server.name,
-                    config.path.display()
-                )));
-            }
             let mcp = McpServer::connect(
                 McpServerConfig::new(server.name.clone(), endpoint)
                     .trust(server.trust)
@@ -130,6 +123,33 @@ impl Daemon {
                 .await
                 .map_err(|e| StartError(format!("server {:?}: {e}", server.name)))?;
             let gatekeeper = Arc::new(mcp.gatekeeper(store));
+            // A sensitive read must be a tool the server lists and the classifier calls a
+            // read: anything else would lock nothing down, silently.
+            for tool in &server.sensitive_reads {
+                let Some(listed) = mcp.catalog().get(tool).cloned() else {
+                    return Err(StartError(format!(
+                        "server {:?} lists sensitive read {tool:?}, which that server does not list; it lists: {}; fix sensitive_reads in {}",
+                        server.name,
+                        mcp.catalog()
+                            .tools()
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        config.path.display()
+                    )));
+                };
+                if !gatekeeper
+                    .classification(listed.gated_name())
+                    .is_some_and(|c| c.is_read())
+                {
+                    return Err(StartError(format!(
+                        "server {:?} lists sensitive read {tool:?}, which is a write (every call of it waits for a person already); remove it from sensitive_reads in {}",
+                        server.name,
+                        config.path.display()
+                    )));
+                }
+            }
             overseer
                 .register(gatekeeper.clone())
                 .map_err(|e| StartError(e.to_string()))?;
@@ -138,6 +158,7 @@ impl Daemon {
                 name: server.name.clone(),
                 server: mcp,
                 gatekeeper,
+                sensitive_reads: server.sensitive_reads.clone(),
             });
         }
         overseer.resume().map_err(|e| StartError(e.to_string()))?;
@@ -160,7 +181,17 @@ impl Daemon {
                 .iter()
                 .map(|a| (a.name.as_str(), a.token.as_str())),
         );
-        let gateway = Arc::new(Gateway::new(overseer, downstreams, views));
+        let workspaces = data_dir.join(WORKSPACES_DIR);
+        let gateway = Arc::new(
+            Gateway::new(overseer, downstreams, views)
+                .with_workspaces(&workspaces)
+                .map_err(|e| {
+                    StartError(format!(
+                        "could not read the agents' lockdown latches in {}: {e}",
+                        workspaces.display()
+                    ))
+                })?,
+        );
         let recovered = gateway.recover_pending().await;
         if recovered > 0 {
             info!(recovered, "pending actions recovered from the ledger");

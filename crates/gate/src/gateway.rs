@@ -18,6 +18,7 @@
 //! ([`crate::control`]); an agent can only read the outcome of its own actions.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gatekeeper_core::{ActionResult, CallOutcome, Content, Session, ToolGatekeeper, ToolResult};
@@ -45,6 +46,9 @@ pub struct Downstream {
     pub server: Arc<McpServer>,
     /// Its gatekeeper, registered with the kernel.
     pub gatekeeper: Arc<ToolGatekeeper>,
+    /// Its tools whose reads are sensitive: reading one locks the reading agent's
+    /// workspace down.
+    pub sensitive_reads: Vec<String>,
 }
 
 /// One tool as one agent sees it.
@@ -60,6 +64,8 @@ struct AgentTool {
     gated: String,
     /// Whether the classifier made it a read.
     read: bool,
+    /// Whether reading it locks this agent's workspace down.
+    sensitive: bool,
     /// What the agent is shown.
     listing: McpTool,
 }
@@ -73,6 +79,9 @@ pub struct AgentView {
     sessions: HashMap<String, Session>,
     /// Held while this agent stages, so a repeat waits for the first and finds its action.
     staging: Mutex<()>,
+    /// Why this agent's workspace is locked down (the sensitive read that latched it), or
+    /// `None` while it is not.
+    lockdown: std::sync::Mutex<Option<String>>,
 }
 
 /// Why an agent's view could not be built.
@@ -163,8 +172,13 @@ impl AgentView {
         grants: &[(String, Option<Vec<String>>)],
         downstreams: &[Downstream],
     ) -> Result<Self, ViewError> {
-        let mut picked: Vec<(String, gatekeeper_mcp::CatalogTool, bool, Arc<McpServer>)> =
-            Vec::new();
+        let mut picked: Vec<(
+            String,
+            gatekeeper_mcp::CatalogTool,
+            bool,
+            bool,
+            Arc<McpServer>,
+        )> = Vec::new();
         let mut sessions = HashMap::new();
         for (server, tools) in grants {
             let downstream = downstreams
@@ -209,21 +223,23 @@ impl AgentView {
                     .gatekeeper
                     .classification(tool.gated_name())
                     .is_some_and(|c| c.is_read());
+                let sensitive = read && downstream.sensitive_reads.contains(&tool.name);
                 picked.push((
                     server.clone(),
                     tool.clone(),
                     read,
+                    sensitive,
                     downstream.server.clone(),
                 ));
             }
         }
         let pairs: Vec<(&str, &str)> = picked
             .iter()
-            .map(|(server, tool, _, _)| (server.as_str(), tool.name.as_str()))
+            .map(|(server, tool, ..)| (server.as_str(), tool.name.as_str()))
             .collect();
         let exposed = agent_names(&pairs, &[ACTION_RESULT_TOOL, PENDING_TOOL])?;
         let mut tools = Vec::new();
-        for ((server, tool, read, driver), exposed) in picked.into_iter().zip(exposed) {
+        for ((server, tool, read, sensitive, driver), exposed) in picked.into_iter().zip(exposed) {
             if let Some(listing) = listing(&exposed, &tool, read) {
                 tools.push(AgentTool {
                     exposed,
@@ -231,6 +247,7 @@ impl AgentView {
                     server,
                     gated: tool.gated_name().to_owned(),
                     read,
+                    sensitive,
                     listing,
                 });
             }
@@ -246,12 +263,21 @@ impl AgentView {
             by_name,
             sessions,
             staging: Mutex::new(()),
+            lockdown: std::sync::Mutex::new(None),
         })
     }
 
     /// The agent's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Why this agent's workspace is locked down, or `None` while it is not.
+    pub fn lockdown(&self) -> Option<String> {
+        self.lockdown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -264,8 +290,9 @@ pub struct Gateway {
     /// same action. (Each agent's staging is serialized by [`AgentView`]'s turn, so two
     /// identical calls cannot both stage; different agents stage concurrently.)
     staged: std::sync::Mutex<HashMap<(String, String, String), LedgerId>>,
-    /// A person's reason for a rejection, told to the agent that asks.
-    reasons: std::sync::Mutex<HashMap<LedgerId, String>>,
+    /// Where each agent's lockdown latch is kept (one file per locked-down agent), or
+    /// `None` to keep latches in memory only.
+    workspaces: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -328,8 +355,62 @@ impl Gateway {
             downstreams,
             agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),
             staged: std::sync::Mutex::new(HashMap::new()),
-            reasons: std::sync::Mutex::new(HashMap::new()),
+            workspaces: None,
         }
+    }
+
+    /// Keep each agent's lockdown latch in `dir` (created if missing): one file per
+    /// locked-down agent, named after it, written and synced before a sensitive read is
+    /// forwarded. Latches already there are loaded, so a lockdown outlives a restart.
+    pub fn with_workspaces(mut self, dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        for view in self.agents.values() {
+            match std::fs::read_to_string(dir.join(&view.name)) {
+                Ok(why) => {
+                    *view.lockdown.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(why.trim().to_owned());
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
+            }
+        }
+        self.workspaces = Some(dir.to_owned());
+        Ok(self)
+    }
+
+    /// Why agent `agent`'s workspace is locked down, or `None` while it is not (or for
+    /// an agent the gateway does not know).
+    pub fn lockdown_of(&self, agent: &str) -> Option<String> {
+        self.agents.get(agent).and_then(AgentView::lockdown)
+    }
+
+    /// The agent that staged action `ledger` and why its workspace is locked down, when
+    /// it is.
+    pub fn locked_caller(&self, ledger: LedgerId) -> Option<(String, String)> {
+        let entry = self.overseer.entry(ledger).ok().flatten()?;
+        let why = self.lockdown_of(&entry.caller)?;
+        Some((entry.caller.to_string(), why))
+    }
+
+    /// Latch `view`'s lockdown because it is about to read `tool`: durably first (when a
+    /// directory is set), then in memory. Once latched it is never lifted by the daemon.
+    fn latch_lockdown(&self, view: &AgentView, tool: &str) -> std::io::Result<()> {
+        let mut latch = view.lockdown.lock().unwrap_or_else(|p| p.into_inner());
+        if latch.is_some() {
+            return Ok(());
+        }
+        let why = format!("it read the sensitive tool \"{tool}\"");
+        if let Some(dir) = &self.workspaces {
+            use std::io::Write as _;
+            let path = dir.join(&view.name);
+            let mut file = std::fs::File::create(&path)?;
+            file.write_all(why.as_bytes())?;
+            file.sync_all()?;
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        warn!(agent = %view.name, %tool, "sensitive read: this agent's workspace is locked down");
+        *latch = Some(why);
+        Ok(())
     }
 
     /// The kernel.
@@ -454,14 +535,6 @@ impl Gateway {
         lines.join("\n")
     }
 
-    /// Remember a person's reason for rejecting `ledger`.
-    pub fn record_reason(&self, ledger: LedgerId, reason: String) {
-        self.reasons
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(ledger, reason);
-    }
-
     /// The tools agent `agent` sees (none for an unknown agent).
     pub fn list_tools(&self, agent: &str) -> Vec<McpTool> {
         let Some(view) = self.agents.get(agent) else {
@@ -483,6 +556,15 @@ impl Gateway {
         let entry = &view.tools[*view.by_name.get(tool)?];
         let session = view.sessions.get(&entry.server)?;
         if entry.read {
+            // The latch is written before the read is forwarded: if the daemon dies
+            // after the data left the server, the agent is still locked down.
+            if entry.sensitive
+                && let Err(error) = self.latch_lockdown(view, &entry.exposed)
+            {
+                return Some(error_result(format!(
+                    "the gateway could not record that this read is sensitive ({error}), so it was not sent; ask the person to check the gate's data directory"
+                )));
+            }
             return Some(match session.call_tool(&entry.gated, args).await {
                 Ok(CallOutcome::Data { result, .. }) => downstream_result(&result, None),
                 Ok(CallOutcome::Pending { .. }) => error_result(
@@ -506,6 +588,13 @@ impl Gateway {
             entry.exposed.clone(),
             canonical_json(&args),
         );
+        // A sensitive read locked this agent's workspace down: nothing it writes may leave.
+        if let Some(why) = view.lockdown() {
+            return error_result(format!(
+                "Your workspace is locked down because {why}: none of your writes can be staged or sent any more, so \"{}\" was not staged and nothing was sent. Other agents are not affected; tell the person if this write is needed.",
+                entry.exposed
+            ));
+        }
         // A write is staged only against the definition the person granted: a tool the
         // server changed since is not callable until a person accepts the new catalog.
         if let Err(refusal) = entry.driver.check_current(&entry.gated).await {
@@ -570,12 +659,13 @@ impl Gateway {
                 )),
             ),
             Ok(ActionResult::Rejected { .. }) => {
-                let reason = self
-                    .reasons
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&ledger)
-                    .cloned();
+                // The person's reason is the resolution's cause in the ledger, so it
+                // survives a restart; it is text from outside, shown sanitized.
+                let reason = action
+                    .resolution
+                    .as_ref()
+                    .and_then(|r| r.cause.as_deref())
+                    .map(|cause| plain_inline(cause, MAX_DESCRIPTION_CHARS));
                 text_result(match reason {
                     Some(reason) => format!(
                         "Action {id} was rejected by a person, so nothing was sent. Their reason: {reason}"

@@ -10,6 +10,9 @@ pub const CONFIG_FILE: &str = "gate.toml";
 pub const DATABASE_FILE: &str = "gate.db";
 /// The person's socket's name, in the data directory.
 pub const SOCKET_FILE: &str = "gate.sock";
+/// The folder, in the data directory, of the agents' lockdown latches: a file named after
+/// each agent whose workspace a sensitive read locked down.
+pub const WORKSPACES_DIR: &str = "lockdown";
 
 /// Why no default location could be found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -402,6 +402,18 @@ impl Overseer {
     /// rejected ("cascaded from #id"); open actions that depended on any of them are
     /// flagged and held for a person.
     pub async fn reject(&self, id: LedgerId, by: &str) -> Result<RejectReport, DecisionError> {
+        self.reject_with_reason(id, by, None).await
+    }
+
+    /// [`Overseer::reject`], recording the person's `reason` (if any) in the ledger as the
+    /// resolution's cause, so it outlives the process. The reason is stored as given:
+    /// whoever shows it to an agent or a person sanitizes it, like any text from outside.
+    pub async fn reject_with_reason(
+        &self,
+        id: LedgerId,
+        by: &str,
+        reason: Option<&str>,
+    ) -> Result<RejectReport, DecisionError> {
         let inner = &self.inner;
         let by = decider_name(by)?;
         let _slot = inner.claim(id)?;
@@ -435,7 +447,7 @@ impl Overseer {
             by: by.to_owned(),
             auto: false,
             at: now,
-            cause: None,
+            cause: reason.map(str::to_owned),
         });
         inner.store.put(rejected)?;
         info!(restart = outcome.restart, "action rejected");

@@ -235,6 +235,18 @@ impl Shell {
     /// start, and reports what happened, including other actions the drain applied,
     /// cascaded rejections and actions newly held because they depend on a rejected one.
     pub async fn decide(&self, id: LedgerId, decision: Decision) -> Result<Decided, ShellError> {
+        self.decide_with_reason(id, decision, None).await
+    }
+
+    /// [`Shell::decide`], with the person's reason for a rejection recorded in the ledger
+    /// (the resolution's cause), where it outlives the process. Ignored for any decision
+    /// but [`Decision::Reject`].
+    pub async fn decide_with_reason(
+        &self,
+        id: LedgerId,
+        decision: Decision,
+        reason: Option<&str>,
+    ) -> Result<Decided, ShellError> {
         let before = self.snapshot()?;
         let by = self.person.as_str();
         let mut report: Vec<Sanitized> = Vec::new();
@@ -269,7 +281,7 @@ impl Shell {
                 }
                 Err(error) => self.refusal(id, "approve", error, &mut report)?,
             },
-            Decision::Reject => match self.overseer.reject(id, by).await {
+            Decision::Reject => match self.overseer.reject_with_reason(id, by, reason).await {
                 Ok(outcome) => {
                     report.push(ours(format!("  rejected {id}: nothing was sent")));
                     if outcome.restart {

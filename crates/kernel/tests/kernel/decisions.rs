@@ -194,6 +194,33 @@ async fn reject_sends_nothing_and_records_the_restart_hint() {
 }
 
 #[tokio::test]
+async fn a_persons_reason_for_a_rejection_is_recorded_in_the_ledger_and_none_is_invented() {
+    let (overseer, gatekeeper, queue) = setup();
+    let with = submit(&queue, 1, false).await;
+    let without = submit(&queue, 2, false).await;
+    overseer
+        .reject_with_reason(with, "bob", Some("not on a friday"))
+        .await
+        .unwrap();
+    overseer.reject(without, "bob").await.unwrap();
+    let cause = |id| {
+        overseer
+            .entry(id)
+            .unwrap()
+            .unwrap()
+            .action()
+            .unwrap()
+            .resolution
+            .clone()
+            .unwrap()
+            .cause
+    };
+    assert_eq!(cause(with).as_deref(), Some("not on a friday"));
+    assert_eq!(cause(without), None);
+    assert!(gatekeeper.applied().is_empty());
+}
+
+#[tokio::test]
 async fn cascaded_rejections_are_marked_with_their_cause() {
     let (overseer, gatekeeper, queue) = setup();
     let parent = submit(&queue, 1, false).await;

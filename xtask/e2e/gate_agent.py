@@ -25,6 +25,11 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+try:
+    BaseExceptionGroup
+except NameError:  # Python 3.10: anyio brings the backport
+    from exceptiongroup import BaseExceptionGroup
+
 # The longest any one MCP request or person's command may take.
 STEP_SECONDS = 30
 # How long an auto-applied action may take to show as applied.
@@ -70,6 +75,14 @@ class Transcript:
         self.say(f"  {mark} {body[0]}")
         for line in body[1:]:
             self.say(f"    {line}")
+
+    def disk(self, root, name):
+        """What the disk holds at `name`, as the person would see with `cat`."""
+        path = root / name
+        if path.is_file():
+            self.say(f"disk: <root>/{name} holds {path.read_text(encoding='utf-8')!r}")
+        else:
+            self.say(f"disk: <root>/{name} does not exist")
 
     def person(self, argv, output):
         self.say("person $ " + shlex.join(["gate", *argv]))
@@ -204,6 +217,7 @@ async def stdio_session(opts, person, transcript):
             check("stdio: write_file is answered at once as pending, with an action id, not an error",
                   not staged.is_error and approved is not None and "Nothing has been sent" in text_of(staged),
                   text_of(staged))
+            transcript.disk(root, "notes/approved.txt")
             check("stdio: the pending write_file has not touched the disk",
                   not target.exists(), f"{target} exists before approval")
             again = await agent.call("files__write_file", {"path": str(target), "content": content})
@@ -212,8 +226,12 @@ async def stdio_session(opts, person, transcript):
 
             ok, pending = person.run("pending")
             check("person: gate pending lists the write", ok and f"#{approved}" in pending, pending)
+            ok, shown = person.run("show", str(approved))
+            check("person: gate show displays the exact arguments before the decision",
+                  ok and "approved.txt" in shown and json.dumps(content, ensure_ascii=False)[1:-1] in shown, shown)
             ok, out = person.run("approve", str(approved))
             check("person: gate approve applies the write", ok, out)
+            transcript.disk(root, "notes/approved.txt")
             check("disk: the approved file holds exactly the content the agent sent",
                   target.is_file() and target.read_bytes() == content.encode("utf-8"),
                   repr(target.read_bytes()) if target.exists() else "missing")
@@ -226,10 +244,12 @@ async def stdio_session(opts, person, transcript):
             # writes it again.
             sentinel = b"edited by the person after the approval\n"
             target.write_bytes(sentinel)
+            transcript.say(f"person $ echo {sentinel.decode().strip()!r} > <root>/notes/approved.txt")
             ok, out = person.run("approve", str(approved))
             check("person: approving the applied action again is refused", not ok, out)
             await agent.call("gate_action_result", {"action_id": approved})
             ok, _ = person.run("pending", record=False)
+            transcript.disk(root, "notes/approved.txt")
             check("disk: the approved write happened once (the person's later edit survives)",
                   target.read_bytes() == sentinel, repr(target.read_bytes()))
 
@@ -243,6 +263,7 @@ async def stdio_session(opts, person, transcript):
             reason = "hello.txt is the greeting; leave it as it is"
             ok, out = person.run("reject", str(rejected), "--reason", reason)
             check("person: gate reject --reason rejects it", ok, out)
+            transcript.disk(root, "hello.txt")
             result = await agent.call("gate_action_result", {"action_id": rejected})
             check("stdio: gate_action_result says rejected, with the person's reason",
                   "rejected" in text_of(result) and reason in text_of(result), text_of(result))
@@ -332,6 +353,13 @@ async def main(opts):
     await http_session(opts, Person(opts.gate, None), staged)
 
 
+def leaves(error):
+    """The exceptions inside task-group wrappers, which say what actually went wrong."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gate", required=True, help="the gate binary")
@@ -347,7 +375,8 @@ if __name__ == "__main__":
     try:
         asyncio.run(main(options))
     except BaseException as error:  # noqa: BLE001 - any stop is a failed check, with its story
-        check("the agent script ran to its end", False, f"{type(error).__name__}: {error}")
+        why = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves(error))
+        check("the agent script ran to its end", False, why)
         traceback.print_exc(file=sys.stderr)
         sys.exit(1)
     sys.exit(1 if FAILED else 0)

@@ -117,6 +117,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let started = Instant::now();
     let root = crate::project_root();
     let work = target_dir(&root).join("e2e");
+    let kept = work.join("transcript.txt");
+    // A transcript from an earlier run must not pass for this one's.
+    let _ = fs::remove_file(&kept);
     let mut report = Report::default();
     let mut processes = Processes::new();
     let outcome = scenario(&root, &work, &mut report, &mut processes, show_transcript);
@@ -124,11 +127,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if let Err(why) = outcome {
         report.check("the run reached its end", Err(why));
     }
-    println!(
-        "e2e: {:.1} s in all; transcript of the stdio session in {}",
-        started.elapsed().as_secs_f64(),
-        work.join("transcript.txt").display()
-    );
+    if kept.is_file() {
+        println!("e2e: the stdio session's transcript is in {}", kept.display());
+    }
+    println!("e2e: {:.1} s in all", started.elapsed().as_secs_f64());
     println!("{} passed, {} failed", report.passed, report.failed);
     if report.failed == 0 {
         Ok(())
@@ -213,6 +215,7 @@ fn scenario(
                 Err(format!("{why}\n{}", tail(&scratch.serve_log(), 30))),
             );
             scratch.keep();
+            eprintln!("e2e: logs kept in {}", scratch.dir.display());
             return Ok(());
         }
     };
@@ -282,14 +285,14 @@ struct Prerequisites {
 
 /// node, npm and python3 with venv, at supported versions; otherwise what to install.
 fn prerequisites() -> Result<Prerequisites, String> {
-    let version = |program: &str, args: &[&str]| -> Result<String, String> {
+    let version = |program: &str, args: &[&str], what: &str| -> Result<String, String> {
         let mut command = Command::new(program);
         command.args(args);
         let out = bounded_output(command, QUICK_LIMIT)
-            .map_err(|e| format!("{program} is missing or does not run ({e}); {INSTALL_HINT}"))?;
+            .map_err(|e| format!("{what} ({e}); {INSTALL_HINT}"))?;
         Ok(out.trim().to_owned())
     };
-    let node = version("node", &["--version"])?;
+    let node = version("node", &["--version"], "node is missing or does not run")?;
     let major: u32 = node
         .trim_start_matches('v')
         .split('.')
@@ -301,15 +304,15 @@ fn prerequisites() -> Result<Prerequisites, String> {
             "node {node} is too old for the MCP servers; {INSTALL_HINT}"
         ));
     }
-    let npm = version("npm", &["--version"])?;
+    let npm = version("npm", &["--version"], "npm is missing or does not run")?;
     let python = version(
         "python3",
         &[
             "-c",
             "import sys, venv, ensurepip; print('%d.%d.%d' % sys.version_info[:3])",
         ],
-    )
-    .map_err(|e| format!("{e} (python3 needs the venv and ensurepip modules)"))?;
+        "python3 is missing, or lacks its venv and ensurepip modules",
+    )?;
     let mut parts = python.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     if found < MIN_PYTHON {
@@ -664,6 +667,7 @@ impl<'a> Session<'a> {
         self.env(&mut command);
         command
             .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log);
@@ -969,4 +973,47 @@ fn describe(pid: u32) -> String {
         })
         .unwrap_or_default();
     format!("{pid} ({cmdline})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_strings_keep_quotes_backslashes_and_controls_inside_the_string() {
+        assert_eq!(toml_string(r#"a "b" \c"#), r#""a \"b\" \\c""#);
+        assert_eq!(toml_string("line\nnext\u{7f}"), r#""line\u000Anext\u007F""#);
+        assert_eq!(toml_string("/tmp/ünï"), "\"/tmp/ünï\"");
+    }
+
+    #[test]
+    fn kill_tree_stops_the_grandchild_a_dying_parent_would_orphan() {
+        let mut parent = Command::new("sh")
+            .args(["-c", "sleep 120 & echo $!; wait"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh runs");
+        let mut line = String::new();
+        BufReader::new(parent.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("sh prints the pid of its child");
+        let grandchild: u32 = line.trim().parse().expect("a pid");
+        assert!(descendants(parent.id()).contains(&grandchild));
+        assert!(alive(grandchild));
+        kill_tree(parent.id());
+        parent.wait().expect("reaped");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(grandchild) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!alive(grandchild), "{} survived", describe(grandchild));
+    }
+
+    #[test]
+    fn bounded_output_kills_a_command_that_outlives_its_limit() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "sleep 120"]);
+        let error = bounded_output(command, Duration::from_millis(300)).unwrap_err();
+        assert!(error.contains("did not finish within"), "{error}");
+    }
 }

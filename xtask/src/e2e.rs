@@ -128,7 +128,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         report.check("the run reached its end", Err(why));
     }
     if kept.is_file() {
-        println!("e2e: the stdio session's transcript is in {}", kept.display());
+        println!(
+            "e2e: the stdio session's transcript is in {}",
+            kept.display()
+        );
     }
     println!("e2e: {:.1} s in all", started.elapsed().as_secs_f64());
     println!("{} passed, {} failed", report.passed, report.failed);
@@ -398,7 +401,9 @@ fn install_venv(root: &Path, work: &Path) -> Result<&'static str, String> {
         let mut create = Command::new("python3");
         create.args(["-m", "venv"]).arg(&venv);
         bounded_output(create, INSTALL_LIMIT).map_err(|e| {
-            format!("python3 -m venv failed: {e}; on Debian or Ubuntu `apt-get install python3-venv`")
+            format!(
+                "python3 -m venv failed: {e}; on Debian or Ubuntu `apt-get install python3-venv`"
+            )
         })?;
     }
     let mut pip = Command::new(&python);
@@ -411,7 +416,11 @@ fn install_venv(root: &Path, work: &Path) -> Result<&'static str, String> {
         "--no-input",
         "--constraint",
     ])
-    .arg(root.join("xtask").join("e2e").join("python-constraints.txt"))
+    .arg(
+        root.join("xtask")
+            .join("e2e")
+            .join("python-constraints.txt"),
+    )
     .arg(format!("{}=={}", MCP_SDK.0, MCP_SDK.1))
     .env("PIP_CACHE_DIR", work.join("pip-cache"));
     bounded_output(pip, INSTALL_LIMIT).map_err(|e| format!("pip install failed: {e}"))?;
@@ -461,7 +470,10 @@ fn bounded_output(mut command: Command, limit: Duration) -> Result<String, Strin
         None => {
             kill_tree(child.id());
             let _ = child.wait();
-            return Err(format!("{shown} did not finish within {} s", limit.as_secs()));
+            return Err(format!(
+                "{shown} did not finish within {} s",
+                limit.as_secs()
+            ));
         }
     };
     let out = stdout.join().unwrap_or_default();
@@ -469,14 +481,15 @@ fn bounded_output(mut command: Command, limit: Duration) -> Result<String, Strin
     if status.success() {
         Ok(out)
     } else {
-        Err(format!("{shown} exited with {status}: {}", last_lines(&err, 20)))
+        Err(format!(
+            "{shown} exited with {status}: {}",
+            last_lines(&err, 20)
+        ))
     }
 }
 
 /// Read a pipe to its end on a thread.
-fn drain<R: std::io::Read + Send + 'static>(
-    pipe: Option<R>,
-) -> std::thread::JoinHandle<String> {
+fn drain<R: std::io::Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<String> {
     std::thread::spawn(move || {
         let mut text = String::new();
         if let Some(mut pipe) = pipe {

@@ -1,8 +1,10 @@
-//! Project automation, reached through `cargo xtask`: lectures, tidy checks and CI.
+//! Project automation, reached through `cargo xtask`: lectures, tidy checks, the end-to-end
+//! run against real MCP servers, and CI.
 //!
 //! Kept deliberately small: it shells out to cargo for the heavy lifting, so the
 //! workspace's crates never depend on it and it depends on almost nothing.
 
+mod e2e;
 mod tidy;
 
 use std::env;
@@ -19,7 +21,10 @@ Tasks:
                  read a database a run left, read-only: a page of its ledger, most
                  recent first, and its open actions; or its full integrity check
   tidy           check file headers and the crate dependency direction
-  ci             what CI runs: fmt --check, clippy -D warnings, tests
+  e2e [--transcript]
+                 gate in front of real MCP servers (npm) and a real MCP client (Python):
+                 needs node/npm and python3; installs the rest into target/e2e
+  ci             what CI runs: fmt --check, clippy -D warnings, tests, e2e
 ";
 
 fn main() -> ExitCode {
@@ -32,6 +37,7 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "lecture" | "lectures" => lecture(rest),
         "tidy" => tidy::run(&project_root()).map_err(|problems| problems.join("\n")),
+        "e2e" => e2e::run(rest),
         "ci" => ci(),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
@@ -187,5 +193,6 @@ fn ci() -> Result<(), String> {
     run(clippy)?;
     let mut test = ci_cargo();
     test.args(["test", "--workspace"]);
-    run(test)
+    run(test)?;
+    e2e::run(&[])
 }

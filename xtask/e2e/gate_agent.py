@@ -1,0 +1,382 @@
+"""A scripted agent for `cargo xtask e2e`: it drives a running `gate serve` the way a real
+MCP client does, with the Python MCP SDK, over stdio (`gate mcp --agent NAME`) and over
+streamable HTTP with the agent's token, and plays the person with the `gate` commands.
+
+It prints one line per check, `ok - WHAT` or `FAIL - WHAT: WHY`, and writes the stdio
+session (what the agent sent, what it was answered, what the person typed and was told) to
+the transcript file. Every wait is bounded. The name of this file must not be the name of
+a Python module the SDK imports: the script's folder comes first on `sys.path`.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import anyio
+import httpx2
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+try:
+    BaseExceptionGroup
+except NameError:  # Python 3.10: anyio brings the backport
+    from exceptiongroup import BaseExceptionGroup
+
+# The longest any one MCP request or person's command may take.
+STEP_SECONDS = 30
+# How long an auto-applied action may take to show as applied.
+DRAIN_SECONDS = 15
+
+FAILED = 0
+
+
+def check(what, ok, why=""):
+    """Print one check's line; remember a failure."""
+    global FAILED
+    if ok:
+        print(f"ok - {what}", flush=True)
+    else:
+        FAILED += 1
+        print(f"FAIL - {what}: {why}", flush=True)
+    return ok
+
+
+class Transcript:
+    """The stdio session as a person would read it, with the scratch directory shown as
+    `<root>` so the text does not depend on where the run happened."""
+
+    def __init__(self, path, root, hidden):
+        self.path = path
+        self.hidden = [(str(root), "<root>"), *hidden]
+        self.lines = []
+
+    def shown(self, text):
+        for path, label in self.hidden:
+            text = text.replace(path, label)
+        return text
+
+    def say(self, line):
+        self.lines.append(self.shown(line))
+
+    def agent(self, tool, args):
+        self.say(f"agent → {tool} {json.dumps(args, ensure_ascii=False)}")
+
+    def answer(self, result):
+        mark = "error ←" if result.is_error else "←"
+        body = text_of(result).rstrip("\n").split("\n")
+        self.say(f"  {mark} {body[0]}")
+        for line in body[1:]:
+            self.say(f"    {line}")
+
+    def disk(self, root, name):
+        """What the disk holds at `name`, as the person would see with `cat`."""
+        path = root / name
+        if path.is_file():
+            self.say(f"disk: <root>/{name} holds {path.read_text(encoding='utf-8')!r}")
+        else:
+            self.say(f"disk: <root>/{name} does not exist")
+
+    def person(self, argv, output):
+        self.say("person $ " + shlex.join(["gate", *argv]))
+        for line in output.rstrip("\n").split("\n"):
+            self.say(f"  {line}")
+
+    def save(self):
+        self.path.write_text("\n".join(self.lines) + "\n", encoding="utf-8")
+
+
+def text_of(result):
+    return "\n".join(block.text for block in result.content if getattr(block, "type", "") == "text")
+
+
+def action_id(answer):
+    """The action id in a staged answer ("Staged as action 7: ...")."""
+    found = re.search(r"action (\d+)", answer)
+    return int(found.group(1)) if found else None
+
+
+def snapshot(root):
+    """Every file under root with its bytes, and every directory: what the disk holds."""
+    seen = {}
+    for path in sorted(root.rglob("*")):
+        seen[str(path.relative_to(root))] = path.read_bytes() if path.is_file() else None
+    return seen
+
+
+class Person:
+    """The person at a terminal: the `gate` command on the daemon's socket (found through
+    XDG_DATA_HOME, as a person's shell would)."""
+
+    def __init__(self, gate, transcript):
+        self.gate = gate
+        self.transcript = transcript
+
+    def run(self, *argv, record=True):
+        try:
+            done = subprocess.run(
+                [self.gate, *argv],
+                capture_output=True,
+                text=True,
+                timeout=STEP_SECONDS,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return False, f"gate {' '.join(argv)} did not answer within {STEP_SECONDS} s"
+        output = done.stdout + done.stderr
+        if record and self.transcript is not None:
+            self.transcript.person(list(argv), output)
+        return done.returncode == 0, output
+
+
+class Agent:
+    """One MCP client session, with bounded calls and an optional transcript."""
+
+    def __init__(self, session, transcript=None):
+        self.session = session
+        self.transcript = transcript
+
+    async def tools(self):
+        with anyio.fail_after(STEP_SECONDS):
+            listed = await self.session.list_tools()
+        return {tool.name: tool for tool in listed.tools}
+
+    async def call(self, tool, args):
+        if self.transcript is not None:
+            self.transcript.agent(tool, args)
+        with anyio.fail_after(STEP_SECONDS):
+            result = await self.session.call_tool(tool, args)
+        if self.transcript is not None:
+            self.transcript.answer(result)
+        return result
+
+    async def outcome(self, action, until, seconds=DRAIN_SECONDS):
+        """Ask gate_action_result until its text contains `until` or time runs out; the
+        last answer either way."""
+        with anyio.move_on_after(seconds):
+            while True:
+                with anyio.fail_after(STEP_SECONDS):
+                    result = await self.session.call_tool("gate_action_result", {"action_id": action})
+                if until in text_of(result):
+                    return result
+                await anyio.sleep(0.2)
+        return await self.call("gate_action_result", {"action_id": action})
+
+
+async def stdio_session(opts, person, transcript):
+    """The agent launched `gate mcp` the way an MCP client config does; the filesystem
+    server behind the gate; one approve, one reject."""
+    root = opts.root
+    params = StdioServerParameters(
+        command=opts.gate,
+        args=["mcp", "--agent", opts.agent],
+        env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "RUST_LOG")},
+    )
+    transcript.say(f"# agent {opts.agent!r} over stdio: gate mcp --agent {opts.agent}")
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            with anyio.fail_after(STEP_SECONDS):
+                await session.initialize()
+            agent = Agent(session, transcript)
+            tools = await agent.tools()
+            transcript.say(f"agent lists {len(tools)} tools: " + ", ".join(sorted(tools)))
+            expected = ["files__read_text_file", "files__list_directory", "files__write_file",
+                        "files__create_directory", "memory__read_graph", "memory__create_entities",
+                        "gate_action_result", "gate_pending"]
+            missing = [name for name in expected if name not in tools]
+            check("stdio: the agent lists the servers' tools as server__tool, and the gate's own",
+                  not missing, f"missing {missing} in {sorted(tools)}")
+            write_tool = tools.get("files__write_file")
+            read_tool = tools.get("files__read_text_file")
+            check("stdio: write_file is listed without an output schema; read_text_file keeps its own",
+                  write_tool is not None and write_tool.output_schema is None
+                  and read_tool is not None and read_tool.output_schema is not None,
+                  f"write_file {getattr(write_tool, 'output_schema', '?')}, read_text_file {getattr(read_tool, 'output_schema', '?')}")
+
+            listing = await agent.call("files__list_directory", {"path": str(root)})
+            check("stdio: list_directory passes through to the filesystem server",
+                  not listing.is_error and "hello.txt" in text_of(listing), text_of(listing))
+            seeded = (root / "hello.txt").read_text(encoding="utf-8")
+            read = await agent.call("files__read_text_file", {"path": str(root / "hello.txt")})
+            check("stdio: read_text_file passes through and answers the file's content",
+                  not read.is_error and seeded.strip() in text_of(read), text_of(read))
+
+            # A write is held: answered at once, nothing on disk.
+            target = root / "notes" / "approved.txt"
+            (root / "notes").mkdir(exist_ok=True)
+            content = "written by the agent, approved by a person\nline two: ünïcødé ✓\n"
+            staged = await agent.call("files__write_file", {"path": str(target), "content": content})
+            approved = action_id(text_of(staged))
+            check("stdio: write_file is answered at once as pending, with an action id, not an error",
+                  not staged.is_error and approved is not None and "Nothing has been sent" in text_of(staged),
+                  text_of(staged))
+            transcript.disk(root, "notes/approved.txt")
+            check("stdio: the pending write_file has not touched the disk",
+                  not target.exists(), f"{target} exists before approval")
+            again = await agent.call("files__write_file", {"path": str(target), "content": content})
+            check("stdio: the identical call again is the same action, not a second one",
+                  action_id(text_of(again)) == approved and "already staged" in text_of(again), text_of(again))
+
+            ok, pending = person.run("pending")
+            check("person: gate pending lists the write", ok and f"#{approved}" in pending, pending)
+            ok, shown = person.run("show", str(approved))
+            check("person: gate show displays the exact arguments before the decision",
+                  ok and "approved.txt" in shown and json.dumps(content, ensure_ascii=False)[1:-1] in shown, shown)
+            ok, out = person.run("approve", str(approved))
+            check("person: gate approve applies the write", ok, out)
+            transcript.disk(root, "notes/approved.txt")
+            check("disk: the approved file holds exactly the content the agent sent",
+                  target.is_file() and target.read_bytes() == content.encode("utf-8"),
+                  repr(target.read_bytes()) if target.exists() else "missing")
+            result = await agent.call("gate_action_result", {"action_id": approved})
+            check("stdio: gate_action_result says applied, with the filesystem server's answer",
+                  "approved and sent" in text_of(result) and "Successfully wrote" in text_of(result),
+                  text_of(result))
+
+            # Once: the person edits the file; nothing the gate or the agent does after
+            # writes it again.
+            sentinel = b"edited by the person after the approval\n"
+            target.write_bytes(sentinel)
+            transcript.say(f"person $ echo {sentinel.decode().strip()!r} > <root>/notes/approved.txt")
+            ok, out = person.run("approve", str(approved))
+            check("person: approving the applied action again is refused", not ok, out)
+            await agent.call("gate_action_result", {"action_id": approved})
+            ok, _ = person.run("pending", record=False)
+            transcript.disk(root, "notes/approved.txt")
+            check("disk: the approved write happened once (the person's later edit survives)",
+                  target.read_bytes() == sentinel, repr(target.read_bytes()))
+
+            # A rejected write leaves the disk as it was, and the reason reaches the agent.
+            before = snapshot(root)
+            overwrite = await agent.call("files__write_file",
+                                         {"path": str(root / "hello.txt"), "content": "overwritten by the agent\n"})
+            rejected = action_id(text_of(overwrite))
+            check("stdio: a second write_file (over hello.txt) is pending too",
+                  not overwrite.is_error and rejected is not None and rejected != approved, text_of(overwrite))
+            reason = "hello.txt is the greeting; leave it as it is"
+            ok, out = person.run("reject", str(rejected), "--reason", reason)
+            check("person: gate reject --reason rejects it", ok, out)
+            transcript.disk(root, "hello.txt")
+            result = await agent.call("gate_action_result", {"action_id": rejected})
+            check("stdio: gate_action_result says rejected, with the person's reason",
+                  "rejected" in text_of(result) and reason in text_of(result), text_of(result))
+            ok, out = person.run("approve", str(rejected))
+            check("person: a rejected action cannot be approved afterwards", not ok, out)
+            check("disk: the rejected write left every file untouched",
+                  snapshot(root) == before, "the root changed")
+            return approved
+
+
+async def http_session(opts, person, staged_over_stdio):
+    """The same agent over streamable HTTP with its token: the memory server (byo) and the
+    vetted filesystem server's auto-approvable tool under a rule."""
+    root = opts.root
+    with anyio.fail_after(STEP_SECONDS):
+        async with httpx2.AsyncClient(timeout=STEP_SECONDS) as bare:
+            refused = await bare.post(opts.url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                      headers={"Authorization": "Bearer not-a-token-of-this-gate-000000",
+                                               "Accept": "application/json, text/event-stream"})
+    check("http: a request without a valid token is refused with 401", refused.status_code == 401,
+          f"status {refused.status_code}")
+
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {opts.token}"},
+                                timeout=httpx2.Timeout(STEP_SECONDS))
+    async with client:
+        async with streamable_http_client(opts.url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                with anyio.fail_after(STEP_SECONDS):
+                    await session.initialize()
+                agent = Agent(session)
+                tools = await agent.tools()
+                check("http: the agent lists the same tools with its token",
+                      "files__write_file" in tools and "memory__read_graph" in tools, sorted(tools))
+                result = await agent.call("gate_action_result", {"action_id": staged_over_stdio})
+                check("http: the action staged over stdio is this agent's too (the bridge keeps no state)",
+                      "approved and sent" in text_of(result), text_of(result))
+
+                graph = await agent.call("memory__read_graph", {})
+                check("http: memory read_graph passes through", not graph.is_error, text_of(graph))
+                entity = {"name": "gate-e2e", "entityType": "test", "observations": ["staged over http"]}
+                staged = await agent.call("memory__create_entities", {"entities": [entity]})
+                created = action_id(text_of(staged))
+                memory_file = opts.memory_file
+                stored = memory_file.read_text(encoding="utf-8") if memory_file.exists() else ""
+                check("http: memory create_entities is pending and the memory file does not hold it",
+                      created is not None and "gate-e2e" not in stored, text_of(staged) + " / " + stored)
+                ok, out = person.run("approve", str(created), record=False)
+                graph = await agent.call("memory__read_graph", {})
+                stored = memory_file.read_text(encoding="utf-8") if memory_file.exists() else ""
+                check("http: after approval the memory server holds the entity, once",
+                      ok and "gate-e2e" in text_of(graph) and stored.count('"gate-e2e"') == 1,
+                      out + " / " + stored)
+
+                # The vetted server's non-destructive, idempotent tool, under a rule.
+                first_dir = root / "made-under-review"
+                staged = await agent.call("files__create_directory", {"path": str(first_dir)})
+                first = action_id(text_of(staged))
+                check("http: create_directory on the vetted server is pending until a rule or a person",
+                      first is not None and not first_dir.exists(), text_of(staged))
+                ok, out = person.run("approve", "--all-of-kind", str(first), record=False)
+                check("person: gate approve --all-of-kind enables the rule and the waiting call applies",
+                      ok and "rule enabled" in out and first_dir.is_dir(), out)
+                second_dir = root / "made-under-the-rule"
+                staged = await agent.call("files__create_directory", {"path": str(second_dir)})
+                second = action_id(text_of(staged))
+                result = await agent.outcome(second, "approved and sent") if second is not None else staged
+                check("http: a later create_directory applies under the rule, with no one asked",
+                      "approved and sent" in text_of(result) and second_dir.is_dir(), text_of(result))
+                write = await agent.call("files__write_file", {"path": str(root / "not-under-the-rule.txt"),
+                                                               "content": "x"})
+                ok, pending = person.run("pending", record=False)
+                check("http: write_file on the vetted server still waits (the rule covers its kind only)",
+                      not (root / "not-under-the-rule.txt").exists() and f"#{action_id(text_of(write))}" in pending,
+                      text_of(write) + " / " + pending)
+                mine = await agent.call("gate_pending", {})
+                check("http: gate_pending lists the agent's open action",
+                      f"action {action_id(text_of(write))}" in text_of(mine), text_of(mine))
+
+
+async def main(opts):
+    hidden = [tuple(pair.split("=", 1)) for pair in opts.hide]
+    transcript = Transcript(opts.transcript, opts.root, hidden)
+    try:
+        staged = await stdio_session(opts, Person(opts.gate, transcript), transcript)
+    finally:
+        transcript.save()
+    await http_session(opts, Person(opts.gate, None), staged)
+
+
+def leaves(error):
+    """The exceptions inside task-group wrappers, which say what actually went wrong."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gate", required=True, help="the gate binary")
+    parser.add_argument("--agent", required=True, help="the agent's name in the configuration")
+    parser.add_argument("--url", required=True, help="the gate's agent endpoint")
+    parser.add_argument("--token", required=True, help="the agent's token")
+    parser.add_argument("--root", required=True, type=Path, help="the filesystem server's root")
+    parser.add_argument("--memory-file", required=True, type=Path, help="the memory server's file")
+    parser.add_argument("--transcript", required=True, type=Path, help="where the stdio session is written")
+    parser.add_argument("--hide", action="append", default=[], metavar="PATH=LABEL",
+                        help="show PATH as LABEL in the transcript")
+    options = parser.parse_args()
+    try:
+        asyncio.run(main(options))
+    except BaseException as error:  # noqa: BLE001 - any stop is a failed check, with its story
+        why = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves(error))
+        check("the agent script ran to its end", False, why)
+        traceback.print_exc(file=sys.stderr)
+        sys.exit(1)
+    sys.exit(1 if FAILED else 0)

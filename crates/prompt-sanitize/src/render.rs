@@ -223,12 +223,31 @@ pub fn quote_untrusted(text: &str, max_chars: usize) -> Sanitized {
 /// (newlines included) to one space, trim, clip with `…`, and turn empty into `(unnamed)`.
 fn inline(text: &str, max_chars: usize, remove: &[char]) -> String {
     let neutral = neutralize(text);
-    let kept: String = neutral.chars().filter(|c| !remove.contains(c)).collect();
+    let chars: Vec<char> = neutral.chars().collect();
+    let kept: String = chars
+        .iter()
+        .enumerate()
+        .filter(|&(i, c)| !remove.contains(c) || (*c == '_' && inside_word(&chars, i)))
+        .map(|(_, c)| *c)
+        .collect();
     let collapsed = kept.split_whitespace().collect::<Vec<_>>().join(" ");
     if collapsed.is_empty() {
         return UNNAMED.to_owned();
     }
     clip(collapsed, max_chars, &ELLIPSIS.to_string())
+}
+
+/// Whether the char at `i` stands between two letters or digits, as the `_` of `write_file`.
+///
+/// CommonMark lets an underscore open or close emphasis only at a word's edge: between two
+/// alphanumerics it is plain text in every CommonMark renderer, so names in snake case keep
+/// their underscores.
+fn inside_word(chars: &[char], i: usize) -> bool {
+    let alphanumeric = |j: Option<usize>| {
+        j.and_then(|j| chars.get(j))
+            .is_some_and(|c| c.is_alphanumeric())
+    };
+    alphanumeric(i.checked_sub(1)) && alphanumeric(Some(i + 1))
 }
 
 /// `text` with a backslash before every `&` that starts a character reference.
@@ -260,7 +279,8 @@ pub fn code_span(text: &str, max_chars: usize) -> Sanitized {
 /// Renders a name as plain inline text, with nothing that could open Markdown structure.
 ///
 /// Controls and hidden characters are neutralized, every one of `` ` * _ [ ] ( ) # > | \ < $ ``
-/// removed, whitespace (newlines included) collapsed to one space and the result trimmed; if
+/// removed (except an `_` between two letters or digits, as in `write_file`, which opens no
+/// emphasis in CommonMark), whitespace (newlines included) collapsed to one space and the result trimmed; if
 /// longer than `max_chars` chars it keeps the first `max_chars` and appends `…`; empty becomes
 /// `(unnamed)`. Last, a `&` that starts a character reference (`&rlm;`) gets a backslash, so
 /// no renderer decodes it. The output is one line of at most `max(max_chars + 1, 9)` chars

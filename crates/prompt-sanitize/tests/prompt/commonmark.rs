@@ -267,3 +267,29 @@ fn default_ignorable_characters_are_shown_as_escapes() {
         );
     }
 }
+
+#[test]
+fn snake_case_names_keep_their_underscores_and_open_no_emphasis() {
+    assert_eq!(plain_inline("write_file", 120).as_str(), "write_file");
+    assert_eq!(plain_inline("_x_ y__z_", 120).as_str(), "x yz");
+    let line = Markdown::new()
+        .line(&[
+            &Sanitized::literal("**"),
+            &plain_inline("my_files_server", 120),
+            &Sanitized::literal("** → "),
+            &plain_inline("_read_text_file_", 120),
+        ])
+        .build();
+    let events = events(line.as_str());
+    let emphasis = events
+        .iter()
+        .filter(|e| matches!(e, Event::Start(Tag::Emphasis)))
+        .count();
+    assert_eq!(emphasis, 0, "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Text(t) if t.contains("my_files_server"))),
+        "{events:?}"
+    );
+}

@@ -160,8 +160,16 @@ proptest! {
         // The only backslashes are the ones that keep a character reference from decoding.
         let unescaped = out.replace("\\&", "&");
         prop_assert!(chars(&unescaped) <= max.max(8) + 1);
-        let markup = ['`', '*', '_', '[', ']', '(', ')', '#', '>', '|', '\\', '<', '$'];
+        let markup = ['`', '*', '[', ']', '(', ')', '#', '>', '|', '\\', '<', '$'];
         prop_assert!(out == "(unnamed)" || !unescaped.contains(markup), "{out:?}");
+        // An underscore stays only inside a word, where it cannot open or close emphasis.
+        let kept: Vec<char> = unescaped.chars().collect();
+        for (i, c) in kept.iter().enumerate() {
+            if *c == '_' {
+                let word = |j: Option<usize>| j.and_then(|j| kept.get(j)).is_some_and(|c| c.is_alphanumeric());
+                prop_assert!(word(i.checked_sub(1)) && word(Some(i + 1)), "{out:?}");
+            }
+        }
         prop_assert_eq!(out.trim(), out);
     }
 

@@ -368,9 +368,21 @@ impl Gatekeeper for ToolGatekeeper {
             )));
         }
         match &self.reverter {
-            Some(reverter) if reverter.reverts(&record.tool) => {
-                reverter.revert(&record, self.service.as_ref()).await
-            }
+            // A reverter's refusal or error often quotes the service: it reaches the kernel,
+            // its log and the person as one visible line, whichever driver wrote it.
+            Some(reverter) if reverter.reverts(&record.tool) => reverter
+                .revert(&record, self.service.as_ref())
+                .await
+                .map(|mut outcome| {
+                    outcome.message = outcome
+                        .message
+                        .map(|text| one_line(&text, MAX_MESSAGE_CHARS).into_string());
+                    outcome
+                })
+                .map_err(|mut error| {
+                    error.message = one_line(&error.message, MAX_MESSAGE_CHARS).into_string();
+                    error
+                }),
             _ => Ok(RevertOutcome::refused(REVERT_UNSUPPORTED_MESSAGE, false)),
         }
     }

@@ -166,3 +166,64 @@ async fn a_service_failure_reaches_the_kernel_and_its_log_as_one_visible_line() 
         assert_terminal_safe(event);
     }
 }
+
+/// A reverter whose refusal quotes the service's multi-line text, as a driver's may.
+struct QuotingReverter;
+
+#[async_trait::async_trait]
+impl gatekeeper_core::Reverter for QuotingReverter {
+    fn reverts(&self, _tool: &str) -> bool {
+        true
+    }
+
+    async fn revert(
+        &self,
+        _action: &gatekeeper_core::ActionRecord,
+        _service: &dyn gatekeeper_core::ToolService,
+    ) -> Result<kernel::RevertOutcome, kernel::GatekeeperError> {
+        Ok(kernel::RevertOutcome::refused(
+            "the service said:\n2026-01-01 INFO action reverted by=alice\u{1b}[2K\u{202e}",
+            false,
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_reverters_refusal_reaches_the_kernel_as_one_visible_line() {
+    let clock = common::clock();
+    let overseer = kernel::Overseer::new(clock.clone());
+    let service = common::FakeService::new();
+    let gatekeeper = Arc::new(
+        ToolGatekeeper::new(
+            common::config(ServerTrust::Byo),
+            common::catalog(),
+            service.clone(),
+            ActionStore::in_memory(clock),
+        )
+        .with_reverter(Arc::new(QuotingReverter)),
+    );
+    overseer.register(gatekeeper.clone()).expect("register");
+    let mut grants = gatekeeper_core::Grants::new();
+    grants.introduce(
+        "SVC",
+        gatekeeper
+            .grant(&overseer, "agent", &["write"])
+            .expect("grant"),
+    );
+    let outcome = grants
+        .session("SVC")
+        .expect("session")
+        .call_tool("write", json!({}))
+        .await
+        .expect("staged");
+    let ledger = outcome.ledger().expect("an action");
+    overseer.approve(ledger, "alice").await.expect("applied");
+    let report = overseer.revert(ledger, "alice").await.expect("answered");
+    assert!(!report.reverted);
+    let message = report.message.expect("a refusal says why");
+    assert_terminal_safe(&message);
+    assert_eq!(
+        message,
+        "the service said: 2026-01-01 INFO action reverted by=alice⟨ESC⟩⟨U+202E⟩"
+    );
+}

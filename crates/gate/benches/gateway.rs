@@ -9,7 +9,8 @@
 //! - `staged_write`: one `write_note` staged and answered to the agent, on the daemon's
 //!   SQLite file (WAL, `synchronous=FULL`).
 //! - `staging_16_agents`: 16 agents, each with its own session and token, staging at
-//!   once; the time per action, so criterion's throughput line reads actions per second.
+//!   once: one iteration is a round of 48 actions (3 from each agent), and criterion's
+//!   throughput line reads actions per second.
 //!
 //! The action store keeps at most 50 calls open per server, so writes are staged in
 //! rounds of 48 and the person's socket rejects each round outside the measurement.
@@ -214,7 +215,9 @@ impl Daemon {
     /// Lines of every fixture's delivery log: calls that reached a server.
     fn deliveries(&self) -> usize {
         (0..8)
-            .filter_map(|s| std::fs::read_to_string(self.dir.join(format!("deliveries{s}.log"))).ok())
+            .filter_map(|s| {
+                std::fs::read_to_string(self.dir.join(format!("deliveries{s}.log"))).ok()
+            })
             .map(|t| t.lines().count())
             .sum()
     }
@@ -472,19 +475,20 @@ fn main() {
             elapsed
         });
     });
+    // One iteration is a round of 48 actions, 3 from each agent, so that every sample
+    // has all 16 agents staging at once; criterion's throughput line is actions per second.
+    group.throughput(Throughput::Elements(ROUND as u64));
+    group.sample_size(10);
     group.bench_function("staging_16_agents", |b| {
         b.iter_custom(|iters| {
             let mut elapsed = Duration::ZERO;
-            let mut left = iters as usize;
-            while left > 0 {
-                let round = left.min(ROUND);
+            for _ in 0..iters {
                 let start = Instant::now();
-                let ids = rt.block_on(stage_concurrently(&agents, round));
+                let ids = rt.block_on(stage_concurrently(&agents, ROUND));
                 elapsed += start.elapsed();
                 daemon.reject(ids);
-                left -= round;
             }
-            tally("staging_16_agents", elapsed, iters);
+            tally("staging_16_agents", elapsed, iters * ROUND as u64);
             elapsed
         });
     });
@@ -535,10 +539,9 @@ fn main() {
 
 fn summary(counts: &Counts) {
     println!("\ngate benchmark summary (means over warm-up and samples)");
-    if let (Some(direct), Some(gated)) = (
-        mean_micros("read_direct"),
-        mean_micros("read_through_gate"),
-    ) {
+    if let (Some(direct), Some(gated)) =
+        (mean_micros("read_direct"), mean_micros("read_through_gate"))
+    {
         println!(
             "  read: direct {direct:.1} µs, through the gate {gated:.1} µs: ratio {:.2}, +{:.1} µs per call",
             gated / direct,

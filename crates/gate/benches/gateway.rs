@@ -405,6 +405,32 @@ impl Drop for CommitCounter {
     }
 }
 
+/// Check the count on a file of our own first: five transactions of a second connection,
+/// each writing several pages (a 20 KB blob), are five commits, not one per frame.
+fn check_commit_counter() {
+    let dir = std::env::temp_dir().join(format!("gate-bench-{}-wal", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let writer = rusqlite::Connection::open(dir.join(DATABASE_FILE)).expect("a scratch file");
+    writer
+        .execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t(x INTEGER, b BLOB);",
+        )
+        .expect("a WAL file");
+    let counter = CommitCounter::open(&dir);
+    let commits = counter.during(|| {
+        for x in 0..5 {
+            writer
+                .execute("INSERT INTO t VALUES (?1, zeroblob(20000))", [x])
+                .expect("an insert commits");
+        }
+    });
+    assert_eq!(commits, 5, "the WAL commit count is off");
+    drop(counter);
+    drop(writer);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Figures that are not timings, for the summary.
 #[derive(Default)]
 struct Counts {
@@ -418,6 +444,7 @@ fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let mut counts = Counts::default();
+    check_commit_counter();
 
     let daemon = Daemon::start("load", 1, AGENTS);
     let direct = DirectServer::start();

@@ -1,0 +1,611 @@
+//! Benchmarks of `gate serve` as a real process in front of gatekeeper-mcp's `mcp-fixture`
+//! server, with agents speaking MCP over streamable HTTP through rmcp's client (issue 12's
+//! performance figures), each measured side by side in one run:
+//!
+//! - `read_direct` and `read_through_gate`: one `read_notes` call, agent → fixture server
+//!   (the fixture serving HTTP itself) against agent → gate → fixture server (the gate's
+//!   downstream over stdio, as `gate init` configures one), with the same client. The
+//!   summary gives the ratio and the microseconds the gate adds to a call.
+//! - `staged_write`: one `write_note` staged and answered to the agent, on the daemon's
+//!   SQLite file (WAL, `synchronous=FULL`).
+//! - `staging_16_agents`: 16 agents, each with its own session and token, staging at
+//!   once: one iteration is a round of 48 actions (3 from each agent), and criterion's
+//!   throughput line reads actions per second.
+//!
+//! The action store keeps at most 50 calls open per server, so writes are staged in
+//! rounds of 48 and the person's socket rejects each round outside the measurement.
+//!
+//! Commits are counted from outside the daemon's process, in its write-ahead log: a
+//! commit is a WAL frame whose header carries the database size (SQLite writes it only on
+//! the last frame of a transaction, and with `synchronous=FULL` syncs the log at each
+//! one). While counting, the benchmark holds a read transaction on the file, so SQLite
+//! cannot restart the log under the count (a restart needs no reader in the log); counts
+//! are taken on separate rounds of 48 writes, not during the timed ones.
+//!
+//! The idle memory (`VmRSS` in `/proc/PID/status`) of a fresh daemon with two downstream
+//! fixture servers connected, the servers' own processes not counted, is printed with the
+//! summary at the end.
+//!
+//! Run: `cargo bench -p gate --bench gateway -- --warm-up-time 1 --measurement-time 5`.
+//! Under `cargo test --benches` each benchmark runs once, as a test.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use gate::control::{Request, request};
+use gate::paths::{DATABASE_FILE, socket_in};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{Peer, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+/// Agents staging at once in `staging_16_agents`.
+const AGENTS: usize = 16;
+/// Writes staged before the person rejects them: under the store's 50 open calls, and a
+/// multiple of [`AGENTS`].
+const ROUND: usize = 48;
+
+type Agent = RunningService<RoleClient, ()>;
+
+/// (total time, calls) per benchmark, summed over criterion's warm-up and samples.
+static TALLY: Mutex<Vec<(&'static str, Duration, u64)>> = Mutex::new(Vec::new());
+
+fn tally(name: &'static str, elapsed: Duration, calls: u64) {
+    let mut tally = TALLY.lock().unwrap_or_else(|p| p.into_inner());
+    match tally.iter_mut().find(|(n, _, _)| *n == name) {
+        Some((_, total, count)) => {
+            *total += elapsed;
+            *count += calls;
+        }
+        None => tally.push((name, elapsed, calls)),
+    }
+}
+
+/// Mean microseconds per call of a benchmark, if it ran.
+fn mean_micros(name: &str) -> Option<f64> {
+    let tally = TALLY.lock().unwrap_or_else(|p| p.into_inner());
+    tally
+        .iter()
+        .find(|(n, _, c)| *n == name && *c > 0)
+        .map(|(_, total, calls)| total.as_secs_f64() * 1e6 / *calls as f64)
+}
+
+/// The fixture server binary, a binary of gatekeeper-mcp, built here when it is missing
+/// or older than its source (as the integration tests do).
+fn fixture_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the benchmark knows its path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<bench>");
+    let fixture = dir.join("mcp-fixture");
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gatekeeper-mcp");
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let fresh = modified(&fixture).is_some_and(|built| {
+        [
+            crate_dir.join("src/bin/mcp-fixture.rs"),
+            crate_dir.join("Cargo.toml"),
+        ]
+        .iter()
+        .all(|source| modified(source).is_some_and(|changed| changed <= built))
+    });
+    if !fresh {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "gatekeeper-mcp", "--bin", "mcp-fixture"]);
+        if dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
+        assert!(status.success(), "building the fixture server failed");
+    }
+    assert!(fixture.is_file(), "{} was not built", fixture.display());
+    fixture
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Read a child's first line of standard output.
+fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("the child prints its address");
+    line.trim().to_owned()
+}
+
+fn token(agent: usize) -> String {
+    format!("bench-agent-{agent:02}-token-0123456789abcdef")
+}
+
+/// A running `gate serve` with its own configuration and data directory.
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+    url: String,
+}
+
+impl Daemon {
+    /// Start a daemon over `servers` fixture servers (stdio), with `agents` agents granted
+    /// the first server.
+    fn start(name: &str, servers: usize, agents: usize) -> Self {
+        let dir = std::env::temp_dir().join(format!("gate-bench-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let fixture = fixture_binary();
+        let mut config = format!("listen = \"127.0.0.1:{}\"\n", free_port());
+        for server in 0..servers {
+            config.push_str(&format!(
+                "\n[[server]]\nname = \"fixture{server}\"\ncommand = {:?}\nenv = {{ MCP_FIXTURE_LOG = {:?} }}\n",
+                fixture.to_string_lossy(),
+                dir.join(format!("deliveries{server}.log")).to_string_lossy(),
+            ));
+        }
+        for agent in 0..agents {
+            config.push_str(&format!(
+                "\n[[agent]]\nname = \"agent{agent}\"\ntoken = \"{}\"\n\n[[agent.grant]]\nserver = \"fixture0\"\n",
+                token(agent)
+            ));
+        }
+        let path = dir.join("gate.toml");
+        std::fs::write(&path, config).expect("config written");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&path)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("gate serve starts");
+        let line = first_line(&mut child);
+        let url = line
+            .strip_prefix("gate: agents at ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Self { child, dir, url }
+    }
+
+    async fn agent(&self, agent: usize) -> Agent {
+        connect(&self.url, Some(&token(agent))).await
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Reject actions as the person, through the person's socket.
+    fn reject(&self, ids: Vec<u64>) {
+        let response = request(
+            &socket_in(&self.data()),
+            &Request::Reject {
+                ids,
+                reason: None,
+                person: "bench".to_owned(),
+            },
+        )
+        .expect("the person's socket answers");
+        assert!(response.ok, "rejecting failed: {}", response.text);
+    }
+
+    /// Resident memory of the daemon's process, in KiB.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/PID/status is readable");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
+    /// Lines of every fixture's delivery log: calls that reached a server.
+    fn deliveries(&self) -> usize {
+        (0..8)
+            .filter_map(|s| {
+                std::fs::read_to_string(self.dir.join(format!("deliveries{s}.log"))).ok()
+            })
+            .map(|t| t.lines().count())
+            .sum()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The fixture server alone, serving MCP streamable HTTP.
+struct DirectServer {
+    child: Child,
+    url: String,
+}
+
+impl DirectServer {
+    fn start() -> Self {
+        let mut child = Command::new(fixture_binary())
+            .env("MCP_FIXTURE_HTTP", "127.0.0.1:0")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the fixture server starts");
+        let url = first_line(&mut child);
+        Self { child, url }
+    }
+}
+
+impl Drop for DirectServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn connect(url: &str, token: Option<&str>) -> Agent {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("the agent connects")
+}
+
+async fn call(agent: &Peer<RoleClient>, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    let result = agent
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
+    assert_ne!(result.is_error, Some(true), "{tool} failed: {result:?}");
+    result
+}
+
+/// A distinct note each call, so no write is an identical pending call.
+fn note() -> Value {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    json!({"text": format!("note {}", NEXT.fetch_add(1, Ordering::Relaxed))})
+}
+
+/// Stage one write; its action id.
+async fn stage(agent: &Peer<RoleClient>) -> u64 {
+    let result = call(agent, "fixture0__write_note", note()).await;
+    let answer: String = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    let rest = answer
+        .split("action ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("not a staged answer: {answer:?}"));
+    rest.chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .expect("an action id")
+}
+
+/// Stage `count` writes from `agents` at once, each agent its share in turn; the ids.
+async fn stage_concurrently(agents: &[Agent], count: usize) -> Vec<u64> {
+    let share = |i: usize| count / agents.len() + usize::from(i < count % agents.len());
+    let runs = agents.iter().enumerate().map(|(i, agent)| {
+        let (agent, share) = (agent.peer().clone(), share(i));
+        async move {
+            let mut ids = Vec::new();
+            for _ in 0..share {
+                ids.push(stage(&agent).await);
+            }
+            ids
+        }
+    });
+    futures_join_all(runs).await.into_iter().flatten().collect()
+}
+
+/// Join futures on the current task (tokio has no `join_all`; these are I/O-bound).
+async fn futures_join_all<F: std::future::Future + Send + 'static>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send,
+{
+    let mut set = tokio::task::JoinSet::new();
+    for (i, future) in futures.into_iter().enumerate() {
+        set.spawn(async move { (i, future.await) });
+    }
+    let mut out: Vec<(usize, F::Output)> = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        out.push(joined.expect("a staging task panicked"));
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, o)| o).collect()
+}
+
+/// Commit frames in the daemon's write-ahead log, counted under a read snapshot that
+/// keeps SQLite from restarting the log.
+struct CommitCounter {
+    wal: PathBuf,
+    snapshot: rusqlite::Connection,
+}
+
+impl CommitCounter {
+    fn open(data: &Path) -> Self {
+        let db = data.join(DATABASE_FILE);
+        let snapshot = rusqlite::Connection::open_with_flags(
+            &db,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .expect("the daemon's file opens read-only");
+        snapshot
+            .execute_batch("BEGIN")
+            .expect("a read transaction begins");
+        let _: i64 = snapshot
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+            .expect("the schema reads");
+        let mut wal = db.into_os_string();
+        wal.push("-wal");
+        Self {
+            wal: wal.into(),
+            snapshot,
+        }
+    }
+
+    /// (salts, commit frames) of the log as it is now.
+    fn count(&self) -> ([u8; 8], u64) {
+        let log = std::fs::read(&self.wal).expect("the write-ahead log reads");
+        assert!(log.len() >= 32, "the write-ahead log has no header");
+        let page = u32::from_be_bytes(log[8..12].try_into().expect("4 bytes")) as usize;
+        let salts: [u8; 8] = log[16..24].try_into().expect("8 bytes");
+        let mut commits = 0;
+        let mut at = 32;
+        while at + 24 + page <= log.len() {
+            let frame = &log[at..at + 24];
+            if frame[8..16] != salts {
+                break; // a frame of an earlier generation of the log
+            }
+            if frame[4..8] != [0; 4] {
+                commits += 1;
+            }
+            at += 24 + page;
+        }
+        (salts, commits)
+    }
+
+    /// Commits made while `work` ran (and until the store's deferred commits are done).
+    fn during(&self, work: impl FnOnce()) -> u64 {
+        let (salts, before) = self.count();
+        work();
+        std::thread::sleep(Duration::from_millis(200));
+        let (after_salts, after) = self.count();
+        assert_eq!(salts, after_salts, "the log restarted under the count");
+        after - before
+    }
+}
+
+impl Drop for CommitCounter {
+    fn drop(&mut self) {
+        let _ = self.snapshot.execute_batch("ROLLBACK");
+    }
+}
+
+/// Check the count on a file of our own first: five transactions of a second connection,
+/// each writing several pages (a 20 KB blob), are five commits, not one per frame.
+fn check_commit_counter() {
+    let dir = std::env::temp_dir().join(format!("gate-bench-{}-wal", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let writer = rusqlite::Connection::open(dir.join(DATABASE_FILE)).expect("a scratch file");
+    writer
+        .execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t(x INTEGER, b BLOB);",
+        )
+        .expect("a WAL file");
+    let counter = CommitCounter::open(&dir);
+    let commits = counter.during(|| {
+        for x in 0..5 {
+            writer
+                .execute("INSERT INTO t VALUES (?1, zeroblob(20000))", [x])
+                .expect("an insert commits");
+        }
+    });
+    assert_eq!(commits, 5, "the WAL commit count is off");
+    drop(counter);
+    drop(writer);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Figures that are not timings, for the summary.
+#[derive(Default)]
+struct Counts {
+    reads: Option<(u64, u64)>,
+    writes: Option<(u64, u64)>,
+    concurrent: Option<(u64, u64)>,
+    idle_rss_kib: Option<u64>,
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let mut counts = Counts::default();
+    check_commit_counter();
+
+    let daemon = Daemon::start("load", 1, AGENTS);
+    let direct = DirectServer::start();
+    let (gated, straight, agents) = rt.block_on(async {
+        let gated = daemon.agent(0).await;
+        let straight = connect(&direct.url, None).await;
+        let mut agents = Vec::new();
+        for agent in 0..AGENTS {
+            agents.push(daemon.agent(agent).await);
+        }
+        (gated, straight, agents)
+    });
+
+    let mut group = criterion.benchmark_group("gateway");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("read_direct", |b| {
+        b.iter_custom(|iters| {
+            let elapsed = rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    call(&straight, "read_notes", json!({})).await;
+                }
+                start.elapsed()
+            });
+            tally("read_direct", elapsed, iters);
+            elapsed
+        });
+    });
+    group.bench_function("read_through_gate", |b| {
+        b.iter_custom(|iters| {
+            let elapsed = rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    call(&gated, "fixture0__read_notes", json!({})).await;
+                }
+                start.elapsed()
+            });
+            tally("read_through_gate", elapsed, iters);
+            elapsed
+        });
+    });
+    group.bench_function("staged_write", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            let mut left = iters as usize;
+            while left > 0 {
+                let round = left.min(ROUND);
+                let start = Instant::now();
+                let ids = rt.block_on(stage_concurrently(std::slice::from_ref(&gated), round));
+                elapsed += start.elapsed();
+                daemon.reject(ids);
+                left -= round;
+            }
+            tally("staged_write", elapsed, iters);
+            elapsed
+        });
+    });
+    // One iteration is a round of 48 actions, 3 from each agent, so that every sample
+    // has all 16 agents staging at once; criterion's throughput line is actions per second.
+    group.throughput(Throughput::Elements(ROUND as u64));
+    group.sample_size(10);
+    group.bench_function("staging_16_agents", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            for _ in 0..iters {
+                let start = Instant::now();
+                let ids = rt.block_on(stage_concurrently(&agents, ROUND));
+                elapsed += start.elapsed();
+                daemon.reject(ids);
+            }
+            tally("staging_16_agents", elapsed, iters * ROUND as u64);
+            elapsed
+        });
+    });
+    group.finish();
+
+    // Commits, on rounds of their own.
+    let counter = CommitCounter::open(&daemon.data());
+    let reads = counter.during(|| {
+        rt.block_on(async {
+            for _ in 0..ROUND {
+                call(&gated, "fixture0__read_notes", json!({})).await;
+            }
+        });
+    });
+    counts.reads = Some((reads, ROUND as u64));
+    let mut ids = Vec::new();
+    let writes = counter.during(|| {
+        ids = rt.block_on(stage_concurrently(std::slice::from_ref(&gated), ROUND));
+    });
+    counts.writes = Some((writes, ROUND as u64));
+    daemon.reject(std::mem::take(&mut ids));
+    let concurrent = counter.during(|| {
+        ids = rt.block_on(stage_concurrently(&agents, ROUND));
+    });
+    counts.concurrent = Some((concurrent, ROUND as u64));
+    daemon.reject(ids);
+    drop(counter);
+    assert_eq!(daemon.deliveries(), 0, "a staged write reached the server");
+    rt.block_on(async {
+        let _ = gated.cancel().await;
+        let _ = straight.cancel().await;
+        for agent in agents {
+            let _ = agent.cancel().await;
+        }
+    });
+    drop(direct);
+    drop(daemon);
+
+    // Idle memory: a fresh daemon with two downstream servers, no agent connected.
+    let idle = Daemon::start("idle", 2, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    counts.idle_rss_kib = Some(idle.rss_kib());
+    drop(idle);
+
+    criterion.final_summary();
+    summary(&counts);
+}
+
+fn summary(counts: &Counts) {
+    println!("\ngate benchmark summary (means over warm-up and samples)");
+    if let (Some(direct), Some(gated)) =
+        (mean_micros("read_direct"), mean_micros("read_through_gate"))
+    {
+        println!(
+            "  read: direct {direct:.1} µs, through the gate {gated:.1} µs: ratio {:.2}, +{:.1} µs per call",
+            gated / direct,
+            gated - direct
+        );
+    }
+    if let Some((commits, reads)) = counts.reads {
+        println!(
+            "  read through the gate: {commits} commits for {reads} reads ({:.2} per read)",
+            commits as f64 / reads as f64
+        );
+    }
+    if let Some(write) = mean_micros("staged_write") {
+        println!("  staged write, answered: {write:.1} µs");
+    }
+    if let Some((commits, writes)) = counts.writes {
+        println!(
+            "  staged write: {commits} synced commits for {writes} writes ({:.2} per write)",
+            commits as f64 / writes as f64
+        );
+    }
+    if let Some(per_action) = mean_micros("staging_16_agents") {
+        println!(
+            "  {AGENTS} agents staging at once: {:.0} actions/s ({per_action:.1} µs per action)",
+            1e6 / per_action
+        );
+    }
+    if let Some((commits, actions)) = counts.concurrent {
+        println!(
+            "  {AGENTS} agents staging at once: {commits} synced commits for {actions} actions ({:.2} per action)",
+            commits as f64 / actions as f64
+        );
+    }
+    if let Some(rss) = counts.idle_rss_kib {
+        println!(
+            "  idle daemon with two downstream servers: VmRSS {rss} KiB ({:.1} MiB), servers not counted",
+            rss as f64 / 1024.0
+        );
+    }
+}

@@ -52,6 +52,12 @@ impl Subscriber for Recorder {
     fn exit(&self, _: &Id) {}
 }
 
+/// Held by every test here for its whole run. tracing caches per callsite whether anyone
+/// listens, across threads: a test that emits events with no subscriber while another
+/// test's recorder is being installed can leave a callsite cached as unheard, and the
+/// recorder misses its event. One test at a time keeps the recorders' view exact.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Panics if `text` holds a character a terminal would act on or hide.
 fn assert_terminal_safe(text: &str) {
     for c in ['\n', '\r', '\u{1b}', '\u{7}', '\u{202e}', '\u{3164}'] {
@@ -61,6 +67,7 @@ fn assert_terminal_safe(text: &str) {
 
 #[tokio::test]
 async fn log_events_show_hostile_tool_names_and_service_messages_as_labels() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let recorder = Recorder::default();
     let _guard = tracing::subscriber::set_default(recorder.clone());
 
@@ -103,6 +110,7 @@ async fn log_events_show_hostile_tool_names_and_service_messages_as_labels() {
 
 #[tokio::test]
 async fn not_granted_lists_hostile_tool_names_as_labels() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let w = common::world(ServerTrust::Byo).await;
     let mut grants = gatekeeper_core::Grants::new();
     grants.introduce(
@@ -127,6 +135,7 @@ async fn not_granted_lists_hostile_tool_names_as_labels() {
 
 #[tokio::test]
 async fn a_service_failure_reaches_the_kernel_and_its_log_as_one_visible_line() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let w = common::world(ServerTrust::Byo).await;
     let mut grants = gatekeeper_core::Grants::new();
     grants.introduce(
@@ -190,6 +199,7 @@ impl gatekeeper_core::Reverter for QuotingReverter {
 
 #[tokio::test]
 async fn a_reverters_refusal_reaches_the_kernel_as_one_visible_line() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let clock = common::clock();
     let overseer = kernel::Overseer::new(clock.clone());
     let service = common::FakeService::new();

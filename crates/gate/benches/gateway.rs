@@ -586,7 +586,7 @@ fn summary(counts: &Counts) {
     }
     if let Some((commits, writes)) = counts.writes {
         println!(
-            "  staged write: {commits} synced commits for {writes} writes ({:.2} per write)",
+            "  staged write: {commits} commits for {writes} writes ({:.2} per write)",
             commits as f64 / writes as f64
         );
     }
@@ -598,7 +598,7 @@ fn summary(counts: &Counts) {
     }
     if let Some((commits, actions)) = counts.concurrent {
         println!(
-            "  {AGENTS} agents staging at once: {commits} synced commits for {actions} actions ({:.2} per action)",
+            "  {AGENTS} agents staging at once: {commits} commits for {actions} actions ({:.2} per action)",
             commits as f64 / actions as f64
         );
     }

@@ -173,12 +173,13 @@ pub(crate) fn eligible(entry: &LedgerEntry, rules: &[AutoApprovalRule]) -> bool 
         && rule_for(entry, action, rules).is_some()
 }
 
-/// The indented notes under an action: failure, dependency on a rejected action.
+/// The indented notes under an action: failure, dependency on an action that was rejected,
+/// failed for good or reverted (the entry names which one, not why).
 fn notes(action: &ActionEntry, indent: &str) -> Vec<Sanitized> {
     let mut out = Vec::new();
     if let Some(root) = action.blocked_by {
         out.push(ours(format!(
-            "{indent}depends on rejected {root}: never applied automatically"
+            "{indent}depends on {root}, which was rejected, failed for good or reverted: never applied automatically"
         )));
     }
     if let Some(failure) = &action.failure {

@@ -374,7 +374,7 @@ impl Shell {
         }
         if let Some(root) = action.blocked_by {
             return Ok(ours(format!(
-                "  {id} stays pending: it depends on rejected {root}, so only a person may apply it"
+                "  {id} stays pending: it depends on {root}, which was rejected, failed for good or reverted, so only a person may apply it"
             )));
         }
         if self.overseer.is_locked_down()? {

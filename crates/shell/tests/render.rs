@@ -231,6 +231,7 @@ const HOSTILE: &[&str] = &[
     "last attempt failed:",
     "enabled by",
     "depends on rejected #1",
+    "depends on #1, which was rejected, failed for good or reverted",
     "#1",
     "pending",
     "approved",

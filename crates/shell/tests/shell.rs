@@ -330,7 +330,7 @@ async fn the_batch_shows_blocked_and_failed_states() {
     );
     assert!(text.contains("#2  pending"), "{text}");
     assert!(
-        text.contains("depends on rejected #1: never applied automatically"),
+        text.contains("depends on #1, which was rejected, failed for good or reverted: never applied automatically"),
         "{text}"
     );
     assert!(text.contains("#3  failed, retryable"), "{text}");

@@ -29,6 +29,9 @@
 //! Run: `cargo bench -p gate --bench gateway -- --warm-up-time 1 --measurement-time 5`.
 //! Under `cargo test --benches` each benchmark runs once, as a test.
 
+#[path = "../tests/support/fixture.rs"]
+mod fixture;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -45,6 +48,8 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
+
+use fixture::{fixture_binary, free_port};
 
 /// Agents staging at once in `staging_16_agents`.
 const AGENTS: usize = 16;
@@ -75,46 +80,6 @@ fn mean_micros(name: &str) -> Option<f64> {
         .iter()
         .find(|(n, _, c)| *n == name && *c > 0)
         .map(|(_, total, calls)| total.as_secs_f64() * 1e6 / *calls as f64)
-}
-
-/// The fixture server binary, a binary of gatekeeper-mcp, built here when it is missing
-/// or older than its source (as the integration tests do).
-fn fixture_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the benchmark knows its path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<bench>");
-    let fixture = dir.join("mcp-fixture");
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gatekeeper-mcp");
-    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let fresh = modified(&fixture).is_some_and(|built| {
-        [
-            crate_dir.join("src/bin/mcp-fixture.rs"),
-            crate_dir.join("Cargo.toml"),
-        ]
-        .iter()
-        .all(|source| modified(source).is_some_and(|changed| changed <= built))
-    });
-    if !fresh {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let mut build = Command::new(cargo);
-        build.args(["build", "-p", "gatekeeper-mcp", "--bin", "mcp-fixture"]);
-        if dir.file_name().is_some_and(|p| p == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("cargo runs");
-        assert!(status.success(), "building the fixture server failed");
-    }
-    assert!(fixture.is_file(), "{} was not built", fixture.display());
-    fixture
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// Read a child's first line of standard output.

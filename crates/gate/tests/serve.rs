@@ -5,6 +5,9 @@
 //! Deliveries are counted from the fixture's own log, written by the server process before
 //! each write acts.
 
+#[path = "support/fixture.rs"]
+mod fixture;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -17,59 +20,10 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
+use fixture::{fixture_binary, free_port};
+
 const CODER_TOKEN: &str = "coder-token-0123456789abcdef";
 const IDLE_TOKEN: &str = "idle-token-0123456789abcdef0";
-
-/// The fixture server binary, a binary of gatekeeper-mcp. `cargo test --workspace` builds
-/// it next to this test's directory; when it is missing or older than its source (as after
-/// `cargo test -p gate` alone), it is built here, once per test run.
-fn fixture_binary() -> PathBuf {
-    static FIXTURE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    FIXTURE.get_or_init(build_fixture).clone()
-}
-
-fn modified(path: &Path) -> Option<std::time::SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-fn build_fixture() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test knows its path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    let fixture = dir.join("mcp-fixture");
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gatekeeper-mcp");
-    let sources = [
-        crate_dir.join("src/bin/mcp-fixture.rs"),
-        crate_dir.join("Cargo.toml"),
-    ];
-    let fresh = modified(&fixture).is_some_and(|built| {
-        sources
-            .iter()
-            .all(|source| modified(source).is_some_and(|changed| changed <= built))
-    });
-    if !fresh {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let mut build = Command::new(cargo);
-        build.args(["build", "-p", "gatekeeper-mcp", "--bin", "mcp-fixture"]);
-        if dir.file_name().is_some_and(|p| p == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("cargo runs");
-        assert!(status.success(), "building the fixture server failed");
-    }
-    assert!(fixture.is_file(), "{} was not built", fixture.display());
-    fixture
-}
-
-/// A port nothing listens on right now (the bridge needs a fixed one).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 /// Start `gate serve` and read the agents' URL from its first line.
 fn spawn_serve(config: &Path, data: &Path) -> (Child, String) {

@@ -339,6 +339,29 @@ impl Gate {
         std::fs::write(&self.config, edit(text)).expect("config written");
         self.kill_and_restart();
     }
+
+    /// Start a second daemon on this configuration edited by `edit` (on a port of its own
+    /// and another data directory), expect it to refuse to start, and return what it said.
+    fn refused_start(&self, edit: impl FnOnce(String) -> String) -> String {
+        let text = std::fs::read_to_string(&self.config).expect("config");
+        let bad = self.dir.join("bad.toml");
+        let own_port = self.url.replace("http://", "").replace("/mcp", "");
+        std::fs::write(&bad, edit(text).replace(&own_port, "127.0.0.1:0")).expect("written");
+        let out = Command::new(env!("CARGO_BIN_EXE_gate"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&bad)
+            .arg("--data-dir")
+            .arg(self.dir.join("other-data"))
+            .env("RUST_LOG", "off")
+            .output()
+            .expect("runs");
+        assert!(
+            !out.status.success(),
+            "the daemon started on the edited configuration"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -415,7 +438,6 @@ async fn a_sensitive_read_locks_down_only_the_agent_that_read_it_and_outlives_a_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sensitive_read_that_is_a_write_or_unlisted_stops_the_start() {
     let gate = Gate::start("sensitive-bad");
-    let text = std::fs::read_to_string(&gate.config).expect("config");
     for (tools, expected) in [
         (
             "\"write_note\"",
@@ -426,30 +448,12 @@ async fn a_sensitive_read_that_is_a_write_or_unlisted_stops_the_start() {
             "sensitive read \"secrets\", which that server does not list",
         ),
     ] {
-        let bad = gate.dir.join("bad.toml");
-        std::fs::write(
-            &bad,
+        let stderr = gate.refused_start(|text| {
             text.replace(
                 "trust = \"byo\"\n",
                 &format!("trust = \"byo\"\nsensitive_reads = [{tools}]\n"),
             )
-            .replace(
-                &gate.url.replace("http://", "").replace("/mcp", ""),
-                "127.0.0.1:0",
-            ),
-        )
-        .expect("written");
-        let out = Command::new(env!("CARGO_BIN_EXE_gate"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&bad)
-            .arg("--data-dir")
-            .arg(gate.dir.join("other-data"))
-            .env("RUST_LOG", "off")
-            .output()
-            .expect("runs");
-        assert!(!out.status.success());
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        });
         assert!(stderr.contains(expected), "{stderr}");
     }
 }
@@ -580,31 +584,12 @@ async fn a_daemon_killed_after_the_send_never_sends_again_after_restart() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_of_a_tool_the_server_does_not_list_stops_the_start_with_what_it_lists() {
     let gate = Gate::start("bad-grant");
-    let text = std::fs::read_to_string(&gate.config).expect("config");
-    let bad = gate.dir.join("bad.toml");
-    std::fs::write(
-        &bad,
+    let stderr = gate.refused_start(|text| {
         text.replace(
             "server = \"fixture\"\n",
             "server = \"fixture\"\ntools = [\"read_notes\", \"delete_everything\"]\n",
         )
-        .replace(
-            &gate.url.replace("http://", "").replace("/mcp", ""),
-            "127.0.0.1:0",
-        ),
-    )
-    .expect("written");
-    let out = Command::new(env!("CARGO_BIN_EXE_gate"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&bad)
-        .arg("--data-dir")
-        .arg(gate.dir.join("other-data"))
-        .env("RUST_LOG", "off")
-        .output()
-        .expect("runs");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    });
     assert!(
         stderr.contains("agent \"coder\" is granted tool \"delete_everything\" of server \"fixture\", which that server does not list; it lists: read_notes, write_note"),
         "{stderr}"

@@ -108,6 +108,27 @@ async fn log_events_show_hostile_tool_names_and_service_messages_as_labels() {
     }
 }
 
+/// Grant the agent the catalog's `write` tool and stage one call of it; its ledger id.
+async fn stage_write(
+    gatekeeper: &Arc<ToolGatekeeper>,
+    overseer: &kernel::Overseer,
+) -> kernel::LedgerId {
+    let mut grants = gatekeeper_core::Grants::new();
+    grants.introduce(
+        "SVC",
+        gatekeeper
+            .grant(overseer, "agent", &["write"])
+            .expect("grant"),
+    );
+    let outcome = grants
+        .session("SVC")
+        .expect("session")
+        .call_tool("write", json!({}))
+        .await
+        .expect("staged");
+    outcome.ledger().expect("an action")
+}
+
 #[tokio::test]
 async fn not_granted_lists_hostile_tool_names_as_labels() {
     let _serial = ONE_AT_A_TIME.lock().await;
@@ -137,20 +158,7 @@ async fn not_granted_lists_hostile_tool_names_as_labels() {
 async fn a_service_failure_reaches_the_kernel_and_its_log_as_one_visible_line() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let w = common::world(ServerTrust::Byo).await;
-    let mut grants = gatekeeper_core::Grants::new();
-    grants.introduce(
-        "SVC",
-        w.gatekeeper
-            .grant(&w.overseer, "agent", &["write"])
-            .expect("grant"),
-    );
-    let outcome = grants
-        .session("SVC")
-        .expect("session")
-        .call_tool("write", json!({}))
-        .await
-        .expect("staged");
-    let ledger = outcome.ledger().expect("an action");
+    let ledger = stage_write(&w.gatekeeper, &w.overseer).await;
     let recorder = Recorder::default();
     let _guard = tracing::subscriber::set_default(recorder.clone());
     w.service.reply_next(Err(CallError::Declined(
@@ -213,20 +221,7 @@ async fn a_reverters_refusal_reaches_the_kernel_as_one_visible_line() {
         .with_reverter(Arc::new(QuotingReverter)),
     );
     overseer.register(gatekeeper.clone()).expect("register");
-    let mut grants = gatekeeper_core::Grants::new();
-    grants.introduce(
-        "SVC",
-        gatekeeper
-            .grant(&overseer, "agent", &["write"])
-            .expect("grant"),
-    );
-    let outcome = grants
-        .session("SVC")
-        .expect("session")
-        .call_tool("write", json!({}))
-        .await
-        .expect("staged");
-    let ledger = outcome.ledger().expect("an action");
+    let ledger = stage_write(&gatekeeper, &overseer).await;
     overseer.approve(ledger, "alice").await.expect("applied");
     let report = overseer.revert(ledger, "alice").await.expect("answered");
     assert!(!report.reverted);

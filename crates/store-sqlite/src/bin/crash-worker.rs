@@ -32,11 +32,13 @@
 //! and `journal.log` (`submitted <seq> <ledger id>`, `attempt <seq>`, `settled <seq>`),
 //! each line appended and fsync'd before the worker goes on.
 
-use std::fs::{File, OpenOptions};
+#[path = "support/durable_log.rs"]
+mod durable_log;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -51,6 +53,8 @@ use kernel::{
 use serde_json::{Value, json};
 use store_sqlite::Database;
 
+use durable_log::DurableLog;
+
 /// The gatekeeper's name in the kernel and in the database.
 const GATEKEEPER: &str = "svc";
 
@@ -63,27 +67,6 @@ const PANIC_EVERY: u64 = 13;
 const DEADLINE: Duration = Duration::from_millis(60);
 /// The start of every panic the service injects (the panic hook stays quiet about them).
 const PLANNED_PANIC: &str = "crash-worker: planned panic";
-
-/// An append-only file whose every line is on disk before `line` returns.
-struct DurableLog(Mutex<File>);
-
-impl DurableLog {
-    fn open(path: &Path) -> Self {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-        Self(Mutex::new(file))
-    }
-
-    fn line(&self, text: &str) {
-        let mut file = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        file.write_all(format!("{text}\n").as_bytes())
-            .and_then(|()| file.sync_data())
-            .expect("durable log write");
-    }
-}
 
 /// Where the worker stops to be killed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -31,10 +31,13 @@
 //! line appended and fsync'd before the worker goes on. `ready-<role>` marks a worker
 //! that has opened the database; each waits for the other's before the first round.
 
-use std::fs::{File, OpenOptions};
+#[path = "support/durable_log.rs"]
+mod durable_log;
+
+use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -45,33 +48,14 @@ use kernel::{ActionState, Clock, LedgerId, Overseer, SystemClock};
 use serde_json::{Value, json};
 use store_sqlite::Database;
 
+use durable_log::DurableLog;
+
 /// The gatekeeper's name in the kernel and in the database.
 const GATEKEEPER: &str = "svc";
 
 tokio::task_local! {
     /// The person whose decision is running in this task; unset in a drain.
     static PERSON: String;
-}
-
-/// An append-only file whose every line is on disk before `line` returns.
-struct DurableLog(Mutex<File>);
-
-impl DurableLog {
-    fn open(path: &Path) -> Self {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-        Self(Mutex::new(file))
-    }
-
-    fn line(&self, text: &str) {
-        let mut file = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        file.write_all(format!("{text}\n").as_bytes())
-            .and_then(|()| file.sync_data())
-            .expect("durable log write");
-    }
 }
 
 /// The service: every delivery appended to the shared log, with who sent it.

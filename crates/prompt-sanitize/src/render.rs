@@ -234,7 +234,14 @@ fn inline(text: &str, max_chars: usize, remove: &[char]) -> String {
     if collapsed.is_empty() {
         return UNNAMED.to_owned();
     }
-    clip(collapsed, max_chars, &ELLIPSIS.to_string())
+    let clipped = clip(collapsed, max_chars, &ELLIPSIS.to_string());
+    // Clipping can leave a kept `_` just before the ellipsis, at a word's edge, where it could
+    // close emphasis; drop it.
+    let word_edge_underscore = format!("_{ELLIPSIS}");
+    match clipped.strip_suffix(word_edge_underscore.as_str()) {
+        Some(head) => format!("{head}{ELLIPSIS}"),
+        None => clipped,
+    }
 }
 
 /// Whether the char at `i` stands between two letters or digits, as the `_` of `write_file`.

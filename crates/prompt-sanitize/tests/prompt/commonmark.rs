@@ -272,6 +272,8 @@ fn default_ignorable_characters_are_shown_as_escapes() {
 fn snake_case_names_keep_their_underscores_and_open_no_emphasis() {
     assert_eq!(plain_inline("write_file", 120).as_str(), "write_file");
     assert_eq!(plain_inline("_x_ y__z_", 120).as_str(), "x yz");
+    // Clipped just after an underscore: the underscore would stand at the word's edge.
+    assert_eq!(plain_inline("write_file", 6).as_str(), "write…");
     let line = Markdown::new()
         .line(&[
             &Sanitized::literal("**"),

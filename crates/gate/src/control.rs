@@ -10,6 +10,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::sync::Arc;
 
+use gatekeeper_core::describe::PROVENANCE_ACTION;
 use kernel::LedgerId;
 use prompt_sanitize::{MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline};
 use serde::{Deserialize, Serialize};
@@ -29,8 +30,14 @@ pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 pub enum Request {
     /// The open actions, as a batch.
     Pending,
-    /// Each server's catalog now, against the one accepted at start.
+    /// Each server's catalog now, against the one a person accepted.
     Catalog,
+    /// Accept a server's catalog as it is now (every server's when `server` is `None`):
+    /// recorded, and what agents see and can call from then on.
+    CatalogAccept {
+        /// The server, as named in the configuration.
+        server: Option<String>,
+    },
     /// The approval prompts of some actions.
     Show {
         /// Ledger ids.
@@ -174,11 +181,28 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
             }
         },
         Request::Catalog => lines.push(gateway.catalog_report().await),
+        Request::CatalogAccept { server } => {
+            match gateway.accept_catalog(server.as_deref()).await {
+                Ok(text) => lines.push(text),
+                Err(text) => {
+                    ok = false;
+                    lines.push(text);
+                }
+            }
+        }
         Request::Show { ids } => {
             let shell = Shell::new(overseer, "");
             for id in ids {
                 match shell.prompt(LedgerId(id)) {
-                    Ok(prompt) => lines.push(prompt.to_string()),
+                    Ok(prompt) => match gateway.outcome(LedgerId(id)).await {
+                        // A decided action: the staging-time "nothing has been sent yet"
+                        // is history, and the prompt ends with what happened.
+                        Some(outcome) => {
+                            lines.push(without_staging_note(&prompt.to_string()));
+                            lines.push(outcome);
+                        }
+                        None => lines.push(prompt.to_string()),
+                    },
                     Err(error) => {
                         ok = false;
                         lines.push(format!("#{id}: {error}"));
@@ -249,6 +273,27 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
         ok,
         text: lines.join("\n"),
     }
+}
+
+/// What the prompt said at staging time that is no longer news once the action is
+/// decided.
+const STAGING_NOTE: &str = " Nothing has been sent yet.";
+
+/// `prompt` without the staging-time note on the gatekeeper's own provenance line (a
+/// line of the gate's words, never of untrusted text: that is quoted on lines of its own).
+fn without_staging_note(prompt: &str) -> String {
+    let provenance = format!("  ┆ {PROVENANCE_ACTION}");
+    prompt
+        .split('\n')
+        .map(|line| {
+            if line == provenance {
+                line.strip_suffix(STAGING_NOTE).unwrap_or(line)
+            } else {
+                line
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Send one request to the daemon whose socket is `path`, and wait for its answer.

@@ -19,9 +19,10 @@ use tracing::{info, warn};
 
 use crate::config::{Config, ServerConfig, Transport};
 use crate::control;
-use crate::gateway::{AgentView, Downstream, Gateway};
+use crate::gateway::{AgentView, Downstream, Gateway, record_catalog, recorded_catalog};
 use crate::http::{self, MCP_PATH, Tokens};
-use crate::paths::{DATABASE_FILE, WORKSPACES_DIR, socket_in};
+use crate::lockdown::{Guarded, Latches};
+use crate::paths::{CATALOGS_DIR, DATABASE_FILE, WORKSPACES_DIR, socket_in};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +107,20 @@ impl Daemon {
             ))
         })?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let overseer = Overseer::with_store(database.ledger(), clock.clone());
+        let ledger = database.ledger();
+        let overseer = Overseer::with_store(ledger.clone(), clock.clone());
+        let workspaces = data_dir.join(WORKSPACES_DIR);
+        let latches = Arc::new(
+            Latches::new(config.agents.iter().map(|a| a.name.as_str()))
+                .with_dir(&workspaces)
+                .map_err(|e| {
+                    StartError(format!(
+                        "could not read the agents' lockdown latches in {}: {e}",
+                        workspaces.display()
+                    ))
+                })?,
+        );
+        let catalogs = data_dir.join(CATALOGS_DIR);
 
         let mut downstreams = Vec::new();
         for server in &config.servers {
@@ -122,15 +136,42 @@ impl Daemon {
                 .action_store(&server.name, clock.clone())
                 .await
                 .map_err(|e| StartError(format!("server {:?}: {e}", server.name)))?;
-            let gatekeeper = Arc::new(mcp.gatekeeper(store));
-            // A sensitive read must be a tool the server lists and the classifier calls a
-            // read: anything else would lock nothing down, silently.
+            // The catalog a person accepted (recorded), or, for a server seen for the
+            // first time, the one it lists now, recorded as accepted.
+            let unreadable = |e: std::io::Error| {
+                StartError(format!(
+                    "server {:?}: could not read or record its accepted catalog in {}: {e}; check the data directory",
+                    server.name,
+                    catalogs.display()
+                ))
+            };
+            let accepted = match recorded_catalog(&catalogs, &server.name).map_err(unreadable)? {
+                Some(recorded) => Arc::new(recorded),
+                None => {
+                    let current = mcp.catalog();
+                    record_catalog(&catalogs, &server.name, &current).map_err(unreadable)?;
+                    current
+                }
+            };
+            let changes = accepted.changes(&mcp.catalog());
+            if !changes.is_empty() {
+                warn!(
+                    server = %server.name,
+                    new = changes.added.len(),
+                    changed = changes.changed.len(),
+                    gone = changes.gone.len(),
+                    "catalog.changed since a person accepted it: see `gate catalog`"
+                );
+            }
+            let gatekeeper = Arc::new(mcp.gatekeeper_over(&accepted, store));
+            // A sensitive read must be a tool the accepted catalog lists and the classifier
+            // calls a read: anything else would lock nothing down, silently.
             for tool in &server.sensitive_reads {
-                let Some(listed) = mcp.catalog().get(tool).cloned() else {
+                let Some(listed) = accepted.get(tool).cloned() else {
                     return Err(StartError(format!(
                         "server {:?} lists sensitive read {tool:?}, which that server does not list; it lists: {}; fix sensitive_reads in {}",
                         server.name,
-                        mcp.catalog()
+                        accepted
                             .tools()
                             .iter()
                             .map(|t| t.name.as_str())
@@ -140,7 +181,7 @@ impl Daemon {
                     )));
                 };
                 if !gatekeeper
-                    .classification(listed.gated_name())
+                    .classification(&listed.name)
                     .is_some_and(|c| c.is_read())
                 {
                     return Err(StartError(format!(
@@ -150,8 +191,13 @@ impl Daemon {
                     )));
                 }
             }
+            // The kernel reaches the gatekeeper only through the lockdown guard.
             overseer
-                .register(gatekeeper.clone())
+                .register(Arc::new(Guarded::new(
+                    gatekeeper.clone(),
+                    ledger.clone(),
+                    latches.clone(),
+                )))
                 .map_err(|e| StartError(e.to_string()))?;
             info!(server = %server.name, tools = mcp.catalog().tools().len(), "server.ready");
             downstreams.push(Downstream {
@@ -159,6 +205,7 @@ impl Daemon {
                 server: mcp,
                 gatekeeper,
                 sensitive_reads: server.sensitive_reads.clone(),
+                accepted: Arc::new(std::sync::RwLock::new(accepted)),
             });
         }
         overseer.resume().map_err(|e| StartError(e.to_string()))?;
@@ -181,17 +228,8 @@ impl Daemon {
                 .iter()
                 .map(|a| (a.name.as_str(), a.token.as_str())),
         );
-        let workspaces = data_dir.join(WORKSPACES_DIR);
-        let gateway = Arc::new(
-            Gateway::new(overseer, downstreams, views)
-                .with_workspaces(&workspaces)
-                .map_err(|e| {
-                    StartError(format!(
-                        "could not read the agents' lockdown latches in {}: {e}",
-                        workspaces.display()
-                    ))
-                })?,
-        );
+        let gateway =
+            Arc::new(Gateway::new(overseer, downstreams, views, latches).with_catalogs(&catalogs));
         let recovered = gateway.recover_pending().await;
         if recovered > 0 {
             info!(recovered, "pending actions recovered from the ledger");

@@ -19,17 +19,21 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use gatekeeper_core::{ActionResult, CallOutcome, Content, Session, ToolGatekeeper, ToolResult};
-use gatekeeper_mcp::{McpServer, canonical_json, split_gated_name};
+use gatekeeper_mcp::{Catalog, CatalogTool, McpServer, canonical_json};
 use kernel::{ActionState, LedgerId, Overseer};
-use prompt_sanitize::{MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline};
+use prompt_sanitize::{
+    MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline, untrusted_label,
+};
 use rmcp::model::{CallToolResult, ContentBlock, Tool as McpTool};
+use rmcp::service::{Peer, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
-use tracing::warn;
+use tracing::{info, warn};
 
+use crate::lockdown::Latches;
 use crate::names::{NameCollision, agent_names};
 
 /// The gateway tool that reports an action's outcome.
@@ -44,11 +48,24 @@ pub struct Downstream {
     pub name: String,
     /// The driver.
     pub server: Arc<McpServer>,
-    /// Its gatekeeper, registered with the kernel.
+    /// Its gatekeeper, registered with the kernel (behind the lockdown guard).
     pub gatekeeper: Arc<ToolGatekeeper>,
     /// Its tools whose reads are sensitive: reading one locks the reading agent's
     /// workspace down.
     pub sensitive_reads: Vec<String>,
+    /// The catalog a person accepted: what agents see and can call. The server's
+    /// current catalog may differ until a person accepts it.
+    pub accepted: Arc<RwLock<Arc<Catalog>>>,
+}
+
+impl Downstream {
+    /// The catalog a person accepted.
+    pub fn accepted(&self) -> Arc<Catalog> {
+        self.accepted
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// One tool as one agent sees it.
@@ -60,8 +77,10 @@ struct AgentTool {
     driver: Arc<McpServer>,
     /// The server it belongs to.
     server: String,
-    /// Its gated name in that server's gatekeeper.
-    gated: String,
+    /// Its name on that server (and in that server's gatekeeper).
+    tool: String,
+    /// The digest of the definition a person accepted.
+    digest: String,
     /// Whether the classifier made it a read.
     read: bool,
     /// Whether reading it locks this agent's workspace down.
@@ -70,18 +89,24 @@ struct AgentTool {
     listing: McpTool,
 }
 
-/// One agent's view: its tools and its sessions.
-#[derive(Debug)]
-pub struct AgentView {
-    name: String,
+/// One agent's tools and sessions, built from the accepted catalogs; replaced as a whole
+/// when a person accepts a new catalog.
+#[derive(Debug, Default)]
+struct AgentTools {
     tools: Vec<AgentTool>,
     by_name: HashMap<String, usize>,
     sessions: HashMap<String, Session>,
+}
+
+/// One agent's view: its grants, its tools and sessions as of the accepted catalogs.
+#[derive(Debug)]
+pub struct AgentView {
+    name: String,
+    /// Its grants as (server, tools or `None` for all).
+    grants: Vec<(String, Option<Vec<String>>)>,
+    current: RwLock<Arc<AgentTools>>,
     /// Held while this agent stages, so a repeat waits for the first and finds its action.
     staging: Mutex<()>,
-    /// Why this agent's workspace is locked down (the sensitive read that latched it), or
-    /// `None` while it is not.
-    lockdown: std::sync::Mutex<Option<String>>,
 }
 
 /// Why an agent's view could not be built.
@@ -125,7 +150,7 @@ pub enum ViewError {
 
 /// The listing of one tool: the downstream definition as gatekeeper-core keeps it (boolean
 /// hints only), under the agent-facing name, with the output schema only for reads.
-fn listing(exposed: &str, downstream: &gatekeeper_mcp::CatalogTool, read: bool) -> Option<McpTool> {
+fn listing(exposed: &str, downstream: &CatalogTool, read: bool) -> Option<McpTool> {
     let mut shown = serde_json::to_value(&downstream.tool).ok()?;
     shown["name"] = Value::String(exposed.to_owned());
     if read && let Some(schema) = downstream.raw.get("outputSchema") {
@@ -163,22 +188,17 @@ fn gateway_tools() -> Vec<McpTool> {
         .collect()
 }
 
-impl AgentView {
-    /// The view of agent `name` over `downstreams`, given its grants as (server, tools or
-    /// `None` for all).
-    pub fn build(
+impl AgentTools {
+    /// Agent `name`'s tools over the accepted catalogs of `downstreams`. With `strict`, a
+    /// grant of a tool the accepted catalog lacks is an error; without, it is left out.
+    fn build(
         overseer: &Overseer,
         name: &str,
         grants: &[(String, Option<Vec<String>>)],
         downstreams: &[Downstream],
+        strict: bool,
     ) -> Result<Self, ViewError> {
-        let mut picked: Vec<(
-            String,
-            gatekeeper_mcp::CatalogTool,
-            bool,
-            bool,
-            Arc<McpServer>,
-        )> = Vec::new();
+        let mut picked: Vec<(String, CatalogTool, bool, bool, Arc<McpServer>)> = Vec::new();
         let mut sessions = HashMap::new();
         for (server, tools) in grants {
             let downstream = downstreams
@@ -188,30 +208,38 @@ impl AgentView {
                     agent: name.to_owned(),
                     server: server.clone(),
                 })?;
-            let catalog = downstream.server.catalog();
-            let chosen: Vec<&gatekeeper_mcp::CatalogTool> = match tools {
-                None => catalog.tools().iter().collect(),
-                Some(tools) => tools
-                    .iter()
-                    .map(|tool| {
-                        catalog.get(tool).ok_or_else(|| ViewError::UnknownTool {
-                            agent: name.to_owned(),
-                            server: server.clone(),
-                            tool: tool.clone(),
-                            listed: catalog
-                                .tools()
-                                .iter()
-                                .map(|t| t.name.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                        })
-                    })
-                    .collect::<Result<_, _>>()?,
-            };
-            let gated: Vec<&str> = chosen.iter().map(|t| t.gated_name()).collect();
+            let catalog = downstream.accepted();
+            let mut chosen: Vec<&CatalogTool> = Vec::new();
+            match tools {
+                None => chosen.extend(catalog.tools()),
+                Some(tools) => {
+                    for tool in tools {
+                        match catalog.get(tool) {
+                            Some(listed) => chosen.push(listed),
+                            None if strict => {
+                                return Err(ViewError::UnknownTool {
+                                    agent: name.to_owned(),
+                                    server: server.clone(),
+                                    tool: tool.clone(),
+                                    listed: catalog
+                                        .tools()
+                                        .iter()
+                                        .map(|t| t.name.as_str())
+                                        .collect::<Vec<_>>()
+                                        .join(", "),
+                                });
+                            }
+                            None => {
+                                warn!(agent = %name, %server, %tool, "grant.tool-gone: the accepted catalog no longer lists it");
+                            }
+                        }
+                    }
+                }
+            }
+            let names: Vec<&str> = chosen.iter().map(|t| t.name.as_str()).collect();
             let session = downstream
                 .gatekeeper
-                .grant(overseer, name, &gated)
+                .grant(overseer, name, &names)
                 .map_err(|e| ViewError::Grant {
                     agent: name.to_owned(),
                     message: e.to_string(),
@@ -221,7 +249,7 @@ impl AgentView {
             for tool in chosen {
                 let read = downstream
                     .gatekeeper
-                    .classification(tool.gated_name())
+                    .classification(&tool.name)
                     .is_some_and(|c| c.is_read());
                 let sensitive = read && downstream.sensitive_reads.contains(&tool.name);
                 picked.push((
@@ -245,7 +273,8 @@ impl AgentView {
                     exposed,
                     driver,
                     server,
-                    gated: tool.gated_name().to_owned(),
+                    tool: tool.name.clone(),
+                    digest: tool.digest.clone(),
                     read,
                     sensitive,
                     listing,
@@ -258,12 +287,28 @@ impl AgentView {
             .map(|(i, t)| (t.exposed.clone(), i))
             .collect();
         Ok(Self {
-            name: name.to_owned(),
             tools,
             by_name,
             sessions,
+        })
+    }
+}
+
+impl AgentView {
+    /// The view of agent `name` over the accepted catalogs of `downstreams`, given its
+    /// grants as (server, tools or `None` for all).
+    pub fn build(
+        overseer: &Overseer,
+        name: &str,
+        grants: &[(String, Option<Vec<String>>)],
+        downstreams: &[Downstream],
+    ) -> Result<Self, ViewError> {
+        let tools = AgentTools::build(overseer, name, grants, downstreams, true)?;
+        Ok(Self {
+            name: name.to_owned(),
+            grants: grants.to_vec(),
+            current: RwLock::new(Arc::new(tools)),
             staging: Mutex::new(()),
-            lockdown: std::sync::Mutex::new(None),
         })
     }
 
@@ -272,10 +317,9 @@ impl AgentView {
         &self.name
     }
 
-    /// Why this agent's workspace is locked down, or `None` while it is not.
-    pub fn lockdown(&self) -> Option<String> {
-        self.lockdown
-            .lock()
+    fn tools(&self) -> Arc<AgentTools> {
+        self.current
+            .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
@@ -290,9 +334,15 @@ pub struct Gateway {
     /// same action. (Each agent's staging is serialized by [`AgentView`]'s turn, so two
     /// identical calls cannot both stage; different agents stage concurrently.)
     staged: std::sync::Mutex<HashMap<(String, String, String), LedgerId>>,
-    /// Where each agent's lockdown latch is kept (one file per locked-down agent), or
-    /// `None` to keep latches in memory only.
-    workspaces: Option<PathBuf>,
+    /// Each agent's lockdown latch (shared with the gatekeepers' guards).
+    latches: Arc<Latches>,
+    /// Where the accepted catalogs are recorded (one file per server), or `None` to keep
+    /// them in memory only.
+    catalogs: Option<PathBuf>,
+    /// One person's acceptance at a time.
+    accepting: Mutex<()>,
+    /// The agents' MCP connections, told when their tool list changes.
+    peers: std::sync::Mutex<Vec<Peer<RoleServer>>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -348,40 +398,37 @@ pub fn staged_message(tool: &str, ledger: LedgerId, repeat: bool) -> String {
 }
 
 impl Gateway {
-    /// A gateway over `overseer` and these servers, for these agents.
-    pub fn new(overseer: Overseer, downstreams: Vec<Downstream>, agents: Vec<AgentView>) -> Self {
+    /// A gateway over `overseer` and these servers, for these agents, with their
+    /// lockdown latches.
+    pub fn new(
+        overseer: Overseer,
+        downstreams: Vec<Downstream>,
+        agents: Vec<AgentView>,
+        latches: Arc<Latches>,
+    ) -> Self {
         Self {
             overseer,
             downstreams,
             agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),
             staged: std::sync::Mutex::new(HashMap::new()),
-            workspaces: None,
+            latches,
+            catalogs: None,
+            accepting: Mutex::new(()),
+            peers: std::sync::Mutex::new(Vec::new()),
         }
     }
 
-    /// Keep each agent's lockdown latch in `dir` (created if missing): one file per
-    /// locked-down agent, named after it, written and synced before a sensitive read is
-    /// forwarded. Latches already there are loaded, so a lockdown outlives a restart.
-    pub fn with_workspaces(mut self, dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        for view in self.agents.values() {
-            match std::fs::read_to_string(dir.join(&view.name)) {
-                Ok(why) => {
-                    *view.lockdown.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(why.trim().to_owned());
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => return Err(error),
-            }
-        }
-        self.workspaces = Some(dir.to_owned());
-        Ok(self)
+    /// Record each accepted catalog in `dir` (created if missing), one file per server
+    /// ([`catalog_file`]), when a person accepts a new one.
+    pub fn with_catalogs(mut self, dir: &Path) -> Self {
+        self.catalogs = Some(dir.to_owned());
+        self
     }
 
     /// Why agent `agent`'s workspace is locked down, or `None` while it is not (or for
     /// an agent the gateway does not know).
     pub fn lockdown_of(&self, agent: &str) -> Option<String> {
-        self.agents.get(agent).and_then(AgentView::lockdown)
+        self.latches.why(agent)
     }
 
     /// The agent that staged action `ledger` and why its workspace is locked down, when
@@ -392,25 +439,26 @@ impl Gateway {
         Some((entry.caller.to_string(), why))
     }
 
-    /// Latch `view`'s lockdown because it is about to read `tool`: durably first (when a
-    /// directory is set), then in memory. Once latched it is never lifted by the daemon.
-    fn latch_lockdown(&self, view: &AgentView, tool: &str) -> std::io::Result<()> {
-        let mut latch = view.lockdown.lock().unwrap_or_else(|p| p.into_inner());
-        if latch.is_some() {
-            return Ok(());
+    /// Remember an agent's MCP connection, to tell it when its tool list changes.
+    pub fn add_peer(&self, peer: Peer<RoleServer>) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.retain(|p| !p.is_transport_closed());
+        peers.push(peer);
+    }
+
+    /// Tell every connected agent that its tool list changed. Connections that are gone
+    /// are forgotten.
+    async fn announce_tools_changed(&self) {
+        let peers: Vec<Peer<RoleServer>> = {
+            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            peers.retain(|p| !p.is_transport_closed());
+            peers.clone()
+        };
+        for peer in peers {
+            if let Err(error) = peer.notify_tool_list_changed().await {
+                warn!(%error, "agent.notify.failed: the agent sees the new tools at its next tools/list");
+            }
         }
-        let why = format!("it read the sensitive tool \"{tool}\"");
-        if let Some(dir) = &self.workspaces {
-            use std::io::Write as _;
-            let path = dir.join(&view.name);
-            let mut file = std::fs::File::create(&path)?;
-            file.write_all(why.as_bytes())?;
-            file.sync_all()?;
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        warn!(agent = %view.name, %tool, "sensitive read: this agent's workspace is locked down");
-        *latch = Some(why);
-        Ok(())
     }
 
     /// The kernel.
@@ -448,9 +496,11 @@ impl Gateway {
                 continue;
             };
             let Some(tool) = view
+                .tools()
                 .tools
                 .iter()
-                .find(|t| t.server == downstream.name && *t.gated == *record.tool)
+                .find(|t| t.server == downstream.name && *t.tool == *record.tool)
+                .cloned()
             else {
                 continue;
             };
@@ -472,21 +522,14 @@ impl Gateway {
         self.staged.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// For the person: each server's catalog as read now, against the one accepted at start
-    /// (the one agents can call): tools changed, added or gone since. Server-provided names
-    /// are rendered as code spans, so they cannot forge a line.
+    /// For the person: each server's catalog as read now, against the one a person
+    /// accepted (the one agents can call): tools changed, added or gone since.
+    /// Server-provided names are rendered as code spans, so they cannot forge a line.
     pub async fn catalog_report(&self) -> String {
         let mut lines = Vec::new();
         for downstream in &self.downstreams {
             let server = code_span(&downstream.name, MAX_INLINE_CHARS);
-            let accepted: BTreeMap<String, String> = downstream
-                .gatekeeper
-                .tools()
-                .filter_map(|(tool, _)| {
-                    let (name, digest) = split_gated_name(&tool.name)?;
-                    Some((name.to_owned(), digest.to_owned()))
-                })
-                .collect();
+            let accepted = downstream.accepted();
             let current = match downstream.server.refresh().await {
                 Ok(catalog) => catalog,
                 Err(error) => {
@@ -497,37 +540,37 @@ impl Gateway {
                     continue;
                 }
             };
-            let mut notes = Vec::new();
-            for tool in current.tools() {
-                let name = code_span(&tool.name, MAX_INLINE_CHARS);
-                match accepted.get(&tool.name) {
-                    None => notes.push(format!(
-                        "  {name} is new since the gate started: agents cannot call it until you restart the gate"
-                    )),
-                    Some(digest) if *digest != tool.digest => notes.push(format!(
-                        "  {name} changed since the gate started (definition {digest}, now {}): agents cannot call it until you restart the gate",
-                        tool.digest
-                    )),
-                    Some(_) => {}
-                }
-            }
-            for name in accepted.keys() {
-                if current.get(name).is_none() {
-                    notes.push(format!(
-                        "  {} is gone from the server: calls of it are refused",
-                        code_span(name, MAX_INLINE_CHARS)
-                    ));
-                }
-            }
-            if notes.is_empty() {
+            let changes = accepted.changes(&current);
+            if changes.is_empty() {
                 lines.push(format!(
-                    "{server}: {} tools, unchanged since the gate started",
-                    accepted.len()
+                    "{server}: {} tools, as accepted",
+                    accepted.tools().len()
                 ));
-            } else {
-                lines.push(format!("{server}:"));
-                lines.extend(notes);
+                continue;
             }
+            lines.push(format!("{server}:"));
+            for name in &changes.added {
+                lines.push(format!(
+                    "  {} is new since the catalog was accepted: agents cannot call it until you accept it",
+                    code_span(name, MAX_INLINE_CHARS)
+                ));
+            }
+            for (name, was, now) in &changes.changed {
+                lines.push(format!(
+                    "  {} changed since the catalog was accepted (definition {was}, now {now}): agents cannot call it until you accept it",
+                    code_span(name, MAX_INLINE_CHARS)
+                ));
+            }
+            for name in &changes.gone {
+                lines.push(format!(
+                    "  {} is gone from the server: calls of it are refused",
+                    code_span(name, MAX_INLINE_CHARS)
+                ));
+            }
+            lines.push(format!(
+                "  to let agents use the catalog as it is now: gate catalog accept {}",
+                downstream.name
+            ));
         }
         if lines.is_empty() {
             lines.push("no servers are configured".to_owned());
@@ -535,12 +578,226 @@ impl Gateway {
         lines.join("\n")
     }
 
+    /// A person accepts the current catalog of `server` (every server when `None`): it is
+    /// read again, recorded durably (when a directory is set) before anything else
+    /// changes, becomes what the server's gatekeeper classifies and what agents see, and
+    /// every connected agent is told its tool list changed. Calls staged against an
+    /// earlier definition stay refused by the digest check. `Err` says what to do.
+    pub async fn accept_catalog(&self, server: Option<&str>) -> Result<String, String> {
+        let _one_at_a_time = self.accepting.lock().await;
+        let chosen: Vec<&Downstream> = match server {
+            None => self.downstreams.iter().collect(),
+            Some(name) => match self.downstreams.iter().find(|d| d.name == name) {
+                Some(downstream) => vec![downstream],
+                None => {
+                    return Err(format!(
+                        "no server is named {}; the servers are: {}",
+                        code_span(name, MAX_INLINE_CHARS),
+                        self.downstreams
+                            .iter()
+                            .map(|d| code_span(&d.name, MAX_INLINE_CHARS).into_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            },
+        };
+        let mut read = Vec::new();
+        for downstream in chosen {
+            let current = downstream.server.refresh().await.map_err(|error| {
+                format!(
+                    "{}: could not read its catalog now ({}), so nothing was accepted; try again when the server answers",
+                    code_span(&downstream.name, MAX_INLINE_CHARS),
+                    plain_inline(&error, MAX_DESCRIPTION_CHARS)
+                )
+            })?;
+            read.push((downstream, current));
+        }
+        let mut lines = Vec::new();
+        let mut changed_any = false;
+        for (downstream, current) in read {
+            let server = code_span(&downstream.name, MAX_INLINE_CHARS);
+            let changes = downstream.accepted().changes(&current);
+            if let Some(dir) = &self.catalogs {
+                record_catalog(dir, &downstream.name, &current).map_err(|error| {
+                    format!(
+                        "{server}: the catalog could not be recorded in {} ({error}), so it was not accepted; check the data directory",
+                        dir.display()
+                    )
+                })?;
+            }
+            downstream
+                .gatekeeper
+                .replace_tools(current.gatekeeper_tools());
+            *downstream
+                .accepted
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = current.clone();
+            info!(server = %downstream.name, tools = current.tools().len(), "catalog.accepted");
+            changed_any |= !changes.is_empty();
+            let names = |list: &mut dyn Iterator<Item = &String>| {
+                list.map(|n| code_span(n, MAX_INLINE_CHARS).into_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let mut notes = Vec::new();
+            if !changes.added.is_empty() {
+                notes.push(format!("new: {}", names(&mut changes.added.iter())));
+            }
+            if !changes.changed.is_empty() {
+                notes.push(format!(
+                    "changed: {}",
+                    names(&mut changes.changed.iter().map(|(n, ..)| n))
+                ));
+            }
+            if !changes.gone.is_empty() {
+                notes.push(format!("gone: {}", names(&mut changes.gone.iter())));
+            }
+            lines.push(format!(
+                "{server}: {} tools{}",
+                current.tools().len(),
+                if notes.is_empty() {
+                    ", unchanged".to_owned()
+                } else {
+                    format!(" ({})", notes.join("; "))
+                }
+            ));
+        }
+        // Every agent's view is rebuilt over the accepted catalogs; a view that cannot be
+        // (two tools would share a name) keeps its earlier tools, and the person is told.
+        let mut failed = Vec::new();
+        for view in self.agents.values() {
+            match AgentTools::build(
+                &self.overseer,
+                &view.name,
+                &view.grants,
+                &self.downstreams,
+                false,
+            ) {
+                Ok(tools) => {
+                    *view.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(tools);
+                }
+                Err(error) => failed.push(format!(
+                    "agent {} keeps its earlier tools: {}",
+                    code_span(&view.name, MAX_INLINE_CHARS),
+                    plain_inline(&error.to_string(), MAX_DESCRIPTION_CHARS)
+                )),
+            }
+        }
+        if changed_any {
+            self.announce_tools_changed().await;
+        }
+        let mut text = vec!["The accepted catalog is recorded; agents see it now.".to_owned()];
+        text.extend(lines);
+        text.extend(failed.iter().cloned());
+        let text = text.join("\n");
+        if failed.is_empty() {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    }
+
+    /// For the person: what happened to action `ledger` once it was decided (who decided,
+    /// and the server's answer, the reason or the failure), or `None` while it waits.
+    /// Everything from outside (the answer, the reason, the failure) is one sanitized line.
+    pub async fn outcome(&self, ledger: LedgerId) -> Option<String> {
+        let entry = self.overseer.entry(ledger).ok().flatten()?;
+        let action = entry.action()?;
+        let by = action.resolution.as_ref().map(|r| {
+            let who = untrusted_label(&r.by, MAX_INLINE_CHARS);
+            if r.auto {
+                format!("by a rule {who} enabled")
+            } else {
+                format!("by {who}")
+            }
+        });
+        let by = by.unwrap_or_else(|| "by nobody recorded".to_owned());
+        Some(match action.state {
+            ActionState::Pending => return None,
+            ActionState::Approved => {
+                let answer = match self
+                    .applied_result(&entry.gatekeeper, action.driver_id)
+                    .await
+                {
+                    Some(result) if result.is_error => format!(
+                        "; the server answered with an error: {}",
+                        untrusted_label(&result.text(), MAX_DESCRIPTION_CHARS)
+                    ),
+                    Some(result) => format!(
+                        "; the server answered: {}",
+                        untrusted_label(&result.text(), MAX_DESCRIPTION_CHARS)
+                    ),
+                    None => "; its answer is no longer kept".to_owned(),
+                };
+                format!("  what happened: approved {by} and sent{answer}")
+            }
+            ActionState::Rejected => {
+                let reason = action
+                    .resolution
+                    .as_ref()
+                    .and_then(|r| r.cause.as_deref())
+                    .map(|cause| {
+                        format!(
+                            "; reason: {}",
+                            untrusted_label(cause, MAX_DESCRIPTION_CHARS)
+                        )
+                    })
+                    .unwrap_or_default();
+                format!("  what happened: rejected {by}, so nothing was sent{reason}")
+            }
+            ActionState::Failed => {
+                let failure = action.failure.as_ref();
+                let what = match failure.map(|f| (f.retryable, f.kind)) {
+                    Some((true, _)) => {
+                        "failed before it reached the server (it waits for you again)"
+                    }
+                    Some((false, kernel::FailureKind::NotSent)) => {
+                        "failed and was not sent (it never will be)"
+                    }
+                    Some((false, kernel::FailureKind::ServiceError)) => {
+                        "failed: the server answered with an error"
+                    }
+                    _ => {
+                        "failed, and it may have reached the server (outcome unknown; it will not be sent again)"
+                    }
+                };
+                let message = failure
+                    .map(|f| format!(": {}", untrusted_label(&f.message, MAX_DESCRIPTION_CHARS)))
+                    .unwrap_or_default();
+                format!("  what happened: approved {by}, then {what}{message}")
+            }
+            ActionState::Reverted => {
+                format!("  what happened: approved {by}, sent, then reverted")
+            }
+        })
+    }
+
+    /// The server's answer to an applied action, from its driver's store.
+    async fn applied_result(
+        &self,
+        gatekeeper: &str,
+        driver_id: kernel::DriverActionId,
+    ) -> Option<ToolResult> {
+        let downstream = self.downstreams.iter().find(|d| d.name == gatekeeper)?;
+        let record = downstream.gatekeeper.store().get(driver_id).await.ok()??;
+        match record.state {
+            gatekeeper_core::ActionState::Applied { result } => Some((*result).clone()),
+            _ => None,
+        }
+    }
+
     /// The tools agent `agent` sees (none for an unknown agent).
     pub fn list_tools(&self, agent: &str) -> Vec<McpTool> {
         let Some(view) = self.agents.get(agent) else {
             return Vec::new();
         };
-        let mut tools: Vec<McpTool> = view.tools.iter().map(|t| t.listing.clone()).collect();
+        let mut tools: Vec<McpTool> = view
+            .tools()
+            .tools
+            .iter()
+            .map(|t| t.listing.clone())
+            .collect();
         tools.extend(gateway_tools());
         tools
     }
@@ -553,19 +810,20 @@ impl Gateway {
             PENDING_TOOL => return Some(self.pending(view)),
             _ => {}
         }
-        let entry = &view.tools[*view.by_name.get(tool)?];
-        let session = view.sessions.get(&entry.server)?;
+        let current = view.tools();
+        let entry = &current.tools[*current.by_name.get(tool)?];
+        let session = current.sessions.get(&entry.server)?;
         if entry.read {
             // The latch is written before the read is forwarded: if the daemon dies
             // after the data left the server, the agent is still locked down.
             if entry.sensitive
-                && let Err(error) = self.latch_lockdown(view, &entry.exposed)
+                && let Err(error) = self.latches.latch(&view.name, &entry.exposed).await
             {
                 return Some(error_result(format!(
                     "the gateway could not record that this read is sensitive ({error}), so it was not sent; ask the person to check the gate's data directory"
                 )));
             }
-            return Some(match session.call_tool(&entry.gated, args).await {
+            return Some(match session.call_tool(&entry.tool, args).await {
                 Ok(CallOutcome::Data { result, .. }) => downstream_result(&result, None),
                 Ok(CallOutcome::Pending { .. }) => error_result(
                     "the gateway expected a read and staged an action instead; ask the person to check the gate's log",
@@ -589,7 +847,7 @@ impl Gateway {
             canonical_json(&args),
         );
         // A sensitive read locked this agent's workspace down: nothing it writes may leave.
-        if let Some(why) = view.lockdown() {
+        if let Some(why) = self.lockdown_of(&view.name) {
             return error_result(format!(
                 "Your workspace is locked down because {why}: none of your writes can be staged or sent any more, so \"{}\" was not staged and nothing was sent. Other agents are not affected; tell the person if this write is needed.",
                 entry.exposed
@@ -597,7 +855,7 @@ impl Gateway {
         }
         // A write is staged only against the definition the person granted: a tool the
         // server changed since is not callable until a person accepts the new catalog.
-        if let Err(refusal) = entry.driver.check_current(&entry.gated).await {
+        if let Err(refusal) = entry.driver.check_current(&entry.tool, &entry.digest).await {
             return error_result(format!("{refusal}. Nothing was staged or sent."));
         }
         let _turn = view.staging.lock().await;
@@ -615,7 +873,7 @@ impl Gateway {
             }
             self.staged().remove(&key);
         }
-        match session.call_tool(&entry.gated, args).await {
+        match session.call_tool(&entry.tool, args).await {
             Ok(CallOutcome::Pending { ledger, .. }) => {
                 self.staged().insert(key, ledger);
                 text_result(staged_message(&entry.exposed, ledger, false))
@@ -648,9 +906,28 @@ impl Gateway {
         if &*entry.caller != view.name.as_str() {
             return unknown();
         }
-        let Some(session) = view.sessions.get(&*entry.gatekeeper) else {
+        let current = view.tools();
+        let Some(session) = current.sessions.get(&*entry.gatekeeper) else {
             return unknown();
         };
+        // The ledger's failure is the kernel's word, also for an apply the gateway refused
+        // before the driver's store was asked (a locked-down agent's action).
+        if action.state == ActionState::Failed
+            && let Some(failure) = &action.failure
+        {
+            let message = plain_inline(&failure.message, MAX_DESCRIPTION_CHARS);
+            return text_result(if failure.retryable {
+                format!(
+                    "Action {id} failed before it reached the server: {message} It waits for a person again."
+                )
+            } else if failure.kind == kernel::FailureKind::OutcomeUnknown {
+                format!(
+                    "Action {id} failed, and it may have reached the server: {message} It will not be sent again."
+                )
+            } else {
+                format!("Action {id} failed and was not sent: {message} It will not be sent again.")
+            });
+        }
         match session.get_action_result(action.driver_id).await {
             Ok(ActionResult::Applied { result, .. }) => downstream_result(
                 &result,
@@ -716,4 +993,39 @@ impl Gateway {
             format!("Waiting for a person:\n{}", mine.join("\n"))
         })
     }
+}
+
+/// The file in which `server`'s accepted catalog is recorded, in the catalogs directory.
+pub fn catalog_file(dir: &Path, server: &str) -> PathBuf {
+    dir.join(format!("{server}.json"))
+}
+
+/// Record `catalog` as `server`'s accepted catalog in `dir`: the tools exactly as the
+/// server listed them, written to a temporary file, synced, then renamed over the old
+/// record, so a crash leaves the old record or the new one, never half of one.
+pub fn record_catalog(dir: &Path, server: &str, catalog: &Catalog) -> std::io::Result<()> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir)?;
+    let path = catalog_file(dir, server);
+    let partial = dir.join(format!(".{server}.json.partial"));
+    let text = serde_json::to_string_pretty(&Value::Array(catalog.raw_tools()))
+        .map_err(std::io::Error::other)?;
+    let mut file = std::fs::File::create(&partial)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&partial, &path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The catalog recorded for `server` in `dir`, or `None` if none was recorded yet.
+pub fn recorded_catalog(dir: &Path, server: &str) -> std::io::Result<Option<Catalog>> {
+    let text = match std::fs::read_to_string(catalog_file(dir, server)) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let Value::Array(tools) = serde_json::from_str(&text).map_err(std::io::Error::other)? else {
+        return Err(std::io::Error::other("the record is not a list of tools"));
+    };
+    Ok(Some(Catalog::from_raw_tools(server, tools)))
 }

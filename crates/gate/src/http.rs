@@ -17,7 +17,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
     ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
@@ -99,9 +99,20 @@ fn agent_of(context: &RequestContext<RoleServer>) -> Option<String> {
 
 impl ServerHandler for AgentHandler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_instructions(
             "Writes are held for a person's approval: a staged call answers at once with an action id; call gate_action_result with it for the outcome.",
         )
+    }
+
+    /// Remembered, to be told when a person accepts a new catalog.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.gateway.add_peer(context.peer);
     }
 
     async fn list_tools(

@@ -7,9 +7,12 @@
 //! - [`config`]: `gate.toml`, read strictly.
 //! - [`names`]: the tool names agents see (`<server>__<tool>`).
 //! - [`paths`]: where configuration and data live by default.
-//! - [`gateway`]: what each agent sees and what its calls do.
+//! - [`gateway`]: what each agent sees and what its calls do, and the accepted catalogs.
+//! - [`lockdown`]: each agent's lockdown latch, and the guard that makes every apply
+//!   (a person's or an auto-approval rule's) respect it.
 //! - [`http`]: agents over MCP streamable HTTP on loopback, one bearer token each.
-//! - [`control`]: the person's owner-only socket (`gate pending`, `approve`, `reject`).
+//! - [`control`]: the person's owner-only socket (`gate pending`, `show`, `approve`,
+//!   `reject`, `catalog`, `catalog accept`).
 //! - [`daemon`]: `gate serve`, wiring all of the above over one kernel and one SQLite file.
 //! - [`bridge`]: `gate mcp --agent NAME`, a stateless stdio bridge to the daemon.
 //!
@@ -29,5 +32,6 @@ pub mod control;
 pub mod daemon;
 pub mod gateway;
 pub mod http;
+pub mod lockdown;
 pub mod names;
 pub mod paths;

@@ -61,10 +61,12 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
-    /// Each server's catalog now: tools changed, added or gone since the gate started.
+    /// Each server's catalog now: tools changed, added or gone since you accepted it.
     Catalog {
+        #[command(subcommand)]
+        action: Option<CatalogAction>,
         /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
-        #[arg(long)]
+        #[arg(long, global = true)]
         data_dir: Option<PathBuf>,
     },
     /// The approval prompt of actions.
@@ -100,6 +102,16 @@ enum Command {
         /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CatalogAction {
+    /// Accept a server's catalog as it is now (every server's without SERVER): the gate
+    /// records it, and agents can call its new and changed tools at once.
+    Accept {
+        /// The server, as named in the configuration.
+        server: Option<String>,
     },
 }
 
@@ -251,7 +263,14 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Pending { data_dir } => ask(data_dir, &Request::Pending),
-        Command::Catalog { data_dir } => ask(data_dir, &Request::Catalog),
+        Command::Catalog {
+            action: None,
+            data_dir,
+        } => ask(data_dir, &Request::Catalog),
+        Command::Catalog {
+            action: Some(CatalogAction::Accept { server }),
+            data_dir,
+        } => ask(data_dir, &Request::CatalogAccept { server }),
         Command::Show { ids, data_dir } => ask(data_dir, &Request::Show { ids }),
         Command::Approve {
             ids,

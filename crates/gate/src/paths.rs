@@ -13,6 +13,9 @@ pub const SOCKET_FILE: &str = "gate.sock";
 /// The folder, in the data directory, of the agents' lockdown latches: a file named after
 /// each agent whose workspace a sensitive read locked down.
 pub const WORKSPACES_DIR: &str = "lockdown";
+/// The directory under the data directory where each server's accepted catalog is
+/// recorded (`<server>.json`, the tools as the server listed them).
+pub const CATALOGS_DIR: &str = "catalogs";
 
 /// Why no default location could be found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
+use rmcp::service::{Peer, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
@@ -158,7 +158,7 @@ impl Drop for Gate {
     }
 }
 
-async fn call(agent: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
+async fn call(agent: &Peer<RoleClient>, tool: &str, args: Value) -> CallToolResult {
     let Value::Object(args) = args else {
         panic!("arguments are an object")
     };
@@ -596,41 +596,133 @@ async fn a_grant_of_a_tool_the_server_does_not_list_stops_the_start_with_what_it
     );
 }
 
+/// An agent connection that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct Listening(std::sync::Arc<tokio::sync::Notify>);
+
+impl rmcp::ClientHandler for Listening {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.0.notify_one();
+    }
+}
+
+async fn tool_names(agent: &Peer<RoleClient>) -> Vec<String> {
+    agent
+        .list_all_tools()
+        .await
+        .expect("lists")
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tool_the_server_changed_after_the_grant_is_not_callable_until_the_gate_restarts() {
+async fn a_changed_catalog_is_refused_until_the_person_accepts_it_and_then_callable_without_a_restart()
+ {
     let mut gate = Gate::start("changed");
-    let coder = gate.agent(CODER_TOKEN).await;
+    let listening = Listening::default();
+    let coder = listening
+        .clone()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(gate.url.clone())
+                .auth_header(CODER_TOKEN),
+        ))
+        .await
+        .expect("the agent connects");
     let staged = text(&call(&coder, "fixture__write_note", json!({"text": "before"})).await);
     let before = action_id(&staged);
     let changed = call(&coder, "fixture__change_catalog", json!({})).await;
     assert_eq!(text(&changed), "catalog changed");
 
+    // The new tool is invisible and refused; the changed one is refused.
+    assert!(
+        !tool_names(&coder)
+            .await
+            .contains(&"fixture__archive_note".to_owned())
+    );
+    let Value::Object(args) = json!({"text": "x"}) else {
+        unreachable!()
+    };
+    let unknown = coder
+        .call_tool(CallToolRequestParams::new("fixture__archive_note").with_arguments(args))
+        .await;
+    assert!(
+        unknown.is_err(),
+        "a tool nobody accepted is not callable: {unknown:?}"
+    );
     let refused = call(&coder, "fixture__write_note", json!({"text": "after"})).await;
     assert_eq!(refused.is_error, Some(true));
     let refused = text(&refused);
     assert!(
-        refused.contains("changed the tool \"write_note\""),
+        refused.contains("changed the tool \"write_note\"") && refused.contains("accept"),
         "{refused}"
     );
     let catalog = gate.person(&["catalog"]);
     assert!(catalog.status.success(), "{catalog:?}");
     let catalog = String::from_utf8_lossy(&catalog.stdout);
     assert!(
-        catalog.contains("`write_note` changed since the gate started"),
-        "the person is shown what changed: {catalog}"
+        catalog.contains("`write_note` changed since the catalog was accepted")
+            && catalog.contains("`archive_note` is new since the catalog was accepted")
+            && catalog.contains("gate catalog accept fixture"),
+        "the person is shown what changed and what to run: {catalog}"
     );
-    let approve = gate.person(&["approve", &before.to_string()]);
-    assert!(
-        !approve.status.success(),
-        "a call staged against the old definition is refused"
-    );
-    assert!(gate.deliveries().is_empty(), "nothing reached the server");
 
-    drop(coder);
-    gate.kill_and_restart();
-    let coder = gate.agent(CODER_TOKEN).await;
+    let accept = gate.person(&["catalog", "accept", "fixture"]);
+    let said = String::from_utf8_lossy(&accept.stdout);
+    assert!(accept.status.success(), "{accept:?}");
+    assert!(
+        said.contains("The accepted catalog is recorded")
+            && said.contains("new: `archive_note`")
+            && said.contains("changed: `write_note`"),
+        "{said}"
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(10), listening.0.notified())
+        .await
+        .expect("the connected agent is told its tool list changed");
+
+    // Same daemon, no restart: the new tool is listed and callable, the changed one too.
+    assert!(
+        tool_names(&coder)
+            .await
+            .contains(&"fixture__archive_note".to_owned())
+    );
+    let archived = text(&call(&coder, "fixture__archive_note", json!({"text": "old"})).await);
+    assert!(archived.contains("Staged as action"), "{archived}");
     let restaged = text(&call(&coder, "fixture__write_note", json!({"text": "after"})).await);
     assert!(restaged.contains("Staged as action"), "{restaged}");
+
+    // A stale approval is still refused by the digest check; the new calls are sent.
+    let stale = gate.person(&["approve", &before.to_string()]);
+    assert!(!stale.status.success(), "{stale:?}");
+    let stale = String::from_utf8_lossy(&stale.stdout);
+    assert!(
+        stale.contains("changed the tool") && stale.contains("after this call was staged"),
+        "{stale}"
+    );
+    assert!(gate.deliveries().is_empty(), "nothing reached the server");
+    for id in [action_id(&archived), action_id(&restaged)] {
+        let approve = gate.person(&["approve", &id.to_string()]);
+        assert!(approve.status.success(), "{approve:?}");
+    }
+    assert_eq!(
+        gate.deliveries(),
+        [
+            r#"archive_note {"text":"old"}"#,
+            r#"write_note {"text":"after"}"#
+        ]
+    );
+
+    // What was accepted is recorded: after a restart (the fixture starts over with its
+    // first catalog) the gate holds the accepted catalog, not the one listed at start.
+    drop(coder);
+    gate.kill_and_restart();
+    let catalog = gate.person(&["catalog"]);
+    let catalog = String::from_utf8_lossy(&catalog.stdout);
+    assert!(
+        catalog.contains("`archive_note` is gone from the server")
+            && catalog.contains("`write_note` changed since the catalog was accepted"),
+        "{catalog}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

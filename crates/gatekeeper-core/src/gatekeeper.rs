@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -95,12 +95,55 @@ impl ToolEntry {
     }
 }
 
+/// A classified catalog: the entries in catalog order and an index by name.
+#[derive(Default)]
+pub(crate) struct Entries {
+    list: Vec<Arc<ToolEntry>>,
+    index: HashMap<Arc<str>, usize>,
+}
+
+impl Entries {
+    fn new(config: &GatekeeperConfig, tools: Vec<Tool>) -> Self {
+        if tools.len() > MAX_TOOLS_PER_SERVER {
+            warn!(
+                gatekeeper = %config.name,
+                tools = tools.len(),
+                "catalog.truncated: only the first {MAX_TOOLS_PER_SERVER} tools are used"
+            );
+        }
+        let mut list = Vec::new();
+        let mut index = HashMap::new();
+        for tool in tools.into_iter().take(MAX_TOOLS_PER_SERVER) {
+            if index.contains_key(tool.name.as_str()) {
+                warn!(
+                    gatekeeper = %untrusted_label(&config.name, MAX_INLINE_CHARS),
+                    tool = %untrusted_label(&tool.name, MAX_INLINE_CHARS),
+                    "catalog.duplicate: later tool ignored"
+                );
+                continue;
+            }
+            let entry = ToolEntry::new(config, tool);
+            index.insert(entry.name.clone(), list.len());
+            list.push(Arc::new(entry));
+        }
+        Self { list, index }
+    }
+
+    pub(crate) fn get(&self, tool: &str) -> Option<&Arc<ToolEntry>> {
+        self.index.get(tool).map(|&i| &self.list[i])
+    }
+}
+
 /// The gatekeeper of one tool server. Share it as `Arc<ToolGatekeeper>`: register a clone
 /// with the kernel, mint grants from another.
+///
+/// Its catalog is the one a person accepted: [`ToolGatekeeper::new`] takes it, and
+/// [`ToolGatekeeper::replace_tools`] swaps it for another while agents run. Grants and
+/// sessions name their tools, so a session sees the current definition of each tool it
+/// was granted (and loses a tool the new catalog lacks).
 pub struct ToolGatekeeper {
     config: GatekeeperConfig,
-    entries: Vec<ToolEntry>,
-    index: HashMap<Arc<str>, usize>,
+    entries: RwLock<Arc<Entries>>,
     pub(crate) service: Arc<dyn ToolService>,
     pub(crate) store: ActionStore,
     pub(crate) simulator: Option<Arc<dyn Simulator>>,
@@ -116,7 +159,7 @@ impl fmt::Debug for ToolGatekeeper {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolGatekeeper")
             .field("config", &self.config)
-            .field("tools", &self.entries.len())
+            .field("tools", &self.catalog().list.len())
             .field("simulator", &self.simulator.is_some())
             .field("reverter", &self.reverter.is_some())
             .field("call_deadline", &self.call_deadline)
@@ -133,32 +176,9 @@ impl ToolGatekeeper {
         service: Arc<dyn ToolService>,
         store: ActionStore,
     ) -> Self {
-        if tools.len() > MAX_TOOLS_PER_SERVER {
-            warn!(
-                gatekeeper = %config.name,
-                tools = tools.len(),
-                "catalog.truncated: only the first {MAX_TOOLS_PER_SERVER} tools are used"
-            );
-        }
-        let mut entries = Vec::new();
-        let mut index = HashMap::new();
-        for tool in tools.into_iter().take(MAX_TOOLS_PER_SERVER) {
-            if index.contains_key(tool.name.as_str()) {
-                warn!(
-                    gatekeeper = %untrusted_label(&config.name, MAX_INLINE_CHARS),
-                    tool = %untrusted_label(&tool.name, MAX_INLINE_CHARS),
-                    "catalog.duplicate: later tool ignored"
-                );
-                continue;
-            }
-            let entry = ToolEntry::new(&config, tool);
-            index.insert(entry.name.clone(), entries.len());
-            entries.push(entry);
-        }
         Self {
+            entries: RwLock::new(Arc::new(Entries::new(&config, tools))),
             config,
-            entries,
-            index,
             service,
             store,
             simulator: None,
@@ -166,6 +186,22 @@ impl ToolGatekeeper {
             call_deadline: DEFAULT_CALL_DEADLINE,
             shown: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// Replace the catalog (a person accepted a new one): every tool is classified and its
+    /// prompt rendered again. Calls staged earlier keep the definition tag they were staged
+    /// with ([`Tool::definition`]), so a service that checks it refuses them if their tool
+    /// changed; sessions see the new definitions at their next call.
+    pub fn replace_tools(&self, tools: Vec<Tool>) {
+        let entries = Arc::new(Entries::new(&self.config, tools));
+        *self.entries.write().unwrap_or_else(|p| p.into_inner()) = entries;
+    }
+
+    pub(crate) fn catalog(&self) -> Arc<Entries> {
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Show pending calls of the tools `simulator` simulates in later reads, and tell the
@@ -221,8 +257,17 @@ impl ToolGatekeeper {
     }
 
     /// The catalog with each tool's verdict, in catalog order (for a classification table).
-    pub fn tools(&self) -> impl Iterator<Item = (&Tool, ClassifiedTool)> {
-        self.entries.iter().map(|e| (&e.tool, e.classified))
+    pub fn tools(&self) -> Vec<(Tool, ClassifiedTool)> {
+        self.catalog()
+            .list
+            .iter()
+            .map(|e| (e.tool.clone(), e.classified))
+            .collect()
+    }
+
+    /// One tool of the catalog, by name.
+    pub fn tool(&self, tool: &str) -> Option<Tool> {
+        self.entry(tool).map(|e| e.tool.clone())
     }
 
     /// The verdict on one tool.
@@ -231,8 +276,8 @@ impl ToolGatekeeper {
     }
 
     /// The kind a call of `tool` is submitted under.
-    pub fn action_kind(&self, tool: &str) -> Option<&ActionKind> {
-        self.entry(tool).map(|e| &e.kind)
+    pub fn action_kind(&self, tool: &str) -> Option<ActionKind> {
+        self.entry(tool).map(|e| e.kind.clone())
     }
 
     /// Whether pending calls of `tool` are shown in reads.
@@ -265,7 +310,8 @@ impl ToolGatekeeper {
         overseer: &Overseer,
         caller: &str,
     ) -> Result<Grant, GrantError> {
-        let names: Vec<&str> = self.entries.iter().map(|e| &*e.name).collect();
+        let catalog = self.catalog();
+        let names: Vec<&str> = catalog.list.iter().map(|e| &*e.name).collect();
         self.grant(overseer, caller, &names)
     }
 
@@ -277,32 +323,22 @@ impl ToolGatekeeper {
         queue: Arc<dyn ApprovalQueue>,
         tools: &[&str],
     ) -> Result<Grant, GrantError> {
-        let mut allowed = Vec::with_capacity(tools.len());
+        let catalog = self.catalog();
+        let mut allowed: Vec<Arc<str>> = Vec::with_capacity(tools.len());
         for &tool in tools {
-            let index = *self
-                .index
-                .get(tool)
-                .ok_or_else(|| GrantError::UnknownTool {
-                    gatekeeper: self.name().to_owned(),
-                    tool: tool.to_owned(),
-                })?;
-            if !allowed.contains(&index) {
-                allowed.push(index);
+            let entry = catalog.get(tool).ok_or_else(|| GrantError::UnknownTool {
+                gatekeeper: self.name().to_owned(),
+                tool: tool.to_owned(),
+            })?;
+            if !allowed.contains(&entry.name) {
+                allowed.push(entry.name.clone());
             }
         }
         Ok(Grant::new(self.clone(), queue, allowed))
     }
 
-    pub(crate) fn entry(&self, tool: &str) -> Option<&ToolEntry> {
-        self.index.get(tool).map(|&i| &self.entries[i])
-    }
-
-    pub(crate) fn entry_at(&self, index: usize) -> &ToolEntry {
-        &self.entries[index]
-    }
-
-    pub(crate) fn index_of(&self, tool: &str) -> Option<usize> {
-        self.index.get(tool).copied()
+    pub(crate) fn entry(&self, tool: &str) -> Option<Arc<ToolEntry>> {
+        self.catalog().get(tool).cloned()
     }
 
     fn shown(&self) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
@@ -388,7 +424,8 @@ impl Gatekeeper for ToolGatekeeper {
     }
 
     fn auto_approvable_actions(&self) -> Vec<ActionKind> {
-        self.entries
+        self.catalog()
+            .list
             .iter()
             .filter(|e| e.classified.auto_approvable())
             .map(|e| e.kind.clone())

@@ -47,7 +47,7 @@ impl Grant {
     pub(crate) fn new(
         gatekeeper: Arc<ToolGatekeeper>,
         queue: Arc<dyn ApprovalQueue>,
-        allowed: Vec<usize>,
+        allowed: Vec<Arc<str>>,
     ) -> Self {
         Self {
             session: Session::new(gatekeeper, queue, allowed),

@@ -147,6 +147,20 @@ pub trait ToolService: Send + Sync {
 
     /// Run one tool with the given arguments (a JSON object).
     async fn call(&self, tool: &str, args: &Value) -> Result<ToolResult, CallError>;
+
+    /// Run one tool as [`ToolService::call`] does, given the definition tag
+    /// ([`Tool::definition`]) the call was classified and staged with. A service whose
+    /// tools can change refuses, with [`CallError::NotDispatched`] and before sending, a
+    /// call whose definition is no longer the current one. The default ignores the tag.
+    async fn call_defined(
+        &self,
+        tool: &str,
+        definition: Option<&str>,
+        args: &Value,
+    ) -> Result<ToolResult, CallError> {
+        let _ = definition;
+        self.call(tool, args).await
+    }
 }
 
 #[cfg(test)]

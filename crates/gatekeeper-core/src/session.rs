@@ -197,8 +197,10 @@ fn label(text: &str) -> Sanitized {
 struct SessionInner {
     gatekeeper: Arc<ToolGatekeeper>,
     queue: Arc<dyn ApprovalQueue>,
-    /// Catalog indices of the granted tools, in the order granted.
-    allowed: Vec<usize>,
+    /// The names of the granted tools, in the order granted. Each is looked up in the
+    /// gatekeeper's current catalog at every call, so a session follows a catalog a person
+    /// accepted later; a granted tool that catalog lacks is not callable.
+    allowed: Vec<Arc<str>>,
     /// Pending actions some read of this session showed as done.
     shown: Mutex<BTreeSet<DriverActionId>>,
 }
@@ -222,7 +224,7 @@ impl Session {
     pub(crate) fn new(
         gatekeeper: Arc<ToolGatekeeper>,
         queue: Arc<dyn ApprovalQueue>,
-        allowed: Vec<usize>,
+        allowed: Vec<Arc<str>>,
     ) -> Self {
         Self {
             inner: Arc::new(SessionInner {
@@ -240,12 +242,7 @@ impl Session {
 
     /// The tools this session may call, in the order granted.
     pub fn allowed_tools(&self) -> Vec<&str> {
-        let gk = &self.inner.gatekeeper;
-        self.inner
-            .allowed
-            .iter()
-            .map(|&i| &*gk.entry_at(i).name)
-            .collect()
+        self.inner.allowed.iter().map(|name| &**name).collect()
     }
 
     fn shown(&self) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
@@ -258,13 +255,11 @@ impl Session {
         self.shown().iter().copied().collect()
     }
 
-    fn granted(&self, tool: &str) -> Option<&ToolEntry> {
-        let gk = &self.inner.gatekeeper;
-        let index = gk.index_of(tool)?;
-        self.inner
-            .allowed
-            .contains(&index)
-            .then(|| gk.entry_at(index))
+    fn granted(&self, tool: &str) -> Option<Arc<ToolEntry>> {
+        if !self.inner.allowed.iter().any(|name| &**name == tool) {
+            return None;
+        }
+        self.inner.gatekeeper.entry(tool)
     }
 
     /// Call a tool. A read returns its data; an action returns at once with the pending
@@ -284,9 +279,9 @@ impl Session {
                 .collect(),
         })?;
         if entry.classified.is_read() {
-            self.read(entry, args).await
+            self.read(&entry, args).await
         } else {
-            self.act(entry, args).await
+            self.act(&entry, args).await
         }
     }
 
@@ -294,7 +289,13 @@ impl Session {
         let gk = &self.inner.gatekeeper;
         let deadline = gk.call_deadline();
         // A read sends nothing that needs approval, so a read that fails may be tried again.
-        let mut result = match Bounded::new(gk.service.call(&entry.name, &args), deadline).await {
+        let mut result = match Bounded::new(
+            gk.service
+                .call_defined(&entry.name, entry.tool.definition.as_deref(), &args),
+            deadline,
+        )
+        .await
+        {
             Ended::Answered(result) => result.map_err(SessionError::Service)?,
             Ended::Panicked(panic) => {
                 return Err(SessionError::Service(CallError::Unknown(format!(
@@ -350,7 +351,11 @@ impl Session {
         let (title, description) = entry.prompt.describe(&args);
         let action = gk
             .store
-            .stage(entry.name.clone(), args)
+            .stage_defined(
+                entry.name.clone(),
+                entry.tool.definition.as_deref().map(Arc::from),
+                args,
+            )
             .await
             .map_err(SessionError::Stage)?;
         let description = ActionDescription {
@@ -449,16 +454,14 @@ impl Session {
             .inner
             .allowed
             .iter()
-            .map(|&i| {
-                let entry = gk.entry_at(i);
-                ToolInfo {
-                    name: entry.tool.name.clone(),
-                    title: entry.tool.title.clone(),
-                    description: entry.tool.description.clone(),
-                    mode: entry.classified.mode(),
-                    classified_by: entry.classified.classified_by(),
-                    input_schema: entry.tool.input_schema.clone(),
-                }
+            .filter_map(|name| gk.entry(name))
+            .map(|entry| ToolInfo {
+                name: entry.tool.name.clone(),
+                title: entry.tool.title.clone(),
+                description: entry.tool.description.clone(),
+                mode: entry.classified.mode(),
+                classified_by: entry.classified.classified_by(),
+                input_schema: entry.tool.input_schema.clone(),
             })
             .collect())
     }

@@ -206,6 +206,11 @@ pub struct ActionRecord {
     pub id: DriverActionId,
     /// The tool to call.
     pub tool: Arc<str>,
+    /// The driver's tag of the tool's definition when the call was staged
+    /// ([`crate::Tool::definition`]): apply hands it back to the service, which refuses
+    /// the call if the tool changed since.
+    #[serde(default)]
+    pub definition: Option<Arc<str>>,
     /// The arguments, exactly as they will be sent (a JSON object).
     pub args: Arc<Value>,
     /// When it was staged.
@@ -260,6 +265,7 @@ impl ActionRecord {
         Self {
             id: self.id,
             tool: self.tool.clone(),
+            definition: self.definition.clone(),
             args: self.args.clone(),
             submitted_at: self.submitted_at,
             claimed_at: self.claimed_at,
@@ -587,6 +593,7 @@ pub trait ActionStorage: Send + Sync {
     async fn insert_pending(
         &self,
         tool: Arc<str>,
+        definition: Option<Arc<str>>,
         args: Arc<Value>,
         submitted_at: Timestamp,
         max_open: usize,
@@ -669,6 +676,7 @@ impl ActionStorage for MemoryActionStorage {
     async fn insert_pending(
         &self,
         tool: Arc<str>,
+        definition: Option<Arc<str>>,
         args: Arc<Value>,
         submitted_at: Timestamp,
         max_open: usize,
@@ -685,6 +693,7 @@ impl ActionStorage for MemoryActionStorage {
             ActionRecord {
                 id,
                 tool,
+                definition,
                 args,
                 submitted_at,
                 claimed_at: None,
@@ -903,6 +912,17 @@ impl ActionStore {
         tool: impl Into<Arc<str>>,
         args: Value,
     ) -> Result<DriverActionId, StageError> {
+        self.stage_defined(tool, None, args).await
+    }
+
+    /// [`ActionStore::stage`], keeping the tag of the tool's definition the call was staged
+    /// against ([`ActionRecord::definition`]).
+    pub async fn stage_defined(
+        &self,
+        tool: impl Into<Arc<str>>,
+        definition: Option<Arc<str>>,
+        args: Value,
+    ) -> Result<DriverActionId, StageError> {
         if !args.is_object() {
             return Err(StageError::NotAnObject);
         }
@@ -917,6 +937,7 @@ impl ActionStore {
             .storage
             .insert_pending(
                 tool.clone(),
+                definition,
                 Arc::new(args),
                 self.clock.now(),
                 MAX_OPEN_ACTIONS,
@@ -976,7 +997,9 @@ impl ActionStore {
         };
 
         // Step 4: the only send.
-        let outcome = service.call(&claimed.tool, &claimed.args).await;
+        let outcome = service
+            .call_defined(&claimed.tool, claimed.definition.as_deref(), &claimed.args)
+            .await;
 
         // Step 5.
         let (settled, result) = match claimed.settle(outcome) {
@@ -1078,6 +1101,7 @@ mod tests {
         ActionRecord {
             id: DriverActionId(7),
             tool: Arc::from("t"),
+            definition: None,
             args: Arc::new(json!({})),
             submitted_at: Timestamp(0),
             claimed_at: None,

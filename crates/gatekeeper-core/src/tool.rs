@@ -26,6 +26,13 @@ pub struct Tool {
     /// The server's behaviour hints. Only the classifier can read them.
     #[serde(default, skip_serializing_if = "ToolAnnotations::is_empty")]
     pub annotations: ToolAnnotations,
+    /// The driver's tag for this version of the tool's definition (for example a digest of
+    /// what a person is shown), or `None`. Not part of MCP's JSON: a driver sets it, each
+    /// staged call keeps it ([`crate::ActionRecord::definition`]), and the service gets it
+    /// back on apply ([`crate::ToolService::call_defined`]) to refuse a call whose tool
+    /// changed since it was staged.
+    #[serde(skip)]
+    pub definition: Option<String>,
 }
 
 fn empty_schema() -> Value {
@@ -36,6 +43,12 @@ impl Tool {
     /// Parse one tool from MCP JSON.
     pub fn from_json(value: Value) -> Result<Self, serde_json::Error> {
         serde_json::from_value(value)
+    }
+
+    /// The same tool, tagged with the driver's version of its definition.
+    pub fn with_definition(mut self, definition: impl Into<String>) -> Self {
+        self.definition = Some(definition.into());
+        self
     }
 
     /// Parse a catalog: either an array of tools or a `tools/list` reply `{"tools": [...]}`.

@@ -6,11 +6,12 @@
 //! tool that is not even shaped like a tool (no string name) is dropped with a warning,
 //! never the whole server.
 //!
-//! Each tool is known to the gatekeeper under its *gated name* `<tool>@<digest>`, where the
-//! digest covers the definition a person is shown (name, description, annotations, input
-//! schema). The gated name is what an action store keeps with a staged call, so the
-//! definition a call was staged against travels with it through any storage backend, and
-//! apply can refuse a call whose tool changed since (see [`crate::McpServer`]).
+//! Each tool is known to the gatekeeper under its own name, tagged with the digest of the
+//! definition a person is shown (name, description, annotations, input schema) as its
+//! [`Tool::definition`]. An action store keeps that digest with each staged call
+//! ([`gatekeeper_core::ActionRecord::definition`]), so the definition a call was staged
+//! against travels with it through any storage backend, and apply can refuse a call whose
+//! tool changed since (see [`crate::McpServer`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,12 +21,8 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use tracing::warn;
 
-/// How many hex digits of the SHA-256 digest a gated name carries (64 bits).
+/// How many hex digits of the SHA-256 digest a definition digest has (64 bits).
 pub const DIGEST_HEX_DIGITS: usize = 16;
-
-/// The separator between a tool's name and its digest in a gated name. MCP tool names are
-/// made of `[A-Za-z0-9_.-]`, so the last `@` is always the separator.
-pub const DIGEST_SEPARATOR: char = '@';
 
 /// The digest of a tool's definition: the first [`DIGEST_HEX_DIGITS`] hex digits of the
 /// SHA-256 of the canonical JSON (keys sorted, no spaces) of its name, description,
@@ -92,18 +89,6 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
-/// The gated name of a tool: `<tool>@<digest>`.
-pub fn gated_name(tool: &str, digest: &str) -> String {
-    format!("{tool}{DIGEST_SEPARATOR}{digest}")
-}
-
-/// Split a gated name into the downstream tool name and the digest it was staged with.
-pub fn split_gated_name(gated: &str) -> Option<(&str, &str)> {
-    gated
-        .rsplit_once(DIGEST_SEPARATOR)
-        .filter(|(name, digest)| !name.is_empty() && !digest.is_empty())
-}
-
 /// One tool of a downstream catalog.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CatalogTool {
@@ -111,17 +96,10 @@ pub struct CatalogTool {
     pub name: String,
     /// The digest of its definition ([`definition_digest`]).
     pub digest: String,
-    /// The tool as the gatekeeper knows it: named by its gated name `<name>@<digest>`.
+    /// The tool as the gatekeeper knows it, its definition tagged with the digest.
     pub tool: Tool,
     /// The tool exactly as the server listed it (for passing through to agents).
     pub raw: Value,
-}
-
-impl CatalogTool {
-    /// The gated name, `<name>@<digest>`.
-    pub fn gated_name(&self) -> &str {
-        &self.tool.name
-    }
 }
 
 /// A downstream server's catalog, in the order the server listed it.
@@ -146,13 +124,11 @@ impl Catalog {
                 continue;
             }
             let digest = definition_digest(&raw);
-            let mut gated = raw.clone();
-            gated["name"] = Value::String(gated_name(&name, &digest));
-            match Tool::from_json(gated) {
+            match Tool::from_json(raw.clone()) {
                 Ok(tool) => tools.push(CatalogTool {
                     name,
+                    tool: tool.with_definition(digest.clone()),
                     digest,
-                    tool,
                     raw,
                 }),
                 Err(error) => {
@@ -171,6 +147,57 @@ impl Catalog {
     /// One tool, by its downstream name.
     pub fn get(&self, name: &str) -> Option<&CatalogTool> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// The tools as the gatekeeper knows them, in catalog order.
+    pub fn gatekeeper_tools(&self) -> Vec<Tool> {
+        self.tools.iter().map(|t| t.tool.clone()).collect()
+    }
+
+    /// The tools exactly as the server listed them: what [`Catalog::from_raw_tools`]
+    /// reads back, so a catalog a person accepted can be recorded and restored.
+    pub fn raw_tools(&self) -> Vec<Value> {
+        self.tools.iter().map(|t| t.raw.clone()).collect()
+    }
+
+    /// What `current` changed against this catalog (the accepted one), by tool name.
+    pub fn changes(&self, current: &Catalog) -> CatalogChanges {
+        let mut changes = CatalogChanges::default();
+        for tool in current.tools() {
+            match self.get(&tool.name) {
+                None => changes.added.push(tool.name.clone()),
+                Some(accepted) if accepted.digest != tool.digest => changes.changed.push((
+                    tool.name.clone(),
+                    accepted.digest.clone(),
+                    tool.digest.clone(),
+                )),
+                Some(_) => {}
+            }
+        }
+        for tool in self.tools() {
+            if current.get(&tool.name).is_none() {
+                changes.gone.push(tool.name.clone());
+            }
+        }
+        changes
+    }
+}
+
+/// How a server's catalog now differs from the one a person accepted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CatalogChanges {
+    /// Tools listed now that the accepted catalog lacks.
+    pub added: Vec<String>,
+    /// Tools whose definition changed: (name, accepted digest, current digest).
+    pub changed: Vec<(String, String, String)>,
+    /// Tools of the accepted catalog the server no longer lists.
+    pub gone: Vec<String>,
+}
+
+impl CatalogChanges {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.changed.is_empty() && self.gone.is_empty()
     }
 }
 
@@ -250,15 +277,36 @@ mod tests {
     }
 
     #[test]
-    fn gated_names_split_at_the_last_separator() {
+    fn tools_keep_their_names_and_carry_their_digest_as_their_definition() {
         let catalog = Catalog::from_raw_tools("s", [json!({"name": "write.note"})]);
         let tool = &catalog.tools()[0];
-        assert_eq!(
-            split_gated_name(tool.gated_name()),
-            Some(("write.note", tool.digest.as_str()))
+        assert_eq!(tool.tool.name, "write.note");
+        assert_eq!(tool.tool.definition.as_deref(), Some(tool.digest.as_str()));
+        let restored = Catalog::from_raw_tools("s", catalog.raw_tools());
+        assert_eq!(restored, catalog, "a recorded catalog reads back the same");
+    }
+
+    #[test]
+    fn changes_name_what_was_added_changed_and_removed() {
+        let accepted = Catalog::from_raw_tools(
+            "s",
+            [
+                json!({"name": "a"}),
+                json!({"name": "b", "description": "x"}),
+            ],
         );
-        assert_eq!(split_gated_name("plain"), None);
-        assert_eq!(split_gated_name("@abc"), None);
-        assert_eq!(split_gated_name("a@b@c"), Some(("a@b", "c")));
+        let current = Catalog::from_raw_tools(
+            "s",
+            [
+                json!({"name": "b", "description": "y"}),
+                json!({"name": "c"}),
+            ],
+        );
+        let changes = accepted.changes(&current);
+        assert_eq!(changes.added, ["c"]);
+        assert_eq!(changes.gone, ["a"]);
+        assert_eq!(changes.changed.len(), 1);
+        assert_eq!(changes.changed[0].0, "b");
+        assert!(accepted.changes(&accepted).is_empty());
     }
 }

@@ -11,8 +11,9 @@
 //!
 //! - **Raw catalogs**: one tool with a non-boolean hint never hides the others; the one
 //!   classifier in gatekeeper-core decides read vs write.
-//! - **Definitions travel with staged calls**: a tool is known by `<tool>@<digest>` of its
-//!   definition, so apply refuses a call whose tool changed after it was staged.
+//! - **Definitions travel with staged calls**: each tool carries the digest of its
+//!   definition, which the action store keeps with every staged call, so apply refuses a
+//!   call whose tool changed after it was staged.
 //! - **At most once over a process boundary**: every request has a deadline, and a
 //!   failure is retryable only when the request never left (see [`McpServer`]).
 //!
@@ -41,8 +42,6 @@ mod connection;
 mod server;
 
 pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};
-pub use catalog::{
-    Catalog, CatalogTool, canonical_json, definition_digest, gated_name, split_gated_name,
-};
+pub use catalog::{Catalog, CatalogChanges, CatalogTool, canonical_json, definition_digest};
 pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, StdioCommand};
 pub use server::{DEFAULT_DEADLINE, MAX_LIST_PAGES, McpError, McpServer, McpServerConfig};

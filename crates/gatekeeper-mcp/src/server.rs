@@ -14,10 +14,11 @@
 //!     again;
 //!   - a tool error (`isError: true`) or a JSON-RPC error answer is the service's answer,
 //!     returned as a [`ToolResult`] with `is_error` set.
-//! - **A call runs only against the definition it was classified and staged with.** The
-//!   gatekeeper knows each tool by its gated name `<tool>@<digest>`
-//!   ([`crate::catalog`]); before a call, the server's current definition of the tool
-//!   must have the same digest, or the call is refused before anything is sent. For a
+//! - **A call runs only against the definition it was classified and staged with.** Each
+//!   tool of the gatekeeper carries the digest of its definition ([`crate::catalog`]),
+//!   which the action store keeps with a staged call and hands back on apply
+//!   ([`ToolService::call_defined`]); before a call, the server's current definition of
+//!   the tool must have the same digest, or the call is refused before anything is sent. For a
 //!   write (anything the classifier does not call a read) the catalog is re-read before
 //!   every call, so a server that swaps a tool without announcing it is caught too; for a
 //!   read the cached catalog is used until the server announces a change
@@ -50,7 +51,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::backoff::Backoff;
-use crate::catalog::{Catalog, CatalogTool, split_gated_name};
+use crate::catalog::{Catalog, CatalogTool};
 use crate::connection::{self, Connection, Endpoint, Failure, seconds};
 
 /// The deadline of a downstream request when the configuration names none.
@@ -173,9 +174,23 @@ impl McpServer {
     }
 
     /// A gatekeeper over the catalog as last read, calling this server and keeping its
-    /// actions in `store`. Its tools carry their gated names (`<tool>@<digest>`); the
-    /// action kinds are scoped `mcp:<name>`.
+    /// actions in `store`. See [`McpServer::gatekeeper_over`].
     pub fn gatekeeper(self: &Arc<Self>, store: ActionStore) -> ToolGatekeeper {
+        self.gatekeeper_over(&self.catalog(), store)
+    }
+
+    /// A gatekeeper over `accepted` (the catalog a person accepted, which may be older
+    /// than the server's current one), calling this server and keeping its actions in
+    /// `store`. Its tools carry their definition digests; the action kinds are scoped
+    /// `mcp:<name>` and named after the tool alone, so a rule outlives a new definition
+    /// (each call is still checked against the definition it was staged with).
+    /// [`ToolGatekeeper::replace_tools`] with [`Catalog::gatekeeper_tools`] accepts a
+    /// newer catalog later.
+    pub fn gatekeeper_over(
+        self: &Arc<Self>,
+        accepted: &Catalog,
+        store: ActionStore,
+    ) -> ToolGatekeeper {
         let config = GatekeeperConfig {
             name: self.config.name.clone(),
             server_name: self.config.server_name.clone(),
@@ -183,13 +198,7 @@ impl McpServer {
             trust: self.config.trust,
             scope: format!("mcp:{}", self.config.name),
         };
-        let tools: Vec<Tool> = self
-            .catalog()
-            .tools()
-            .iter()
-            .map(|t| t.tool.clone())
-            .collect();
-        ToolGatekeeper::new(config, tools, self.clone(), store)
+        ToolGatekeeper::new(config, accepted.gatekeeper_tools(), self.clone(), store)
     }
 
     /// A peer on a live connection, starting the server if it is not running.
@@ -310,16 +319,11 @@ impl McpServer {
         Ok(current.clone())
     }
 
-    /// Whether a call of `gated` (`<tool>@<digest>`) would still run against the definition
-    /// it names, judged from the catalog as last read (read again first if the server
-    /// announced a change or was restarted). `Err` says what changed; nothing is sent
-    /// but, when stale, a `tools/list`.
-    pub async fn check_current(&self, gated: &str) -> Result<(), String> {
-        let Some((name, staged)) = split_gated_name(gated) else {
-            return Err(format!(
-                "{gated:?} is not a gated tool name (<tool>@<digest>)"
-            ));
-        };
+    /// Whether a call of `name` staged with definition `digest` would still run against
+    /// that definition, judged from the catalog as last read (read again first if the
+    /// server announced a change or was restarted). `Err` says what changed; nothing is
+    /// sent but, when stale, a `tools/list`.
+    pub async fn check_current(&self, name: &str, digest: &str) -> Result<(), String> {
         let catalog = if self.is_stale() {
             self.refresh().await?
         } else {
@@ -327,10 +331,10 @@ impl McpServer {
         };
         match catalog.get(name) {
             None => Err(format!(
-                "the server no longer lists the tool {name:?}; a person must restart the gate to accept its new catalog"
+                "the server no longer lists the tool {name:?}; a person must accept the server's new catalog first"
             )),
-            Some(current) if current.digest != staged => Err(format!(
-                "the server changed the tool {name:?} since a person granted it; a person must restart the gate to accept its new definition"
+            Some(current) if current.digest != digest => Err(format!(
+                "the server changed the tool {name:?} since a person accepted its catalog; a person must accept its new definition first"
             )),
             Some(_) => Ok(()),
         }
@@ -373,7 +377,7 @@ fn tool_result(reply: ServerResult) -> Result<ToolResult, CallError> {
 
 #[async_trait]
 impl ToolService for McpServer {
-    /// The catalog as last read, under gated names.
+    /// The catalog as last read.
     async fn list_tools(&self) -> Vec<Tool> {
         self.catalog()
             .tools()
@@ -382,10 +386,21 @@ impl ToolService for McpServer {
             .collect()
     }
 
+    /// A call without the definition it was staged with is refused: nothing here can
+    /// tell whether the tool changed since.
     async fn call(&self, tool: &str, args: &Value) -> Result<ToolResult, CallError> {
-        let Some((name, staged)) = split_gated_name(tool) else {
+        self.call_defined(tool, None, args).await
+    }
+
+    async fn call_defined(
+        &self,
+        name: &str,
+        definition: Option<&str>,
+        args: &Value,
+    ) -> Result<ToolResult, CallError> {
+        let Some(staged) = definition else {
             return Err(CallError::NotDispatched(format!(
-                "{tool:?} is not a gated tool name (<tool>@<digest>), so nothing was sent; reject this call"
+                "the call of {name:?} carries no definition digest (it was staged by an older version of the gate), so nothing was sent; reject it and stage it again"
             )));
         };
         let current = self

@@ -70,19 +70,19 @@ async fn world_over(endpoint: impl Into<Endpoint>, log: PathBuf, deadline: Durat
 }
 
 impl World {
-    /// The gated name (`<tool>@<digest>`) of a fixture tool, as the catalog was last read.
-    fn gated(&self, tool: &str) -> String {
+    /// The digest of a fixture tool's definition, as the catalog was last read.
+    fn digest(&self, tool: &str) -> String {
         self.server
             .catalog()
             .get(tool)
             .unwrap_or_else(|| panic!("the fixture lists {tool}"))
-            .gated_name()
-            .to_owned()
+            .digest
+            .clone()
     }
 
     async fn call(&self, tool: &str, args: Value) -> CallOutcome {
         self.session
-            .call_tool(&self.gated(tool), args)
+            .call_tool(tool, args)
             .await
             .unwrap_or_else(|e| panic!("{tool}: {e}"))
     }
@@ -243,7 +243,7 @@ async fn a_server_that_crashes_after_the_send_is_outcome_unknown_and_restarted_l
 async fn a_changed_tool_refuses_a_stale_approval() {
     let w = world("changed", RELAXED).await;
     let (action, ledger) = w.stage("write_note", json!({"text": "to all"})).await;
-    let before = w.gated("write_note");
+    let before = w.digest("write_note");
     let CallOutcome::Data { result, .. } = w.call("change_catalog", json!({})).await else {
         panic!("change_catalog is declared read-only");
     };
@@ -258,10 +258,34 @@ async fn a_changed_tool_refuses_a_stale_approval() {
         message.contains("changed the tool \"write_note\" after this call was staged"),
         "{message}"
     );
-    assert_ne!(w.gated("write_note"), before, "the catalog was read again");
+    assert_ne!(w.digest("write_note"), before, "the catalog was read again");
     assert!(w.deliveries().is_empty());
+
+    // A person accepts the new catalog: the stale call is still refused, a new call of
+    // the new definition is sent, and the tool the new catalog adds is callable.
+    w.gatekeeper
+        .replace_tools(w.server.catalog().gatekeeper_tools());
+    assert!(w.overseer.approve(ledger, "alice").await.is_err());
+    assert!(w.deliveries().is_empty(), "the stale call is never sent");
+    let (_, fresh) = w.stage("write_note", json!({"text": "after"})).await;
+    w.overseer.approve(fresh, "alice").await.expect("applies");
+    assert_eq!(w.deliveries().len(), 1);
+    assert!(w.deliveries()[0].contains("after"), "{:?}", w.deliveries());
+    let regranted = w
+        .gatekeeper
+        .grant_all(&w.overseer, "agent")
+        .expect("grant")
+        .into_session();
+    let CallOutcome::Pending { ledger: added, .. } = regranted
+        .call_tool("archive_note", json!({"text": "old"}))
+        .await
+        .expect("stages")
+    else {
+        panic!("archive_note is a write");
+    };
+    w.overseer.approve(added, "alice").await.expect("applies");
+    assert_eq!(w.deliveries().len(), 2);
     w.overseer.reject(ledger, "alice").await.expect("rejects");
-    assert!(w.deliveries().is_empty());
 }
 
 #[tokio::test]
@@ -327,8 +351,7 @@ async fn a_server_that_keeps_failing_to_start_is_not_started_again_before_its_ba
     std::fs::write(&broken, "").expect("the server's command breaks");
     let read = |w: &World| {
         let session = w.session.clone();
-        let tool = w.gated("read_notes");
-        async move { session.call_tool(&tool, json!({})).await }
+        async move { session.call_tool("read_notes", json!({})).await }
     };
     assert!(read(&w).await.is_err(), "the restart fails");
     assert_eq!(starts(), 2);

@@ -223,6 +223,7 @@ fn drain_1000(c: &mut Criterion, dir: &TempDir) {
                         let id = storage
                             .insert_pending(
                                 Arc::from("addLabel"),
+                                None,
                                 args,
                                 kernel::Timestamp(n),
                                 N as usize,

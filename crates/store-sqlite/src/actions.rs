@@ -24,7 +24,7 @@
 //! settles a call that a live process is still sending. Such an attempt returns `false`,
 //! as if another writer had moved the record first.
 //!
-//! `tool`, `args` and `submitted_at` are facts of the stage and are not rewritten by
+//! `tool`, `definition`, `args` and `submitted_at` are facts of the stage and are not rewritten by
 //! `compare_and_set`; it stores the record's state, claim time and outcome.
 
 use std::collections::HashMap;
@@ -142,9 +142,11 @@ fn record_of(row: &Row<'_>, staged: &mut Staged) -> Result<ActionRecord, Error> 
         Some(at) => Some(Timestamp(u64_of(at, "claim time")?)),
         None => None,
     };
+    let definition = row.get::<_, Option<String>>(9)?.map(Arc::from);
     Ok(ActionRecord {
         id,
         tool,
+        definition,
         args,
         submitted_at: Timestamp(u64_of(row.get(4)?, "stage time")?),
         claimed_at,
@@ -443,11 +445,13 @@ const REMEMBER_PENDING_ID: &str = "INSERT INTO action_ids (gatekeeper, last_id)
 const DELETE_ONE: &str = "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2";
 
 const SELECT_ONE: &str =
-    "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json
+    "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json,
+            definition
      FROM actions WHERE gatekeeper = ?1 AND id = ?2";
 
 const SELECT_IN_STATE: &str =
-    "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json
+    "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json,
+            definition
      FROM actions WHERE gatekeeper = ?1 AND state = ?2 ORDER BY id";
 
 /// The counts of `gatekeeper`'s store, read once and then kept up to date in
@@ -482,6 +486,7 @@ impl ActionStorage for SqliteActionStorage {
     async fn insert_pending(
         &self,
         tool: Arc<str>,
+        definition: Option<Arc<str>>,
         args: Arc<Value>,
         submitted_at: Timestamp,
         max_open: usize,
@@ -505,15 +510,16 @@ impl ActionStorage for SqliteActionStorage {
                 let id = counts.last_id.max(conn.floor(gatekeeper)) + 1;
                 conn.db
                     .prepare_cached(
-                        "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at)
-                         VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
+                        "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at, definition)
+                         VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
                     )?
                     .execute(params![
                         gatekeeper,
                         i64_of(id),
                         &*tool,
                         args_json,
-                        i64_of(submitted_at.0)
+                        i64_of(submitted_at.0),
+                        definition.as_deref()
                     ])?;
                 conn.hand_out(gatekeeper, id);
                 conn.known
@@ -521,6 +527,7 @@ impl ActionStorage for SqliteActionStorage {
                     .staged(&ActionRecord {
                         id: DriverActionId(id),
                         tool,
+                        definition,
                         args: staged_args,
                         submitted_at,
                         claimed_at: None,

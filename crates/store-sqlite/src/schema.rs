@@ -32,9 +32,13 @@
 ///   add a constraint over existing rows without rebuilding the table); the store
 ///   writes both together.
 ///
+/// - Version 6 (from 5): `actions.definition`, the driver's tag of the tool definition a
+///   call was staged against (an MCP tool's digest), so apply can refuse a call whose tool
+///   changed since. Older rows have none.
+///
 /// An older file is upgraded on open, in one transaction; a build that knows only an older
 /// version then refuses it.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The names [`kernel::FailureKind`] is stored as.
 const FAILURE_KINDS: &str = "('not_sent', 'outcome_unknown', 'service_error')";
@@ -73,7 +77,8 @@ pub(crate) const UPGRADES: [(i64, &str); 2] = [
 /// Columns each table of the current version has, checked on open: a file whose
 /// `user_version` claims the current version but whose tables are older is refused
 /// before anything reads or writes it.
-pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 5] = [
+pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 6] = [
+    ("actions", "definition"),
     ("ledger", "failure_kind"),
     ("ledger", "deciding_session"),
     ("ledger", "revert_refused"),
@@ -84,7 +89,7 @@ pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 5] = [
 /// `PRAGMA application_id` of our files: "GKSQ".
 pub const APPLICATION_ID: i64 = 0x474B_5351;
 
-/// The whole schema, version 5, but for [`LEDGER_VIEW`] ([`create`] adds it). Run in one
+/// The whole schema, version 6, but for [`LEDGER_VIEW`] ([`create`] adds it). Run in one
 /// transaction on an empty file.
 const CREATE_TABLES: &str = r#"
 -- The kernel's ledger: every action and observation, one row each, never deleted.
@@ -190,6 +195,8 @@ CREATE TABLE actions (
     retryable     INTEGER CHECK (retryable IN (0, 1)),
     error         TEXT,
     result_json   TEXT    CHECK (result_json IS NULL OR json_valid(result_json)),
+    -- The driver's tag of the tool definition the call was staged against, if any.
+    definition    TEXT,
     CHECK ((state = 'failed') = (retryable IS NOT NULL)),
     CHECK ((state = 'failed') = (error IS NOT NULL)),
     CHECK ((state = 'applied') = (result_json IS NOT NULL)),
@@ -282,6 +289,16 @@ pub(crate) fn upgrade(db: &rusqlite::Connection, version: i64) -> rusqlite::Resu
                      CASE failure_retryable WHEN 1 THEN 'not_sent' ELSE 'outcome_unknown' END
                  WHERE failure IS NOT NULL;"
             ))?;
+        }
+    }
+    if version <= 5 {
+        let present: bool = db.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo('actions') WHERE name = 'definition')",
+            [],
+            |r| r.get(0),
+        )?;
+        if !present {
+            db.execute_batch("ALTER TABLE actions ADD COLUMN definition TEXT")?;
         }
     }
     db.pragma_update(None, "user_version", SCHEMA_VERSION)

@@ -88,12 +88,13 @@ impl ActionStorage for FaultyStorage {
     async fn insert_pending(
         &self,
         tool: Arc<str>,
+        definition: Option<Arc<str>>,
         args: Arc<Value>,
         submitted_at: Timestamp,
         max_open: usize,
     ) -> Result<Option<DriverActionId>, StorageError> {
         self.inner
-            .insert_pending(tool, args, submitted_at, max_open)
+            .insert_pending(tool, definition, args, submitted_at, max_open)
             .await
     }
 

@@ -478,6 +478,7 @@ async fn a_stage_the_kernel_never_recorded_is_discarded_on_reopen_and_frees_its_
             .action_storage("issues")
             .insert_pending(
                 Arc::from("createIssue"),
+                None,
                 Arc::new(json!({"title": "never acknowledged"})),
                 kernel::Timestamp(9),
                 MAX_OPEN_ACTIONS,

@@ -256,10 +256,13 @@ fn a_missing_directory_is_cannot_open_not_read_only() {
     );
 }
 
-/// Turn a fresh file into what `version` (1 to 4) wrote: before 5, no `failure_kind`;
+/// Turn a fresh file into what `version` (1 to 4) wrote: before 6, no `actions.definition`;
+/// before 5, no `failure_kind`;
 /// before 4, no `deciding_session`; before 3, the description's fields as generated
 /// columns of `ledger` and no `ledger_view`; version 1 also had an index on state.
 fn make_version(raw: &rusqlite::Connection, version: i64) {
+    raw.execute_batch("ALTER TABLE actions DROP COLUMN definition")
+        .unwrap();
     raw.execute_batch("ALTER TABLE ledger DROP COLUMN failure_kind")
         .unwrap();
     if version <= 3 {
@@ -352,6 +355,11 @@ fn upgrades_from(version: i64) {
             "the upgrade adds {column}"
         );
     }
+    assert_eq!(
+        number("SELECT count(*) FROM pragma_table_xinfo('actions') WHERE name = 'definition'"),
+        1,
+        "the upgrade adds actions.definition"
+    );
     assert_eq!(
         number("SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE hidden <> 0"),
         0,

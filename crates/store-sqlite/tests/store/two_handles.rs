@@ -179,6 +179,7 @@ impl Desk {
             .store
             .insert_pending(
                 Arc::from("write"),
+                None,
                 Arc::new(serde_json::json!({})),
                 kernel::Timestamp(1),
                 10,
@@ -265,6 +266,7 @@ async fn two_handles_on_one_store_answer_as_one_model_for_any_sequence() {
                         .store
                         .insert_pending(
                             Arc::from("write"),
+                            None,
                             args.clone(),
                             kernel::Timestamp(step),
                             MAX_OPEN,
@@ -272,7 +274,13 @@ async fn two_handles_on_one_store_answer_as_one_model_for_any_sequence() {
                         .await
                         .unwrap();
                     let expected = model
-                        .insert_pending(Arc::from("write"), args, kernel::Timestamp(step), MAX_OPEN)
+                        .insert_pending(
+                            Arc::from("write"),
+                            None,
+                            args,
+                            kernel::Timestamp(step),
+                            MAX_OPEN,
+                        )
                         .await
                         .unwrap();
                     assert_eq!(staged, expected, "stage: {what}");

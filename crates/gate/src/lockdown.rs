@@ -1,0 +1,228 @@
+//! Per-agent lockdown: the latch a sensitive read sets on one agent's workspace, and the
+//! gatekeeper wrapper that makes every apply (a person's or the kernel's drain) respect it.
+//!
+//! A sensitive read latches its agent's workspace before the read is forwarded (durably,
+//! one file per agent, when a directory is set). From then on nothing that agent staged
+//! is sent, whoever approves it: [`Guarded`] stands between the kernel and each server's
+//! [`ToolGatekeeper`] and refuses, before anything is claimed or sent, the apply of an
+//! action whose agent is locked down. The kernel learns of it as an ordinary final
+//! failure ("not sent"), so its drain moves on, and the ledger says why.
+//!
+//! Latching and applying exclude each other per agent: a latch waits for that agent's
+//! applies in flight to end, and an apply checks the latch while holding it, so no write
+//! of that agent leaves after its sensitive read did.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gatekeeper_core::ToolGatekeeper;
+use kernel::{
+    ActionKind, DriverActionId, Gatekeeper, GatekeeperError, LedgerStore, RejectOutcome,
+    RevertOutcome,
+};
+use prompt_sanitize::{MAX_DESCRIPTION_CHARS, one_line};
+use tokio::sync::RwLock;
+use tracing::warn;
+
+/// One agent's latch.
+#[derive(Debug, Default)]
+struct Latch {
+    /// Why the agent is locked down, or `None` while it is not. Never cleared.
+    why: std::sync::Mutex<Option<String>>,
+    /// Held for reading by each apply of this agent's actions, for writing while latching.
+    applying: RwLock<()>,
+}
+
+impl Latch {
+    fn why(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Every agent's lockdown latch.
+#[derive(Debug, Default)]
+pub struct Latches {
+    agents: HashMap<String, Latch>,
+    /// Where latches are kept (one file per locked-down agent), or `None` for memory only.
+    dir: Option<PathBuf>,
+}
+
+impl Latches {
+    /// Latches for `agents`, none set, kept in memory only.
+    pub fn new<'a>(agents: impl IntoIterator<Item = &'a str>) -> Self {
+        Self {
+            agents: agents
+                .into_iter()
+                .map(|a| (a.to_owned(), Latch::default()))
+                .collect(),
+            dir: None,
+        }
+    }
+
+    /// Keep the latches in `dir` (created if missing): one file per locked-down agent,
+    /// named after it, written and synced before a sensitive read is forwarded. Latches
+    /// already there are loaded, so a lockdown outlives a restart.
+    pub fn with_dir(mut self, dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        for (agent, latch) in &self.agents {
+            match std::fs::read_to_string(dir.join(agent)) {
+                Ok(why) => {
+                    *latch.why.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(why.trim().to_owned());
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
+            }
+        }
+        self.dir = Some(dir.to_owned());
+        Ok(self)
+    }
+
+    /// Why `agent`'s workspace is locked down, or `None` while it is not (or for an agent
+    /// not configured).
+    pub fn why(&self, agent: &str) -> Option<String> {
+        self.agents.get(agent).and_then(Latch::why)
+    }
+
+    /// Latch `agent`'s lockdown because it is about to read `tool`: after that agent's
+    /// applies in flight end, durably first (when a directory is set), then in memory.
+    /// Once latched it is never lifted by the daemon.
+    pub async fn latch(&self, agent: &str, tool: &str) -> std::io::Result<()> {
+        let Some(latch) = self.agents.get(agent) else {
+            return Err(std::io::Error::other(format!(
+                "agent {agent:?} is not configured"
+            )));
+        };
+        let _no_apply = latch.applying.write().await;
+        if latch.why().is_some() {
+            return Ok(());
+        }
+        let why = format!("it read the sensitive tool \"{tool}\"");
+        if let Some(dir) = &self.dir {
+            use std::io::Write as _;
+            let mut file = std::fs::File::create(dir.join(agent))?;
+            file.write_all(why.as_bytes())?;
+            file.sync_all()?;
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        warn!(%agent, %tool, "sensitive read: this agent's workspace is locked down");
+        *latch.why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        Ok(())
+    }
+}
+
+/// A server's gatekeeper as the kernel sees it: every call passes through to the
+/// [`ToolGatekeeper`], but an apply of an action whose agent is locked down is refused
+/// before anything is claimed or sent, and the driver's record is closed so nothing can
+/// send it later.
+pub struct Guarded {
+    inner: Arc<ToolGatekeeper>,
+    ledger: Arc<dyn LedgerStore>,
+    latches: Arc<Latches>,
+}
+
+impl std::fmt::Debug for Guarded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guarded")
+            .field("gatekeeper", &self.inner.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Guarded {
+    /// `inner`, finding who staged an action in `ledger` and their latch in `latches`.
+    pub fn new(
+        inner: Arc<ToolGatekeeper>,
+        ledger: Arc<dyn LedgerStore>,
+        latches: Arc<Latches>,
+    ) -> Self {
+        Self {
+            inner,
+            ledger,
+            latches,
+        }
+    }
+
+    /// The agent that staged `action`, from the ledger.
+    fn caller(&self, action: DriverActionId) -> Result<Option<String>, String> {
+        let Some(id) = self
+            .ledger
+            .find_action(self.inner.name(), action)
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(None);
+        };
+        Ok(self
+            .ledger
+            .get(id)
+            .map_err(|e| e.to_string())?
+            .map(|entry| entry.caller.to_string()))
+    }
+}
+
+#[async_trait]
+impl Gatekeeper for Guarded {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn apply_action(&self, action: DriverActionId) -> Result<(), GatekeeperError> {
+        let caller = self.caller(action).map_err(|error| {
+            GatekeeperError::retryable(format!(
+                "nothing was sent: the gate could not read who staged this action to check their lockdown ({error}); approve it again later"
+            ))
+        })?;
+        let latch = caller
+            .as_deref()
+            .and_then(|agent| self.latches.agents.get(agent));
+        let Some(latch) = latch else {
+            return self.inner.apply_action(action).await;
+        };
+        let _applying = latch.applying.read().await;
+        if let Some(why) = latch.why() {
+            let agent = caller.unwrap_or_default();
+            // Closed in the driver's store too, so no later approval can send it.
+            if let Err(error) = self.inner.store().reject(action).await {
+                return Err(GatekeeperError::retryable(format!(
+                    "nothing was sent: agent {agent:?} is locked down, and its action could not be closed ({error}); reject it"
+                )));
+            }
+            warn!(%agent, %action, "apply refused: the agent is locked down");
+            return Err(GatekeeperError::not_sent(
+                one_line(
+                    &format!(
+                        "not sent, and never will be: agent {agent:?} is locked down because {why}, so nothing it staged may leave"
+                    ),
+                    MAX_DESCRIPTION_CHARS,
+                )
+                .into_string(),
+            ));
+        }
+        self.inner.apply_action(action).await
+    }
+
+    async fn reject_action(
+        &self,
+        action: DriverActionId,
+    ) -> Result<RejectOutcome, GatekeeperError> {
+        self.inner.reject_action(action).await
+    }
+
+    async fn revert_action(
+        &self,
+        action: DriverActionId,
+    ) -> Result<RevertOutcome, GatekeeperError> {
+        self.inner.revert_action(action).await
+    }
+
+    fn auto_approvable_actions(&self) -> Vec<ActionKind> {
+        self.inner.auto_approvable_actions()
+    }
+
+    fn call_deadline(&self) -> Duration {
+        Gatekeeper::call_deadline(&*self.inner)
+    }
+}

@@ -436,6 +436,132 @@ async fn a_sensitive_read_locks_down_only_the_agent_that_read_it_and_outlives_a_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_write_staged_before_a_sensitive_read_is_never_applied_by_a_rule_enabled_later() {
+    let mut gate = Gate::start_with("lockdown-drain", "vetted");
+    gate.reconfigure(|text| {
+        text.replace(
+            "trust = \"vetted\"\n",
+            "trust = \"vetted\"\nsensitive_reads = [\"read_notes\"]\n",
+        )
+        .replace(
+            &format!("token = \"{IDLE_TOKEN}\"\n"),
+            &format!("token = \"{IDLE_TOKEN}\"\n\n[[agent.grant]]\nserver = \"fixture\"\n"),
+        )
+    });
+    let coder = gate.agent(CODER_TOKEN).await;
+    let other = gate.agent(IDLE_TOKEN).await;
+    // Staged before the sensitive read, on a tool a rule may apply without asking.
+    let early = action_id(&text(
+        &call(&coder, "fixture__tag_note", json!({"tag": "early"})).await,
+    ));
+    let read = call(&coder, "fixture__read_notes", json!({})).await;
+    assert_ne!(read.is_error, Some(true), "{}", text(&read));
+    let theirs = action_id(&text(
+        &call(&other, "fixture__tag_note", json!({"tag": "theirs"})).await,
+    ));
+
+    // The person enables the rule from the other agent's action: the drain reaches the
+    // locked-down agent's action first, and the gateway refuses to send it.
+    let rule = gate.person(&["approve", "--all-of-kind", &theirs.to_string()]);
+    assert!(rule.status.success(), "{rule:?}");
+    assert!(gate.person(&["pending"]).status.success());
+    assert!(
+        !gate.deliveries().iter().any(|l| l.contains("early")),
+        "nothing the locked-down agent staged is sent: {:?}",
+        gate.deliveries()
+    );
+    let shown = gate.person(&["show", &early.to_string()]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("is locked down because it read the sensitive tool")
+            && shown.contains("failed and was not sent"),
+        "the ledger says why: {shown}"
+    );
+    let told = text(&call(&coder, "gate_action_result", json!({"action_id": early})).await);
+    assert!(
+        told.contains("was not sent") && told.contains("locked down"),
+        "the agent is told why: {told}"
+    );
+    let again = gate.person(&["approve", &early.to_string()]);
+    assert!(!again.status.success(), "{again:?}");
+
+    // The other agent is not affected.
+    // (The drain stopped at the refused action, as at any failure; the next trigger, here
+    // the person's approval, applies the other agent's call.)
+    let approve = gate.person(&["approve", &theirs.to_string()]);
+    assert!(approve.status.success(), "{approve:?}");
+    assert_eq!(
+        gate.deliveries(),
+        [r#"tag_note {"tag":"theirs"}"#],
+        "only the other agent's call is sent, once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn show_on_a_decided_action_says_what_happened_instead_of_nothing_sent_yet() {
+    let gate = Gate::start("show-decided");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let staged = |args: Value, tool: &'static str| {
+        let coder = &coder;
+        async move { action_id(&text(&call(coder, tool, args).await)) }
+    };
+    let applied = staged(json!({"text": "kept"}), "fixture__write_note").await;
+    let rejected = staged(json!({"text": "dropped"}), "fixture__write_note").await;
+    let failed = staged(json!({}), "fixture__fail_write").await;
+    let waiting = staged(json!({"text": "later"}), "fixture__write_note").await;
+
+    let show = |id: u64| {
+        let out = gate.person(&["show", &id.to_string()]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let pending = show(waiting);
+    assert!(pending.contains("Nothing has been sent yet."), "{pending}");
+    assert!(!pending.contains("what happened"), "{pending}");
+    assert!(
+        pending.contains("write_note") && !pending.contains('@'),
+        "the person sees the plain tool name: {pending}"
+    );
+
+    assert!(
+        gate.person(&["approve", &applied.to_string()])
+            .status
+            .success()
+    );
+    let reject = gate.person(&["reject", &rejected.to_string(), "--reason", "not today"]);
+    assert!(reject.status.success(), "{reject:?}");
+    assert!(
+        gate.person(&["approve", &failed.to_string()])
+            .status
+            .success()
+    );
+
+    let shown = show(applied);
+    assert!(!shown.contains("Nothing has been sent yet."), "{shown}");
+    assert!(
+        shown
+            .trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.contains("what happened: approved by")
+                && l.contains("and sent; the server answered: «wrote \"kept\"»")),
+        "{shown}"
+    );
+    let shown = show(rejected);
+    assert!(!shown.contains("Nothing has been sent yet."), "{shown}");
+    assert!(
+        shown.contains("what happened: rejected by")
+            && shown.contains("so nothing was sent; reason: «not today»"),
+        "{shown}"
+    );
+    let shown = show(failed);
+    assert!(
+        shown.contains("the server answered with an error: «disk full»"),
+        "{shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_sensitive_read_that_is_a_write_or_unlisted_stops_the_start() {
     let gate = Gate::start("sensitive-bad");
     for (tools, expected) in [

@@ -392,7 +392,7 @@ async fn auto_approval_needs_both_the_vetted_verdict_and_a_persons_rule() {
             .grant(&w.overseer, "agent", &["tag"])
             .expect("grant")
             .into_session();
-        let kind = w.gatekeeper.action_kind("tag").expect("kind").clone();
+        let kind = w.gatekeeper.action_kind("tag").expect("kind");
         assert_eq!(
             kernel::Gatekeeper::auto_approvable_actions(w.gatekeeper.as_ref()),
             if expect_applied {
@@ -455,6 +455,6 @@ async fn a_duplicate_tool_name_keeps_the_first_definition() {
         common::FakeService::new(),
         gatekeeper_core::ActionStore::in_memory(common::clock()),
     );
-    assert_eq!(gk.tools().count(), 1);
+    assert_eq!(gk.tools().len(), 1);
     assert!(gk.classification("dup").expect("kept").is_read());
 }

@@ -10,6 +10,7 @@ use crate::common::{world, world_with};
 
 fn table(gk: &gatekeeper_core::ToolGatekeeper) -> Vec<(String, String, String, String, bool)> {
     gk.tools()
+        .into_iter()
         .map(|(tool, c)| {
             (
                 tool.name.clone(),

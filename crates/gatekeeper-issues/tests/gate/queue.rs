@@ -47,7 +47,7 @@ async fn the_drain_stops_at_a_manual_gate_and_byo_never_auto_applies() {
     for trust in [ServerTrust::Vetted, ServerTrust::Byo] {
         let w = world(IssuesConfig::new().trust(trust)).await;
         w.tracker.seed("Fix login", &[]);
-        let kind = w.issues.action_kind("addLabel").expect("kind").clone();
+        let kind = w.issues.action_kind("addLabel").expect("kind");
         w.overseer
             .enable_rule(w.issues.name(), kind, "alice")
             .expect("rule");

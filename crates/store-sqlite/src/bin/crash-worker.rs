@@ -275,10 +275,7 @@ async fn world(db: &Database, dir: &Path, plan: Option<KillPlan>) -> World {
         )
         .with_call_deadline(DEADLINE),
     );
-    let auto_kind = inner
-        .action_kind("deliverAuto")
-        .expect("in the catalog")
-        .clone();
+    let auto_kind = inner.action_kind("deliverAuto").expect("in the catalog");
     overseer
         .register(Arc::new(Journaled {
             inner: inner.clone(),

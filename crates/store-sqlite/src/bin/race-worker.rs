@@ -145,8 +145,7 @@ async fn run(mode: &str, db_path: &Path, dir: &Path, role: &str, rounds: u64) {
     if drain_mode && role == "a" {
         let kind = gatekeeper
             .action_kind("deliverAuto")
-            .expect("in the catalog")
-            .clone();
+            .expect("in the catalog");
         overseer
             .enable_rule(GATEKEEPER, kind, "rule-owner")
             .expect("rule");

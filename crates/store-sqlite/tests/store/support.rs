@@ -264,6 +264,5 @@ impl Rig {
         self.gatekeeper
             .action_kind("addLabel")
             .expect("addLabel is in the catalog")
-            .clone()
     }
 }

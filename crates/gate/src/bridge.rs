@@ -1,18 +1,21 @@
 //! `gate mcp --agent NAME`: a stdio bridge for MCP clients that launch their servers as
 //! subprocesses. It connects to the running daemon over HTTP with the agent's token and
-//! forwards `tools/list` and `tools/call`; it keeps no state of its own, so everything the
-//! agent does is decided and recorded by the daemon.
+//! forwards `tools/list` and `tools/call`, and the daemon's
+//! `notifications/tools/list_changed` (a person accepted a new catalog) to the client; it
+//! keeps no state of its own, so everything the agent does is decided and recorded by the
+//! daemon.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
     ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{Peer, RequestContext, RoleClient, RoleServer};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleClient, RoleServer};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
+use rmcp::{ClientHandler, ErrorData, ServerHandler, ServiceExt as _};
+use tracing::warn;
 
 use crate::config::Config;
 use crate::http::MCP_PATH;
@@ -24,6 +27,21 @@ pub struct BridgeError(String);
 
 struct Bridge {
     daemon: Peer<RoleClient>,
+}
+
+/// The bridge's side of its connection to the daemon: passes the daemon's tool-list
+/// notification on to the MCP client, once that client is connected.
+#[derive(Clone, Default)]
+struct Forward(Arc<OnceLock<Peer<RoleServer>>>);
+
+impl ClientHandler for Forward {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if let Some(client) = self.0.get()
+            && let Err(error) = client.notify_tool_list_changed().await
+        {
+            warn!(%error, "bridge.notify.failed: the client sees the new tools at its next tools/list");
+        }
+    }
 }
 
 fn upstream_error(error: rmcp::ServiceError) -> ErrorData {
@@ -40,7 +58,12 @@ fn upstream_error(error: rmcp::ServiceError) -> ErrorData {
 
 impl ServerHandler for Bridge {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        );
         if let Some(instructions) = self.daemon.peer_info().and_then(|i| i.instructions.clone()) {
             info = info.with_instructions(instructions);
         }
@@ -102,7 +125,8 @@ pub async fn run(config: &Config, agent: &str) -> Result<(), BridgeError> {
         StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(url.as_str()))
             .auth_header(entry.token.clone()),
     );
-    let daemon = ().serve(transport).await.map_err(|e| {
+    let forward = Forward::default();
+    let daemon = forward.clone().serve(transport).await.map_err(|e| {
         BridgeError(format!(
             "could not reach the gate daemon at {url} ({e}); start it with `gate serve`"
         ))
@@ -115,6 +139,7 @@ pub async fn run(config: &Config, agent: &str) -> Result<(), BridgeError> {
             "the MCP client did not complete the handshake: {e}"
         ))
     })?;
+    let _ = forward.0.set(running.peer().clone());
     let _ = running.waiting().await;
     Ok(())
 }

@@ -639,10 +639,12 @@ async fn the_stdio_bridge_reaches_the_daemon_as_its_agent_and_keeps_nothing_itse
     command
         .args(["mcp", "--agent", "coder", "--config"])
         .arg(&gate.config);
-    let bridged =
-        ().serve(TokioChildProcess::new(command).expect("gate mcp starts"))
-            .await
-            .expect("the bridge speaks MCP on stdio");
+    let listening = Listening::default();
+    let bridged = listening
+        .clone()
+        .serve(TokioChildProcess::new(command).expect("gate mcp starts"))
+        .await
+        .expect("the bridge speaks MCP on stdio");
     let tools = bridged.list_all_tools().await.expect("lists");
     assert!(
         tools
@@ -670,6 +672,19 @@ async fn the_stdio_bridge_reaches_the_daemon_as_its_agent_and_keeps_nothing_itse
     let outcome = text(&call(&bridged, "gate_action_result", json!({"action_id": id})).await);
     assert!(outcome.contains("approved and sent"), "{outcome}");
     assert_eq!(gate.deliveries(), [r#"write_note {"text":"via stdio"}"#]);
+
+    // A catalog a person accepts reaches the client through the bridge.
+    call(&bridged, "fixture__change_catalog", json!({})).await;
+    let accept = gate.person(&["catalog", "accept"]);
+    assert!(accept.status.success(), "{accept:?}");
+    tokio::time::timeout(std::time::Duration::from_secs(10), listening.0.notified())
+        .await
+        .expect("the bridge passes the daemon's tools/list_changed on");
+    assert!(
+        tool_names(&bridged)
+            .await
+            .contains(&"fixture__archive_note".to_owned())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -14,6 +14,13 @@
 //! - an identical call (same agent, same tool, same arguments) while the first is still
 //!   pending returns the same action instead of staging a second one.
 //!
+//! What an agent sees is the catalog a person accepted ([`Downstream::accepted`]), not
+//! whatever the server lists now: a tool the server added is not listed, and a write of a
+//! tool whose definition changed is refused before staging. [`Gateway::accept_catalog`]
+//! (the person's `gate catalog accept`) records the current catalog, makes it the
+//! gatekeeper's, rebuilds every agent's view and tells connected agents their tool list
+//! changed.
+//!
 //! Nothing here decides: approving and rejecting belong to the person's side
 //! ([`crate::control`]); an agent can only read the outcome of its own actions.
 

@@ -23,8 +23,11 @@
 //!   created owner-only in a private data directory.
 //! - Every downstream request has a deadline (the server's, enforced by
 //!   [`gatekeeper_mcp`]).
-//! - An agent sees, and can call, only what its grants name; with no grant it sees only
-//!   the gateway's two tools, which report on its own actions.
+//! - An agent sees, and can call, only what its grants name, as defined in the catalog a
+//!   person accepted; with no grant it sees only the gateway's two tools, which report on
+//!   its own actions.
+//! - Nothing a locked-down agent staged is sent: the kernel reaches every gatekeeper
+//!   through [`lockdown::Guarded`].
 
 pub mod bridge;
 pub mod config;

@@ -198,7 +198,7 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
                         // A decided action: the staging-time "nothing has been sent yet"
                         // is history, and the prompt ends with what happened.
                         Some(outcome) => {
-                            lines.push(without_staging_note(&prompt.to_string()));
+                            lines.push(without_staging_note(prompt.as_str()));
                             lines.push(outcome);
                         }
                         None => lines.push(prompt.to_string()),

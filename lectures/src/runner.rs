@@ -152,6 +152,30 @@ impl<'a> Context<'a> {
         Ok(person.decide(id, &prompt, self.out)?)
     }
 
+    /// Whether `shell`'s person reverts `id`, an applied action: the script's answer
+    /// (`scripted`) in a scripted run, written nowhere; in an interactive run the action's
+    /// card is shown and the person at the terminal is asked (only an explicit yes
+    /// reverts). Lectures call it before every revert.
+    pub fn revert_decision(
+        &mut self,
+        shell: &Shell,
+        id: LedgerId,
+        scripted: bool,
+    ) -> Result<bool, shell::ShellError> {
+        let Some(person) = self.person.as_mut() else {
+            return Ok(scripted);
+        };
+        writeln!(
+            self.out,
+            "[{} is asked whether to revert {id}; the script would {}]",
+            shell.person(),
+            if scripted { "revert it" } else { "keep it" }
+        )?;
+        let prompt = shell.prompt(id)?;
+        writeln!(self.out, "{prompt}")?;
+        Ok(person.revert(id, &prompt, self.out)?)
+    }
+
     /// Writes one line of evidence: `  evidence: what = value`.
     pub fn evidence(&mut self, what: &str, value: impl fmt::Display) -> io::Result<()> {
         writeln!(self.out, "  evidence: {what} = {value}")

@@ -208,6 +208,55 @@ fn interactive_headings_and_evidence_tell_what_the_person_did_not_what_the_scrip
         "{ex10}"
     );
     assert!(ex10.contains("(the script's plan; you decide below: ana rejects the page"));
+
+    // Nothing was applied, so no revert is asked or attempted, and nothing says one was.
+    for lecture in ["ex11", "ex12"] {
+        let text = interactive(lecture, b"");
+        for lie in [
+            "[ana asks the kernel to revert",
+            "## h1 · revert an append ·",
+            "## r1 · revert an append after bob trashed the page ·",
+            "after reverting",
+            "approved in reverse order ·",
+            "a child page approved before its parent ·",
+            "after ana approved",
+            "once the rename was rejected",
+            "blocked by reverted",
+            "[bob, another person, edits page 200",
+        ] {
+            assert!(!text.contains(lie), "{lecture}: {lie:?} in:\n{text}");
+        }
+        assert!(
+            text.contains("it is pending, not applied, so there is nothing to revert"),
+            "{lecture}:\n{text}"
+        );
+    }
+
+    // Every action approved, every revert declined: each revert is asked, none is done.
+    let approve_then_keep = b"a\nn\n".repeat(100);
+    for (lecture, asked) in [("ex11", 4), ("ex12", 6)] {
+        let text = interactive(lecture, &approve_then_keep);
+        assert_eq!(
+            text.matches("[ana is asked whether to revert #").count(),
+            asked,
+            "{lecture}:\n{text}"
+        );
+        assert_eq!(
+            text.matches(": [y]es, [n]o? n\n").count(),
+            asked,
+            "{lecture}:\n{text}"
+        );
+        assert_eq!(
+            text.matches("  [ana keeps #").count(),
+            asked,
+            "{lecture}:\n{text}"
+        );
+        assert!(
+            !text.contains("[ana asks the kernel to revert"),
+            "{lecture}:\n{text}"
+        );
+        assert!(!text.contains("  reverted #"), "{lecture}:\n{text}");
+    }
 }
 
 #[test]

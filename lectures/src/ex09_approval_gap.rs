@@ -607,7 +607,7 @@ pub(crate) async fn revert(
         if state != ActionState::Approved {
             writeln!(
                 cx,
-                "[the script would have {person} revert {id} now; it is {state}, not applied, so there is nothing to revert and {person} is not asked]"
+                "[{person} is not asked to revert {id}: it is {state}, never applied, so there is nothing to revert]"
             )?;
             return Ok(format!("not reverted: {id} is {state}, never applied"));
         }

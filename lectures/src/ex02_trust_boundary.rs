@@ -38,14 +38,21 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
 
     cx.section("The tracker's catalog, classified")?;
     let tools = catalog(Catalog::Honest);
-    let rows: Vec<[String; 6]> = tools
+    // Two tables, what the server declares and what classify decides, so that each fits
+    // the transcript's width.
+    let declared: Vec<Vec<String>> = tools
+        .iter()
+        .map(|tool| vec![tool.name.clone(), tool.annotations.summary()])
+        .collect();
+    table(cx, &["tool", "annotations (the server's word)"], &declared)?;
+    writeln!(cx)?;
+    let decided: Vec<Vec<String>> = tools
         .iter()
         .map(|tool| {
             let vetted = classify_tool(tool, ServerTrust::Vetted);
             let byo = classify_tool(tool, ServerTrust::Byo);
-            [
+            vec![
                 tool.name.clone(),
-                tool.annotations.summary(),
                 vetted.mode().to_string(),
                 vetted.classified_by().to_string(),
                 yes_no(vetted.auto_approvable()).to_owned(),
@@ -53,32 +60,11 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    let header = [
-        "tool",
-        "annotations",
-        "mode",
-        "whose word",
-        "auto (vetted)",
-        "auto (byo)",
-    ]
-    .map(str::to_owned);
-    let widths: Vec<usize> = (0..6)
-        .map(|c| {
-            rows.iter()
-                .chain(std::iter::once(&header))
-                .map(|r| r[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in std::iter::once(&header).chain(rows.iter()) {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        writeln!(cx, "  {}", cells.join(" | ").trim_end())?;
-    }
+    table(
+        cx,
+        &["tool", "mode", "whose word", "auto (vetted)", "auto (byo)"],
+        &decided,
+    )?;
 
     cx.section("An honest tracker: searchIssues and deleteIssue are queued")?;
     let desk = Desk::new(cx)?;
@@ -133,12 +119,12 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
 
     cx.section("Evidence")?;
     for tool in ["listIssues", "searchIssues", "addLabel"] {
-        if let Some(row) = rows.iter().find(|r| r[0] == tool) {
+        if let Some(row) = decided.iter().find(|r| r[0] == tool) {
             cx.evidence(
                 tool,
                 format!(
                     "{} (whose word: {}); auto-approvable on vetted: {}, on byo: {}",
-                    row[2], row[3], row[4], row[5]
+                    row[1], row[2], row[3], row[4]
                 ),
             )?;
         }
@@ -157,4 +143,27 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
 
 fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
+}
+
+/// Writes `rows` under `header` as aligned columns, ` | ` between them.
+fn table(cx: &mut Context<'_>, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            rows.iter()
+                .chain(std::iter::once(&header))
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        writeln!(cx, "  {}", cells.join(" | ").trim_end())?;
+    }
+    Ok(())
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use gatekeeper_confluence::{
     ContentHandle, Edit, Lab, PageView, Policy, Staged, WikiError, WikiSession,
 };
-use kernel::LedgerId;
+use kernel::{ActionState, LedgerId};
 use shell::{Decision, ReviewSummary, Scripted, Shell};
 
 use crate::setup::{paragraph, visible, visible_lines};
@@ -236,6 +236,32 @@ pub(crate) fn side(policy: Policy) -> &'static str {
 /// A section heading naming the case and the policy it runs under.
 pub(crate) fn heading(cx: &mut Context<'_>, case: &str, policy: Policy) -> std::io::Result<()> {
     cx.section(&format!("{case} · {}", side(policy)))
+}
+
+/// A section heading naming the case and its policy: `scripted` says what the script's
+/// person does, `interactive` what the person at the terminal is asked (see
+/// [`Context::section_for`]).
+pub(crate) fn heading_for(
+    cx: &mut Context<'_>,
+    scripted: &str,
+    interactive: &str,
+    policy: Policy,
+) -> std::io::Result<()> {
+    let side = side(policy);
+    cx.section_for(
+        &format!("{scripted} · {side}"),
+        &format!("{interactive} · {side}"),
+    )
+}
+
+/// `scripted` in a scripted run, `interactive` when a person answers: for the labels of
+/// the closing comparison, which must not claim a decision the person did not take.
+pub(crate) fn told<'t>(cx: &Context<'_>, scripted: &'t str, interactive: &'t str) -> &'t str {
+    if cx.is_interactive() {
+        interactive
+    } else {
+        scripted
+    }
 }
 
 /// A lab under `policy`: in memory, or with `--db` over the plan's next file (its kernel
@@ -559,18 +585,42 @@ pub(crate) async fn ana_approves(
     .await
 }
 
-/// Ana asks the kernel to revert `id`; prints what happened, with the actions the
-/// kernel flagged because they depended on it, and returns it in short.
+/// The person at `shell` asks the kernel to revert `id`; prints what happened, with the
+/// actions the kernel flagged because they depended on it, and returns it in short.
+///
+/// In an interactive run the person is asked first ([`Context::revert_decision`]), and
+/// not at all when `id` was never applied (then nothing is reverted, and the transcript
+/// says why).
 pub(crate) async fn revert(
     cx: &mut Context<'_>,
     lab: &Lab,
+    shell: &Shell,
     id: LedgerId,
 ) -> anyhow::Result<String> {
+    let person = shell.person();
+    if cx.is_interactive() {
+        let state = lab
+            .entry(id)?
+            .action()
+            .map(|a| a.state)
+            .ok_or_else(|| anyhow::anyhow!("{id} is an action"))?;
+        if state != ActionState::Approved {
+            writeln!(
+                cx,
+                "[{person} is not asked to revert {id}: it is {state}, never applied, so there is nothing to revert]"
+            )?;
+            return Ok(format!("not reverted: {id} is {state}, never applied"));
+        }
+        if !cx.revert_decision(shell, id, true)? {
+            writeln!(cx, "  [{person} keeps {id}: nothing is reverted]")?;
+            return Ok(format!("not reverted: {person} kept {id}"));
+        }
+    }
     writeln!(
         cx,
-        "[ana asks the kernel to revert {id} (Overseer::revert)]"
+        "[{person} asks the kernel to revert {id} (Overseer::revert)]"
     )?;
-    Ok(match lab.overseer.revert(id, "ana").await {
+    Ok(match lab.overseer.revert(id, person).await {
         Ok(report) if report.reverted => {
             writeln!(cx, "  reverted {id}")?;
             let flagged: Vec<String> = report.flagged.iter().map(LedgerId::to_string).collect();

@@ -19,8 +19,9 @@ use kernel::LedgerId;
 use shell::{Decision, Scripted};
 
 use crate::ex09_approval_gap::{
-    Row, Scene, action_state, agent_appends, agent_replaces, ana_approves, both, created, heading,
-    human_edit, page_evidence, read, read_body, revert, review_step, short, side_by_side,
+    Row, Scene, action_state, agent_appends, agent_replaces, ana_approves, both, created,
+    heading_for, human_edit, page_evidence, read, read_body, revert, review_step, short,
+    side_by_side, told,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -56,7 +57,11 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         ours.simulated,
     ));
     rows.push(Row::new(
-        "f1 approving the append first",
+        told(
+            cx,
+            "f1 approving the append first",
+            "f1 the append, after ana's first review",
+        ),
         reference.first,
         ours.first,
     ));
@@ -78,23 +83,35 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     ));
     let (reference, ours) = both!(cx, g);
     rows.push(Row::new(
-        "g  approving the child first",
+        told(
+            cx,
+            "g  approving the child first",
+            "g  the child, after ana's first review",
+        ),
         reference.first,
         ours.first,
     ));
     rows.push(Row::new(
-        "g  then parent, then child",
+        told(
+            cx,
+            "g  then parent, then child",
+            "g  parent and child, after ana's second review",
+        ),
         reference.page,
         ours.page,
     ));
-    rows.push(Row::pair(
+    let h1 = told(
+        cx,
         "h1 page 100 after reverting the append",
-        both!(cx, h, false),
-    ));
-    rows.push(Row::pair(
+        "h1 what ana's decisions did, and page 100 after them",
+    );
+    rows.push(Row::pair(h1, both!(cx, h, false)));
+    let h2 = told(
+        cx,
         "h2 page 100 after reverting the append, bob's edit made in between",
-        both!(cx, h, true),
-    ));
+        "h2 what ana's decisions did, and page 100 after them, bob's edit made in between",
+    );
+    rows.push(Row::pair(h2, both!(cx, h, true)));
     side_by_side(cx, &rows)?;
     Ok(())
 }
@@ -121,9 +138,10 @@ fn one_line(text: &str) -> String {
 }
 
 async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
-    heading(
+    heading_for(
         cx,
         "f1 · replace then append, approved in reverse order",
+        "f1 · replace then append, for ana to decide (the script: approved in reverse order)",
         policy,
     )?;
     let (Scene { lab, agent, shell }, page) =
@@ -164,7 +182,12 @@ async fn f1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
 }
 
 async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
-    heading(cx, "f2 · append then replace, approved in id order", policy)?;
+    heading_for(
+        cx,
+        "f2 · append then replace, approved in id order",
+        "f2 · append then replace, for ana to decide (the script: approved in id order)",
+        policy,
+    )?;
     let (Scene { lab, agent, shell }, page) =
         Scene::manual(cx, policy, "Manual", "old procedure").await?;
     let append = agent_appends(cx, &agent, &page, "safety notes").await?;
@@ -188,7 +211,12 @@ async fn f2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
 }
 
 async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
-    heading(cx, "g · a child page approved before its parent", policy)?;
+    heading_for(
+        cx,
+        "g · a child page approved before its parent",
+        "g · a child page and its parent, for ana to decide (the script: the child first)",
+        policy,
+    )?;
     let Scene { lab, agent, shell } = Scene::new(cx, policy)?;
     let (parent, parent_id) = created(
         cx,
@@ -263,12 +291,18 @@ async fn g(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Order> {
 }
 
 async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyhow::Result<String> {
-    let case = if human_in_between {
-        "h2 · revert an append after bob appended too"
+    let (case, asked) = if human_in_between {
+        (
+            "h2 · revert an append after bob appended too",
+            "h2 · an append for ana to approve, then revert after bob appended too (the script does both)",
+        )
     } else {
-        "h1 · revert an append"
+        (
+            "h1 · revert an append",
+            "h1 · an append for ana to approve, then revert (the script does both)",
+        )
     };
-    heading(cx, case, policy)?;
+    heading_for(cx, case, asked, policy)?;
     let (Scene { lab, agent, shell }, page) = Scene::manual(cx, policy, "Manual", "old").await?;
     read_body(cx, &agent, &page).await?;
     let append = agent_appends(cx, &agent, &page, "new").await?;
@@ -280,12 +314,16 @@ async fn h(cx: &mut Context<'_>, policy: Policy, human_in_between: bool) -> anyh
     }
 
     writeln!(cx)?;
-    revert(cx, &lab, append).await?;
+    let reverted = revert(cx, &lab, &shell, append).await?;
     let page_now = page_evidence(cx, &lab, 100)?;
     cx.evidence(
         &format!("{append} in the kernel's ledger"),
         action_state(&lab, append)?,
     )?;
     cx.evidence("wiki writes", lab.service.writes())?;
-    Ok(page_now)
+    Ok(if cx.is_interactive() {
+        format!("{reverted}; page 100: {page_now}")
+    } else {
+        page_now
+    })
 }

@@ -20,12 +20,12 @@ use std::io::Write;
 
 use gatekeeper_confluence::{Edit, Lab, Policy};
 use kernel::LedgerId;
-use shell::{Decision, Scripted};
+use shell::{Decision, Scripted, Shell};
 
 use crate::ex09_approval_gap::{
     Row, Scene, action_state, agent_appends, agent_renames, agent_replaces, ana_approves,
-    blocked_by, both, comments_in_wiki, created, heading, human_edit, page_evidence, read,
-    read_body, rename_then_quote, revert, review_step, short, side_by_side, staged,
+    blocked_by, both, comments_in_wiki, created, heading, heading_for, human_edit, page_evidence,
+    read, read_body, rename_then_quote, revert, review_step, short, side_by_side, staged, told,
 };
 use crate::setup::{paragraph, visible};
 use crate::{Context, Lecture, LectureFuture};
@@ -54,22 +54,34 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     )?;
 
     let mut rows = Vec::new();
-    rows.push(Row::pair(
+    let label = told(
+        cx,
         "i  page 100 after ana approved the replace built on version 1",
-        both!(cx, i),
-    ));
-    rows.push(Row::pair(
+        "i  page 100 after ana decided the replace built on version 1",
+    );
+    rows.push(Row::pair(label, both!(cx, i)));
+    let label = told(
+        cx,
         "t  page 100 after ana approved the append bob's trash overtook",
-        both!(cx, t),
-    ));
+        "t  page 100 after ana decided the append bob's trash overtook",
+    );
+    rows.push(Row::pair(label, both!(cx, t)));
     let (reference, ours) = both!(cx, o);
     rows.push(Row::new(
-        "o  approving the comment while the rename waits",
+        told(
+            cx,
+            "o  approving the comment while the rename waits",
+            "o  the comment, after ana's first review",
+        ),
         reference.early,
         ours.early,
     ));
     rows.push(Row::new(
-        "o  the comment, once the rename was rejected",
+        told(
+            cx,
+            "o  the comment, once the rename was rejected",
+            "o  the comment, after ana's second review",
+        ),
         reference.after,
         ours.after,
     ));
@@ -89,18 +101,24 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         reference.page,
         ours.page,
     ));
-    rows.push(Row::pair(
+    let label = told(
+        cx,
         "r1 page 100 after reverting the append, bob having trashed it",
-        both!(cx, r1),
-    ));
-    rows.push(Row::pair(
+        "r1 what ana's decisions did, and page 100 after them, bob having trashed it",
+    );
+    rows.push(Row::pair(label, both!(cx, r1)));
+    let label = told(
+        cx,
         "r2 page 200 after reverting its create, bob having added a step",
-        both!(cx, r2),
-    ));
-    rows.push(Row::pair(
+        "r2 what ana's decisions did, and page 200 after them (bob adds a step if it exists)",
+    );
+    rows.push(Row::pair(label, both!(cx, r2)));
+    let label = told(
+        cx,
         "r3 reverting the rename a pending comment quotes",
-        both!(cx, r3),
-    ));
+        "r3 what ana's decisions did to the rename a pending comment quotes",
+    );
+    rows.push(Row::pair(label, both!(cx, r3)));
     side_by_side(cx, &rows)?;
     Ok(())
 }
@@ -122,8 +140,13 @@ fn status_evidence(cx: &mut Context<'_>, lab: &Lab, id: u64) -> anyhow::Result<S
 
 /// Ana asks the kernel to revert `id` (see [`revert`]); prints and returns what happened,
 /// then shows `id` in the kernel's ledger.
-async fn revert_shown(cx: &mut Context<'_>, lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
-    let outcome = revert(cx, lab, id).await?;
+async fn revert_shown(
+    cx: &mut Context<'_>,
+    lab: &Lab,
+    shell: &Shell,
+    id: LedgerId,
+) -> anyhow::Result<String> {
+    let outcome = revert(cx, lab, shell, id).await?;
     cx.evidence(
         &format!("{id} in the kernel's ledger"),
         action_state(lab, id)?,
@@ -187,9 +210,10 @@ struct OutOfOrder {
 }
 
 async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
-    heading(
+    heading_for(
         cx,
         "o · a comment quoting a pending rename, decided before the rename",
+        "o · a comment quoting a pending rename, for ana to decide (the script: the comment first)",
         policy,
     )?;
     let (Scene { lab, agent, shell }, page) =
@@ -247,7 +271,7 @@ async fn o(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<OutOfOrder> {
     let blocked = blocked_by(&lab, comment)?;
     let state = action_state(&lab, comment)?;
     let after = match blocked {
-        Some(root) => format!("{state}, blocked by rejected {root}"),
+        Some(root) => format!("{state}, blocked by {}", blocker(&lab, root)?),
         None => format!("{state}, nothing flagged"),
     };
     cx.evidence(&format!("{comment} in the kernel's ledger"), &after)?;
@@ -286,9 +310,10 @@ struct Stacked {
 }
 
 async fn s(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Stacked> {
-    heading(
+    heading_for(
         cx,
         "s · an append stacked on a replace; bob edits before the replace is approved",
+        "s · an append stacked on a replace; bob edits before ana decides the replace",
         policy,
     )?;
     let (Scene { lab, agent, shell }, page) =
@@ -323,9 +348,10 @@ async fn s(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<Stacked> {
 }
 
 async fn r1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
-    heading(
+    heading_for(
         cx,
         "r1 · revert an append after bob trashed the page",
+        "r1 · an append for ana to approve, then revert after bob trashed the page (the script does both)",
         policy,
     )?;
     let (Scene { lab, agent, shell }, page) =
@@ -334,14 +360,38 @@ async fn r1(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
     let append = agent_appends(cx, &agent, &page, "agent note").await?;
     ana_approves(cx, &lab, &shell, append).await?;
     human_edit(cx, &lab, "bob", 100, Edit::Trash)?;
-    revert_shown(cx, &lab, append).await?;
-    status_evidence(cx, &lab, 100)
+    let reverted = revert_shown(cx, &lab, &shell, append).await?;
+    let page_now = status_evidence(cx, &lab, 100)?;
+    Ok(with_outcome(cx, &reverted, 100, page_now))
+}
+
+/// A case's result for the closing comparison: the page as it is (`page_now`), after what
+/// the revert did (`reverted`) in an interactive run, where the person may not have
+/// reverted at all.
+fn with_outcome(cx: &Context<'_>, reverted: &str, id: u64, page_now: String) -> String {
+    if cx.is_interactive() {
+        format!("{reverted}; page {id}: {page_now}")
+    } else {
+        page_now
+    }
+}
+
+/// `id` and why it blocks others, from its state in the kernel's ledger: `rejected #1`,
+/// `reverted #1`.
+fn blocker(lab: &Lab, id: LedgerId) -> anyhow::Result<String> {
+    let state = lab
+        .entry(id)?
+        .action()
+        .map(|a| a.state.to_string())
+        .ok_or_else(|| anyhow::anyhow!("{id} is an action"))?;
+    Ok(format!("{state} {id}"))
 }
 
 async fn r2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
-    heading(
+    heading_for(
         cx,
         "r2 · revert a create after bob edited the new page",
+        "r2 · a create for ana to approve, then revert after bob edited the new page (the script does both)",
         policy,
     )?;
     let Scene { lab, agent, shell } = Scene::new(cx, policy)?;
@@ -352,15 +402,24 @@ async fn r2(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         agent.create_page("OPS", "Runbook", "step 1").await,
     )?;
     ana_approves(cx, &lab, &shell, create).await?;
-    human_edit(cx, &lab, "bob", 200, Edit::AppendBody("step 2".into()))?;
-    revert_shown(cx, &lab, create).await?;
-    status_evidence(cx, &lab, 200)
+    if lab.service.page(200).is_some() {
+        human_edit(cx, &lab, "bob", 200, Edit::AppendBody("step 2".into()))?;
+    } else {
+        writeln!(
+            cx,
+            "[bob would add a step to page 200, but the wiki has no page 200: {create} was not applied]"
+        )?;
+    }
+    let reverted = revert_shown(cx, &lab, &shell, create).await?;
+    let page_now = status_evidence(cx, &lab, 200)?;
+    Ok(with_outcome(cx, &reverted, 200, page_now))
 }
 
 async fn r3(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
-    heading(
+    heading_for(
         cx,
         "r3 · revert a rename that a pending comment quotes",
+        "r3 · a rename a pending comment quotes, for ana to approve, then revert (the script does both)",
         policy,
     )?;
     let (Scene { lab, agent, shell }, page) =
@@ -376,14 +435,15 @@ async fn r3(cx: &mut Context<'_>, policy: Policy) -> anyhow::Result<String> {
         Scripted::by_id([(rename, Decision::Approve), (comment, Decision::Skip)]),
     )
     .await?;
-    let outcome = revert_shown(cx, &lab, rename).await?;
+    let outcome = revert_shown(cx, &lab, &shell, rename).await?;
     let blocked = blocked_by(&lab, comment)?;
     cx.evidence(
         &format!("{comment} in the kernel's ledger"),
         match blocked {
             Some(root) => format!(
-                "{}, blocked by reverted {root}",
-                action_state(&lab, comment)?
+                "{}, blocked by {}",
+                action_state(&lab, comment)?,
+                blocker(&lab, root)?
             ),
             None => format!("{}, nothing flagged", action_state(&lab, comment)?),
         },

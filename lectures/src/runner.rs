@@ -54,8 +54,10 @@ impl fmt::Debug for Lecture {
 /// `Context` is an [`io::Write`], so a lecture writes with `writeln!(cx, ...)`. In the
 /// default mode every review is answered by the script the lecture wrote; with
 /// `--interactive` a person at the terminal answers instead, and the script is ignored.
+/// Every line written to it, by the lecture or by the shell, is wrapped to
+/// [`shell::WIDTH`] ([`shell::wrap`]).
 pub struct Context<'a> {
-    out: &'a mut dyn Write,
+    out: Wrapped<'a>,
     person: Option<Box<dyn Decider + 'a>>,
     db: Option<DbPlan>,
 }
@@ -64,7 +66,7 @@ impl<'a> Context<'a> {
     /// A context writing to `out`, with the lectures' scripts answering every review.
     pub fn scripted(out: &'a mut dyn Write) -> Self {
         Self {
-            out,
+            out: Wrapped::new(out),
             person: None,
             db: None,
         }
@@ -74,7 +76,7 @@ impl<'a> Context<'a> {
     /// lectures' scripts.
     pub fn interactive(out: &'a mut dyn Write, person: Box<dyn Decider + 'a>) -> Self {
         Self {
-            out,
+            out: Wrapped::new(out),
             person: Some(person),
             db: None,
         }
@@ -149,7 +151,31 @@ impl<'a> Context<'a> {
         )?;
         let prompt = shell.prompt(id)?;
         writeln!(self.out, "{prompt}")?;
-        Ok(person.decide(id, &prompt, self.out)?)
+        Ok(person.decide(id, &prompt, &mut self.out)?)
+    }
+
+    /// Whether `shell`'s person reverts `id`, an applied action: the script's answer
+    /// (`scripted`) in a scripted run, written nowhere; in an interactive run the action's
+    /// card is shown and the person at the terminal is asked (only an explicit yes
+    /// reverts). Lectures call it before every revert.
+    pub fn revert_decision(
+        &mut self,
+        shell: &Shell,
+        id: LedgerId,
+        scripted: bool,
+    ) -> Result<bool, shell::ShellError> {
+        let Some(person) = self.person.as_mut() else {
+            return Ok(scripted);
+        };
+        writeln!(
+            self.out,
+            "[{} is asked whether to revert {id}; the script would {}]",
+            shell.person(),
+            if scripted { "revert it" } else { "keep it" }
+        )?;
+        let prompt = shell.prompt(id)?;
+        writeln!(self.out, "{prompt}")?;
+        Ok(person.revert(id, &prompt, &mut self.out)?)
     }
 
     /// Writes one line of evidence: `  evidence: what = value`.
@@ -176,12 +202,59 @@ impl<'a> Context<'a> {
     ) -> Result<ReviewSummary, shell::ShellError> {
         writeln!(self.out, "[{} opens the shell]", shell.person())?;
         match self.person.as_mut() {
-            Some(person) => shell.review(person.as_mut(), self.out).await,
+            Some(person) => shell.review(person.as_mut(), &mut self.out).await,
             None => {
                 let mut script = script;
-                shell.review(&mut script, self.out).await
+                shell.review(&mut script, &mut self.out).await
             }
         }
+    }
+}
+
+/// The writer under a [`Context`]: passes complete lines on, each wrapped to
+/// [`shell::WIDTH`] by [`shell::wrap`], so no line of a transcript is wider, whoever wrote
+/// it (the lecture, the shell or a person's decider). A line written in pieces is held until
+/// it ends; a flush passes on what is held as it is (a question waiting for its answer).
+struct Wrapped<'a> {
+    inner: &'a mut dyn Write,
+    line: Vec<u8>,
+}
+
+impl<'a> Wrapped<'a> {
+    fn new(inner: &'a mut dyn Write) -> Self {
+        Self {
+            inner,
+            line: Vec::new(),
+        }
+    }
+}
+
+impl Write for Wrapped<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut rest = buf;
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            self.line.extend_from_slice(&rest[..end]);
+            let line = std::mem::take(&mut self.line);
+            let text = String::from_utf8_lossy(&line);
+            writeln!(self.inner, "{}", shell::wrap(&text, shell::WIDTH))?;
+            rest = &rest[end + 1..];
+        }
+        self.line.extend_from_slice(rest);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let held = std::mem::take(&mut self.line);
+        self.inner.write_all(&held)?;
+        self.inner.flush()
+    }
+}
+
+impl Drop for Wrapped<'_> {
+    fn drop(&mut self) {
+        // What a lecture wrote without ending its line, if it never flushed; an error here
+        // has nowhere to go.
+        let _ = self.flush();
     }
 }
 
@@ -200,7 +273,11 @@ pub async fn run_lecture(lecture: &Lecture, cx: &mut Context<'_>) -> anyhow::Res
     let rule = "=".repeat(72);
     writeln!(cx, "{rule}")?;
     writeln!(cx, "{} · {}", lecture.name, lecture.title)?;
-    writeln!(cx, "{}", lecture.summary)?;
+    writeln!(
+        cx,
+        "{}",
+        shell::wrap_hanging(lecture.summary, shell::WIDTH, 0)
+    )?;
     writeln!(cx, "{rule}")?;
     let desks_before = cx.db().map(|plan| plan.files().len());
     (lecture.run)(cx).await?;
@@ -240,8 +317,8 @@ pub fn valid_names() -> String {
     names.join(", ")
 }
 
-/// How wide `--list` lines may be, in chars.
-pub const LIST_WIDTH: usize = 100;
+/// How wide `--list` lines may be, in chars: the shell's width, [`shell::WIDTH`].
+pub const LIST_WIDTH: usize = shell::WIDTH;
 
 /// The `--list` text: each lecture's name and title on one line, then its summary, wrapped
 /// at [`LIST_WIDTH`] and indented under the title.

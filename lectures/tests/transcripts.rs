@@ -119,8 +119,44 @@ fn list_names_every_lecture_with_its_summary_in_lines_of_at_most_100_chars() {
         assert!(text.contains(&summary.join(" ")), "{stdout}");
     }
     for line in stdout.lines() {
-        assert!(line.chars().count() <= 100, "{line}");
+        assert!(line.chars().count() <= shell::WIDTH, "{line}");
     }
+}
+
+#[test]
+fn no_line_of_a_snapshot_or_of_the_list_is_wider_than_the_shells_width() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
+    let mut texts: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .expect("the snapshots directory")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "snap"))
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("utf-8");
+            (path.display().to_string(), text)
+        })
+        .collect();
+    assert_eq!(texts.len(), LECTURES.len(), "one snapshot per lecture");
+    let list = runner().arg("--list").output().expect("runs");
+    assert!(list.status.success());
+    texts.push((
+        "--list".to_owned(),
+        String::from_utf8(list.stdout).expect("utf-8"),
+    ));
+    let mut wide = Vec::new();
+    for (name, text) in &texts {
+        for line in text.lines() {
+            let width = line.chars().count();
+            if width > shell::WIDTH {
+                wide.push(format!("{name}: {width} chars: {line}"));
+            }
+        }
+    }
+    assert!(
+        wide.is_empty(),
+        "lines wider than {}:\n{}",
+        shell::WIDTH,
+        wide.join("\n")
+    );
 }
 
 #[test]
@@ -208,6 +244,55 @@ fn interactive_headings_and_evidence_tell_what_the_person_did_not_what_the_scrip
         "{ex10}"
     );
     assert!(ex10.contains("(the script's plan; you decide below: ana rejects the page"));
+
+    // Nothing was applied, so no revert is asked or attempted, and nothing says one was.
+    for lecture in ["ex11", "ex12"] {
+        let text = interactive(lecture, b"");
+        for lie in [
+            "[ana asks the kernel to revert",
+            "## h1 · revert an append ·",
+            "## r1 · revert an append after bob trashed the page ·",
+            "after reverting",
+            "approved in reverse order ·",
+            "a child page approved before its parent ·",
+            "after ana approved",
+            "once the rename was rejected",
+            "blocked by reverted",
+            "[bob, another person, edits page 200",
+        ] {
+            assert!(!text.contains(lie), "{lecture}: {lie:?} in:\n{text}");
+        }
+        assert!(
+            text.contains("is not asked to revert #2: it is pending, never applied"),
+            "{lecture}:\n{text}"
+        );
+    }
+
+    // Every action approved, every revert declined: each revert is asked, none is done.
+    let approve_then_keep = b"a\nn\n".repeat(100);
+    for (lecture, asked) in [("ex11", 4), ("ex12", 6)] {
+        let text = interactive(lecture, &approve_then_keep);
+        assert_eq!(
+            text.matches("[ana is asked whether to revert #").count(),
+            asked,
+            "{lecture}:\n{text}"
+        );
+        assert_eq!(
+            text.matches(": [y]es, [n]o? n\n").count(),
+            asked,
+            "{lecture}:\n{text}"
+        );
+        assert_eq!(
+            text.matches("  [ana keeps #").count(),
+            asked,
+            "{lecture}:\n{text}"
+        );
+        assert!(
+            !text.contains("[ana asks the kernel to revert"),
+            "{lecture}:\n{text}"
+        );
+        assert!(!text.contains("  reverted #"), "{lecture}:\n{text}");
+    }
 }
 
 #[test]

@@ -71,6 +71,20 @@ pub trait Decider {
         prompt: &Sanitized,
         out: &mut dyn Write,
     ) -> io::Result<Decision>;
+
+    /// Whether to revert action `id`, already applied, whose rendered prompt is `prompt`
+    /// (the caller has written it to `out`). `true` only on an explicit yes: a decider with
+    /// nothing to say keeps the action, as this default does, saying so on `out`.
+    fn revert(
+        &mut self,
+        id: LedgerId,
+        prompt: &Sanitized,
+        out: &mut dyn Write,
+    ) -> io::Result<bool> {
+        let _ = (id, prompt);
+        writeln!(out, "  > keep (no answer)")?;
+        Ok(false)
+    }
 }
 
 /// Decisions given in advance: by ledger id, or as a queue taken in order.
@@ -128,14 +142,26 @@ impl Decider for Scripted {
         writeln!(out, "  > {decision} (scripted)")?;
         Ok(decision)
     }
+
+    /// A script holds no reverts (lectures revert in their own code): it keeps the action.
+    fn revert(
+        &mut self,
+        _id: LedgerId,
+        _prompt: &Sanitized,
+        out: &mut dyn Write,
+    ) -> io::Result<bool> {
+        writeln!(out, "  > keep (scripted)")?;
+        Ok(false)
+    }
 }
 
 /// A person at a terminal: asks on `out`, reads one line at a time from `input`.
 ///
-/// Only `a`/`approve`, `r`/`reject`, `s`/`skip` or `k`/`all-of-kind` decide. Any other line
-/// (an empty line, a stray key, bytes that are not UTF-8) is answered with the list of
-/// choices and asked again. At the
-/// end of input every remaining action is skipped; nothing is approved.
+/// Only `a`/`approve`, `r`/`reject`, `s`/`skip` or `k`/`all-of-kind` decide (and, asked
+/// whether to revert, `y`/`yes` or `n`/`no`). Any other line (an empty line, a stray key,
+/// bytes that are not UTF-8) is answered with the list of choices and asked again. At the
+/// end of input every remaining action is skipped and nothing is reverted; nothing is
+/// approved.
 #[derive(Debug)]
 pub struct Interactive<R> {
     input: R,
@@ -159,24 +185,24 @@ impl<R: BufRead> Interactive<R> {
         self.echo = on;
         self
     }
-}
 
-impl<R: BufRead> Decider for Interactive<R> {
-    fn decide(
+    /// Asks `question` until a line parses (`parse`); at the end of input answers
+    /// `at_end`, whose word `at_end_word` the output shows. `choices` lists what may be
+    /// typed, for the line that re-asks.
+    fn ask<T>(
         &mut self,
-        id: LedgerId,
-        _prompt: &Sanitized,
+        question: &str,
+        choices: &str,
+        parse: impl Fn(&str) -> Option<T>,
+        (at_end, at_end_word): (T, &str),
         out: &mut dyn Write,
-    ) -> io::Result<Decision> {
+    ) -> io::Result<T> {
         loop {
             if self.ended {
-                writeln!(out, "  > skip (end of input)")?;
-                return Ok(Decision::Skip);
+                writeln!(out, "  > {at_end_word} (end of input)")?;
+                return Ok(at_end);
             }
-            write!(
-                out,
-                "  decide {id}: [a]pprove, [r]eject, [s]kip, all of this [k]ind? "
-            )?;
+            write!(out, "  {question} ")?;
             out.flush()?;
             // Bytes, not `read_line`: a line that is not UTF-8 (a stray key, a pasted
             // binary) is asked again, like any other answer that is not a choice.
@@ -197,17 +223,52 @@ impl<R: BufRead> Decider for Interactive<R> {
             if std::str::from_utf8(&bytes).is_err() {
                 writeln!(
                     out,
-                    "  that answer was not readable text; please type a, r, s or k (approve, reject, skip, all-of-kind); nothing was decided"
+                    "  that answer was not readable text; please type {choices}; nothing was decided"
                 )?;
                 continue;
             }
-            match Decision::parse(&line) {
-                Some(decision) => return Ok(decision),
-                None => writeln!(
-                    out,
-                    "  please type a, r, s or k (approve, reject, skip, all-of-kind); nothing was decided"
-                )?,
+            match parse(&line) {
+                Some(answer) => return Ok(answer),
+                None => writeln!(out, "  please type {choices}; nothing was decided")?,
             }
         }
+    }
+}
+
+impl<R: BufRead> Decider for Interactive<R> {
+    fn decide(
+        &mut self,
+        id: LedgerId,
+        _prompt: &Sanitized,
+        out: &mut dyn Write,
+    ) -> io::Result<Decision> {
+        self.ask(
+            &format!("decide {id}: [a]pprove, [r]eject, [s]kip, all of this [k]ind?"),
+            "a, r, s or k (approve, reject, skip, all-of-kind)",
+            Decision::parse,
+            (Decision::Skip, Decision::Skip.as_str()),
+            out,
+        )
+    }
+
+    /// Asks `revert {id}: [y]es, [n]o?`; only `y`/`yes` reverts, `n`/`no` keeps, anything
+    /// else is asked again, and the end of input keeps the action.
+    fn revert(
+        &mut self,
+        id: LedgerId,
+        _prompt: &Sanitized,
+        out: &mut dyn Write,
+    ) -> io::Result<bool> {
+        self.ask(
+            &format!("revert {id}: [y]es, [n]o?"),
+            "y or n (revert, keep)",
+            |line| match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => Some(true),
+                "n" | "no" => Some(false),
+                _ => None,
+            },
+            (false, "keep"),
+            out,
+        )
     }
 }

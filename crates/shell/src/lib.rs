@@ -16,6 +16,8 @@
 //!   decisions given in advance (lectures and tests); [`Interactive`] reads lines from any
 //!   `BufRead`. Only an explicit answer decides: a stray keypress re-asks, the end of input
 //!   skips everything, and nothing ever approves by default.
+//! - **Wrap** ([`wrap`](mod@wrap)): lines no wider than [`WIDTH`], continued under their
+//!   field, a label cut in two still between its marks on each line.
 //! - **Apply** ([`Shell`]): each decision goes to the [`kernel::Overseer`] and only there:
 //!   approve, reject, skip, or approve all of this kind (which enables an auto-approval rule
 //!   for the action's kind on its gatekeeper and says so).
@@ -27,7 +29,9 @@
 pub mod decide;
 pub mod render;
 mod terminal;
+pub mod wrap;
 
 pub use decide::{Decider, Decision, Interactive, Scripted};
 pub use render::{render_action, render_batch, render_ledger, render_rules};
 pub use terminal::{Decided, Effect, ReviewSummary, Shell, ShellError};
+pub use wrap::{WIDTH, wrap, wrap_hanging};

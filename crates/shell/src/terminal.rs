@@ -19,6 +19,7 @@ use crate::decide::{Decider, Decision};
 use crate::render::{
     eligible, gatekeeper, lines, message, name, ours, render_action, render_batch, render_ledger,
 };
+use crate::wrap::{WIDTH, wrap};
 
 /// Why the shell could not go on. Refusals by the kernel (an action already decided, a
 /// lockdown) are not errors: they are reported to the person as text.
@@ -180,7 +181,8 @@ impl Shell {
     ///
     /// An action that stopped waiting meanwhile (applied by a rule after an earlier
     /// approval, rejected with another) is reported, not asked about. Ends with a summary
-    /// line and returns the same numbers.
+    /// line and returns the same numbers. What it writes is wrapped to [`WIDTH`]
+    /// ([`wrap`]).
     pub async fn review(
         &self,
         decider: &mut dyn Decider,
@@ -188,7 +190,7 @@ impl Shell {
     ) -> Result<ReviewSummary, ShellError> {
         self.overseer.settle().await;
         let open = self.overseer.open_actions()?;
-        writeln!(out, "{}", self.batch()?)?;
+        writeln!(out, "{}", wrap(self.batch()?.as_str(), WIDTH))?;
         let mut summary = ReviewSummary::default();
         for id in open.iter().map(|e| e.id) {
             let Some(entry) = self.overseer.entry(id)? else {
@@ -204,10 +206,10 @@ impl Shell {
             let rules = self.overseer.rules()?;
             let prompt = render_action(&entry, &rules).expect("an action");
             writeln!(out)?;
-            writeln!(out, "{prompt}")?;
+            writeln!(out, "{}", wrap(prompt.as_str(), WIDTH))?;
             let decision = decider.decide(id, &prompt, out)?;
             let decided = self.decide(id, decision).await?;
-            writeln!(out, "{}", decided.report)?;
+            writeln!(out, "{}", wrap(decided.report.as_str(), WIDTH))?;
             match decided.effect {
                 Effect::Applied => summary.approved.push(id),
                 Effect::Failed { .. } => summary.failed.push(id),

@@ -371,3 +371,31 @@ async fn a_second_approval_is_refused_as_text_not_an_error() {
     );
     assert_eq!(applied(&world), vec![1]);
 }
+
+#[test]
+fn a_revert_is_asked_and_only_an_explicit_yes_reverts() {
+    let id = LedgerId(3);
+    let prompt = prompt_sanitize::Sanitized::literal("── #3 ──");
+    let ask = |input: &str| {
+        let mut person = Interactive::new(Cursor::new(input.to_owned()));
+        let mut out = Vec::new();
+        let answer = person.revert(id, &prompt, &mut out).unwrap();
+        (answer, String::from_utf8(out).unwrap())
+    };
+    let (answer, screen) = ask("maybe\n\n Y \n");
+    assert!(answer, "{screen}");
+    assert_eq!(screen.matches("  revert #3: [y]es, [n]o? ").count(), 3);
+    assert_eq!(
+        screen.matches("please type y or n (revert, keep)").count(),
+        2,
+        "{screen}"
+    );
+    let (answer, screen) = ask("no\n");
+    assert!(!answer, "{screen}");
+    let (answer, screen) = ask("approve\n");
+    assert!(!answer, "a review's answer does not revert: {screen}");
+    assert!(screen.contains("> keep (end of input)"), "{screen}");
+    let mut script = Scripted::by_id([(id, Decision::Approve)]);
+    let mut out = Vec::new();
+    assert!(!script.revert(id, &prompt, &mut out).unwrap());
+}

@@ -19,6 +19,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::warn;
 
 use crate::gateway::Gateway;
+use crate::person;
 
 /// The longest request line read from the socket.
 pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
@@ -31,6 +32,42 @@ pub enum Request {
     Pending,
     /// Each server's catalog now, against the one accepted at start.
     Catalog,
+    /// The auto-approval rules, and the kinds each server could have one for.
+    Rules,
+    /// Enable an auto-approval rule: actions of kind `tag` on `server` that the server marks
+    /// safe to repeat apply without asking.
+    RuleAdd {
+        /// The server (gatekeeper) name.
+        server: String,
+        /// The kind's tag.
+        tag: String,
+    },
+    /// Remove an auto-approval rule.
+    RuleRemove {
+        /// The server (gatekeeper) name.
+        server: String,
+        /// The kind's tag.
+        tag: String,
+    },
+    /// Ask the server's driver to undo an applied action.
+    Revert {
+        /// Ledger id.
+        id: u64,
+    },
+    /// A page of the ledger, most recent first, filtered.
+    Ledger {
+        /// Which entries, and which page.
+        query: crate::person::LedgerQuery,
+    },
+    /// Which agents are locked down, why, and the lifts recorded so far.
+    Lockdown,
+    /// Lift an agent's lockdown: a recorded decision of the person behind the socket.
+    LockdownLift {
+        /// The agent.
+        agent: String,
+        /// Why it is safe; recorded with the lift.
+        reason: String,
+    },
     /// The approval prompts of some actions.
     Show {
         /// Ledger ids.
@@ -42,8 +79,6 @@ pub enum Request {
         ids: Vec<u64>,
         /// Enable an auto-approval rule for each action's kind instead (the shell's `k`).
         all_of_kind: bool,
-        /// Who decides.
-        person: String,
     },
     /// Reject actions: nothing is sent, ever.
     Reject {
@@ -51,8 +86,6 @@ pub enum Request {
         ids: Vec<u64>,
         /// Told to the agent that asks for the outcome.
         reason: Option<String>,
-        /// Who decides.
-        person: String,
     },
 }
 
@@ -141,13 +174,16 @@ pub async fn serve(listener: UnixListener, gateway: Arc<Gateway>) {
 }
 
 async fn answer(stream: UnixStream, gateway: &Gateway) -> std::io::Result<()> {
+    // Who decides is whoever the kernel says is behind the socket, never a name the
+    // request carries.
+    let person = person::peer_person(&stream);
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     tokio::io::BufReader::new(read.take(MAX_REQUEST_BYTES))
         .read_line(&mut line)
         .await?;
     let response = match serde_json::from_str::<Request>(&line) {
-        Ok(request) => execute(request, gateway).await,
+        Ok(request) => execute(request, person, gateway).await,
         Err(error) => Response {
             ok: false,
             text: format!(
@@ -160,12 +196,42 @@ async fn answer(stream: UnixStream, gateway: &Gateway) -> std::io::Result<()> {
     write.write_all(out.as_bytes()).await
 }
 
-async fn execute(request: Request, gateway: &Gateway) -> Response {
+async fn execute(request: Request, person: Result<String, String>, gateway: &Gateway) -> Response {
     let overseer = gateway.overseer().clone();
     overseer.settle().await;
     let mut ok = true;
     let mut lines: Vec<String> = Vec::new();
+    let decides = matches!(
+        request,
+        Request::Approve { .. }
+            | Request::Reject { .. }
+            | Request::RuleAdd { .. }
+            | Request::RuleRemove { .. }
+            | Request::Revert { .. }
+            | Request::LockdownLift { .. }
+    );
+    let person = match person {
+        Ok(person) => person,
+        Err(why) if decides => {
+            return Response {
+                ok: false,
+                text: format!(
+                    "nothing was decided: the gate could not tell which user is asking ({why}); run the gate command as the user who runs `gate serve`"
+                ),
+            };
+        }
+        Err(_) => String::new(),
+    };
     match request {
+        Request::Rules
+        | Request::RuleAdd { .. }
+        | Request::RuleRemove { .. }
+        | Request::Revert { .. }
+        | Request::Ledger { .. }
+        | Request::Lockdown
+        | Request::LockdownLift { .. } => {
+            return person::execute(request, &person, gateway).await;
+        }
         Request::Pending => match Shell::new(overseer, "").batch() {
             Ok(batch) => lines.push(batch.to_string()),
             Err(error) => {
@@ -186,11 +252,7 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
                 }
             }
         }
-        Request::Approve {
-            ids,
-            all_of_kind,
-            person,
-        } => {
+        Request::Approve { ids, all_of_kind } => {
             let shell = Shell::new(overseer, person);
             let decision = if all_of_kind {
                 Decision::ApproveAllOfKind
@@ -221,11 +283,7 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
                 }
             }
         }
-        Request::Reject {
-            ids,
-            reason,
-            person,
-        } => {
+        Request::Reject { ids, reason } => {
             let shell = Shell::new(overseer, person);
             for id in ids {
                 let ledger = LedgerId(id);

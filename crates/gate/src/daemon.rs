@@ -184,6 +184,8 @@ impl Daemon {
         let workspaces = data_dir.join(WORKSPACES_DIR);
         let gateway = Arc::new(
             Gateway::new(overseer, downstreams, views)
+                .with_clock(clock.clone())
+                .with_ledger_file(&data_dir.join(DATABASE_FILE))
                 .with_workspaces(&workspaces)
                 .map_err(|e| {
                     StartError(format!(

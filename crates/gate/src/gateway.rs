@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use gatekeeper_core::{ActionResult, CallOutcome, Content, Session, ToolGatekeeper, ToolResult};
 use gatekeeper_mcp::{McpServer, canonical_json, split_gated_name};
-use kernel::{ActionState, LedgerId, Overseer};
+use kernel::{ActionState, Clock, LedgerId, Overseer, SystemClock};
 use prompt_sanitize::{MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline};
 use rmcp::model::{CallToolResult, ContentBlock, Tool as McpTool};
 use serde_json::{Value, json};
@@ -293,6 +293,53 @@ pub struct Gateway {
     /// Where each agent's lockdown latch is kept (one file per locked-down agent), or
     /// `None` to keep latches in memory only.
     workspaces: Option<PathBuf>,
+    /// The ledger's SQLite file, read page by page for the person's `gate ledger`.
+    ledger_file: Option<PathBuf>,
+    /// The gateway's time (lifts of lockdown, expiry).
+    clock: Arc<dyn Clock>,
+    /// Lifts of lockdown, when latches are kept in memory only.
+    lifts_in_memory: std::sync::Mutex<Vec<Lift>>,
+}
+
+/// The file, in the lockdown directory, that records each lift of an agent's lockdown,
+/// one JSON object a line. (An agent name holds no dot, so no latch is named like it.)
+pub const LIFTS_FILE: &str = "lifts.jsonl";
+
+/// A recorded lift of an agent's lockdown.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Lift {
+    /// When (milliseconds since the Unix epoch).
+    pub at: u64,
+    /// The agent.
+    pub agent: String,
+    /// Who lifted it: the operating system's user behind the person's socket.
+    pub by: String,
+    /// Why they judged it safe, as they wrote it.
+    pub reason: String,
+    /// Why it had been locked down.
+    pub was: String,
+}
+
+/// Why a lockdown could not be lifted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LiftError {
+    /// No agent has that name.
+    #[error("there is no agent {0:?}; `gate lockdown` lists the locked-down agents")]
+    UnknownAgent(String),
+    /// The agent is not locked down.
+    #[error("agent {0:?} is not locked down; there is nothing to lift")]
+    NotLocked(String),
+    /// No reason was given.
+    #[error(
+        "say why it is safe to lift the lockdown with --reason TEXT; it is recorded with your name"
+    )]
+    NoReason,
+    /// The record or the latch could not be written.
+    #[error(
+        "the lift could not be recorded ({0}), so the lockdown stays; check the gate's data directory"
+    )]
+    Io(#[from] std::io::Error),
 }
 
 impl std::fmt::Debug for Gateway {
@@ -356,6 +403,99 @@ impl Gateway {
             agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),
             staged: std::sync::Mutex::new(HashMap::new()),
             workspaces: None,
+            ledger_file: None,
+            clock: Arc::new(SystemClock),
+            lifts_in_memory: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Read the ledger for the person from this SQLite file.
+    pub fn with_ledger_file(mut self, file: &Path) -> Self {
+        self.ledger_file = Some(file.to_owned());
+        self
+    }
+
+    /// Take time from `clock` instead of the system's.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The ledger's SQLite file, if it has one.
+    pub fn ledger_file(&self) -> Option<&Path> {
+        self.ledger_file.as_deref()
+    }
+
+    /// The gateway's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The agents' names, in order.
+    pub fn agent_names(&self) -> impl Iterator<Item = &str> {
+        self.agents.keys().map(String::as_str)
+    }
+
+    /// Lift agent `agent`'s lockdown, by `by` (the person behind the socket), for `reason`:
+    /// the lift is appended to the record and synced first, then the latch is removed, so
+    /// a lift that is not recorded does not happen. Returns why it had been locked down.
+    pub fn lift_lockdown(&self, agent: &str, by: &str, reason: &str) -> Result<String, LiftError> {
+        let view = self
+            .agents
+            .get(agent)
+            .ok_or_else(|| LiftError::UnknownAgent(agent.to_owned()))?;
+        if reason.trim().is_empty() {
+            return Err(LiftError::NoReason);
+        }
+        let mut latch = view.lockdown.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(was) = latch.clone() else {
+            return Err(LiftError::NotLocked(agent.to_owned()));
+        };
+        let lift = Lift {
+            at: self.clock.now().0,
+            agent: agent.to_owned(),
+            by: by.to_owned(),
+            reason: reason.to_owned(),
+            was: was.clone(),
+        };
+        match &self.workspaces {
+            Some(dir) => {
+                use std::io::Write as _;
+                let mut line = serde_json::to_string(&lift).expect("a lift serialises");
+                line.push('\n');
+                let mut file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join(LIFTS_FILE))?;
+                file.write_all(line.as_bytes())?;
+                file.sync_all()?;
+                std::fs::remove_file(dir.join(agent))?;
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            None => self
+                .lifts_in_memory
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(lift),
+        }
+        warn!(%agent, %by, "lockdown lifted by the person");
+        *latch = None;
+        Ok(was)
+    }
+
+    /// The lifts recorded so far, oldest first (a line that cannot be read is skipped).
+    pub fn lifts(&self) -> Vec<Lift> {
+        match &self.workspaces {
+            Some(dir) => std::fs::read_to_string(dir.join(LIFTS_FILE))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect(),
+            None => self
+                .lifts_in_memory
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         }
     }
 
@@ -393,7 +533,8 @@ impl Gateway {
     }
 
     /// Latch `view`'s lockdown because it is about to read `tool`: durably first (when a
-    /// directory is set), then in memory. Once latched it is never lifted by the daemon.
+    /// directory is set), then in memory. It stays until a person lifts it
+    /// ([`Gateway::lift_lockdown`]).
     fn latch_lockdown(&self, view: &AgentView, tool: &str) -> std::io::Result<()> {
         let mut latch = view.lockdown.lock().unwrap_or_else(|p| p.into_inner());
         if latch.is_some() {

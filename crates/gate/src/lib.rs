@@ -31,3 +31,4 @@ pub mod gateway;
 pub mod http;
 pub mod names;
 pub mod paths;
+pub mod person;

@@ -199,6 +199,7 @@ async fn answer(stream: UnixStream, gateway: &Gateway) -> std::io::Result<()> {
 async fn execute(request: Request, person: Result<String, String>, gateway: &Gateway) -> Response {
     let overseer = gateway.overseer().clone();
     overseer.settle().await;
+    gateway.expire_due().await;
     let mut ok = true;
     let mut lines: Vec<String> = Vec::new();
     let decides = matches!(

@@ -21,6 +21,7 @@ use crate::config::{Config, ServerConfig, Transport};
 use crate::control;
 use crate::gateway::{AgentView, Downstream, Gateway};
 use crate::http::{self, MCP_PATH, Tokens};
+use crate::notify::Notifier;
 use crate::paths::{DATABASE_FILE, WORKSPACES_DIR, socket_in};
 
 /// Why the daemon could not start.
@@ -35,6 +36,8 @@ pub struct Daemon {
     http: tokio::net::TcpListener,
     control: tokio::net::UnixListener,
     socket: PathBuf,
+    /// How often pending actions are checked for expiry, if any time to live is set.
+    sweep: Option<Duration>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -161,6 +164,13 @@ impl Daemon {
                 sensitive_reads: server.sensitive_reads.clone(),
             });
         }
+        // Times to live are set before anything drains: no apply sends an action past its own.
+        overseer.set_time_to_live(None, config.pending_ttl);
+        for server in &config.servers {
+            if server.pending_ttl.is_some() {
+                overseer.set_time_to_live(Some(&server.name), server.pending_ttl);
+            }
+        }
         overseer.resume().map_err(|e| StartError(e.to_string()))?;
 
         let mut views = Vec::new();
@@ -182,8 +192,12 @@ impl Daemon {
                 .map(|a| (a.name.as_str(), a.token.as_str())),
         );
         let workspaces = data_dir.join(WORKSPACES_DIR);
+        let mut gateway = Gateway::new(overseer, downstreams, views);
+        if let Some(notify) = &config.notify {
+            gateway = gateway.with_notifier(Notifier::start(notify.clone()));
+        }
         let gateway = Arc::new(
-            Gateway::new(overseer, downstreams, views)
+            gateway
                 .with_clock(clock.clone())
                 .with_ledger_file(&data_dir.join(DATABASE_FILE))
                 .with_workspaces(&workspaces)
@@ -210,12 +224,22 @@ impl Daemon {
                     config.path.display()
                 ))
             })?;
+        // A quarter of the shortest time to live, between 1 s and a minute: an action
+        // expires at most that late (and never sent late: every apply checks it itself).
+        let sweep = config
+            .servers
+            .iter()
+            .filter_map(|s| s.pending_ttl)
+            .chain(config.pending_ttl)
+            .min()
+            .map(|ttl| (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60)));
         Ok(Self {
             gateway,
             tokens,
             http,
             control,
             socket,
+            sweep,
         })
     }
 
@@ -247,8 +271,19 @@ impl Daemon {
             http,
             control,
             socket,
+            sweep,
         } = self;
         let person = tokio::spawn(control::serve(control, gateway.clone()));
+        let sweeper = sweep.map(|every| {
+            let gateway = gateway.clone();
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                loop {
+                    ticks.tick().await;
+                    gateway.expire_due().await;
+                }
+            })
+        });
         let (stop, stopped) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             shutdown.await;
@@ -273,6 +308,9 @@ impl Daemon {
             }
         };
         person.abort();
+        if let Some(sweeper) = sweeper {
+            sweeper.abort();
+        }
         let _ = std::fs::remove_file(&socket);
         gateway.overseer().settle().await;
         info!("shutdown.done");

@@ -28,9 +28,10 @@ use prompt_sanitize::{MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_
 use rmcp::model::{CallToolResult, ContentBlock, Tool as McpTool};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::names::{NameCollision, agent_names};
+use crate::notify::Notifier;
 
 /// The gateway tool that reports an action's outcome.
 pub const ACTION_RESULT_TOOL: &str = "gate_action_result";
@@ -143,7 +144,7 @@ fn listing(exposed: &str, downstream: &gatekeeper_mcp::CatalogTool, read: bool) 
 fn gateway_tools() -> Vec<McpTool> {
     let result = json!({
         "name": ACTION_RESULT_TOOL,
-        "description": "The outcome of an action you staged: pending, applied (with the server's answer), rejected (with the person's reason), or failed (with whether it may have reached the server).",
+        "description": "The outcome of an action you staged: pending, applied (with the server's answer), rejected (with the person's reason), expired (nobody decided in time; nothing was sent), or failed (with whether it may have reached the server).",
         "inputSchema": {
             "type": "object",
             "properties": {"action_id": {"type": "integer", "description": "The action id a staged call returned."}},
@@ -299,6 +300,8 @@ pub struct Gateway {
     clock: Arc<dyn Clock>,
     /// Lifts of lockdown, when latches are kept in memory only.
     lifts_in_memory: std::sync::Mutex<Vec<Lift>>,
+    /// Told of every newly staged action, to tell the person.
+    notifier: Option<Notifier>,
 }
 
 /// The file, in the lockdown directory, that records each lift of an agent's lockdown,
@@ -406,6 +409,25 @@ impl Gateway {
             ledger_file: None,
             clock: Arc::new(SystemClock),
             lifts_in_memory: std::sync::Mutex::new(Vec::new()),
+            notifier: None,
+        }
+    }
+
+    /// Tell `notifier` of every newly staged action.
+    pub fn with_notifier(mut self, notifier: Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
+    }
+
+    /// Expire what waited past its time to live, so what an agent or the person is told
+    /// next is current. A failure is logged: the next sweep tries again.
+    pub async fn expire_due(&self) {
+        match self.overseer.expire_due().await {
+            Ok(expired) if !expired.is_empty() => {
+                info!(count = expired.len(), "pending actions expired");
+            }
+            Ok(_) => {}
+            Err(error) => warn!(%error, "expiry: the ledger could not be swept"),
         }
     }
 
@@ -691,7 +713,10 @@ impl Gateway {
         let view = self.agents.get(agent)?;
         match tool {
             ACTION_RESULT_TOOL => return Some(self.action_result(view, &args).await),
-            PENDING_TOOL => return Some(self.pending(view)),
+            PENDING_TOOL => {
+                self.expire_due().await;
+                return Some(self.pending(view));
+            }
             _ => {}
         }
         let entry = &view.tools[*view.by_name.get(tool)?];
@@ -759,6 +784,9 @@ impl Gateway {
         match session.call_tool(&entry.gated, args).await {
             Ok(CallOutcome::Pending { ledger, .. }) => {
                 self.staged().insert(key, ledger);
+                if let Some(notifier) = &self.notifier {
+                    notifier.staged(&view.name, &entry.server, &entry.exposed);
+                }
                 text_result(staged_message(&entry.exposed, ledger, false))
             }
             Ok(CallOutcome::Data { .. }) => error_result(
@@ -769,6 +797,7 @@ impl Gateway {
     }
 
     async fn action_result(&self, view: &AgentView, args: &Value) -> CallToolResult {
+        self.expire_due().await;
         let Some(id) = args.get("action_id").and_then(Value::as_u64) else {
             return error_result(
                 "action_id must be the number a staged call returned, for example {\"action_id\": 3}",
@@ -788,6 +817,11 @@ impl Gateway {
         };
         if &*entry.caller != view.name.as_str() {
             return unknown();
+        }
+        if action.state == ActionState::Expired {
+            return text_result(format!(
+                "Action {id} expired: nobody decided within its time to live, so nothing was sent and nothing will be. Stage the call again if it is still needed."
+            ));
         }
         let Some(session) = view.sessions.get(&*entry.gatekeeper) else {
             return unknown();

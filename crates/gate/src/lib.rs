@@ -30,5 +30,6 @@ pub mod daemon;
 pub mod gateway;
 pub mod http;
 pub mod names;
+pub mod notify;
 pub mod paths;
 pub mod person;

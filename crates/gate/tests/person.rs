@@ -368,3 +368,146 @@ async fn lifting_a_lockdown_is_recorded_with_the_user_and_lets_the_agent_write_a
     );
     assert!(status.contains("the notes were a test fixture"), "{status}");
 }
+
+/// Wait, a bounded while, until `ready` holds.
+async fn eventually(what: &str, mut ready: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if ready() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{what} never happened");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_action_past_its_time_to_live_expires_unsent_and_the_agent_is_told() {
+    let mut gate = Gate::start("expiry");
+    gate.reconfigure(|text| {
+        text.replacen(
+            "trust = \"byo\"\n",
+            "trust = \"byo\"\npending_ttl_seconds = 1\n",
+            1,
+        )
+    });
+    let coder = gate.agent(CODER_TOKEN).await;
+    let id = action_id(&text(
+        &call(&coder, "fixture__write_note", json!({"text": "late"})).await,
+    ));
+    // The daemon sweeps on its own; nobody asks in the meantime.
+    eventually("the action's expiry", || {
+        ids(&ledger(&gate, &["--state", "expired"])) == [id]
+    })
+    .await;
+    let entry = entry(&gate, id);
+    assert_eq!(entry["body"]["Action"]["state"], "Expired", "{entry}");
+    assert_eq!(resolution_by(&entry), kernel::EXPIRY_DECIDER);
+    let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": id})).await);
+    assert!(
+        outcome.contains(&format!("Action {id} expired")),
+        "{outcome}"
+    );
+    assert!(outcome.contains("nothing was sent"), "{outcome}");
+    let approve = gate.person(&["approve", &id.to_string()]);
+    assert!(!approve.status.success(), "an expired action is final");
+    assert!(
+        stdout(&approve).contains("already expired"),
+        "{}",
+        stdout(&approve)
+    );
+    assert!(gate.deliveries().is_empty(), "nothing was sent");
+    // An identical call is a new action, not the expired one.
+    let again = text(&call(&coder, "fixture__write_note", json!({"text": "late"})).await);
+    assert!(again.starts_with("Staged as action"), "{again}");
+    assert_ne!(action_id(&again), id);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_a_hundred_stages_is_one_notification_with_clean_fields_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let mut gate = Gate::start("notify");
+    let told = gate.dir.join("told.log");
+    let script = gate.dir.join("notifier.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nprintf '%s|%s|%s|%s|%s\\n' \"$GATE_COUNT\" \"$GATE_AGENT\" \"$GATE_SERVER\" \"$GATE_TOOL\" \"$*\" >> {}\n",
+            told.display()
+        ),
+    )
+    .expect("script written");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let fixture = fixture::fixture_binary();
+    let log = gate.log.clone();
+    gate.reconfigure(|text| {
+        // A second server, so a hundred stages fit under each server's cap of open calls.
+        text.replacen(
+            "[[agent]]",
+            &format!(
+                "[[server]]\nname = \"other\"\ncommand = {:?}\nenv = {{ MCP_FIXTURE_LOG = {:?} }}\n\n[notify]\ncommand = {:?}\nargs = [\"gate\"]\nmin_interval_seconds = 3600\n\n[[agent]]",
+                fixture.to_string_lossy(),
+                log.to_string_lossy(),
+                script.to_string_lossy()
+            ),
+            1,
+        )
+        .replacen(
+            "[[agent.grant]]\nserver = \"fixture\"\n",
+            "[[agent.grant]]\nserver = \"fixture\"\n\n[[agent.grant]]\nserver = \"other\"\n",
+            1,
+        )
+    });
+    let coder = gate.agent(CODER_TOKEN).await;
+    for n in 0..100 {
+        let tool = if n % 2 == 0 {
+            "fixture__write_note"
+        } else {
+            "other__write_note"
+        };
+        // An agent's text never reaches the notifier.
+        let staged = call(&coder, tool, json!({"text": format!("$(touch pwned) {n}")})).await;
+        assert_ne!(staged.is_error, Some(true), "{}", text(&staged));
+    }
+    let read = || std::fs::read_to_string(&told).unwrap_or_default();
+    eventually("a notification", || !read().is_empty()).await;
+    // Whatever else arrives within the interval would join the next one; none is due.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let lines: Vec<String> = read().lines().map(str::to_owned).collect();
+    assert_eq!(
+        lines,
+        [
+            "100|coder|several|several|gate 100 actions wait for you (agent coder, tool several); `gate pending` lists them"
+        ],
+        "one notification for the burst"
+    );
+    assert!(!gate.dir.join("pwned").exists());
+    assert!(gate.deliveries().is_empty());
+}
+
+#[test]
+fn a_time_to_live_out_of_range_is_refused_with_its_line() {
+    let path = std::path::Path::new("gate.toml");
+    for (text, line) in [
+        ("pending_ttl_seconds = 0\n", 1),
+        (
+            "[[server]]\nname = \"a\"\ncommand = \"sh\"\npending_ttl_seconds = 99999999999\n",
+            4,
+        ),
+        ("[notify]\ncommand = \"sh\"\nmin_interval_seconds = 0\n", 3),
+        ("[notify]\ncommand = \"sh\"\nshell = true\n", 3),
+    ] {
+        let error = gate::config::Config::parse(path, text).unwrap_err();
+        assert_eq!(error.line, Some(line), "{text}: {error}");
+    }
+    let ok = gate::config::Config::parse(
+        path,
+        "pending_ttl_seconds = 86400\n[[server]]\nname = \"a\"\ncommand = \"sh\"\npending_ttl_seconds = 60\n",
+    )
+    .unwrap();
+    assert_eq!(ok.pending_ttl, Some(std::time::Duration::from_secs(86400)));
+    assert_eq!(
+        ok.servers[0].pending_ttl,
+        Some(std::time::Duration::from_secs(60))
+    );
+}

@@ -806,7 +806,11 @@ impl Overseer {
             {
                 let failed_for_good =
                     dep_action.state == ActionState::Failed && !dep_action.is_open();
-                if dep_action.state == ActionState::Rejected || failed_for_good {
+                let closed_unsent = matches!(
+                    dep_action.state,
+                    ActionState::Rejected | ActionState::Expired
+                );
+                if closed_unsent || failed_for_good {
                     blocked_by = Some(dep_id);
                 } else if dep_action.blocked_by.is_some() {
                     blocked_by = dep_action.blocked_by;

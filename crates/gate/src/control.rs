@@ -1,6 +1,9 @@
 //! The person's side: a unix socket only the owner can open (mode 0600, in the data
 //! directory), never the agents' endpoint. Nothing an agent can call approves anything.
 //!
+//! Who decides is the operating-system user behind the connection
+//! ([`crate::person::peer_person`]), never a name in the request.
+//!
 //! One request per connection, one JSON line each way. Everything shown is rendered by the
 //! shell crate from sanitized pieces, so a server's or an agent's text cannot forge a line
 //! of the prompt.

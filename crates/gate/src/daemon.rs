@@ -199,7 +199,7 @@ impl Daemon {
         let gateway = Arc::new(
             gateway
                 .with_clock(clock.clone())
-                .with_ledger_file(&data_dir.join(DATABASE_FILE))
+                .with_database(database.clone())
                 .with_workspaces(&workspaces)
                 .map_err(|e| {
                     StartError(format!(

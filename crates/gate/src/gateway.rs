@@ -294,8 +294,9 @@ pub struct Gateway {
     /// Where each agent's lockdown latch is kept (one file per locked-down agent), or
     /// `None` to keep latches in memory only.
     workspaces: Option<PathBuf>,
-    /// The ledger's SQLite file, read page by page for the person's `gate ledger`.
-    ledger_file: Option<PathBuf>,
+    /// The SQLite database behind the kernel, whose file is read page by page for the
+    /// person's `gate ledger`.
+    database: Option<store_sqlite::Database>,
     /// The gateway's time (lifts of lockdown, expiry).
     clock: Arc<dyn Clock>,
     /// Lifts of lockdown, when latches are kept in memory only.
@@ -406,7 +407,7 @@ impl Gateway {
             agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),
             staged: std::sync::Mutex::new(HashMap::new()),
             workspaces: None,
-            ledger_file: None,
+            database: None,
             clock: Arc::new(SystemClock),
             lifts_in_memory: std::sync::Mutex::new(Vec::new()),
             notifier: None,
@@ -431,9 +432,9 @@ impl Gateway {
         }
     }
 
-    /// Read the ledger for the person from this SQLite file.
-    pub fn with_ledger_file(mut self, file: &Path) -> Self {
-        self.ledger_file = Some(file.to_owned());
+    /// Read the ledger for the person from this database's file.
+    pub fn with_database(mut self, database: store_sqlite::Database) -> Self {
+        self.database = Some(database);
         self
     }
 
@@ -443,9 +444,15 @@ impl Gateway {
         self
     }
 
-    /// The ledger's SQLite file, if it has one.
-    pub fn ledger_file(&self) -> Option<&Path> {
-        self.ledger_file.as_deref()
+    /// The ledger's SQLite file, if it has one, once every write so far is committed to
+    /// it (the store defers some commits: a drain's last outcome, for one), so a reader
+    /// of the file sees what the kernel knows.
+    pub fn ledger_file(&self) -> Result<Option<&Path>, String> {
+        let Some(database) = &self.database else {
+            return Ok(None);
+        };
+        database.flush().map_err(|e| e.to_string())?;
+        Ok(database.path())
     }
 
     /// The gateway's clock.

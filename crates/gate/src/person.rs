@@ -98,7 +98,10 @@ fn ledger_page(gateway: &Gateway, query: &LedgerQuery) -> Result<(Vec<Row>, Opti
         ));
     }
     let limit = query.limit.clamp(1, MAX_LEDGER_PAGE);
-    let Some(file) = gateway.ledger_file() else {
+    let file = gateway
+        .ledger_file()
+        .map_err(|e| format!("could not read the ledger: {e}"))?;
+    let Some(file) = file else {
         return Err("this gate keeps no ledger file to read".to_owned());
     };
     let reader = LedgerReader::open(file).map_err(|e| {

@@ -394,7 +394,8 @@ pub fn staged_message(tool: &str, ledger: LedgerId, repeat: bool) -> String {
         format!("Staged as action {id}: calling \"{tool}\" needs a person's approval.")
     };
     format!(
-        "{head} Nothing has been sent to the server, so later reads will not show this change. To learn the outcome, call {ACTION_RESULT_TOOL} with {{\"action_id\": {id}}}."
+        "{head} Nothing has been sent to the server, so later reads will not show this change. To learn the outcome, call {ACTION_RESULT_TOOL} with {{\"action_id\": {id}}}, or read the resource {uri} (a client that listens to it is told when it is decided).",
+        uri = crate::http::action_uri(id)
     )
 }
 
@@ -801,6 +802,23 @@ impl Gateway {
             ),
             Err(error) => error_result(error.to_string()),
         }
+    }
+
+    /// The outcome of agent `agent`'s action `id`, as `gate_action_result` tells it
+    /// (`None` for an agent the gateway does not know).
+    pub async fn action_outcome(&self, agent: &str, id: u64) -> Option<CallToolResult> {
+        let view = self.agents.get(agent)?;
+        Some(self.action_result(view, &json!({"action_id": id})).await)
+    }
+
+    /// Where agent `agent`'s action `id` is in its life, or `None` when it is not one of
+    /// that agent's actions.
+    pub fn action_state(&self, agent: &str, id: u64) -> Option<ActionState> {
+        let entry = self.overseer.entry(LedgerId(id)).ok().flatten()?;
+        if &*entry.caller != agent {
+            return None;
+        }
+        Some(entry.action()?.state)
     }
 
     async fn action_result(&self, view: &AgentView, args: &Value) -> CallToolResult {

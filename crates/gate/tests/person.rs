@@ -511,3 +511,94 @@ fn a_time_to_live_out_of_range_is_refused_with_its_line() {
         Some(std::time::Duration::from_secs(60))
     );
 }
+
+/// An agent's MCP client that keeps the resource updates it is sent.
+struct Listener(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl rmcp::ClientHandler for Listener {
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        let _ = self.0.send(params.uri);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[allow(deprecated)] // resources/subscribe: the subscription of sessions begun with initialize
+async fn an_agent_subscribed_to_its_action_is_told_when_the_person_decides() {
+    use rmcp::ServiceExt as _;
+    use rmcp::model::{ReadResourceRequestParams, SubscribeRequestParams};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let gate = Gate::start("listen");
+    let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let coder = Listener(tx)
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(gate.url.clone())
+                .auth_header(CODER_TOKEN),
+        ))
+        .await
+        .expect("the agent connects");
+    let staged = text(&call_as(&coder, "fixture__write_note", json!({"text": "hear"})).await);
+    let id = action_id(&staged);
+    let uri = format!("gate://action/{id}");
+    assert!(staged.contains(&uri), "{staged}");
+
+    assert!(
+        coder
+            .subscribe(SubscribeRequestParams::new("file:///etc/passwd"))
+            .await
+            .is_err(),
+        "only action resources"
+    );
+    coder
+        .subscribe(SubscribeRequestParams::new(uri.clone()))
+        .await
+        .expect("its own action");
+    let reject = gate.person(&["reject", &id.to_string(), "--reason", "not now"]);
+    assert!(reject.status.success(), "{reject:?}");
+    let told = tokio::time::timeout(std::time::Duration::from_secs(30), heard.recv())
+        .await
+        .expect("told within the wait")
+        .expect("a notification");
+    assert_eq!(told, uri);
+
+    let read = coder
+        .read_resource(ReadResourceRequestParams::new(uri.clone()))
+        .await
+        .expect("its own action reads");
+    let shown = serde_json::to_string(&read).expect("serialises");
+    assert!(shown.contains("rejected"), "{shown}");
+    assert!(shown.contains("not now"), "{shown}");
+
+    let idle = gate.agent(daemon::IDLE_TOKEN).await;
+    assert!(
+        idle.read_resource(ReadResourceRequestParams::new(uri.clone()))
+            .await
+            .is_err(),
+        "another agent's action is not a resource it can read"
+    );
+    assert!(
+        idle.subscribe(SubscribeRequestParams::new(uri))
+            .await
+            .is_err(),
+        "nor one it can subscribe to"
+    );
+}
+
+async fn call_as<H: rmcp::ClientHandler>(
+    agent: &rmcp::service::RunningService<rmcp::RoleClient, H>,
+    tool: &str,
+    args: Value,
+) -> rmcp::model::CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    agent
+        .call_tool(rmcp::model::CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}

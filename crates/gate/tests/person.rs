@@ -310,6 +310,14 @@ async fn lifting_a_lockdown_is_recorded_with_the_user_and_lets_the_agent_write_a
     let coder = gate.agent(CODER_TOKEN).await;
     let clear = stdout(&gate.person(&["lockdown"]));
     assert!(clear.contains("No agent is locked down."), "{clear}");
+    let applied = action_id(&text(
+        &call(&coder, "fixture__write_note", json!({"text": "sent"})).await,
+    ));
+    assert!(
+        gate.person(&["approve", &applied.to_string()])
+            .status
+            .success()
+    );
     let staged = action_id(&text(
         &call(&coder, "fixture__write_note", json!({"text": "before"})).await,
     ));
@@ -324,6 +332,15 @@ async fn lifting_a_lockdown_is_recorded_with_the_user_and_lets_the_agent_write_a
         status.contains("agent `coder` is locked down because"),
         "{status}"
     );
+    // A revert writes to the server too: refused before its driver is asked.
+    let revert = gate.person(&["revert", &applied.to_string()]);
+    assert!(!revert.status.success());
+    assert!(
+        stdout(&revert).contains("not reverted: agent `coder` is locked down"),
+        "{}",
+        stdout(&revert)
+    );
+    assert_eq!(gate.deliveries().len(), 1);
 
     let refused = gate.person(&["lockdown", "lift", "idle", "--reason", "checked"]);
     assert!(!refused.status.success());

@@ -29,6 +29,10 @@
 //!   failed with outcome unknown: it may have reached the service, so it is never applied
 //!   again, and the message says why. A drain stops at it as at any failure.
 //! - A decision is recorded under a person's name; an empty one is refused.
+//! - A pending action older than its gatekeeper's time to live, if one is set, expires:
+//!   its driver is told as for a rejection, nothing is sent, and the ledger says
+//!   `expired`. Every apply checks the time to live first, so neither a person nor a rule
+//!   ever sends an expired action, whenever the sweep ([`Overseer::expire_due`]) runs.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};

@@ -156,11 +156,7 @@ impl Daemon {
     fn reject(&self, ids: Vec<u64>) {
         let response = request(
             &socket_in(&self.data()),
-            &Request::Reject {
-                ids,
-                reason: None,
-                person: "bench".to_owned(),
-            },
+            &Request::Reject { ids, reason: None },
         )
         .expect("the person's socket answers");
         assert!(response.ok, "rejecting failed: {}", response.text);

@@ -21,6 +21,12 @@ use toml::Spanned;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7431";
 /// The longest deadline a server may be given.
 pub const MAX_DEADLINE_SECONDS: u64 = 3600;
+/// The longest time to live a pending action may be given: 90 days.
+pub const MAX_PENDING_TTL_SECONDS: u64 = 90 * 24 * 3600;
+/// The shortest interval between two notifications a person may ask for.
+pub const MIN_NOTIFY_INTERVAL_SECONDS: u64 = 1;
+/// The interval between two notifications when the file names none.
+pub const DEFAULT_NOTIFY_INTERVAL_SECONDS: u64 = 60;
 /// The shortest token an agent may be given.
 pub const MIN_TOKEN_CHARS: usize = 24;
 
@@ -63,6 +69,21 @@ pub struct ServerConfig {
     pub deadline: Duration,
     /// Tools whose reads are sensitive.
     pub sensitive_reads: Vec<String>,
+    /// How long its pending actions wait for a decision before they expire; `None`
+    /// takes the file's default ([`Config::pending_ttl`]).
+    pub pending_ttl: Option<Duration>,
+}
+
+/// The command run to tell the person that work waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyConfig {
+    /// The program (run directly, never through a shell).
+    pub command: String,
+    /// Its fixed arguments, before the gate's own.
+    pub args: Vec<String>,
+    /// At most one notification per this interval; what arrives meanwhile is batched into
+    /// the next.
+    pub min_interval: Duration,
 }
 
 /// What one agent may use of one server.
@@ -96,6 +117,11 @@ pub struct Config {
     pub servers: Vec<ServerConfig>,
     /// Agents, in file order.
     pub agents: Vec<AgentConfig>,
+    /// How long a pending action waits for a decision before it expires, for servers
+    /// without their own; `None` is forever.
+    pub pending_ttl: Option<Duration>,
+    /// What to run when new work waits, if anything.
+    pub notify: Option<NotifyConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -106,6 +132,17 @@ struct RawConfig {
     servers: Vec<RawServer>,
     #[serde(default, rename = "agent")]
     agents: Vec<RawAgent>,
+    pending_ttl_seconds: Option<Spanned<u64>>,
+    notify: Option<RawNotify>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNotify {
+    command: Spanned<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    min_interval_seconds: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
@@ -130,6 +167,7 @@ struct RawServer {
     deadline_seconds: Option<Spanned<u64>>,
     #[serde(default)]
     sensitive_reads: Vec<String>,
+    pending_ttl_seconds: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -209,6 +247,24 @@ fn valid_url(url: &str) -> bool {
         let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
         !host.is_empty() && !host.starts_with(':') && !host.contains(char::is_whitespace)
     })
+}
+
+/// A time to live from the file, checked: 1 second to 90 days.
+fn pending_ttl(
+    check: &Checker<'_>,
+    seconds: Option<&Spanned<u64>>,
+    whose: &str,
+) -> Result<Option<Duration>, ConfigError> {
+    match seconds {
+        None => Ok(None),
+        Some(s) if (1..=MAX_PENDING_TTL_SECONDS).contains(s.get_ref()) => {
+            Ok(Some(Duration::from_secs(*s.get_ref())))
+        }
+        Some(s) => Err(check.at(s, format!(
+            "{whose}pending_ttl_seconds = {} is out of range; write a number of seconds from 1 to {MAX_PENDING_TTL_SECONDS}, for example pending_ttl_seconds = 86400 (a day), or leave it out so pending actions never expire",
+            s.get_ref()
+        ))),
+    }
 }
 
 impl Config {
@@ -350,7 +406,13 @@ impl Config {
                     )));
                 }
             };
+            let pending_ttl = pending_ttl(
+                &check,
+                server.pending_ttl_seconds.as_ref(),
+                &format!("server {name:?}: "),
+            )?;
             servers.push(ServerConfig {
+                pending_ttl,
                 name,
                 transport,
                 trust: match server.trust {
@@ -417,11 +479,45 @@ impl Config {
             });
         }
 
+        let notify = match raw.notify {
+            None => None,
+            Some(notify) => {
+                let program = notify.command.get_ref().clone();
+                if !program_exists(&program) {
+                    return Err(check.at(&notify.command, format!(
+                        "notify: command {program:?} was not found{}; write the full path to the program, for example command = \"/usr/bin/notify-send\"",
+                        if program.contains('/') { "" } else { " on PATH" }
+                    )));
+                }
+                let min_interval = match &notify.min_interval_seconds {
+                    None => Duration::from_secs(DEFAULT_NOTIFY_INTERVAL_SECONDS),
+                    Some(s)
+                        if (MIN_NOTIFY_INTERVAL_SECONDS..=MAX_DEADLINE_SECONDS)
+                            .contains(s.get_ref()) =>
+                    {
+                        Duration::from_secs(*s.get_ref())
+                    }
+                    Some(s) => {
+                        return Err(check.at(s, format!(
+                            "notify: min_interval_seconds = {} is out of range; write a number of seconds from {MIN_NOTIFY_INTERVAL_SECONDS} to {MAX_DEADLINE_SECONDS}, for example min_interval_seconds = 60",
+                            s.get_ref()
+                        )));
+                    }
+                };
+                Some(NotifyConfig {
+                    command: program,
+                    args: notify.args,
+                    min_interval,
+                })
+            }
+        };
         Ok(Self {
             path: path.to_owned(),
             listen,
             servers,
             agents,
+            pending_ttl: pending_ttl(&check, raw.pending_ttl_seconds.as_ref(), "")?,
+            notify,
         })
     }
 }
@@ -438,6 +534,18 @@ pub const EXAMPLE: &str = r#"# gate.toml: what the gate sits in front of, and wh
 # Where agents reach the gate over MCP (streamable HTTP). Loopback only.
 listen = "127.0.0.1:7431"
 
+# How long a staged write waits for your decision before it expires (nothing is sent,
+# and the agent is told it expired). Default: forever. A [[server]] may set its own.
+# pending_ttl_seconds = 86400
+
+# A program run when new work waits (never through a shell). It gets the count, agent,
+# server and tool as arguments after its own args, and in GATE_* variables; a burst of
+# stages within min_interval_seconds (default 60) is one run.
+# [notify]
+# command = "/usr/bin/notify-send"
+# args = ["gate"]
+# min_interval_seconds = 60
+
 # A downstream MCP server, started as a child process speaking MCP on stdio.
 # Its tools reach agents as `files__<tool>`.
 [[server]]
@@ -448,6 +556,7 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # trust = "vetted"               # default "byo": its annotations never auto-apply a write
 # deadline_seconds = 30          # every request to it has a deadline (default 60)
 # sensitive_reads = ["read_file"]  # reading one locks that agent down: no more of its writes
+# pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision
 
 # A downstream server over MCP streamable HTTP (http:// on this machine: this build has
 # no TLS). Header values come from environment variables of `gate serve`, so secrets

@@ -1,6 +1,9 @@
 //! The person's side: a unix socket only the owner can open (mode 0600, in the data
 //! directory), never the agents' endpoint. Nothing an agent can call approves anything.
 //!
+//! Who decides is the operating-system user behind the connection
+//! ([`crate::person::peer_person`]), never a name in the request.
+//!
 //! One request per connection, one JSON line each way. Everything shown is rendered by the
 //! shell crate from sanitized pieces, so a server's or an agent's text cannot forge a line
 //! of the prompt.
@@ -20,6 +23,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::warn;
 
 use crate::gateway::Gateway;
+use crate::person;
 
 /// The longest request line read from the socket.
 pub const MAX_REQUEST_BYTES: u64 = 64 * 1024;
@@ -38,6 +42,42 @@ pub enum Request {
         /// The server, as named in the configuration.
         server: Option<String>,
     },
+    /// The auto-approval rules, and the kinds each server could have one for.
+    Rules,
+    /// Enable an auto-approval rule: actions of kind `tag` on `server` that the server marks
+    /// safe to repeat apply without asking.
+    RuleAdd {
+        /// The server (gatekeeper) name.
+        server: String,
+        /// The kind's tag.
+        tag: String,
+    },
+    /// Remove an auto-approval rule.
+    RuleRemove {
+        /// The server (gatekeeper) name.
+        server: String,
+        /// The kind's tag.
+        tag: String,
+    },
+    /// Ask the server's driver to undo an applied action.
+    Revert {
+        /// Ledger id.
+        id: u64,
+    },
+    /// A page of the ledger, most recent first, filtered.
+    Ledger {
+        /// Which entries, and which page.
+        query: crate::person::LedgerQuery,
+    },
+    /// Which agents are locked down, why, and the lifts recorded so far.
+    Lockdown,
+    /// Lift an agent's lockdown: a recorded decision of the person behind the socket.
+    LockdownLift {
+        /// The agent.
+        agent: String,
+        /// Why it is safe; recorded with the lift.
+        reason: String,
+    },
     /// The approval prompts of some actions.
     Show {
         /// Ledger ids.
@@ -49,8 +89,6 @@ pub enum Request {
         ids: Vec<u64>,
         /// Enable an auto-approval rule for each action's kind instead (the shell's `k`).
         all_of_kind: bool,
-        /// Who decides.
-        person: String,
     },
     /// Reject actions: nothing is sent, ever.
     Reject {
@@ -58,8 +96,6 @@ pub enum Request {
         ids: Vec<u64>,
         /// Told to the agent that asks for the outcome.
         reason: Option<String>,
-        /// Who decides.
-        person: String,
     },
 }
 
@@ -148,13 +184,16 @@ pub async fn serve(listener: UnixListener, gateway: Arc<Gateway>) {
 }
 
 async fn answer(stream: UnixStream, gateway: &Gateway) -> std::io::Result<()> {
+    // Who decides is whoever the kernel says is behind the socket, never a name the
+    // request carries.
+    let person = person::peer_person(&stream);
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     tokio::io::BufReader::new(read.take(MAX_REQUEST_BYTES))
         .read_line(&mut line)
         .await?;
     let response = match serde_json::from_str::<Request>(&line) {
-        Ok(request) => execute(request, gateway).await,
+        Ok(request) => execute(request, person, gateway).await,
         Err(error) => Response {
             ok: false,
             text: format!(
@@ -167,12 +206,43 @@ async fn answer(stream: UnixStream, gateway: &Gateway) -> std::io::Result<()> {
     write.write_all(out.as_bytes()).await
 }
 
-async fn execute(request: Request, gateway: &Gateway) -> Response {
+async fn execute(request: Request, person: Result<String, String>, gateway: &Gateway) -> Response {
     let overseer = gateway.overseer().clone();
     overseer.settle().await;
+    gateway.expire_due().await;
     let mut ok = true;
     let mut lines: Vec<String> = Vec::new();
+    let decides = matches!(
+        request,
+        Request::Approve { .. }
+            | Request::Reject { .. }
+            | Request::RuleAdd { .. }
+            | Request::RuleRemove { .. }
+            | Request::Revert { .. }
+            | Request::LockdownLift { .. }
+    );
+    let person = match person {
+        Ok(person) => person,
+        Err(why) if decides => {
+            return Response {
+                ok: false,
+                text: format!(
+                    "nothing was decided: the gate could not tell which user is asking ({why}); run the gate command as the user who runs `gate serve`"
+                ),
+            };
+        }
+        Err(_) => String::new(),
+    };
     match request {
+        Request::Rules
+        | Request::RuleAdd { .. }
+        | Request::RuleRemove { .. }
+        | Request::Revert { .. }
+        | Request::Ledger { .. }
+        | Request::Lockdown
+        | Request::LockdownLift { .. } => {
+            return person::execute(request, &person, gateway).await;
+        }
         Request::Pending => match Shell::new(overseer, "").batch() {
             Ok(batch) => lines.push(batch.to_string()),
             Err(error) => {
@@ -210,11 +280,7 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
                 }
             }
         }
-        Request::Approve {
-            ids,
-            all_of_kind,
-            person,
-        } => {
+        Request::Approve { ids, all_of_kind } => {
             let shell = Shell::new(overseer, person);
             let decision = if all_of_kind {
                 Decision::ApproveAllOfKind
@@ -245,11 +311,7 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
                 }
             }
         }
-        Request::Reject {
-            ids,
-            reason,
-            person,
-        } => {
+        Request::Reject { ids, reason } => {
             let shell = Shell::new(overseer, person);
             for id in ids {
                 let ledger = LedgerId(id);

@@ -22,6 +22,7 @@ use crate::control;
 use crate::gateway::{AgentView, Downstream, Gateway, record_catalog, recorded_catalog};
 use crate::http::{self, MCP_PATH, Tokens};
 use crate::lockdown::{Guarded, Latches};
+use crate::notify::Notifier;
 use crate::paths::{CATALOGS_DIR, DATABASE_FILE, WORKSPACES_DIR, socket_in};
 
 /// Why the daemon could not start.
@@ -36,6 +37,8 @@ pub struct Daemon {
     http: tokio::net::TcpListener,
     control: tokio::net::UnixListener,
     socket: PathBuf,
+    /// How often pending actions are checked for expiry, if any time to live is set.
+    sweep: Option<Duration>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -208,6 +211,13 @@ impl Daemon {
                 accepted: Arc::new(std::sync::RwLock::new(accepted)),
             });
         }
+        // Times to live are set before anything drains: no apply sends an action past its own.
+        overseer.set_time_to_live(None, config.pending_ttl);
+        for server in &config.servers {
+            if server.pending_ttl.is_some() {
+                overseer.set_time_to_live(Some(&server.name), server.pending_ttl);
+            }
+        }
         overseer.resume().map_err(|e| StartError(e.to_string()))?;
 
         let mut views = Vec::new();
@@ -228,8 +238,16 @@ impl Daemon {
                 .iter()
                 .map(|a| (a.name.as_str(), a.token.as_str())),
         );
-        let gateway =
-            Arc::new(Gateway::new(overseer, downstreams, views, latches).with_catalogs(&catalogs));
+        let mut gateway = Gateway::new(overseer, downstreams, views, latches);
+        if let Some(notify) = &config.notify {
+            gateway = gateway.with_notifier(Notifier::start(notify.clone()));
+        }
+        let gateway = Arc::new(
+            gateway
+                .with_catalogs(&catalogs)
+                .with_clock(clock.clone())
+                .with_database(database.clone()),
+        );
         let recovered = gateway.recover_pending().await;
         if recovered > 0 {
             info!(recovered, "pending actions recovered from the ledger");
@@ -246,12 +264,22 @@ impl Daemon {
                     config.path.display()
                 ))
             })?;
+        // A quarter of the shortest time to live, between 1 s and a minute: an action
+        // expires at most that late (and never sent late: every apply checks it itself).
+        let sweep = config
+            .servers
+            .iter()
+            .filter_map(|s| s.pending_ttl)
+            .chain(config.pending_ttl)
+            .min()
+            .map(|ttl| (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60)));
         Ok(Self {
             gateway,
             tokens,
             http,
             control,
             socket,
+            sweep,
         })
     }
 
@@ -283,8 +311,19 @@ impl Daemon {
             http,
             control,
             socket,
+            sweep,
         } = self;
         let person = tokio::spawn(control::serve(control, gateway.clone()));
+        let sweeper = sweep.map(|every| {
+            let gateway = gateway.clone();
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                loop {
+                    ticks.tick().await;
+                    gateway.expire_due().await;
+                }
+            })
+        });
         let (stop, stopped) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             shutdown.await;
@@ -309,6 +348,9 @@ impl Daemon {
             }
         };
         person.abort();
+        if let Some(sweeper) = sweeper {
+            sweeper.abort();
+        }
         let _ = std::fs::remove_file(&socket);
         gateway.overseer().settle().await;
         info!("shutdown.done");

@@ -30,7 +30,7 @@ use std::sync::{Arc, RwLock};
 
 use gatekeeper_core::{ActionResult, CallOutcome, Content, Session, ToolGatekeeper, ToolResult};
 use gatekeeper_mcp::{Catalog, CatalogTool, McpServer, canonical_json};
-use kernel::{ActionState, LedgerId, Overseer};
+use kernel::{ActionState, Clock, LedgerId, Overseer, SystemClock};
 use prompt_sanitize::{
     MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline, untrusted_label,
 };
@@ -41,7 +41,9 @@ use tokio::sync::Mutex;
 use tracing::{info, warn};
 
 use crate::lockdown::Latches;
+pub use crate::lockdown::{LIFTS_FILE, Lift, LiftError};
 use crate::names::{NameCollision, agent_names};
+use crate::notify::Notifier;
 
 /// The gateway tool that reports an action's outcome.
 pub const ACTION_RESULT_TOOL: &str = "gate_action_result";
@@ -175,7 +177,7 @@ fn listing(exposed: &str, downstream: &CatalogTool, read: bool) -> Option<McpToo
 fn gateway_tools() -> Vec<McpTool> {
     let result = json!({
         "name": ACTION_RESULT_TOOL,
-        "description": "The outcome of an action you staged: pending, applied (with the server's answer), rejected (with the person's reason), or failed (with whether it may have reached the server).",
+        "description": "The outcome of an action you staged: pending, applied (with the server's answer), rejected (with the person's reason), expired (nobody decided in time; nothing was sent), or failed (with whether it may have reached the server).",
         "inputSchema": {
             "type": "object",
             "properties": {"action_id": {"type": "integer", "description": "The action id a staged call returned."}},
@@ -350,6 +352,13 @@ pub struct Gateway {
     accepting: Mutex<()>,
     /// The agents' MCP connections, told when their tool list changes.
     peers: std::sync::Mutex<Vec<Peer<RoleServer>>>,
+    /// The SQLite database behind the kernel, whose file is read page by page for the
+    /// person's `gate ledger`.
+    database: Option<store_sqlite::Database>,
+    /// The gateway's time (lifts of lockdown, expiry).
+    clock: Arc<dyn Clock>,
+    /// Told of every newly staged action, to tell the person.
+    notifier: Option<Notifier>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -400,7 +409,8 @@ pub fn staged_message(tool: &str, ledger: LedgerId, repeat: bool) -> String {
         format!("Staged as action {id}: calling \"{tool}\" needs a person's approval.")
     };
     format!(
-        "{head} Nothing has been sent to the server, so later reads will not show this change. To learn the outcome, call {ACTION_RESULT_TOOL} with {{\"action_id\": {id}}}."
+        "{head} Nothing has been sent to the server, so later reads will not show this change. To learn the outcome, call {ACTION_RESULT_TOOL} with {{\"action_id\": {id}}}, or read the resource {uri} (a client that listens to it is told when it is decided).",
+        uri = crate::http::action_uri(id)
     )
 }
 
@@ -422,7 +432,79 @@ impl Gateway {
             catalogs: None,
             accepting: Mutex::new(()),
             peers: std::sync::Mutex::new(Vec::new()),
+            database: None,
+            clock: Arc::new(SystemClock),
+            notifier: None,
         }
+    }
+
+    /// Tell `notifier` of every newly staged action.
+    pub fn with_notifier(mut self, notifier: Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
+    }
+
+    /// Expire what waited past its time to live, so what an agent or the person is told
+    /// next is current. A failure is logged: the next sweep tries again.
+    pub async fn expire_due(&self) {
+        match self.overseer.expire_due().await {
+            Ok(expired) if !expired.is_empty() => {
+                info!(count = expired.len(), "pending actions expired");
+            }
+            Ok(_) => {}
+            Err(error) => warn!(%error, "expiry: the ledger could not be swept"),
+        }
+    }
+
+    /// Read the ledger for the person from this database's file.
+    pub fn with_database(mut self, database: store_sqlite::Database) -> Self {
+        self.database = Some(database);
+        self
+    }
+
+    /// Take time from `clock` instead of the system's.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The ledger's SQLite file, if it has one, once every write so far is committed to
+    /// it (the store defers some commits: a drain's last outcome, for one), so a reader
+    /// of the file sees what the kernel knows.
+    pub fn ledger_file(&self) -> Result<Option<&Path>, String> {
+        let Some(database) = &self.database else {
+            return Ok(None);
+        };
+        database.flush().map_err(|e| e.to_string())?;
+        Ok(database.path())
+    }
+
+    /// The gateway's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The agents' names, in order.
+    pub fn agent_names(&self) -> impl Iterator<Item = &str> {
+        self.agents.keys().map(String::as_str)
+    }
+
+    /// Lift agent `agent`'s lockdown, by `by` (the person behind the socket), for `reason`:
+    /// the lift is recorded (appended and synced, when latches are kept in a directory)
+    /// before the latch is removed, so a lift that is not recorded does not happen.
+    /// Returns why it had been locked down.
+    pub fn lift_lockdown(&self, agent: &str, by: &str, reason: &str) -> Result<String, LiftError> {
+        if !self.agents.contains_key(agent) {
+            return Err(LiftError::UnknownAgent(agent.to_owned()));
+        }
+        let was = self.latches.lift(agent, by, reason, self.clock.now().0)?;
+        warn!(%agent, %by, "lockdown lifted by the person");
+        Ok(was)
+    }
+
+    /// The lifts recorded so far, oldest first (a line that cannot be read is skipped).
+    pub fn lifts(&self) -> Vec<Lift> {
+        self.latches.lifts()
     }
 
     /// Record each accepted catalog in `dir` (created if missing), one file per server
@@ -777,6 +859,9 @@ impl Gateway {
             ActionState::Reverted => {
                 format!("  what happened: approved {by}, sent, then reverted")
             }
+            ActionState::Expired => {
+                "  what happened: nobody decided it within its time to live, so it expired and nothing was sent".to_owned()
+            }
         })
     }
 
@@ -814,7 +899,10 @@ impl Gateway {
         let view = self.agents.get(agent)?;
         match tool {
             ACTION_RESULT_TOOL => return Some(self.action_result(view, &args).await),
-            PENDING_TOOL => return Some(self.pending(view)),
+            PENDING_TOOL => {
+                self.expire_due().await;
+                return Some(self.pending(view));
+            }
             _ => {}
         }
         let current = view.tools();
@@ -883,6 +971,9 @@ impl Gateway {
         match session.call_tool(&entry.tool, args).await {
             Ok(CallOutcome::Pending { ledger, .. }) => {
                 self.staged().insert(key, ledger);
+                if let Some(notifier) = &self.notifier {
+                    notifier.staged(&view.name, &entry.server, &entry.exposed);
+                }
                 text_result(staged_message(&entry.exposed, ledger, false))
             }
             Ok(CallOutcome::Data { .. }) => error_result(
@@ -892,7 +983,25 @@ impl Gateway {
         }
     }
 
+    /// The outcome of agent `agent`'s action `id`, as `gate_action_result` tells it
+    /// (`None` for an agent the gateway does not know).
+    pub async fn action_outcome(&self, agent: &str, id: u64) -> Option<CallToolResult> {
+        let view = self.agents.get(agent)?;
+        Some(self.action_result(view, &json!({"action_id": id})).await)
+    }
+
+    /// Where agent `agent`'s action `id` is in its life, or `None` when it is not one of
+    /// that agent's actions.
+    pub fn action_state(&self, agent: &str, id: u64) -> Option<ActionState> {
+        let entry = self.overseer.entry(LedgerId(id)).ok().flatten()?;
+        if &*entry.caller != agent {
+            return None;
+        }
+        Some(entry.action()?.state)
+    }
+
     async fn action_result(&self, view: &AgentView, args: &Value) -> CallToolResult {
+        self.expire_due().await;
         let Some(id) = args.get("action_id").and_then(Value::as_u64) else {
             return error_result(
                 "action_id must be the number a staged call returned, for example {\"action_id\": 3}",
@@ -912,6 +1021,11 @@ impl Gateway {
         };
         if &*entry.caller != view.name.as_str() {
             return unknown();
+        }
+        if action.state == ActionState::Expired {
+            return text_result(format!(
+                "Action {id} expired: nobody decided within its time to live, so nothing was sent and nothing will be. Stage the call again if it is still needed."
+            ));
         }
         let current = view.tools();
         let Some(session) = current.sessions.get(&*entry.gatekeeper) else {

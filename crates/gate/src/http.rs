@@ -4,6 +4,11 @@
 //! of it turns `Authorization: Bearer <token>` into the agent's name (or answers 401), and
 //! the MCP handler reads that name from the request parts rmcp hands it. A request that
 //! reaches the handler without a name sees no tools and can call none.
+//!
+//! Each action an agent staged is also a resource, [`action_uri`]: reading it answers as
+//! `gate_action_result` does, and a client that listens to it (`subscriptions/listen`
+//! with the URI) is sent `notifications/resources/updated` when the action leaves the
+//! state it was in, so it need not poll. An agent reads and hears only its own actions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,11 +18,14 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use kernel::ActionState;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
@@ -28,6 +36,23 @@ use crate::gateway::Gateway;
 
 /// Where agents reach the gateway over HTTP.
 pub const MCP_PATH: &str = "/mcp";
+
+/// How often a listening agent's actions are checked for a decision.
+pub const LISTEN_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The resource address of action `id`.
+pub fn action_uri(id: u64) -> String {
+    format!("gate://action/{id}")
+}
+
+/// The action id in a resource address made by [`action_uri`].
+pub fn action_of_uri(uri: &str) -> Option<u64> {
+    let digits = uri.strip_prefix("gate://action/")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
 
 /// The agent a request was authenticated as (set by the token layer).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +112,36 @@ async fn authenticate(
 #[derive(Clone)]
 struct AgentHandler {
     gateway: Arc<Gateway>,
+    /// This session's `resources/subscribe` watchers, by URI.
+    watchers: Arc<std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>>,
+}
+
+impl AgentHandler {
+    /// Watch agent `agent`'s action `id` and call `tell` each time it leaves the state it
+    /// was last seen in; stop when it reaches a final state or `tell` fails.
+    async fn watch<F, Fut>(gateway: Arc<Gateway>, agent: String, id: u64, mut tell: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let mut seen = gateway.action_state(&agent, id);
+        loop {
+            tokio::time::sleep(LISTEN_POLL).await;
+            gateway.expire_due().await;
+            let now = gateway.action_state(&agent, id);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            if !tell().await {
+                return;
+            }
+            let open = matches!(now, Some(ActionState::Pending | ActionState::Failed));
+            if !open {
+                return;
+            }
+        }
+    }
 }
 
 fn agent_of(context: &RequestContext<RoleServer>) -> Option<String> {
@@ -103,11 +158,153 @@ impl ServerHandler for AgentHandler {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
+                .enable_resources_subscribe()
                 .build(),
         )
         .with_instructions(
-            "Writes are held for a person's approval: a staged call answers at once with an action id; call gate_action_result with it for the outcome.",
+            "Writes are held for a person's approval: a staged call answers at once with an action id; call gate_action_result with it for the outcome, or listen to the resource gate://action/<id> to be told when it is decided.",
         )
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let not_found = || {
+            ErrorData::resource_not_found(
+                format!(
+                    "no resource {:?}; your actions are gate://action/<id>, with the id a staged call returned",
+                    request.uri
+                ),
+                None,
+            )
+        };
+        let id = action_of_uri(&request.uri).ok_or_else(not_found)?;
+        let agent = agent_of(&context).ok_or_else(not_found)?;
+        self.gateway
+            .action_state(&agent, id)
+            .ok_or_else(not_found)?;
+        let outcome = self
+            .gateway
+            .action_outcome(&agent, id)
+            .await
+            .ok_or_else(not_found)?;
+        let text = outcome
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(text, request.uri)]).into())
+    }
+
+    #[allow(deprecated)] // the subscription of sessions that began with `initialize`
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri;
+        let not_found = || {
+            ErrorData::resource_not_found(
+                format!("no resource {uri:?}; your actions are gate://action/<id>"),
+                None,
+            )
+        };
+        let id = action_of_uri(&uri).ok_or_else(not_found)?;
+        let agent = agent_of(&context).ok_or_else(not_found)?;
+        self.gateway
+            .action_state(&agent, id)
+            .ok_or_else(not_found)?;
+        let peer = context.peer.clone();
+        let told = uri.clone();
+        let task = tokio::spawn(Self::watch(self.gateway.clone(), agent, id, move || {
+            let peer = peer.clone();
+            let uri = told.clone();
+            async move {
+                peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                    .await
+                    .is_ok()
+            }
+        }));
+        let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        watchers.retain(|_, watcher| !watcher.is_finished());
+        if let Some(old) = watchers.insert(uri, task.abort_handle()) {
+            old.abort();
+        }
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if let Some(watcher) = self
+            .watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&request.uri)
+        {
+            watcher.abort();
+        }
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // Only action resources; whose they are is checked while listening, where the
+        // agent is known.
+        let uris: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| action_of_uri(uri).is_some())
+            .cloned()
+            .collect();
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resource_subscriptions = Some(uris);
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let Some(agent) = agent_of(context.request_context()) else {
+            context.cancelled().await;
+            return Ok(());
+        };
+        // One watcher for each of the agent's own actions; others' stay silent.
+        let watchers: Vec<tokio::task::JoinHandle<()>> = context
+            .accepted()
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter_map(|uri| {
+                let id = action_of_uri(uri)?;
+                self.gateway.action_state(&agent, id)?;
+                let sink = context.sink().clone();
+                let uri = uri.clone();
+                Some(tokio::spawn(Self::watch(
+                    self.gateway.clone(),
+                    agent.clone(),
+                    id,
+                    move || {
+                        let sink = sink.clone();
+                        let uri = uri.clone();
+                        async move { sink.notify_resource_updated(uri).await.is_ok() }
+                    },
+                )))
+            })
+            .collect();
+        context.cancelled().await;
+        for watcher in watchers {
+            watcher.abort();
+        }
+        Ok(())
     }
 
     /// Remembered, to be told when a person accepts a new catalog.
@@ -155,6 +352,7 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens) -> Router {
         move || {
             Ok(AgentHandler {
                 gateway: gateway.clone(),
+                watchers: Arc::default(),
             })
         },
         Arc::new(LocalSessionManager::default()),
@@ -182,5 +380,19 @@ mod tests {
         assert_eq!(tokens.agent("token-of-b-0123456789abc"), Some("b"));
         assert_eq!(tokens.agent("token-of-a"), None);
         assert_eq!(tokens.agent(""), None);
+    }
+
+    #[test]
+    fn only_action_addresses_name_an_action() {
+        assert_eq!(action_of_uri(&action_uri(42)), Some(42));
+        for other in [
+            "gate://action/",
+            "gate://action/4x",
+            "gate://action/-1",
+            "file:///etc/passwd",
+            "gate://action/1/../2",
+        ] {
+            assert_eq!(action_of_uri(other), None, "{other}");
+        }
     }
 }

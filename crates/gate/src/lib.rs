@@ -37,4 +37,6 @@ pub mod gateway;
 pub mod http;
 pub mod lockdown;
 pub mod names;
+pub mod notify;
 pub mod paths;
+pub mod person;

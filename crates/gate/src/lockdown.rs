@@ -30,7 +30,8 @@ use tracing::warn;
 /// One agent's latch.
 #[derive(Debug, Default)]
 struct Latch {
-    /// Why the agent is locked down, or `None` while it is not. Never cleared.
+    /// Why the agent is locked down, or `None` while it is not. Cleared only by a person's
+    /// recorded lift ([`Latches::lift`]).
     why: std::sync::Mutex<Option<String>>,
     /// Held for reading by each apply of this agent's actions, for writing while latching.
     applying: RwLock<()>,
@@ -48,6 +49,49 @@ pub struct Latches {
     agents: HashMap<String, Latch>,
     /// Where latches are kept (one file per locked-down agent), or `None` for memory only.
     dir: Option<PathBuf>,
+    /// Lifts of lockdown, when latches are kept in memory only.
+    lifts_in_memory: std::sync::Mutex<Vec<Lift>>,
+}
+
+/// The file, in the lockdown directory, that records each lift of an agent's lockdown,
+/// one JSON object a line. (An agent name holds no dot, so no latch is named like it.)
+pub const LIFTS_FILE: &str = "lifts.jsonl";
+
+/// A recorded lift of an agent's lockdown.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Lift {
+    /// When (milliseconds since the Unix epoch).
+    pub at: u64,
+    /// The agent.
+    pub agent: String,
+    /// Who lifted it: the operating system's user behind the person's socket.
+    pub by: String,
+    /// Why they judged it safe, as they wrote it.
+    pub reason: String,
+    /// Why it had been locked down.
+    pub was: String,
+}
+
+/// Why a lockdown could not be lifted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LiftError {
+    /// No agent has that name.
+    #[error("there is no agent {0:?}; `gate lockdown` lists the locked-down agents")]
+    UnknownAgent(String),
+    /// The agent is not locked down.
+    #[error("agent {0:?} is not locked down; there is nothing to lift")]
+    NotLocked(String),
+    /// No reason was given.
+    #[error(
+        "say why it is safe to lift the lockdown with --reason TEXT; it is recorded with your name"
+    )]
+    NoReason,
+    /// The record or the latch could not be written.
+    #[error(
+        "the lift could not be recorded ({0}), so the lockdown stays; check the gate's data directory"
+    )]
+    Io(#[from] std::io::Error),
 }
 
 impl Latches {
@@ -59,6 +103,7 @@ impl Latches {
                 .map(|a| (a.to_owned(), Latch::default()))
                 .collect(),
             dir: None,
+            lifts_in_memory: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -89,7 +134,7 @@ impl Latches {
 
     /// Latch `agent`'s lockdown because it is about to read `tool`: after that agent's
     /// applies in flight end, durably first (when a directory is set), then in memory.
-    /// Once latched it is never lifted by the daemon.
+    /// Once latched it stays until a person lifts it ([`Latches::lift`]).
     pub async fn latch(&self, agent: &str, tool: &str) -> std::io::Result<()> {
         let Some(latch) = self.agents.get(agent) else {
             return Err(std::io::Error::other(format!(
@@ -111,6 +156,69 @@ impl Latches {
         warn!(%agent, %tool, "sensitive read: this agent's workspace is locked down");
         *latch.why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
         Ok(())
+    }
+
+    /// Lift `agent`'s lockdown, by `by` (the person behind the socket), for `reason`, at
+    /// `at` (milliseconds since the Unix epoch): the lift is appended to the record and
+    /// synced first (when a directory is set), then the latch is removed, so a lift that
+    /// is not recorded does not happen. Returns why it had been locked down.
+    pub fn lift(&self, agent: &str, by: &str, reason: &str, at: u64) -> Result<String, LiftError> {
+        let latch = self
+            .agents
+            .get(agent)
+            .ok_or_else(|| LiftError::UnknownAgent(agent.to_owned()))?;
+        if reason.trim().is_empty() {
+            return Err(LiftError::NoReason);
+        }
+        let mut why = latch.why.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(was) = why.clone() else {
+            return Err(LiftError::NotLocked(agent.to_owned()));
+        };
+        let lift = Lift {
+            at,
+            agent: agent.to_owned(),
+            by: by.to_owned(),
+            reason: reason.to_owned(),
+            was: was.clone(),
+        };
+        match &self.dir {
+            Some(dir) => {
+                use std::io::Write as _;
+                let mut line = serde_json::to_string(&lift).expect("a lift serialises");
+                line.push('\n');
+                let mut file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join(LIFTS_FILE))?;
+                file.write_all(line.as_bytes())?;
+                file.sync_all()?;
+                std::fs::remove_file(dir.join(agent))?;
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            None => self
+                .lifts_in_memory
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(lift),
+        }
+        *why = None;
+        Ok(was)
+    }
+
+    /// The lifts recorded so far, oldest first (a line that cannot be read is skipped).
+    pub fn lifts(&self) -> Vec<Lift> {
+        match &self.dir {
+            Some(dir) => std::fs::read_to_string(dir.join(LIFTS_FILE))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect(),
+            None => self
+                .lifts_in_memory
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use gate::config::{Config, EXAMPLE, TOKEN_PLACEHOLDER};
 use gate::control::{self, Request};
 use gate::daemon::Daemon;
 use gate::paths;
+use gate::person::{LedgerQuery, parse_time};
 
 /// An MCP gateway that holds every write of an agent until a person approves it.
 #[derive(Debug, Parser)]
@@ -102,6 +103,97 @@ enum Command {
         /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+    },
+    /// Auto-approval rules: list them, enable one, remove one.
+    Rules {
+        #[command(subcommand)]
+        command: Option<RulesCommand>,
+        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
+        #[arg(long, global = true)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Ask the server's driver to undo an applied action (refused where it cannot, and
+    /// for a locked-down agent).
+    Revert {
+        /// Action id.
+        id: u64,
+        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// The ledger, most recent first, a page at a time.
+    Ledger {
+        /// Only this agent's entries.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only this server's entries.
+        #[arg(long)]
+        server: Option<String>,
+        /// Only entries in this state (pending, approved, rejected, failed, reverted,
+        /// expired, or read).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only entries recorded at or after this UTC time (2026-11-30 or 2026-11-30T20:15).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only entries recorded before this UTC time.
+        #[arg(long)]
+        until: Option<String>,
+        /// Only entries with ids below this one (the next page).
+        #[arg(long)]
+        before: Option<u64>,
+        /// At most this many entries.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// JSON for machines: {"entries": [...], "next_before": N or null}.
+        #[arg(long)]
+        json: bool,
+        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Which agents are locked down; lift one once it is safe.
+    Lockdown {
+        #[command(subcommand)]
+        command: Option<LockdownCommand>,
+        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
+        #[arg(long, global = true)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RulesCommand {
+    /// The rules, and the kinds a rule could cover (the default).
+    List,
+    /// Let actions of a kind apply without asking, when the server marks a call safe to
+    /// repeat.
+    Add {
+        /// The server.
+        server: String,
+        /// The kind's tag, as `gate rules` lists it.
+        tag: String,
+    },
+    /// Remove a rule: actions of that kind wait for you again.
+    Remove {
+        /// The server.
+        server: String,
+        /// The kind's tag.
+        tag: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LockdownCommand {
+    /// Which agents are locked down, and the lifts recorded (the default).
+    Status,
+    /// Lift an agent's lockdown: recorded with your user name and reason.
+    Lift {
+        /// The agent.
+        agent: String,
+        /// Why it is safe now (recorded).
+        #[arg(long)]
+        reason: String,
     },
 }
 
@@ -198,14 +290,6 @@ async fn serve(config: PathBuf, data_dir: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Who is deciding: the login name, as the ledger records it.
-fn person() -> String {
-    std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "person".to_owned())
-}
-
 fn ask(data_dir: Option<PathBuf>, request: &Request) -> anyhow::Result<()> {
     let socket = paths::socket_in(&self::data_dir(data_dir)?);
     let response = control::request(&socket, request)?;
@@ -276,24 +360,53 @@ fn main() -> anyhow::Result<()> {
             ids,
             all_of_kind,
             data_dir,
-        } => ask(
-            data_dir,
-            &Request::Approve {
-                ids,
-                all_of_kind,
-                person: person(),
-            },
-        ),
+        } => ask(data_dir, &Request::Approve { ids, all_of_kind }),
         Command::Reject {
             ids,
             reason,
             data_dir,
-        } => ask(
+        } => ask(data_dir, &Request::Reject { ids, reason }),
+        Command::Rules { command, data_dir } => ask(
             data_dir,
-            &Request::Reject {
-                ids,
-                reason,
-                person: person(),
+            &match command.unwrap_or(RulesCommand::List) {
+                RulesCommand::List => Request::Rules,
+                RulesCommand::Add { server, tag } => Request::RuleAdd { server, tag },
+                RulesCommand::Remove { server, tag } => Request::RuleRemove { server, tag },
+            },
+        ),
+        Command::Revert { id, data_dir } => ask(data_dir, &Request::Revert { id }),
+        Command::Ledger {
+            agent,
+            server,
+            state,
+            since,
+            until,
+            before,
+            limit,
+            json,
+            data_dir,
+        } => {
+            let time = |t: Option<String>| -> anyhow::Result<Option<u64>> {
+                t.map(|t| parse_time(&t).map_err(anyhow::Error::msg))
+                    .transpose()
+            };
+            let query = LedgerQuery {
+                agent,
+                server,
+                state,
+                since: time(since)?,
+                until: time(until)?,
+                before,
+                limit,
+                json,
+            };
+            ask(data_dir, &Request::Ledger { query })
+        }
+        Command::Lockdown { command, data_dir } => ask(
+            data_dir,
+            &match command.unwrap_or(LockdownCommand::Status) {
+                LockdownCommand::Status => Request::Lockdown,
+                LockdownCommand::Lift { agent, reason } => Request::LockdownLift { agent, reason },
             },
         ),
     }

@@ -5,190 +5,25 @@
 //! Deliveries are counted from the fixture's own log, written by the server process before
 //! each write acts.
 
+#[path = "support/daemon.rs"]
+mod daemon;
 #[path = "support/fixture.rs"]
 mod fixture;
 
 use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::{Peer, RunningService};
+use rmcp::RoleClient;
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::Peer;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use fixture::{fixture_binary, free_port};
-
-const CODER_TOKEN: &str = "coder-token-0123456789abcdef";
-const IDLE_TOKEN: &str = "idle-token-0123456789abcdef0";
-
-/// Start `gate serve` and read the agents' URL from its first line.
-fn spawn_serve(config: &Path, data: &Path) -> (Child, String) {
-    spawn_serve_with(config, data, &[])
-}
-
-fn spawn_serve_with(config: &Path, data: &Path, env: &[(&str, &str)]) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
-        .envs(env.iter().copied())
-        .arg("serve")
-        .arg("--config")
-        .arg(config)
-        .arg("--data-dir")
-        .arg(data)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("gate serve starts");
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut first)
-        .expect("gate serve prints its address");
-    let url = first
-        .trim()
-        .strip_prefix("gate: agents at ")
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_owned();
-    (child, url)
-}
-
-struct Gate {
-    child: Child,
-    config: PathBuf,
-    dir: PathBuf,
-    url: String,
-    log: PathBuf,
-}
-
-impl Gate {
-    fn start(name: &str) -> Self {
-        Self::start_with(name, "byo")
-    }
-
-    fn start_with(name: &str, trust: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "gate-serve-{}-{}-{name}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch directory");
-        let log = dir.join("deliveries.log");
-        let config = dir.join("gate.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"listen = "127.0.0.1:{port}"
-
-[[server]]
-name = "fixture"
-command = {fixture:?}
-env = {{ MCP_FIXTURE_LOG = {log:?} }}
-trust = "{trust}"
-
-[[agent]]
-name = "coder"
-token = "{CODER_TOKEN}"
-
-[[agent.grant]]
-server = "fixture"
-
-[[agent]]
-name = "idle"
-token = "{IDLE_TOKEN}"
-"#,
-                port = free_port(),
-                fixture = fixture_binary().to_string_lossy(),
-                log = log.to_string_lossy(),
-            ),
-        )
-        .expect("config written");
-        let (child, url) = spawn_serve(&config, &dir.join("data"));
-        Self {
-            child,
-            config,
-            dir,
-            url,
-            log,
-        }
-    }
-
-    /// SIGKILL the daemon (no cleanup of any kind), then start it again on the same
-    /// configuration and data.
-    fn kill_and_restart(&mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reaped");
-        let (child, url) = spawn_serve(&self.config, &self.dir.join("data"));
-        self.child = child;
-        self.url = url;
-    }
-
-    async fn agent(&self, token: &str) -> RunningService<RoleClient, ()> {
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(self.url.clone()).auth_header(token),
-        );
-        ().serve(transport).await.expect("the agent connects")
-    }
-
-    /// Run a person's command against this daemon.
-    fn person(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_gate"))
-            .args(args)
-            .arg("--data-dir")
-            .arg(self.dir.join("data"))
-            .output()
-            .expect("gate runs")
-    }
-
-    fn deliveries(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log)
-            .map(|t| t.lines().map(str::to_owned).collect())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-async fn call(agent: &Peer<RoleClient>, tool: &str, args: Value) -> CallToolResult {
-    let Value::Object(args) = args else {
-        panic!("arguments are an object")
-    };
-    agent
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: {e}"))
-}
-
-fn text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The action id in a staged answer.
-fn action_id(answer: &str) -> u64 {
-    let rest = answer
-        .split("action ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no action id in {answer:?}"));
-    rest.chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("a number")
-}
+use daemon::{CODER_TOKEN, Gate, IDLE_TOKEN, action_id, call, spawn_serve_with, text};
+use fixture::fixture_binary;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_see_only_their_grants_under_server_names_and_writes_without_output_schemas() {
@@ -330,38 +165,6 @@ async fn the_rejection_reason_outlives_a_daemon_restart_and_reaches_the_agent_as
         "the reason cannot start a line of its own: {outcome}"
     );
     assert!(gate.deliveries().is_empty());
-}
-
-impl Gate {
-    /// Rewrite the configuration with `edit` and restart the daemon on it.
-    fn reconfigure(&mut self, edit: impl FnOnce(String) -> String) {
-        let text = std::fs::read_to_string(&self.config).expect("config");
-        std::fs::write(&self.config, edit(text)).expect("config written");
-        self.kill_and_restart();
-    }
-
-    /// Start a second daemon on this configuration edited by `edit` (on a port of its own
-    /// and another data directory), expect it to refuse to start, and return what it said.
-    fn refused_start(&self, edit: impl FnOnce(String) -> String) -> String {
-        let text = std::fs::read_to_string(&self.config).expect("config");
-        let bad = self.dir.join("bad.toml");
-        let own_port = self.url.replace("http://", "").replace("/mcp", "");
-        std::fs::write(&bad, edit(text).replace(&own_port, "127.0.0.1:0")).expect("written");
-        let out = Command::new(env!("CARGO_BIN_EXE_gate"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&bad)
-            .arg("--data-dir")
-            .arg(self.dir.join("other-data"))
-            .env("RUST_LOG", "off")
-            .output()
-            .expect("runs");
-        assert!(
-            !out.status.success(),
-            "the daemon started on the edited configuration"
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -27,11 +27,12 @@ impl fmt::Display for LedgerId {
 /// ```text
 /// pending ──apply ok──► approved ──revert ok──► reverted
 ///    │  └──apply err──► failed ──(retryable: approve again)──► approved | failed
-///    └──reject──────► rejected
+///    ├──reject──────► rejected
+///    └──time to live passed──► expired
 /// ```
 ///
-/// Once an action leaves `pending` it never returns to it; `approved`, `rejected` and
-/// `reverted` are final, and so is `failed` unless it is retryable.
+/// Once an action leaves `pending` it never returns to it; `approved`, `rejected`,
+/// `expired` and `reverted` are final, and so is `failed` unless it is retryable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ActionState {
     /// Submitted, not yet decided. Nothing has been sent.
@@ -44,6 +45,9 @@ pub enum ActionState {
     Failed,
     /// Applied, then undone at a person's request.
     Reverted,
+    /// Nobody decided within its gatekeeper's time to live: nothing was sent, and nothing
+    /// ever will be (see [`crate::Overseer::set_time_to_live`]).
+    Expired,
 }
 
 impl ActionState {
@@ -55,6 +59,7 @@ impl ActionState {
             Self::Rejected => "rejected",
             Self::Failed => "failed",
             Self::Reverted => "reverted",
+            Self::Expired => "expired",
         }
     }
 }

@@ -31,5 +31,5 @@ pub use ledger::{
     ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, FailureKind, LedgerEntry,
     LedgerId, Resolution, RevertRecord,
 };
-pub use overseer::{DecisionError, Overseer, RejectReport, RevertReport};
+pub use overseer::{DecisionError, EXPIRY_DECIDER, Overseer, RejectReport, RevertReport};
 pub use store::{LedgerStore, MemoryLedger, StorageError};

@@ -29,6 +29,10 @@
 //!   failed with outcome unknown: it may have reached the service, so it is never applied
 //!   again, and the message says why. A drain stops at it as at any failure.
 //! - A decision is recorded under a person's name; an empty one is refused.
+//! - A pending action older than its gatekeeper's time to live, if one is set, expires:
+//!   its driver is told as for a rejection, nothing is sent, and the ledger says
+//!   `expired`. Every apply checks the time to live first, so neither a person nor a rule
+//!   ever sends an expired action, whenever the sweep ([`Overseer::expire_due`]) runs.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -106,6 +110,12 @@ pub enum DecisionError {
     /// A decision or a rule was attributed to nobody.
     #[error("the name of the person deciding is empty; give the name the ledger should record")]
     NoDecider,
+    /// The action waited longer than its gatekeeper's time to live: it is now expired,
+    /// and nothing was sent.
+    #[error(
+        "action {0} expired: nobody decided within its time to live, so nothing was sent and nothing will be; the agent is told it expired and may stage it again"
+    )]
+    Expired(LedgerId),
     /// Revert asked of an action whose driver does not implement it.
     #[error(
         "action {0} cannot be reverted automatically; undo it directly in the service if needed"
@@ -194,6 +204,29 @@ struct Inner {
     /// Actions being decided right now; a handful at most, so a vector beats a hash set.
     in_flight: Mutex<Vec<LedgerId>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// How long a pending action may wait for a decision.
+    ttl: RwLock<TimeToLive>,
+}
+
+/// The name an expired action's resolution is recorded under: no person decided it.
+pub const EXPIRY_DECIDER: &str = "expiry";
+
+/// A time to live for people: "24 h", "90 min", "30 s", "1500 ms".
+fn ttl_words(millis: u64) -> String {
+    match millis {
+        m if m >= 3_600_000 && m % 3_600_000 == 0 => format!("{} h", m / 3_600_000),
+        m if m >= 60_000 && m % 60_000 == 0 => format!("{} min", m / 60_000),
+        m if m % 1000 == 0 => format!("{} s", m / 1000),
+        m => format!("{m} ms"),
+    }
+}
+
+/// Pending actions' time to live, in milliseconds: per gatekeeper, else the default;
+/// `None` is forever.
+#[derive(Debug, Default)]
+struct TimeToLive {
+    default: Option<u64>,
+    per_gatekeeper: HashMap<String, u64>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -318,6 +351,7 @@ impl Overseer {
                 drains: Mutex::new(HashMap::new()),
                 in_flight: Mutex::new(Vec::new()),
                 tasks: Mutex::new(Vec::new()),
+                ttl: RwLock::new(TimeToLive::default()),
             }),
         }
     }
@@ -383,6 +417,13 @@ impl Overseer {
         let slot = inner.claim(id)?;
         // Read under the slot: another decision may have finished just before.
         let entry = inner.open_action_entry(inner.store.get(id)?, id)?;
+        if inner.due(&entry).is_some() {
+            let name = entry.gatekeeper.clone();
+            inner.expire_held(entry).await?;
+            drop(slot);
+            self.drain_if_ruled(&name, DrainCause::Rejected(id))?;
+            return Err(DecisionError::Expired(id));
+        }
         if inner.store.locked_down()? {
             return Err(DecisionError::LockedDown(id));
         }
@@ -418,77 +459,70 @@ impl Overseer {
         let by = decider_name(by)?;
         let _slot = inner.claim(id)?;
         let entry = inner.open_action_entry(inner.store.get(id)?, id)?;
-        let action = entry.action().expect("open_action checked the kind");
-        let gatekeeper = inner.gatekeeper(&entry.gatekeeper)?;
-        let span = info_span!("reject", action = %id, gatekeeper = %entry.gatekeeper);
-        let deadline = gatekeeper.call_deadline();
-        let outcome = match Bounded::new(gatekeeper.reject_action(action.driver_id), deadline)
-            .instrument(span.clone())
-            .await
-        {
-            Ended::Answered(outcome) => outcome,
-            Ended::Panicked(panic) => Err(GatekeeperError::fatal(format!(
-                "the gatekeeper panicked while rejecting this action ({panic}); the ledger still holds it open, so try again, and report the panic to the gatekeeper's maintainers"
-            ))),
-            Ended::TimedOut => Err(GatekeeperError::retryable(format!(
-                "the gatekeeper did not answer the rejection within {}; the ledger still holds it open, so try again",
-                Human(deadline)
-            ))),
-        }
-        .map_err(|source| DecisionError::Gatekeeper { id, source })?;
-        let _enter = span.enter();
-
-        let now = inner.clock.now();
-        let mut rejected = entry.clone();
-        let record = rejected.action_mut().expect("action");
-        record.state = ActionState::Rejected;
-        record.restart_requested = outcome.restart;
-        record.resolution = Some(Resolution {
-            by: by.to_owned(),
-            auto: false,
-            at: now,
-            cause: reason.map(str::to_owned),
-        });
-        inner.store.put(rejected)?;
-        info!(restart = outcome.restart, "action rejected");
-
-        let mut report = RejectReport {
-            restart: outcome.restart,
-            ..RejectReport::default()
-        };
-        let cause = format!("cascaded from {id}");
-        for driver_id in outcome.cascaded {
-            let Some(other) = inner.store.find_action(&entry.gatekeeper, driver_id)? else {
-                warn!(%driver_id, "driver cascaded to an action the kernel never saw");
-                continue;
-            };
-            let Some(mut other_entry) = inner.store.get(other)? else {
-                continue;
-            };
-            let Some(other_action) = other_entry.action_mut() else {
-                continue;
-            };
-            if !other_action.is_open() {
-                continue;
-            }
-            other_action.state = ActionState::Rejected;
-            other_action.resolution = Some(Resolution {
-                by: by.to_owned(),
-                auto: false,
-                at: now,
-                cause: Some(cause.clone()),
-            });
-            inner.store.put(other_entry)?;
-            info!(action = %other, cause = %cause, "action rejected by cascade");
-            report.cascaded.push(other);
-        }
-
-        let mut roots: Vec<LedgerId> = vec![id];
-        roots.extend(&report.cascaded);
-        report.flagged = inner.flag_dependents(&entry.gatekeeper, id, &roots)?;
-        drop(_enter);
-        self.drain_if_ruled(&entry.gatekeeper, DrainCause::Rejected(id))?;
+        let gatekeeper = entry.gatekeeper.clone();
+        let report = inner
+            .close_held(entry, by, reason.map(str::to_owned), ActionState::Rejected)
+            .await?;
+        self.drain_if_ruled(&gatekeeper, DrainCause::Rejected(id))?;
         Ok(report)
+    }
+
+    /// Set how long a pending action of `gatekeeper` (or, with `None`, of every gatekeeper
+    /// without one of its own) may wait for a decision; `ttl` `None` is forever (the
+    /// default). An action older than that is expired: its driver is told, as for a
+    /// rejection, nothing is sent, and it is recorded as [`ActionState::Expired`] under
+    /// [`EXPIRY_DECIDER`]. No apply, by a person or a rule, sends an action past its time
+    /// to live: each checks it first and expires the action instead.
+    pub fn set_time_to_live(&self, gatekeeper: Option<&str>, ttl: Option<std::time::Duration>) {
+        let millis = ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        let mut table = self.inner.ttl.write().unwrap_or_else(|p| p.into_inner());
+        match (gatekeeper, millis) {
+            (None, millis) => table.default = millis,
+            (Some(name), Some(millis)) => {
+                table.per_gatekeeper.insert(name.to_owned(), millis);
+            }
+            (Some(name), None) => {
+                table.per_gatekeeper.remove(name);
+            }
+        }
+    }
+
+    /// Expire every pending action whose time to live has passed, and return their ids
+    /// in ascending order. Actions being decided right now are left to that decision
+    /// (which checks the time to live itself). A gatekeeper with a rule is drained
+    /// afterwards: an expired action may have held others back.
+    pub async fn expire_due(&self) -> Result<Vec<LedgerId>, DecisionError> {
+        let inner = &self.inner;
+        let mut expired = Vec::new();
+        for name in self.gatekeeper_names() {
+            let mut any = false;
+            for id in inner.store.open_action_ids(&name)? {
+                let Ok(_slot) = inner.claim(id) else {
+                    continue;
+                };
+                let Some(entry) = inner.store.get(id)? else {
+                    continue;
+                };
+                if inner.due(&entry).is_none() {
+                    continue;
+                }
+                match inner.expire_held(entry).await {
+                    Ok(_) => {
+                        expired.push(id);
+                        any = true;
+                    }
+                    Err(error) => {
+                        warn!(action = %id, %error, "could not expire the action; it stays pending");
+                    }
+                }
+            }
+            if any {
+                let name = inner.gatekeeper_name(&name)?;
+                self.drain_if_ruled(&name, DrainCause::Resumed)?;
+            }
+        }
+        expired.sort_unstable();
+        Ok(expired)
     }
 
     /// Ask the driver to undo an applied action, if its description says it can.
@@ -776,7 +810,11 @@ impl Overseer {
             {
                 let failed_for_good =
                     dep_action.state == ActionState::Failed && !dep_action.is_open();
-                if dep_action.state == ActionState::Rejected || failed_for_good {
+                let closed_unsent = matches!(
+                    dep_action.state,
+                    ActionState::Rejected | ActionState::Expired
+                );
+                if closed_unsent || failed_for_good {
                     blocked_by = Some(dep_id);
                 } else if dep_action.blocked_by.is_some() {
                     blocked_by = dep_action.blocked_by;
@@ -870,6 +908,123 @@ impl Inner {
             .get_key_value(name)
             .map(|(k, _)| k.clone())
             .ok_or_else(|| DecisionError::UnknownGatekeeper(name.to_owned()))
+    }
+
+    /// The time to live of an action that is pending and older than its gatekeeper's
+    /// time to live (in milliseconds), or `None` if it may still wait.
+    fn due(&self, entry: &LedgerEntry) -> Option<u64> {
+        let action = entry.action()?;
+        if action.state != ActionState::Pending {
+            return None;
+        }
+        let ttl = {
+            let table = self.ttl.read().unwrap_or_else(|p| p.into_inner());
+            table
+                .per_gatekeeper
+                .get(&*entry.gatekeeper)
+                .copied()
+                .or(table.default)?
+        };
+        let now = self.clock.now().0;
+        (now >= entry.created_at.0.saturating_add(ttl)).then_some(ttl)
+    }
+
+    /// Expire an action whose time to live has passed. The caller holds its slot.
+    async fn expire_held(&self, entry: LedgerEntry) -> Result<RejectReport, DecisionError> {
+        let ttl = self.due(&entry).unwrap_or_default();
+        let cause = format!(
+            "nobody decided within its time to live ({})",
+            ttl_words(ttl)
+        );
+        self.close_held(entry, EXPIRY_DECIDER, Some(cause), ActionState::Expired)
+            .await
+    }
+
+    /// Close an open action without sending it: tell its driver (as a rejection), then
+    /// record it as `state` (rejected or expired) by `by` with `cause`; mark what the
+    /// driver dropped with it rejected, "cascaded from #id", and flag what depended on
+    /// them. The caller holds the action's slot.
+    async fn close_held(
+        &self,
+        entry: LedgerEntry,
+        by: &str,
+        cause: Option<String>,
+        state: ActionState,
+    ) -> Result<RejectReport, DecisionError> {
+        let id = entry.id;
+        let action = entry.action().expect("open_action checked the kind");
+        let gatekeeper = self.gatekeeper(&entry.gatekeeper)?;
+        let span = info_span!("reject", action = %id, gatekeeper = %entry.gatekeeper);
+        let deadline = gatekeeper.call_deadline();
+        let outcome = match Bounded::new(gatekeeper.reject_action(action.driver_id), deadline)
+            .instrument(span.clone())
+            .await
+        {
+            Ended::Answered(outcome) => outcome,
+            Ended::Panicked(panic) => Err(GatekeeperError::fatal(format!(
+                "the gatekeeper panicked while rejecting this action ({panic}); the ledger still holds it open, so try again, and report the panic to the gatekeeper's maintainers"
+            ))),
+            Ended::TimedOut => Err(GatekeeperError::retryable(format!(
+                "the gatekeeper did not answer the rejection within {}; the ledger still holds it open, so try again",
+                Human(deadline)
+            ))),
+        }
+        .map_err(|source| DecisionError::Gatekeeper { id, source })?;
+        let _enter = span.enter();
+
+        let now = self.clock.now();
+        let mut closed = entry.clone();
+        let record = closed.action_mut().expect("action");
+        record.state = state;
+        record.restart_requested = outcome.restart;
+        record.resolution = Some(Resolution {
+            by: by.to_owned(),
+            auto: state == ActionState::Expired,
+            at: now,
+            cause,
+        });
+        self.store.put(closed)?;
+        info!(
+            restart = outcome.restart,
+            state = state.as_str(),
+            "action closed unsent"
+        );
+
+        let mut report = RejectReport {
+            restart: outcome.restart,
+            ..RejectReport::default()
+        };
+        let cause = format!("cascaded from {id}");
+        for driver_id in outcome.cascaded {
+            let Some(other) = self.store.find_action(&entry.gatekeeper, driver_id)? else {
+                warn!(%driver_id, "driver cascaded to an action the kernel never saw");
+                continue;
+            };
+            let Some(mut other_entry) = self.store.get(other)? else {
+                continue;
+            };
+            let Some(other_action) = other_entry.action_mut() else {
+                continue;
+            };
+            if !other_action.is_open() {
+                continue;
+            }
+            other_action.state = ActionState::Rejected;
+            other_action.resolution = Some(Resolution {
+                by: by.to_owned(),
+                auto: false,
+                at: now,
+                cause: Some(cause.clone()),
+            });
+            self.store.put(other_entry)?;
+            info!(action = %other, cause = %cause, "action rejected by cascade");
+            report.cascaded.push(other);
+        }
+
+        let mut roots: Vec<LedgerId> = vec![id];
+        roots.extend(&report.cascaded);
+        report.flagged = self.flag_dependents(&entry.gatekeeper, id, &roots)?;
+        Ok(report)
     }
 
     /// Take the action's in-flight slot for the length of one decision.
@@ -1091,6 +1246,15 @@ impl Inner {
             };
             if !action.is_open() {
                 // Decided since the pass began: it no longer holds anything back.
+                continue;
+            }
+            if self.due(&entry).is_some() {
+                // Past its time to live: a rule never sends it. Expired, it holds
+                // nothing back.
+                if let Err(error) = self.expire_held(entry).await {
+                    warn!(action = %id, %error, "could not expire the action: drain stops");
+                    return Ok(());
+                }
                 continue;
             }
             let rule = match (&action.description.action_kind, action.state) {

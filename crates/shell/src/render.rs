@@ -336,6 +336,10 @@ fn decided_by(action: &ActionEntry) -> Sanitized {
     let Some(resolution) = &action.resolution else {
         return ours("");
     };
+    if action.state == ActionState::Expired {
+        // Nobody decided: the time to live did.
+        return ours(format!("nobody decided; expired at {}", resolution.at));
+    }
     let lead = if resolution.auto {
         "auto, rule by "
     } else {

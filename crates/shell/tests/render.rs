@@ -311,7 +311,7 @@ fn words() -> impl Strategy<Value = Words> {
 fn facts() -> impl Strategy<Value = Facts> {
     (
         (
-            0usize..5,
+            0usize..6,
             any::<bool>(),
             any::<bool>(),
             any::<bool>(),
@@ -348,6 +348,7 @@ fn build(w: &Words, f: &Facts) -> (LedgerEntry, Vec<AutoApprovalRule>) {
         ActionState::Rejected,
         ActionState::Failed,
         ActionState::Reverted,
+        ActionState::Expired,
     ];
     let description = ActionDescription {
         implements_revert: f.revert,

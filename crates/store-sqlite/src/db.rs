@@ -64,7 +64,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::{BUSY_TIMEOUT, StoreError};
 use crate::known::Known;
-use crate::schema::{APPLICATION_ID, EXPECTED_COLUMNS, SCHEMA_VERSION};
+use crate::schema::{APPLICATION_ID, EXPECTED_COLUMNS, EXPECTED_SQL, SCHEMA_VERSION};
 use crate::session::{self, Session};
 
 /// How long a deferred write may wait for a commit to ride with before the flusher
@@ -1183,6 +1183,23 @@ pub(crate) fn inspect_file(db: &Connection, path: &Path) -> Result<i64, StoreErr
                     path: path.to_path_buf(),
                     version,
                     detail: format!("{table} has no column {column}"),
+                });
+            }
+        }
+        for (table, text) in EXPECTED_SQL {
+            let present: bool = db
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_schema
+                         WHERE name = ?1 AND instr(sql, ?2) > 0)",
+                    [table, text],
+                    |r| r.get(0),
+                )
+                .map_err(sorted)?;
+            if !present {
+                return Err(StoreError::SchemaMismatch {
+                    path: path.to_path_buf(),
+                    version,
+                    detail: format!("the definition of {table} lacks {text}"),
                 });
             }
         }

@@ -121,6 +121,7 @@ fn parse_state(name: &str) -> Result<ActionState, Error> {
         "rejected" => ActionState::Rejected,
         "failed" => ActionState::Failed,
         "reverted" => ActionState::Reverted,
+        "expired" => ActionState::Expired,
         other => {
             return Err(
                 StoreError::decode("ledger state", format!("unknown state {other:?}")).into(),

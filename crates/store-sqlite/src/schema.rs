@@ -36,9 +36,15 @@
 ///   call was staged against (an MCP tool's digest), so apply can refuse a call whose tool
 ///   changed since. Older rows have none.
 ///
+/// - Version 7 (from 6): the action state `expired` (a pending action nobody decided
+///   within its time to live; final, nothing sent). The state's CHECK cannot be widened
+///   in place, so the upgrade rebuilds `ledger` (same columns, every row copied, then its
+///   indexes, triggers and `ledger_view` again), which also gives a file upgraded from
+///   version 4 or older the CHECK tying `failure_kind` to `failure`.
+///
 /// An older file is upgraded on open, in one transaction; a build that knows only an older
 /// version then refuses it.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The names [`kernel::FailureKind`] is stored as.
 const FAILURE_KINDS: &str = "('not_sent', 'outcome_unknown', 'service_error')";
@@ -86,14 +92,18 @@ pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 6] = [
     ("ledger_view", "kind_tag"),
 ];
 
+/// Text each table of the current version has in its definition, checked on open like
+/// [`EXPECTED_COLUMNS`] (a change of a CHECK adds no column).
+pub(crate) const EXPECTED_SQL: [(&str, &str); 1] = [("ledger", "'expired'")];
+
 /// `PRAGMA application_id` of our files: "GKSQ".
 pub const APPLICATION_ID: i64 = 0x474B_5351;
 
-/// The whole schema, version 6, but for [`LEDGER_VIEW`] ([`create`] adds it). Run in one
-/// transaction on an empty file.
-const CREATE_TABLES: &str = r#"
+/// The kernel's ledger table, version 7; `{name}` is its name (`ledger`, or the new table
+/// an upgrade copies into).
+const LEDGER_TABLE: &str = r#"
 -- The kernel's ledger: every action and observation, one row each, never deleted.
-CREATE TABLE ledger (
+CREATE TABLE {name} (
     id                 INTEGER PRIMARY KEY CHECK (id > 0),
     kind               TEXT    NOT NULL CHECK (kind IN ('action', 'observation')),
     gatekeeper         TEXT    NOT NULL,
@@ -104,7 +114,7 @@ CREATE TABLE ledger (
         CHECK (json_valid(description_json) AND json_type(description_json) = 'object'),
     -- Actions only (NULL for observations).
     driver_id          INTEGER CHECK (driver_id >= 0),
-    state              TEXT    CHECK (state IN ('pending', 'approved', 'rejected', 'failed', 'reverted')),
+    state              TEXT    CHECK (state IN ('pending', 'approved', 'rejected', 'failed', 'reverted', 'expired')),
     resolved_by        TEXT,
     auto_approved      INTEGER CHECK (auto_approved IN (0, 1)),
     resolved_at        INTEGER CHECK (resolved_at >= 0),
@@ -137,7 +147,16 @@ CREATE TABLE ledger (
     CHECK (state IS NOT 'failed' OR failure IS NOT NULL),
     CHECK ((revert_by IS NULL) = (revert_at IS NULL))
 ) STRICT;
+"#;
 
+/// The ledger's columns, in order (what an upgrade copies).
+const LEDGER_COLUMNS: &str = "id, kind, gatekeeper, caller, created_at, description_json, \
+    driver_id, state, resolved_by, auto_approved, resolved_at, resolution_cause, failure, \
+    failure_retryable, depends_on_json, blocked_by, restart_requested, revert_by, revert_at, \
+    revert_refused, deciding_session, failure_kind";
+
+/// The ledger's indexes and triggers, version 7.
+const LEDGER_EXTRAS: &str = r#"
 CREATE UNIQUE INDEX ledger_by_driver ON ledger (gatekeeper, driver_id) WHERE kind = 'action';
 CREATE INDEX ledger_open ON ledger (gatekeeper, id)
     WHERE state = 'pending' OR (state = 'failed' AND failure_retryable = 1);
@@ -148,19 +167,22 @@ BEGIN
     SELECT RAISE(ABORT, 'ledger entries are never deleted');
 END;
 
--- An action never returns to pending, and approved/rejected/reverted are final
+-- An action never returns to pending, and approved/rejected/reverted/expired are final
 -- (approved may only become reverted).
 CREATE TRIGGER ledger_states_move_forward BEFORE UPDATE OF state ON ledger
 WHEN OLD.state IS NOT NEW.state AND (
     NEW.state = 'pending'
-    OR OLD.state IN ('rejected', 'reverted')
+    OR OLD.state IN ('rejected', 'reverted', 'expired')
     OR (OLD.state = 'approved' AND NEW.state IS NOT 'reverted')
     OR (OLD.state = 'failed' AND OLD.failure_retryable = 0)
 )
 BEGIN
     SELECT RAISE(ABORT, 'a ledger action cannot leave a final state');
 END;
+"#;
 
+/// Every table but the ledger, version 7. Run in one transaction on an empty file.
+const CREATE_TABLES: &str = r#"
 -- Auto-approval rules, keyed by gatekeeper and kind tag, with who enabled them.
 CREATE TABLE auto_approval_rules (
     gatekeeper  TEXT NOT NULL,
@@ -244,7 +266,24 @@ CREATE TABLE kv (
 
 /// Create the whole schema (run in one transaction on an empty file).
 pub(crate) fn create(db: &rusqlite::Connection) -> rusqlite::Result<()> {
+    db.execute_batch(&LEDGER_TABLE.replace("{name}", "ledger"))?;
+    db.execute_batch(LEDGER_EXTRAS)?;
     db.execute_batch(CREATE_TABLES)?;
+    db.execute_batch(LEDGER_VIEW)
+}
+
+/// Rebuild the ledger table with the current definition, keeping every row (SQLite's
+/// procedure for a change `ALTER TABLE` cannot make). Dropping a table fires no delete
+/// trigger, so the append-only trigger does not stand in the way; it is created again.
+fn rebuild_ledger(db: &rusqlite::Connection) -> rusqlite::Result<()> {
+    db.execute_batch("DROP VIEW IF EXISTS ledger_view")?;
+    db.execute_batch(&LEDGER_TABLE.replace("{name}", "ledger_next"))?;
+    db.execute_batch(&format!(
+        "INSERT INTO ledger_next ({LEDGER_COLUMNS}) SELECT {LEDGER_COLUMNS} FROM ledger;
+         DROP TABLE ledger;
+         ALTER TABLE ledger_next RENAME TO ledger;"
+    ))?;
+    db.execute_batch(LEDGER_EXTRAS)?;
     db.execute_batch(LEDGER_VIEW)
 }
 
@@ -300,6 +339,9 @@ pub(crate) fn upgrade(db: &rusqlite::Connection, version: i64) -> rusqlite::Resu
         if !present {
             db.execute_batch("ALTER TABLE actions ADD COLUMN definition TEXT")?;
         }
+    }
+    if version <= 6 {
+        rebuild_ledger(db)?;
     }
     db.pragma_update(None, "user_version", SCHEMA_VERSION)
 }

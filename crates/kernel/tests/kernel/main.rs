@@ -3,6 +3,7 @@
 mod decisions;
 mod dependencies;
 mod drain;
+mod expiry;
 mod faults;
 mod lockdown;
 mod model;

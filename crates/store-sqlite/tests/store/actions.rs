@@ -565,3 +565,33 @@ fn sixteen_sessions_on_one_file_share_syncs_and_send_each_call_once() {
         "{actions} actions from {SESSIONS} sessions took {syncs} syncs: none was shared"
     );
 }
+
+#[tokio::test]
+async fn an_expired_action_is_stored_as_expired_sends_nothing_and_frees_its_slot() {
+    let dir = TempDir::new("expired");
+    let path = dir.join("gate.db");
+    let rig = Rig::new(Database::open(&path).unwrap()).await;
+    let queued = rig.queue_issue("Add dark mode").await;
+    let id = queued.ledger().unwrap();
+    // The rig's clock moves a second per reading: a time to live of one second has
+    // passed by the time anyone looks.
+    rig.overseer
+        .set_time_to_live(None, Some(std::time::Duration::from_secs(1)));
+    assert_eq!(rig.overseer.expire_due().await.unwrap(), [id]);
+    assert!(rig.service.calls().is_empty(), "nothing was sent");
+    assert_eq!(rig.gatekeeper.store().count_open().await.unwrap(), 0);
+    drop(rig);
+
+    let reopened = Database::open(&path).unwrap();
+    let entry = reopened.ledger().get(id).unwrap().unwrap();
+    let action = entry.action().unwrap();
+    assert_eq!(action.state, LedgerState::Expired);
+    assert_eq!(
+        action.resolution.as_ref().unwrap().by,
+        kernel::EXPIRY_DECIDER
+    );
+    let state = reopened
+        .query_text(&format!("SELECT state FROM ledger WHERE id = {}", id.0))
+        .unwrap();
+    assert_eq!(state, [[Some("expired".to_owned())]]);
+}

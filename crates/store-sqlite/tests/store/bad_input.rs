@@ -256,13 +256,31 @@ fn a_missing_directory_is_cannot_open_not_read_only() {
     );
 }
 
-/// Turn a fresh file into what `version` (1 to 4) wrote: before 6, no `actions.definition`;
-/// before 5, no `failure_kind`;
-/// before 4, no `deciding_session`; before 3, the description's fields as generated
-/// columns of `ledger` and no `ledger_view`; version 1 also had an index on state.
+/// Turn a fresh file into what `version` (1 to 6) wrote: before 7, no state `expired`
+/// (in the state's CHECK and the trigger on final states); before 6, no
+/// `actions.definition`; before 5, no `failure_kind`; before 4, no `deciding_session`;
+/// before 3, the description's fields as generated columns of `ledger` and no
+/// `ledger_view`; version 1 also had an index on state.
 fn make_version(raw: &rusqlite::Connection, version: i64) {
+    // Narrowing a CHECK in place, as SQLite documents for removing one: only to make an
+    // old file here; the store's upgrade rebuilds the table instead.
+    raw.execute_batch(
+        "PRAGMA writable_schema = ON;
+         UPDATE sqlite_schema SET sql = replace(sql, ', ''expired''', '')
+             WHERE name IN ('ledger', 'ledger_states_move_forward');
+         PRAGMA writable_schema = OFF;",
+    )
+    .unwrap();
+    if version == 6 {
+        raw.pragma_update(None, "user_version", version).unwrap();
+        return;
+    }
     raw.execute_batch("ALTER TABLE actions DROP COLUMN definition")
         .unwrap();
+    if version == 5 {
+        raw.pragma_update(None, "user_version", version).unwrap();
+        return;
+    }
     raw.execute_batch("ALTER TABLE ledger DROP COLUMN failure_kind")
         .unwrap();
     if version <= 3 {
@@ -293,8 +311,9 @@ fn make_version(raw: &rusqlite::Connection, version: i64) {
     raw.pragma_update(None, "user_version", version).unwrap();
 }
 
-/// A failed action as an older version wrote it: `failure` and `failure_retryable`, no kind.
-fn old_failure(raw: &rusqlite::Connection, id: i64, retryable: bool) {
+/// A failed action as an older `version` wrote it: `failure` and `failure_retryable`, and
+/// from version 5 on its kind.
+fn old_failure(raw: &rusqlite::Connection, version: i64, id: i64, retryable: bool) {
     raw.execute(
         "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
             driver_id, state, failure, failure_retryable, depends_on_json, restart_requested)
@@ -302,10 +321,32 @@ fn old_failure(raw: &rusqlite::Connection, id: i64, retryable: bool) {
             ?1, 'failed', 'it failed', ?2, '[]', 0)",
         rusqlite::params![id, retryable],
     )
+    .map(drop)
+    .or_else(|error| {
+        // From version 5 on a failure has a kind, in the same row.
+        assert!(version >= 5, "{error}");
+        raw.execute(
+            "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
+                driver_id, state, failure, failure_retryable, depends_on_json, restart_requested,
+                failure_kind)
+             VALUES (?1, 'action', 'gk', 'agent', 0, '{\"title\":\"t\",\"description\":\"d\"}',
+                ?1, 'failed', 'it failed', ?2, '[]', 0, ?3)",
+            rusqlite::params![
+                id,
+                retryable,
+                if retryable {
+                    "not_sent"
+                } else {
+                    "outcome_unknown"
+                }
+            ],
+        )
+        .map(drop)
+    })
     .unwrap();
 }
 
-/// Make a file of schema `version` (1 to 4) with three observations and two failed
+/// Make a file of schema `version` (1 to 6) with three observations and two failed
 /// actions, open it, and check that it was upgraded to the current version with every
 /// record kept and every failure given a kind.
 fn upgrades_from(version: i64) {
@@ -315,8 +356,14 @@ fn upgrades_from(version: i64) {
     {
         let raw = rusqlite::Connection::open(&path).unwrap();
         make_version(&raw, version);
-        old_failure(&raw, 4, true);
-        old_failure(&raw, 5, false);
+        old_failure(&raw, version, 4, true);
+        old_failure(&raw, version, 5, false);
+    }
+    {
+        // A new connection reads the schema as the old version wrote it.
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        let refused = raw.execute("UPDATE ledger SET state = 'expired' WHERE id = 4", []);
+        assert!(refused.is_err(), "version {version} knows no expired state");
     }
     {
         let db = Database::open(&path).unwrap();
@@ -375,7 +422,36 @@ fn upgrades_from(version: i64) {
             .is_err(),
         "an upgraded file checks the kind's name"
     );
+    assert!(
+        raw.execute("UPDATE ledger SET state = 'expired' WHERE id = 4", [])
+            .is_ok(),
+        "an upgraded file takes the expired state"
+    );
+    assert!(
+        raw.execute("UPDATE ledger SET state = 'pending' WHERE id = 4", [])
+            .is_err(),
+        "and keeps it final"
+    );
+    assert!(
+        raw.execute("DELETE FROM ledger WHERE id = 1", []).is_err(),
+        "the rebuilt ledger is still append-only"
+    );
+    assert!(
+        raw.execute("UPDATE ledger SET failure_kind = NULL WHERE id = 5", [])
+            .is_err(),
+        "a kind goes with every failure"
+    );
     assert_eq!(count(&path), 5);
+}
+
+#[test]
+fn a_version_6_file_is_upgraded_on_open_and_takes_the_expired_state() {
+    upgrades_from(6);
+}
+
+#[test]
+fn a_version_5_file_is_upgraded_on_open_and_gets_the_definition_column() {
+    upgrades_from(5);
 }
 
 #[test]

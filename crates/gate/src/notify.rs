@@ -1,0 +1,239 @@
+//! Word when work waits: the person's notifier command, run when agents stage new work.
+//!
+//! The command is run directly (never through a shell) with its configured arguments and
+//! one more, a sentence such as `3 actions wait for you (agent coder, tool files__write)`,
+//! and with `GATE_COUNT`, `GATE_AGENT`, `GATE_SERVER` and `GATE_TOOL` in its environment.
+//! Those are the only fields it gets: a count, and names the gate itself checked
+//! (agents' and servers' names from the configuration, tools' names as agents see them),
+//! each cleaned to `[A-Za-z0-9_.-]` and at most [`MAX_FIELD_CHARS`] characters. Nothing
+//! an agent wrote (arguments, titles) reaches it.
+//!
+//! Stages are batched: a notification waits until no new stage arrived for [`QUIET`] (or
+//! the interval has passed since the first), and two notifications are at least the
+//! configured interval apart, so a burst of stages is one notification with its count.
+//! Fields that differ within a batch are `several`.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::config::NotifyConfig;
+
+/// How long a batch waits for the next stage before it is sent.
+pub const QUIET: Duration = Duration::from_millis(500);
+/// The longest a field passed to the command may be.
+pub const MAX_FIELD_CHARS: usize = 64;
+/// How long the command may run before it is killed.
+pub const COMMAND_DEADLINE: Duration = Duration::from_secs(10);
+
+/// One staged action, as the notifier is told of it.
+#[derive(Debug, Clone)]
+struct Staged {
+    agent: String,
+    server: String,
+    tool: String,
+}
+
+/// A field of a batch: one value, or several.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Field {
+    One(String),
+    Several,
+}
+
+impl Field {
+    fn merge(&mut self, value: &str) {
+        if matches!(self, Self::One(v) if v != value) {
+            *self = Self::Several;
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            Self::One(value) => value,
+            Self::Several => "several",
+        }
+    }
+}
+
+/// What one notification says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Batch {
+    count: usize,
+    agent: Field,
+    server: Field,
+    tool: Field,
+}
+
+impl Batch {
+    fn new(first: &Staged) -> Self {
+        Self {
+            count: 1,
+            agent: Field::One(first.agent.clone()),
+            server: Field::One(first.server.clone()),
+            tool: Field::One(first.tool.clone()),
+        }
+    }
+
+    fn add(&mut self, staged: &Staged) {
+        self.count += 1;
+        self.agent.merge(&staged.agent);
+        self.server.merge(&staged.server);
+        self.tool.merge(&staged.tool);
+    }
+
+    fn sentence(&self) -> String {
+        let what = if self.count == 1 {
+            "1 action waits".to_owned()
+        } else {
+            format!("{} actions wait", self.count)
+        };
+        format!(
+            "{what} for you (agent {}, tool {}); `gate pending` lists them",
+            self.agent.as_str(),
+            self.tool.as_str()
+        )
+    }
+}
+
+/// `value` cleaned to `[A-Za-z0-9_.-]` (anything else becomes `_`), at most
+/// [`MAX_FIELD_CHARS`] characters.
+pub fn clean_field(value: &str) -> String {
+    value
+        .chars()
+        .take(MAX_FIELD_CHARS)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The handle the gateway tells of new work. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Notifier {
+    tx: mpsc::UnboundedSender<Staged>,
+}
+
+impl Notifier {
+    /// Start the notifier's task (within a tokio runtime).
+    pub fn start(config: NotifyConfig) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(config, rx));
+        Self { tx }
+    }
+
+    /// Tell the notifier that `agent` staged a call of `tool` on `server`.
+    pub fn staged(&self, agent: &str, server: &str, tool: &str) {
+        let _ = self.tx.send(Staged {
+            agent: clean_field(agent),
+            server: clean_field(server),
+            tool: clean_field(tool),
+        });
+    }
+}
+
+async fn run(config: NotifyConfig, mut rx: mpsc::UnboundedReceiver<Staged>) {
+    let mut last: Option<Instant> = None;
+    while let Some(first) = rx.recv().await {
+        let started = Instant::now();
+        let mut batch = Batch::new(&first);
+        // Gather the burst: until it is quiet, or the interval has passed.
+        loop {
+            let cap = started + config.min_interval;
+            let until = (Instant::now() + QUIET).min(cap);
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Some(staged)) => batch.add(&staged),
+                Ok(None) | Err(_) => break,
+            }
+            if Instant::now() >= cap {
+                break;
+            }
+        }
+        // At most one notification per interval: what arrives meanwhile joins this one.
+        if let Some(last) = last {
+            let next = last + config.min_interval;
+            while let Ok(Some(staged)) = tokio::time::timeout_at(next, rx.recv()).await {
+                batch.add(&staged);
+            }
+        }
+        last = Some(Instant::now());
+        notify(&config, &batch).await;
+    }
+}
+
+async fn notify(config: &NotifyConfig, batch: &Batch) {
+    let mut command = tokio::process::Command::new(&config.command);
+    command
+        .args(&config.args)
+        .arg(batch.sentence())
+        .env("GATE_COUNT", batch.count.to_string())
+        .env("GATE_AGENT", batch.agent.as_str())
+        .env("GATE_SERVER", batch.server.as_str())
+        .env("GATE_TOOL", batch.tool.as_str())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            warn!(command = %config.command, %error, "notify: the command could not be started; check [notify] in the configuration");
+            return;
+        }
+    };
+    match tokio::time::timeout(COMMAND_DEADLINE, child.wait()).await {
+        Ok(Ok(status)) if status.success() => {
+            info!(
+                count = batch.count,
+                "notify: the person was told that work waits"
+            );
+        }
+        Ok(Ok(status)) => warn!(command = %config.command, %status, "notify: the command failed"),
+        Ok(Err(error)) => warn!(command = %config.command, %error, "notify: the command failed"),
+        Err(_) => {
+            let _ = child.kill().await;
+            warn!(command = %config.command, "notify: the command ran too long and was stopped");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn staged(agent: &str, tool: &str) -> Staged {
+        Staged {
+            agent: agent.into(),
+            server: "files".into(),
+            tool: tool.into(),
+        }
+    }
+
+    #[test]
+    fn fields_are_cleaned_and_bounded() {
+        assert_eq!(clean_field("files__write"), "files__write");
+        assert_eq!(clean_field("a b;$(rm -rf)\n"), "a_b___rm_-rf__");
+        assert_eq!(clean_field(&"x".repeat(500)).len(), MAX_FIELD_CHARS);
+    }
+
+    #[test]
+    fn a_batch_counts_and_says_several_where_fields_differ() {
+        let mut batch = Batch::new(&staged("coder", "files__write"));
+        batch.add(&staged("coder", "files__write"));
+        assert_eq!(
+            batch.sentence(),
+            "2 actions wait for you (agent coder, tool files__write); `gate pending` lists them"
+        );
+        batch.add(&staged("coder", "files__move"));
+        assert_eq!(batch.tool, Field::Several);
+        assert_eq!(batch.agent, Field::One("coder".into()));
+        assert_eq!(batch.count, 3);
+    }
+}

@@ -1,0 +1,220 @@
+//! A `gate serve` process for the integration tests: a configuration with the fixture MCP
+//! server and two agents, the agents' MCP client, and the person's `gate` commands.
+//! Included with `#[path]` by each test file that starts a daemon (so some of it goes
+//! unused in one file or another).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{Peer, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+
+use crate::fixture::{fixture_binary, free_port};
+
+pub const CODER_TOKEN: &str = "coder-token-0123456789abcdef";
+pub const IDLE_TOKEN: &str = "idle-token-0123456789abcdef0";
+
+/// Start `gate serve` and read the agents' URL from its first line.
+pub fn spawn_serve(config: &Path, data: &Path) -> (Child, String) {
+    spawn_serve_with(config, data, &[])
+}
+
+pub fn spawn_serve_with(config: &Path, data: &Path, env: &[(&str, &str)]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .envs(env.iter().copied())
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("gate serve starts");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut first)
+        .expect("gate serve prints its address");
+    let url = first
+        .trim()
+        .strip_prefix("gate: agents at ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_owned();
+    (child, url)
+}
+
+pub struct Gate {
+    pub child: Child,
+    pub config: PathBuf,
+    pub dir: PathBuf,
+    pub url: String,
+    pub log: PathBuf,
+}
+
+impl Gate {
+    pub fn start(name: &str) -> Self {
+        Self::start_with(name, "byo")
+    }
+
+    pub fn start_with(name: &str, trust: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "gate-serve-{}-{}-{name}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let log = dir.join("deliveries.log");
+        let config = dir.join("gate.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"listen = "127.0.0.1:{port}"
+
+[[server]]
+name = "fixture"
+command = {fixture:?}
+env = {{ MCP_FIXTURE_LOG = {log:?} }}
+trust = "{trust}"
+
+[[agent]]
+name = "coder"
+token = "{CODER_TOKEN}"
+
+[[agent.grant]]
+server = "fixture"
+
+[[agent]]
+name = "idle"
+token = "{IDLE_TOKEN}"
+"#,
+                port = free_port(),
+                fixture = fixture_binary().to_string_lossy(),
+                log = log.to_string_lossy(),
+            ),
+        )
+        .expect("config written");
+        let (child, url) = spawn_serve(&config, &dir.join("data"));
+        Self {
+            child,
+            config,
+            dir,
+            url,
+            log,
+        }
+    }
+
+    /// SIGKILL the daemon (no cleanup of any kind), then start it again on the same
+    /// configuration and data.
+    pub fn kill_and_restart(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+        let (child, url) = spawn_serve(&self.config, &self.dir.join("data"));
+        self.child = child;
+        self.url = url;
+    }
+
+    pub async fn agent(&self, token: &str) -> RunningService<RoleClient, ()> {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(self.url.clone()).auth_header(token),
+        );
+        ().serve(transport).await.expect("the agent connects")
+    }
+
+    /// Run a person's command against this daemon.
+    pub fn person(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_gate"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .output()
+            .expect("gate runs")
+    }
+
+    pub fn deliveries(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .map(|t| t.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub async fn call(agent: &Peer<RoleClient>, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    agent
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+pub fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The action id in a staged answer.
+pub fn action_id(answer: &str) -> u64 {
+    let rest = answer
+        .split("action ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no action id in {answer:?}"));
+    rest.chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .expect("a number")
+}
+
+impl Gate {
+    /// Rewrite the configuration with `edit` and restart the daemon on it.
+    pub fn reconfigure(&mut self, edit: impl FnOnce(String) -> String) {
+        let text = std::fs::read_to_string(&self.config).expect("config");
+        std::fs::write(&self.config, edit(text)).expect("config written");
+        self.kill_and_restart();
+    }
+
+    /// Start a second daemon on this configuration edited by `edit` (on a port of its own
+    /// and another data directory), expect it to refuse to start, and return what it said.
+    pub fn refused_start(&self, edit: impl FnOnce(String) -> String) -> String {
+        let text = std::fs::read_to_string(&self.config).expect("config");
+        let bad = self.dir.join("bad.toml");
+        let own_port = self.url.replace("http://", "").replace("/mcp", "");
+        std::fs::write(&bad, edit(text).replace(&own_port, "127.0.0.1:0")).expect("written");
+        let out = Command::new(env!("CARGO_BIN_EXE_gate"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&bad)
+            .arg("--data-dir")
+            .arg(self.dir.join("other-data"))
+            .env("RUST_LOG", "off")
+            .output()
+            .expect("runs");
+        assert!(
+            !out.status.success(),
+            "the daemon started on the edited configuration"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}

@@ -54,6 +54,9 @@ pub enum Request {
         /// Who decides.
         person: String,
     },
+    /// The open work as rows for the review screen, each with its approval prompt; the
+    /// answer's text is a [`crate::queue::Queue`] as JSON.
+    Queue,
 }
 
 /// The daemon's answer.
@@ -244,6 +247,13 @@ async fn execute(request: Request, gateway: &Gateway) -> Response {
                 }
             }
         }
+        Request::Queue => match crate::queue::snapshot(gateway) {
+            Ok(queue) => lines.push(serde_json::to_string(&queue).expect("a queue serialises")),
+            Err(error) => {
+                ok = false;
+                lines.push(error.to_string());
+            }
+        },
     }
     Response {
         ok,

@@ -10,6 +10,8 @@
 //! - [`gateway`]: what each agent sees and what its calls do.
 //! - [`http`]: agents over MCP streamable HTTP on loopback, one bearer token each.
 //! - [`control`]: the person's owner-only socket (`gate pending`, `approve`, `reject`).
+//! - [`queue`]: the open work as rows for the review screen, on the person's socket.
+//! - [`review`]: `gate review`, the person's terminal screen over that socket.
 //! - [`daemon`]: `gate serve`, wiring all of the above over one kernel and one SQLite file.
 //! - [`bridge`]: `gate mcp --agent NAME`, a stateless stdio bridge to the daemon.
 //!
@@ -31,3 +33,5 @@ pub mod gateway;
 pub mod http;
 pub mod names;
 pub mod paths;
+pub mod queue;
+pub mod review;

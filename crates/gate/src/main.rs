@@ -101,6 +101,13 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// A terminal screen over all open work: approve, reject with a reason, select several,
+    /// allow a kind; it updates as work arrives. Leaving decides nothing.
+    Review {
+        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 fn config_path(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -277,5 +284,8 @@ fn main() -> anyhow::Result<()> {
                 person: person(),
             },
         ),
+        Command::Review { data_dir } => {
+            gate::review::run(&paths::socket_in(&self::data_dir(data_dir)?), &person())
+        }
     }
 }

@@ -38,7 +38,7 @@ pub fn draw(model: &Model, frame: &mut Frame) {
     let [header, list, detail, status, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(list_height),
-        Constraint::Min(4),
+        Constraint::Fill(1),
         Constraint::Length(status_height),
         Constraint::Length(1),
     ])

@@ -290,9 +290,10 @@ async fn a_person_approves_one_staged_write_through_keys_and_the_server_gets_it_
 
     // Back up to the first write and approve it.
     tmux.keys(&["k"]);
-    tmux.wait_for("the cursor on the first write", |s| {
+    let before = tmux.wait_for("the cursor on the first write", |s| {
         row(s, first).is_some_and(|l| l.starts_with('›'))
     });
+    println!("{before}");
     tmux.keys(&["a"]);
     let screen = tmux.wait_for("the first write gone from the queue", |s| {
         row(s, first).is_none() && row(s, second).is_some()

@@ -159,6 +159,8 @@ pub struct Model {
     pub detail_scroll: u16,
     /// The widest state among the rows, in chars, for the list's column.
     pub state_width: usize,
+    /// The widest rule column among the rows, in chars.
+    pub rule_width: usize,
 }
 
 /// The most actions listed by name in a confirmation; more are counted.
@@ -184,6 +186,7 @@ impl Model {
             page: 10,
             detail_scroll: 0,
             state_width: 0,
+            rule_width: 0,
         };
         model.lay_out(queue);
         model
@@ -227,6 +230,11 @@ impl Model {
         self.state_width = ordered
             .iter()
             .map(|r| r.state.chars().count())
+            .max()
+            .unwrap_or(0);
+        self.rule_width = ordered
+            .iter()
+            .map(|r| r.rule.chars().count())
             .max()
             .unwrap_or(0);
         self.rows = ordered;

@@ -86,17 +86,23 @@ fn row_line(model: &Model, n: usize, row: &Row) -> TextLine<'static> {
             safe(&row.state),
             width = model.state_width
         )),
-        Span::raw(safe(&row.title)),
+        Span::raw(format!(
+            "{:<width$}  ",
+            safe(&row.rule),
+            width = model.rule_width
+        )),
     ];
     let mut notes: Vec<String> = row.flags.iter().map(|f| safe(f)).collect();
     if model.skipped.contains(&row.id) {
         notes.insert(0, "skipped".to_owned());
     }
-    notes.push(safe(&row.rule));
-    spans.push(Span::styled(
-        format!("  ({})", notes.join("; ")),
-        Style::new().add_modifier(Modifier::DIM),
-    ));
+    if !notes.is_empty() {
+        spans.push(Span::styled(
+            format!("[{}]  ", notes.join("; ")),
+            Style::new().add_modifier(Modifier::BOLD),
+        ));
+    }
+    spans.push(Span::raw(safe(&row.title)));
     let mut style = Style::new();
     if n == model.cursor {
         style = style.add_modifier(Modifier::REVERSED);

@@ -414,3 +414,26 @@ fn new_work_keeps_the_cursor_on_the_same_action() {
     assert_eq!(model.current().map(|r| r.id), at);
     assert_eq!(model.rows.len(), 7);
 }
+
+#[test]
+fn a_decision_key_right_after_the_action_under_the_cursor_left_decides_nothing() {
+    let (mut open, rules) = day();
+    let mut model = Model::new(queue_of(&open, &rules));
+    assert_eq!(model.current().map(|r| r.id), Some(1));
+    // #1 was approved elsewhere: the cursor lands on another action.
+    open.retain(|e| e.id != LedgerId(1));
+    model.refresh(queue_of(&open, &rules));
+    let now = model.current().map(|r| r.id).expect("a row");
+    // The person pressed `a` meaning #1: nothing is sent, and the screen says why.
+    assert_eq!(model.input(Input::Key(Key::Char('a'))), None);
+    assert!(
+        model.status[0].contains("#1 no longer waits"),
+        "{:?}",
+        model.status
+    );
+    // Asked again, it is a decision on the action now under the cursor.
+    assert_eq!(
+        model.input(Input::Key(Key::Char('a'))),
+        Some(Command::Send(Decision::Approve { ids: vec![now] }))
+    );
+}

@@ -16,7 +16,7 @@ pub mod view;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
 use crate::control::{self, Request};
 use crate::queue;

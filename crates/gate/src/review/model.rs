@@ -161,6 +161,10 @@ pub struct Model {
     pub state_width: usize,
     /// The widest rule column among the rows, in chars.
     pub rule_width: usize,
+    /// Set when a refresh moved the cursor to another action because the one under it
+    /// stopped waiting: the next decision key only says so, since the person may have
+    /// meant the action that left.
+    pub moved: Option<(u64, Option<u64>)>,
 }
 
 /// The most actions listed by name in a confirmation; more are counted.
@@ -187,6 +191,7 @@ impl Model {
             detail_scroll: 0,
             state_width: 0,
             rule_width: 0,
+            moved: None,
         };
         model.lay_out(queue);
         model
@@ -277,8 +282,12 @@ impl Model {
         self.cursor = at
             .and_then(|id| self.rows.iter().position(|r| r.id == id))
             .unwrap_or_else(|| position.min(self.rows.len().saturating_sub(1)));
-        if self.current().map(|r| r.id) != at {
+        let now = self.current().map(|r| r.id);
+        if now != at {
             self.detail_scroll = 0;
+            if let Some(gone) = at {
+                self.moved = Some((gone, now));
+            }
         }
         let asked: Vec<u64> = match &self.mode {
             Mode::Browse => Vec::new(),
@@ -300,7 +309,8 @@ impl Model {
     /// Only these yield a decision: `a` (approve the row, or ask to confirm the
     /// selection), `Enter` in the reason line (reject the row, or ask to confirm the
     /// selection), `y` on a confirmation. A resize, the end of input and every other key
-    /// decide nothing.
+    /// decide nothing, and so does the first decision key after a refresh moved the
+    /// cursor off an action that stopped waiting.
     pub fn input(&mut self, input: Input) -> Option<Command> {
         let key = match input {
             Input::Resize => return None,
@@ -315,6 +325,18 @@ impl Model {
     }
 
     fn browse(&mut self, key: Key) -> Option<Command> {
+        if let Some((gone, now)) = self.moved.take()
+            && self.selected.is_empty()
+            && matches!(key, Key::Char('a' | 'r' | 'A'))
+        {
+            self.status = vec![match now {
+                Some(now) => format!(
+                    "#{gone} no longer waits (decided elsewhere or applied by a rule); the cursor is now on #{now}. Nothing was sent; press the key again to decide #{now}."
+                ),
+                None => format!("#{gone} no longer waits. Nothing was sent."),
+            }];
+            return None;
+        }
         let at = self.cursor;
         let command = self.browse_key(key);
         if self.cursor != at {

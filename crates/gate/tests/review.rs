@@ -437,3 +437,22 @@ fn a_decision_key_right_after_the_action_under_the_cursor_left_decides_nothing()
         Some(Command::Send(Decision::Approve { ids: vec![now] }))
     );
 }
+
+#[test]
+fn a_selection_of_one_is_also_shown_before_it_is_sent() {
+    let mut model = day_model();
+    press(&mut model, &[Key::Char(' ')]);
+    assert_eq!(model.input(Input::Key(Key::Char('a'))), None);
+    assert_eq!(
+        model.mode,
+        Mode::Confirm(Decision::Approve { ids: vec![1] })
+    );
+    press(&mut model, &[Key::Esc, Key::Char('r'), Key::Enter]);
+    assert_eq!(
+        model.mode,
+        Mode::Confirm(Decision::Reject {
+            ids: vec![1],
+            reason: None
+        })
+    );
+}

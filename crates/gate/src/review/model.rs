@@ -306,9 +306,9 @@ impl Model {
 
     /// Apply one input. Returns what the terminal loop must do, if anything.
     ///
-    /// Only these yield a decision: `a` (approve the row, or ask to confirm the
-    /// selection), `Enter` in the reason line (reject the row, or ask to confirm the
-    /// selection), `y` on a confirmation. A resize, the end of input and every other key
+    /// Only these yield a decision: `a` (approve the row under the cursor; with a
+    /// selection, ask to confirm it first), `Enter` in the reason line (the same for a
+    /// rejection), `y` on a confirmation. A resize, the end of input and every other key
     /// decide nothing, and so does the first decision key after a refresh moved the
     /// cursor off an action that stopped waiting.
     pub fn input(&mut self, input: Input) -> Option<Command> {
@@ -374,10 +374,11 @@ impl Model {
             }
             Key::Char('a') => {
                 let ids = self.targets();
-                match ids.len() {
-                    0 => {}
-                    1 => return Some(Command::Send(Decision::Approve { ids })),
-                    _ => self.mode = Mode::Confirm(Decision::Approve { ids }),
+                if self.selected.is_empty() && ids.len() == 1 {
+                    return Some(Command::Send(Decision::Approve { ids }));
+                }
+                if !ids.is_empty() {
+                    self.mode = Mode::Confirm(Decision::Approve { ids });
                 }
             }
             Key::Char('r') => {
@@ -414,14 +415,13 @@ impl Model {
             }
             Key::Enter => {
                 let reason = Some(input.trim().to_owned()).filter(|r| !r.is_empty());
+                let single = self.selected.is_empty() && ids.len() == 1;
                 let decision = Decision::Reject { ids, reason };
-                return match &decision {
-                    Decision::Reject { ids, .. } if ids.len() == 1 => Some(Command::Send(decision)),
-                    _ => {
-                        self.mode = Mode::Confirm(decision);
-                        None
-                    }
-                };
+                if single {
+                    return Some(Command::Send(decision));
+                }
+                self.mode = Mode::Confirm(decision);
+                return None;
             }
             Key::Backspace => {
                 input.pop();

@@ -222,17 +222,17 @@ fn draw_confirm(model: &Model, decision: &Decision, frame: &mut Frame, area: Rec
     let mut lines: Vec<TextLine> = Vec::new();
     let ids: Vec<u64> = match decision {
         Decision::Approve { ids } => {
-            lines.push(TextLine::from(format!(
-                "Approve {} actions? Each is sent to its server, at most once:",
-                ids.len()
-            )));
+            lines.push(TextLine::from(match ids.len() {
+                1 => "Approve 1 action? It is sent to its server, at most once:".to_owned(),
+                n => format!("Approve {n} actions? Each is sent to its server, at most once:"),
+            }));
             ids.clone()
         }
         Decision::Reject { ids, reason } => {
-            lines.push(TextLine::from(format!(
-                "Reject {} actions? Nothing of them is ever sent.",
-                ids.len()
-            )));
+            lines.push(TextLine::from(match ids.len() {
+                1 => "Reject 1 action? Nothing of it is ever sent.".to_owned(),
+                n => format!("Reject {n} actions? Nothing of them is ever sent."),
+            }));
             lines.push(TextLine::from(match reason {
                 Some(reason) => format!("The agent is told: «{}»", safe(reason)),
                 None => "No reason is given to the agent.".to_owned(),

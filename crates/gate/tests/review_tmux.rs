@@ -36,8 +36,8 @@ struct Gate {
 }
 
 impl Gate {
-    fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("gate-review-tmux-{}", std::process::id()));
+    fn start(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("gate-review-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("scratch directory");
         let log = dir.join("deliveries.log");
@@ -232,6 +232,33 @@ async fn stage(agent: &RunningService<RoleClient, ()>, tool: &str, args: Value) 
         .expect("a number")
 }
 
+/// `gate review` on `gate`'s daemon in a tmux session; the shell says when it exits.
+fn review(gate: &Gate) -> Tmux {
+    Tmux::start(
+        &gate.dir.join("tmux.sock"),
+        &format!(
+            "'{}' review --data-dir '{}'; echo \"review exited: $?\"; sleep 60",
+            env!("CARGO_BIN_EXE_gate"),
+            gate.data().display()
+        ),
+    )
+}
+
+async fn outcome(agent: &RunningService<RoleClient, ()>, id: u64) -> String {
+    let Value::Object(args) = json!({"action_id": id}) else {
+        unreachable!()
+    };
+    let result = agent
+        .call_tool(CallToolRequestParams::new("gate_action_result").with_arguments(args))
+        .await
+        .expect("gate_action_result answers");
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
 /// The screen's row of action `id`.
 fn row(screen: &str, id: u64) -> Option<&str> {
     let tag = format!("#{id} ");
@@ -242,7 +269,7 @@ fn row(screen: &str, id: u64) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_person_approves_one_staged_write_through_keys_and_the_server_gets_it_once() {
-    let gate = Gate::start();
+    let gate = Gate::start("one");
     let coder = gate.agent().await;
     let first = stage(
         &coder,
@@ -250,14 +277,7 @@ async fn a_person_approves_one_staged_write_through_keys_and_the_server_gets_it_
         json!({"text": "release notes for 2.4"}),
     )
     .await;
-    let tmux = Tmux::start(
-        &gate.dir.join("tmux.sock"),
-        &format!(
-            "'{}' review --data-dir '{}'; echo \"review exited: $?\"; sleep 60",
-            env!("CARGO_BIN_EXE_gate"),
-            gate.data().display()
-        ),
-    );
+    let tmux = review(&gate);
     tmux.wait_for("the staged write", |s| row(s, first).is_some());
 
     // Work staged while the screen is open shows up.
@@ -300,4 +320,55 @@ async fn a_person_approves_one_staged_write_through_keys_and_the_server_gets_it_
     assert!(listed.contains(&format!("#{second}  pending")), "{listed}");
     assert!(!listed.contains(&format!("#{first} ")), "{listed}");
     assert_eq!(gate.deliveries().len(), 1, "delivered exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn several_writes_are_approved_together_after_a_confirmation_and_a_reason_reaches_the_agent()
+{
+    let gate = Gate::start("several");
+    let coder = gate.agent().await;
+    let mut ids = Vec::new();
+    for text in ["one", "two", "three"] {
+        ids.push(stage(&coder, "fixture__write_note", json!({"text": text})).await);
+    }
+    let tmux = review(&gate);
+    tmux.wait_for("three writes", |s| {
+        ids.iter().all(|id| row(s, *id).is_some())
+    });
+
+    // Select the first two and approve: the screen shows what will be sent, and waits.
+    tmux.keys(&["Space", "Space", "a"]);
+    let confirm = tmux.wait_for("the confirmation", |s| s.contains("Approve 2 actions?"));
+    println!("{confirm}");
+    assert!(gate.deliveries().is_empty(), "{:?}", gate.deliveries());
+    tmux.keys(&["y"]);
+    tmux.wait_for("both approved", |s| {
+        row(s, ids[0]).is_none() && row(s, ids[1]).is_none()
+    });
+    assert_eq!(
+        gate.deliveries(),
+        [
+            r#"write_note {"text":"one"}"#,
+            r#"write_note {"text":"two"}"#
+        ]
+    );
+
+    // Reject the third with a reason typed in the input line.
+    tmux.wait_for("the cursor on the third", |s| {
+        row(s, ids[2]).is_some_and(|l| l.starts_with('›'))
+    });
+    tmux.keys(&["r"]);
+    tmux.wait_for("the reason line", |s| s.contains("Reason for rejecting"));
+    tmux.keys(&["-l", "use the staging notes"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("nothing left", |s| s.contains("nothing waits"));
+    let told = outcome(&coder, ids[2]).await;
+    assert!(told.contains("use the staging notes"), "{told}");
+    assert_eq!(
+        gate.deliveries().len(),
+        2,
+        "the rejected write was not sent"
+    );
+    tmux.keys(&["q"]);
+    tmux.wait_for("the screen closed", |s| s.contains("review exited: 0"));
 }

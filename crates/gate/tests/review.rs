@@ -456,3 +456,28 @@ fn a_selection_of_one_is_also_shown_before_it_is_sent() {
         })
     );
 }
+
+#[test]
+fn rows_flag_an_unknown_outcome_and_an_action_held_behind_an_earlier_one() {
+    let (mut open, rules) = day();
+    let first = open[0].action_mut().expect("an action");
+    first.state = ActionState::Failed;
+    first.failure = Some(Failure {
+        message: "the connection was lost after the call was sent".to_owned(),
+        retryable: false,
+        kind: FailureKind::OutcomeUnknown,
+    });
+    let q = queue_of(&open, &rules);
+    let flags = |id: u64| {
+        q.rows
+            .iter()
+            .find(|r| r.id == id)
+            .expect("a row")
+            .flags
+            .clone()
+    };
+    assert_eq!(flags(1), ["outcome unknown: check the service"]);
+    assert_eq!(flags(3), ["held behind #1"]);
+    assert_eq!(flags(5), ["depends on #2, rejected, failed or reverted"]);
+    assert!(flags(4).is_empty());
+}

@@ -97,6 +97,9 @@ pub enum Request {
         /// Told to the agent that asks for the outcome.
         reason: Option<String>,
     },
+    /// The open work as rows for the review screen, each with its approval prompt; the
+    /// answer's text is a [`crate::queue::Queue`] as JSON.
+    Queue,
 }
 
 /// The daemon's answer.
@@ -330,6 +333,13 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 }
             }
         }
+        Request::Queue => match crate::queue::snapshot(gateway) {
+            Ok(queue) => lines.push(serde_json::to_string(&queue).expect("a queue serialises")),
+            Err(error) => {
+                ok = false;
+                lines.push(error.to_string());
+            }
+        },
     }
     Response {
         ok,

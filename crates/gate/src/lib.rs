@@ -13,6 +13,8 @@
 //! - [`http`]: agents over MCP streamable HTTP on loopback, one bearer token each.
 //! - [`control`]: the person's owner-only socket (`gate pending`, `show`, `approve`,
 //!   `reject`, `catalog`, `catalog accept`).
+//! - [`queue`]: the open work as rows for the review screen, on the person's socket.
+//! - [`review`]: `gate review`, the person's terminal screen over that socket.
 //! - [`daemon`]: `gate serve`, wiring all of the above over one kernel and one SQLite file.
 //! - [`bridge`]: `gate mcp --agent NAME`, a stateless stdio bridge to the daemon.
 //!
@@ -40,3 +42,5 @@ pub mod names;
 pub mod notify;
 pub mod paths;
 pub mod person;
+pub mod queue;
+pub mod review;

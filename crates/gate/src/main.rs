@@ -121,6 +121,13 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// A terminal screen over all open work: approve, reject with a reason, select several,
+    /// allow a kind; it updates as work arrives. Leaving decides nothing.
+    Review {
+        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// The ledger, most recent first, a page at a time.
     Ledger {
         /// Only this agent's entries.
@@ -409,5 +416,8 @@ fn main() -> anyhow::Result<()> {
                 LockdownCommand::Lift { agent, reason } => Request::LockdownLift { agent, reason },
             },
         ),
+        Command::Review { data_dir } => {
+            gate::review::run(&paths::socket_in(&self::data_dir(data_dir)?))
+        }
     }
 }

@@ -32,6 +32,6 @@ mod terminal;
 pub mod wrap;
 
 pub use decide::{Decider, Decision, Interactive, Scripted};
-pub use render::{render_action, render_batch, render_ledger, render_rules};
+pub use render::{QueueRow, queue_rows, render_action, render_batch, render_ledger, render_rules};
 pub use terminal::{Decided, Effect, ReviewSummary, Shell, ShellError};
 pub use wrap::{WIDTH, wrap, wrap_hanging};

@@ -18,7 +18,12 @@
 //!
 //! This module only formats. It reads nothing and decides nothing.
 
-use kernel::{ActionEntry, ActionState, AutoApprovalRule, EntryBody, FailureKind, LedgerEntry};
+use std::collections::HashMap;
+
+use kernel::{
+    ActionEntry, ActionState, AutoApprovalRule, EntryBody, FailureKind, LedgerEntry, LedgerId,
+    Timestamp,
+};
 use prompt_sanitize::{
     MAX_INLINE_CHARS, Sanitized, neutralize_controls, plain_inline, untrusted_label,
 };
@@ -380,4 +385,107 @@ pub fn render_rules(rules: &[AutoApprovalRule]) -> Sanitized {
         ]));
     }
     lines(&out)
+}
+
+/// Whether a rule would apply an action, in a few words for a row: `rule: on`, `rule: off,
+/// its kind may be allowed`, `rule: none, always manual`, `rule: none, held for you`.
+fn rule_word(entry: &LedgerEntry, action: &ActionEntry, rules: &[AutoApprovalRule]) -> Sanitized {
+    ours(
+        if !action.description.auto_approvable || action.description.action_kind.is_none() {
+            "rule: none, always manual"
+        } else if action.blocked_by.is_some() {
+            "rule: none, held for you"
+        } else if rule_for(entry, action, rules).is_none() {
+            "rule: off, its kind may be allowed"
+        } else {
+            "rule: on"
+        },
+    )
+}
+
+/// One open action as a row of a review screen (`gate review`): every field is the shell's
+/// own words or an untrusted string inside its marks, like every line of the batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRow {
+    /// The kernel's id.
+    pub id: LedgerId,
+    /// Who staged it (the caller), as a label: `«coder»`.
+    pub agent: Sanitized,
+    /// Its gatekeeper, in brackets: `[fixture]`.
+    pub server: Sanitized,
+    /// Its kind's label (`«write_note»`), or `(none: always manual)`.
+    pub kind: Sanitized,
+    /// Its title, as a label.
+    pub title: Sanitized,
+    /// When it was staged.
+    pub created_at: Timestamp,
+    /// The state, in the batch's words (`pending`, `failed, retryable`).
+    pub state: Sanitized,
+    /// What a person should know before deciding, one short phrase each: a rejected
+    /// dependency, an outcome that is unknown, an earlier action it is held behind.
+    pub flags: Vec<Sanitized>,
+    /// Whether a rule would apply it (`rule: on`, `rule: off, its kind may be allowed`).
+    pub rule: Sanitized,
+    /// Whether a person may enable a rule for its kind from here: the driver marked it
+    /// auto-approvable, it has a kind, and no rejected dependency holds it.
+    pub kind_allowable: bool,
+    /// The approval prompt, exactly as [`render_action`] renders it.
+    pub prompt: Sanitized,
+}
+
+/// The open actions as rows of a review screen, in ascending id; entries that are not
+/// actions are left out.
+///
+/// Linear in the number of actions: the earlier action each is held behind is found in one
+/// pass per gatekeeper, as the drain would meet them.
+pub fn queue_rows(open: &[LedgerEntry], rules: &[AutoApprovalRule]) -> Vec<QueueRow> {
+    let mut sorted: Vec<&LedgerEntry> = open.iter().filter(|e| e.action().is_some()).collect();
+    sorted.sort_by_key(|e| e.id);
+    // Per gatekeeper, the first action so far that the drain cannot apply on its own.
+    let mut gates: HashMap<&str, LedgerId> = HashMap::new();
+    sorted
+        .into_iter()
+        .map(|entry| {
+            let action = entry.action().expect("filtered to actions");
+            let gate = gates.get(&*entry.gatekeeper).copied();
+            let ruled = eligible(entry, rules);
+            if !ruled {
+                gates.entry(&entry.gatekeeper).or_insert(entry.id);
+            }
+            let mut flags = Vec::new();
+            if let Some(root) = action.blocked_by {
+                flags.push(ours(format!(
+                    "depends on {root}, rejected, failed or reverted"
+                )));
+            }
+            if action
+                .failure
+                .as_ref()
+                .is_some_and(|f| f.kind == FailureKind::OutcomeUnknown && !f.retryable)
+            {
+                flags.push(ours("outcome unknown: check the service"));
+            }
+            if let Some(gate) = gate.filter(|_| ruled) {
+                flags.push(ours(format!("held behind {gate}")));
+            }
+            QueueRow {
+                id: entry.id,
+                agent: name(&entry.caller),
+                server: bracketed(&entry.gatekeeper),
+                kind: match &action.description.action_kind {
+                    Some(kind) => name(&kind.label),
+                    None => ours("(none: always manual)"),
+                },
+                title: name(entry.title()),
+                created_at: entry.created_at,
+                state: state_label(action),
+                flags,
+                rule: rule_word(entry, action, rules),
+                kind_allowable: action.description.auto_approvable
+                    && action.description.action_kind.is_some()
+                    && action.blocked_by.is_none(),
+                prompt: render_action(entry, rules).expect("an action"),
+            }
+        })
+        .collect()
 }

@@ -1,0 +1,135 @@
+//! The person's socket's structured answer for the review screen (`gate review`): every open
+//! action as a row, with its approval prompt, as JSON.
+//!
+//! Every string in a row was rendered by the shell crate ([`shell::queue_rows`]) from
+//! sanitized pieces, so the screen only lays it out.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use kernel::{AutoApprovalRule, LedgerEntry, LedgerId};
+
+use prompt_sanitize::{MAX_DESCRIPTION_CHARS, Sanitized, neutralize_controls, plain_inline};
+use serde::{Deserialize, Serialize};
+
+use crate::control::{self, ControlError, Request};
+use crate::gateway::Gateway;
+
+/// The open work, as the review screen shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Queue {
+    /// Every open action, in ascending id.
+    pub rows: Vec<Row>,
+}
+
+/// One open action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Row {
+    /// The ledger id.
+    pub id: u64,
+    /// The agent that staged it, as a label (`«coder»`).
+    pub agent: String,
+    /// Its server, in brackets (`[fixture]`).
+    pub server: String,
+    /// Its kind, as a label, or the words saying it has none.
+    pub kind: String,
+    /// Its title, as a label.
+    pub title: String,
+    /// When it was staged.
+    pub staged_at: String,
+    /// Its state, in words.
+    pub state: String,
+    /// What the person should know before deciding (a rejected dependency, an unknown
+    /// outcome, an earlier action it is held behind, a locked-down agent).
+    pub flags: Vec<String>,
+    /// Whether a rule would apply it, in words.
+    pub rule: String,
+    /// How to take a rule for its kind back, when one may be enabled from the screen:
+    /// `None` when its kind cannot be allowed as a whole.
+    pub revoke: Option<String>,
+    /// The approval prompt, exactly as the shell renders it.
+    pub prompt: String,
+}
+
+/// Whether `text` can stand in a shell command unquoted.
+fn shell_word(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '%' | '~'))
+}
+
+/// The command that removes a rule for `kind_tag` on `server`, when both are plain words;
+/// otherwise a pointer to the list of rules, where the person finds them.
+fn revoke_command(server: &str, kind_tag: &str) -> Sanitized {
+    if shell_word(server) && shell_word(kind_tag) {
+        neutralize_controls(&format!("gate rules remove {server} {kind_tag}"))
+    } else {
+        Sanitized::literal("gate rules list, then gate rules remove with its server and kind")
+    }
+}
+
+/// The open work of `gateway` now.
+pub fn snapshot(gateway: &Gateway) -> Result<Queue, kernel::DecisionError> {
+    let overseer = gateway.overseer();
+    let open = overseer.open_actions()?;
+    let rules = overseer.rules()?;
+    Ok(rows(&open, &rules, |agent| gateway.lockdown_of(agent)))
+}
+
+/// The rows of the open actions `open` under `rules`, rendered by the shell crate;
+/// `lockdown` says why an agent is locked down, if it is.
+pub fn rows(
+    open: &[LedgerEntry],
+    rules: &[AutoApprovalRule],
+    lockdown: impl Fn(&str) -> Option<String>,
+) -> Queue {
+    let entries: HashMap<LedgerId, &LedgerEntry> = open.iter().map(|e| (e.id, e)).collect();
+    let rows = shell::queue_rows(open, rules)
+        .into_iter()
+        .map(|row| {
+            let entry = entries[&row.id];
+            let mut flags: Vec<String> =
+                row.flags.into_iter().map(Sanitized::into_string).collect();
+            if let Some(why) = lockdown(&entry.caller) {
+                flags.push(format!(
+                    "agent locked down because {}: you may only reject",
+                    plain_inline(&why, MAX_DESCRIPTION_CHARS)
+                ));
+            }
+            let kind_tag = entry
+                .action()
+                .and_then(|a| a.description.action_kind.as_ref())
+                .map(|k| k.tag.as_str());
+            Row {
+                id: row.id.0,
+                agent: row.agent.into_string(),
+                server: row.server.into_string(),
+                kind: row.kind.into_string(),
+                title: row.title.into_string(),
+                staged_at: row.created_at.to_string(),
+                state: row.state.into_string(),
+                flags,
+                rule: row.rule.into_string(),
+                revoke: kind_tag
+                    .filter(|_| row.kind_allowable)
+                    .map(|tag| revoke_command(&entry.gatekeeper, tag).into_string()),
+                prompt: row.prompt.into_string(),
+            }
+        })
+        .collect();
+    Queue { rows }
+}
+
+/// Ask the daemon whose socket is `path` for its open work.
+pub fn fetch(path: &Path) -> Result<Queue, ControlError> {
+    let response = control::request(path, &Request::Queue)?;
+    let unreachable = |message: String| ControlError::Unreachable {
+        path: path.display().to_string(),
+        message,
+    };
+    if !response.ok {
+        return Err(unreachable(response.text));
+    }
+    serde_json::from_str(&response.text).map_err(|e| unreachable(format!("unreadable queue: {e}")))
+}

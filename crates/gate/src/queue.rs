@@ -74,7 +74,29 @@ pub fn snapshot(gateway: &Gateway) -> Result<Queue, kernel::DecisionError> {
     let overseer = gateway.overseer();
     let open = overseer.open_actions()?;
     let rules = overseer.rules()?;
-    Ok(rows(&open, &rules, |agent| gateway.lockdown_of(agent)))
+    let mut queue = rows(&open, &rules, |agent| gateway.lockdown_of(agent));
+    let now = overseer.now();
+    for row in &mut queue.rows {
+        let expires = open
+            .iter()
+            .find(|e| e.id.0 == row.id)
+            .and_then(|e| overseer.expires_at(e));
+        if let Some(at) = expires {
+            row.flags.push(expiry_flag(at.saturating_sub(now)));
+        }
+    }
+    Ok(queue)
+}
+
+/// How long until a pending action expires, as a flag: `expires in 3 h 20 min`.
+pub fn expiry_flag(left_ms: u64) -> String {
+    let minutes = left_ms.div_ceil(60_000);
+    let text = match (minutes / 60, minutes % 60) {
+        (0, m) => format!("{m} min"),
+        (h, 0) => format!("{h} h"),
+        (h, m) => format!("{h} h {m} min"),
+    };
+    format!("expires in {text} (nothing is sent if nobody decides)")
 }
 
 /// The rows of the open actions `open` under `rules`, rendered by the shell crate;
@@ -132,4 +154,29 @@ pub fn fetch(path: &Path) -> Result<Queue, ControlError> {
         return Err(unreachable(response.text));
     }
     serde_json::from_str(&response.text).map_err(|e| unreachable(format!("unreadable queue: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expiry_flag;
+
+    #[test]
+    fn the_expiry_flag_rounds_up_to_the_minute() {
+        assert_eq!(
+            expiry_flag(86_400_000),
+            "expires in 24 h (nothing is sent if nobody decides)"
+        );
+        assert_eq!(
+            expiry_flag(3_600_001),
+            "expires in 1 h 1 min (nothing is sent if nobody decides)"
+        );
+        assert_eq!(
+            expiry_flag(59_000),
+            "expires in 1 min (nothing is sent if nobody decides)"
+        );
+        assert_eq!(
+            expiry_flag(0),
+            "expires in 0 min (nothing is sent if nobody decides)"
+        );
+    }
 }

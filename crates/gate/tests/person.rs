@@ -619,3 +619,32 @@ async fn call_as<H: rmcp::ClientHandler>(
         .await
         .unwrap_or_else(|e| panic!("{tool}: {e}"))
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_review_queue_says_when_a_pending_action_expires() {
+    let mut gate = Gate::start("expiry-flag");
+    gate.reconfigure(|text| {
+        text.replacen(
+            "trust = \"byo\"\n",
+            "trust = \"byo\"\npending_ttl_seconds = 86400\n",
+            1,
+        )
+    });
+    let coder = gate.agent(CODER_TOKEN).await;
+    let id = action_id(&text(
+        &call(&coder, "fixture__write_note", json!({"text": "tomorrow"})).await,
+    ));
+    let answer = raw_request(&gate, &json!({"command": "queue"}).to_string());
+    assert_eq!(answer["ok"], true, "{answer}");
+    let queue: Value = serde_json::from_str(answer["text"].as_str().expect("rows as text"))
+        .expect("the queue is JSON");
+    let row = queue["rows"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["id"] == id))
+        .unwrap_or_else(|| panic!("#{id} is in the queue: {queue}"));
+    let flags = row["flags"].to_string();
+    assert!(
+        flags.contains("expires in 24 h") || flags.contains("expires in 23 h 59 min"),
+        "{flags}"
+    );
+}

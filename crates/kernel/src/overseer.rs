@@ -487,6 +487,28 @@ impl Overseer {
         }
     }
 
+    /// When pending action `entry` expires (milliseconds since the Unix epoch, as the
+    /// kernel's clock counts), or `None` if it is not pending or its gatekeeper has no
+    /// time to live.
+    pub fn expires_at(&self, entry: &LedgerEntry) -> Option<u64> {
+        let action = entry.action()?;
+        if action.state != ActionState::Pending {
+            return None;
+        }
+        let table = self.inner.ttl.read().unwrap_or_else(|p| p.into_inner());
+        let ttl = table
+            .per_gatekeeper
+            .get(&*entry.gatekeeper)
+            .copied()
+            .or(table.default)?;
+        Some(entry.created_at.0.saturating_add(ttl))
+    }
+
+    /// The kernel's time now (milliseconds since the Unix epoch).
+    pub fn now(&self) -> u64 {
+        self.inner.clock.now().0
+    }
+
     /// Expire every pending action whose time to live has passed, and return their ids
     /// in ascending order. Actions being decided right now are left to that decision
     /// (which checks the time to live itself). A gatekeeper with a rule is drained

@@ -393,6 +393,19 @@ impl Database {
         rx.recv().unwrap_or(Err(StoreError::Closed))
     }
 
+    /// Hand `work` to a worker connection and return where its answer will arrive, for
+    /// work that talks with the caller while it runs.
+    pub(crate) fn call_later<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<Receiver<Result<R, StoreError>>, StoreError> {
+        let (tx, rx) = sync_channel(1);
+        self.submit(Box::new(move |worker: &mut Worker| {
+            let _ = tx.send(worker.run(work));
+        }))?;
+        Ok(rx)
+    }
+
     /// Run `work` on a worker connection and await its answer.
     pub(crate) async fn call_async<R: Send + 'static>(
         &self,
@@ -442,29 +455,40 @@ impl Database {
         })
     }
 
-    /// Try to take the drain lease of `gatekeeper`: a session-level advisory lock held by
-    /// a connection of its own until the returned lease is dropped. `None` when another
-    /// daemon holds it.
-    pub fn try_drain_lease(&self, gatekeeper: &str) -> Result<Option<DrainLease>, StoreError> {
+    /// Wait for the drain lease of `gatekeeper`: a session-level advisory lock taken by a
+    /// connection of its own (on a thread of its own, so no runtime thread waits), held
+    /// until the returned lease is dropped or the daemon dies.
+    pub fn drain_lease(&self, gatekeeper: &str) -> kernel::DrainLeaseFuture {
         let key = lease_key(gatekeeper);
-        self.inner.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-        off_runtime(|| {
-            let mut client = connect(&self.inner.url, &self.inner.shown)?;
-            let held: bool = client
-                .query_one(
-                    "SELECT pg_try_advisory_lock($1, $2)",
-                    &[&LEDGER_LOCKS, &key],
-                )
-                .map_err(|e| sql_error(&e))?
-                .get(0);
-            if !held {
-                // Closed here, off the caller's runtime.
-                drop(client);
-                return Ok(None);
+        let url = self.inner.url.clone();
+        let shown = self.inner.shown.clone();
+        let stats = self.inner.stats.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("gate-pg-lease".into())
+            .spawn(move || {
+                let taken = (|| -> Result<DrainLease, StoreError> {
+                    let mut client = connect(&url, &shown)?;
+                    stats.round_trips.fetch_add(1, Ordering::Relaxed);
+                    client
+                        .execute("SELECT pg_advisory_lock($1, $2)", &[&LEDGER_LOCKS, &key])
+                        .map_err(|e| sql_error(&e))?;
+                    Ok(DrainLease {
+                        client: Some(client),
+                    })
+                })();
+                // If nobody waits any more, the lease is dropped (released) right here.
+                let _ = tx.send(taken);
+            });
+        Box::pin(async move {
+            spawned.map_err(|e| {
+                kernel::StorageError(format!("cannot wait for the drain lease: {e}"))
+            })?;
+            match rx.await {
+                Ok(Ok(lease)) => Ok(Box::new(lease) as kernel::DrainLease),
+                Ok(Err(error)) => Err(kernel::StorageError(error.to_string())),
+                Err(_) => Err(kernel::StorageError("the drain lease was not taken".into())),
             }
-            Ok(Some(DrainLease {
-                client: Some(client),
-            }))
         })
     }
 }
@@ -503,7 +527,8 @@ impl std::fmt::Debug for DrainLease {
 
 impl Drop for DrainLease {
     fn drop(&mut self) {
-        // The client must be closed outside any async runtime: hand it to a thread.
+        // The client must be closed outside any async runtime: hand it to a thread. The
+        // lease ends when its connection does.
         if let Some(client) = self.client.take() {
             let _ = std::thread::Builder::new()
                 .name("gate-pg-lease".into())

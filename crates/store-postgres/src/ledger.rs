@@ -24,6 +24,7 @@ use postgres::Row;
 
 use crate::db::{Database, Link};
 use crate::error::StoreError;
+use crate::schema::LEDGER_LOCKS;
 
 /// The kernel's ledger, rules and lockdown latch in a [`Database`].
 #[derive(Debug, Clone)]
@@ -293,6 +294,90 @@ const RECORD_ATTEMPT: &str = "UPDATE ledger SET resolved_by = $2, auto_approved 
        AND CASE WHEN deciding_session IS NULL OR deciding_session = $6 THEN true
            ELSE NOT gate_session_alive(deciding_session) END";
 
+/// Take the insert lock (`$1`, 0), held to the commit, then the next id.
+const NEXT_ID: &str =
+    "SELECT nextval('ledger_ids') FROM (SELECT pg_advisory_xact_lock($1, 0)) AS locked";
+
+/// A new entry's row, built on the caller's thread and written by a worker.
+#[derive(Clone)]
+enum Row0 {
+    Observation {
+        gatekeeper: String,
+        caller: String,
+        created_at: i64,
+        json: String,
+    },
+    Action {
+        gatekeeper: String,
+        caller: String,
+        created_at: i64,
+        json: String,
+        driver_id: i64,
+        depends_on: String,
+        moving: Arc<Moving>,
+    },
+}
+
+impl Row0 {
+    fn of(entry: &LedgerEntry) -> Result<Self, StoreError> {
+        let gatekeeper = entry.gatekeeper.to_string();
+        let caller = entry.caller.to_string();
+        let created_at = i64_of(entry.created_at.0);
+        Ok(match &entry.body {
+            EntryBody::Observation(observation) => Self::Observation {
+                gatekeeper,
+                caller,
+                created_at,
+                json: encode(observation, entry.id)?,
+            },
+            EntryBody::Action(action) => {
+                let ids: Vec<u64> = action.depends_on.iter().map(|id| id.0).collect();
+                Self::Action {
+                    gatekeeper,
+                    caller,
+                    created_at,
+                    json: encode(&*action.description, entry.id)?,
+                    driver_id: i64_of(action.driver_id.0),
+                    depends_on: serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned()),
+                    moving: Arc::new(Moving::of(action)),
+                }
+            }
+        })
+    }
+
+    fn write(&self, link: &mut Link<'_>, id: i64) -> Result<(), StoreError> {
+        match self {
+            Self::Observation {
+                gatekeeper,
+                caller,
+                created_at,
+                json,
+            } => link
+                .execute(
+                    INSERT_OBSERVATION,
+                    &[&id, gatekeeper, caller, created_at, json],
+                )
+                .map_err(sql)?,
+            Self::Action {
+                gatekeeper,
+                caller,
+                created_at,
+                json,
+                driver_id,
+                depends_on,
+                moving,
+            } => {
+                let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
+                    &id, gatekeeper, caller, created_at, json, driver_id, depends_on,
+                ];
+                params.extend(moving.params());
+                link.execute(INSERT_ACTION, &params).map_err(sql)?
+            }
+        };
+        Ok(())
+    }
+}
+
 const KIND_OF: &str = "SELECT kind, deciding_session, gate_session_alive(deciding_session)
      FROM ledger WHERE id = $1";
 
@@ -380,65 +465,54 @@ impl LedgerStore for PostgresLedger {
         &self,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
     ) -> Result<LedgerId, StorageError> {
-        // The id is taken first (the entry is built here, on the caller's thread), then
-        // the entry is written in one statement. A failure between the two leaves a gap,
-        // never a reused id.
-        let next: i64 = self
+        // One transaction takes the insert lock and the next id, hands the id here, where
+        // the entry is built (on the caller's thread), and writes it. Inserts of every
+        // daemon wait for that lock, so ids become visible in ascending order: a reader
+        // never sees id n + 1 before n (the drain applies in id order).
+        let (id_tx, id_rx) = std::sync::mpsc::sync_channel::<i64>(1);
+        let (entry_tx, entry_rx) = std::sync::mpsc::sync_channel::<Option<Row0>>(1);
+        let done = self
             .db
-            .call(|link| {
-                Ok(link
-                    .query_one("SELECT nextval('ledger_ids')", &[])
-                    .map_err(sql)?
-                    .get(0))
+            .call_later(move |link| {
+                link.transaction(|link| {
+                    let next: i64 = link
+                        .query_one(NEXT_ID, &[&LEDGER_LOCKS])
+                        .map_err(sql)?
+                        .get(0);
+                    let _ = id_tx.send(next);
+                    let Ok(Some(row)) = entry_rx.recv() else {
+                        return Err(StoreError::Missing("the entry was not built".into()));
+                    };
+                    row.write(link, next)
+                })
             })
             .map_err(port)?;
+        let next = match id_rx.recv() {
+            Ok(next) => next,
+            // The transaction failed before it had an id: its answer says why.
+            Err(_) => {
+                return Err(port(
+                    done.recv()
+                        .unwrap_or(Err(StoreError::Closed))
+                        .err()
+                        .unwrap_or(StoreError::Closed),
+                ));
+            }
+        };
         let id = LedgerId(u64_of(next, "ledger id").map_err(port)?);
         let entry = make(id);
-        if entry.id != id {
-            return Err(StorageError(format!(
+        let row = if entry.id == id {
+            Row0::of(&entry).map_err(port)
+        } else {
+            Err(StorageError(format!(
                 "entry built for {id} carries id {}",
                 entry.id
-            )));
-        }
-        let gatekeeper = entry.gatekeeper.to_string();
-        let caller = entry.caller.to_string();
-        let created_at = i64_of(entry.created_at.0);
-        match &entry.body {
-            EntryBody::Observation(observation) => {
-                let json = encode(observation, id).map_err(port)?;
-                self.db
-                    .call(move |link| {
-                        link.execute(
-                            INSERT_OBSERVATION,
-                            &[&next, &gatekeeper, &caller, &created_at, &json],
-                        )
-                        .map_err(sql)
-                    })
-                    .map_err(port)?;
-            }
-            EntryBody::Action(action) => {
-                let json = encode(&*action.description, id).map_err(port)?;
-                let driver_id = i64_of(action.driver_id.0);
-                let ids: Vec<u64> = action.depends_on.iter().map(|id| id.0).collect();
-                let depends_on = serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned());
-                let moving = Moving::of(action);
-                self.db
-                    .call(move |link| {
-                        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
-                            &next,
-                            &gatekeeper,
-                            &caller,
-                            &created_at,
-                            &json,
-                            &driver_id,
-                            &depends_on,
-                        ];
-                        params.extend(moving.params());
-                        link.execute(INSERT_ACTION, &params).map_err(sql)
-                    })
-                    .map_err(port)?;
-            }
-        }
+            )))
+        };
+        let _ = entry_tx.send(row.as_ref().ok().cloned());
+        let written = done.recv().unwrap_or(Err(StoreError::Closed));
+        row?;
+        written.map_err(port)?;
         Ok(id)
     }
 
@@ -606,5 +680,9 @@ impl LedgerStore for PostgresLedger {
         self.db
             .call(|link| Ok(link.query_one(LOCKED_DOWN, &[]).map_err(sql)?.get(0)))
             .map_err(port)
+    }
+
+    fn drain_lease(&self, gatekeeper: &str) -> kernel::DrainLeaseFuture {
+        self.db.drain_lease(gatekeeper)
     }
 }

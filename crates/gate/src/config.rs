@@ -96,12 +96,16 @@ pub struct Config {
     pub servers: Vec<ServerConfig>,
     /// Agents, in file order.
     pub agents: Vec<AgentConfig>,
+    /// A PostgreSQL database shared by a team's daemons (`db = "postgres://…"`); `None`:
+    /// the SQLite file in the data directory.
+    pub db: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<Spanned<String>>,
+    db: Option<Spanned<String>>,
     #[serde(default, rename = "server")]
     servers: Vec<RawServer>,
     #[serde(default, rename = "agent")]
@@ -417,12 +421,30 @@ impl Config {
             });
         }
 
+        let db = match &raw.db {
+            None => None,
+            Some(db) => Some(check_db_url(db.get_ref()).map_err(|message| check.at(db, message))?),
+        };
+
         Ok(Self {
             path: path.to_owned(),
             listen,
             servers,
             agents,
+            db,
         })
+    }
+}
+
+/// Check a database URL (`db` in the file, `gate serve --db`): only PostgreSQL URLs name
+/// a shared database; the default SQLite file needs no setting.
+pub fn check_db_url(url: &str) -> Result<String, String> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(url.to_owned())
+    } else {
+        Err(
+            "db must be a PostgreSQL URL such as \"postgres://gate@db.example:5432/gate\"; leave it out to keep the ledger in the SQLite file of the data directory".to_owned(),
+        )
     }
 }
 
@@ -437,6 +459,10 @@ pub const EXAMPLE: &str = r#"# gate.toml: what the gate sits in front of, and wh
 
 # Where agents reach the gate over MCP (streamable HTTP). Loopback only.
 listen = "127.0.0.1:7431"
+
+# A team's gate: several daemons share one PostgreSQL database (one queue, one ledger).
+# Leave it out to keep the ledger in a SQLite file in the data directory.
+# db = "postgres://gate@db.example:5432/gate"
 
 # A downstream MCP server, started as a child process speaking MCP on stdio.
 # Its tools reach agents as `files__<tool>`.

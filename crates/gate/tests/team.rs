@@ -33,6 +33,10 @@ struct Team {
 
 impl Team {
     fn new(name: &str) -> Self {
+        Self::on(name, Cluster::shared())
+    }
+
+    fn on(name: &str, cluster: &Cluster) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "gate-team-{}-{}-{name}",
@@ -45,7 +49,7 @@ impl Team {
         Self {
             dir,
             log,
-            db: Cluster::shared().fresh_database(),
+            db: cluster.fresh_database(),
         }
     }
 
@@ -373,4 +377,191 @@ async fn a_database_url_that_is_not_postgres_is_refused_with_what_to_write() {
     assert!(!output.status.success());
     let text = stdout(&output);
     assert!(text.contains("must be a PostgreSQL URL"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_database_unreachable_the_agent_is_refused_and_nothing_is_staged_or_sent() {
+    let cluster = Cluster::start().unwrap_or_else(|error| panic!("{error}"));
+    let team = Team::on("unreachable", &cluster);
+    let a = team.daemon("a", false);
+    let coder = a.agent().await;
+    let first = action_id(&call(&coder, "fixture__write_note", json!({"text": "one"})).await);
+
+    cluster.stop();
+    let refused = call(&coder, "fixture__write_note", json!({"text": "two"})).await;
+    assert!(
+        refused.contains("cannot be reached"),
+        "the agent is told the gate's database is unreachable: {refused}"
+    );
+    assert!(
+        refused.contains("nothing was recorded or sent"),
+        "nothing is reported as staged: {refused}"
+    );
+    let pending = a.person("ana", &["pending"]);
+    assert!(!pending.status.success());
+    assert!(
+        stdout(&pending).contains("check that PostgreSQL is running"),
+        "the person is told what to check: {}",
+        stdout(&pending)
+    );
+
+    // The database comes back: the daemon connects again by itself.
+    cluster.restart().unwrap_or_else(|error| panic!("{error}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let staged = loop {
+        let answer = call(&coder, "fixture__write_note", json!({"text": "three"})).await;
+        if answer.contains("Nothing has been sent") {
+            break answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never reconnected: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let third = action_id(&staged);
+    let pending = stdout(&a.person("ana", &["pending"]));
+    assert!(pending.contains(&format!("#{first} ")), "{pending}");
+    assert!(pending.contains(&format!("#{third} ")), "{pending}");
+    assert_eq!(
+        pending.matches("pending  [fixture]").count(),
+        2,
+        "only what was stored is staged: {pending}"
+    );
+    assert!(team.deliveries().is_empty(), "nothing was sent");
+}
+
+/// A call that may fail (its daemon was killed): the answer, or `None`.
+async fn try_call(
+    agent: &RunningService<RoleClient, ()>,
+    tool: &str,
+    args: Value,
+) -> Option<String> {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    let result = agent
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .ok()?;
+    Some(
+        result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_inside_a_drain_loses_nothing_and_duplicates_nothing() {
+    const EACH: usize = 20;
+    let team = Team::new("drain-kill");
+    let mut a = team.daemon("a", false);
+    let b = team.daemon("b", true);
+    let coder_a = a.agent().await;
+    let coder_b = b.agent().await;
+    // A person enables the rule through A: tag_note is auto-approvable on a vetted server.
+    let first = action_id(&call(&coder_a, "fixture__tag_note", json!({"tag": "a0"})).await);
+    let rule = a.person("carol", &["approve", "--all-of-kind", &first.to_string()]);
+    assert!(rule.status.success(), "{}", stdout(&rule));
+
+    let mut staged = vec![first.to_string()];
+    let mut killed = false;
+    for n in 1..=EACH {
+        if let Some(answer) = try_call(
+            &coder_a,
+            "fixture__tag_note",
+            json!({"tag": format!("a{n}")}),
+        )
+        .await
+            && answer.contains("action ")
+        {
+            staged.push(action_id(&answer).to_string());
+        }
+        let answer = call(
+            &coder_b,
+            "fixture__tag_note",
+            json!({"tag": format!("b{n}")}),
+        )
+        .await;
+        staged.push(action_id(&answer).to_string());
+        if n == EACH / 2 {
+            // Kill A while its drain may be anywhere: at a claim, after a send.
+            a.kill();
+            killed = true;
+        }
+    }
+    assert!(killed);
+
+    // B, running all along, settles what A left and drains the rest.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let db = store_postgres::Database::open(&team.db).expect("the team's database opens");
+    loop {
+        let open = db
+            .query_text(
+                "SELECT count(*) FROM ledger WHERE kind = 'action'
+                   AND (state = 'pending' OR (state = 'failed' AND failure_retryable))",
+            )
+            .expect("the ledger reads");
+        if open[0][0].as_deref() == Some("0") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "actions left waiting: {:?}",
+            open[0][0]
+        );
+        // A submission through B wakes its drain as an agent's would.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let deliveries = team.deliveries();
+    let mut unique = deliveries.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        deliveries.len(),
+        "0 duplicates: {deliveries:?}"
+    );
+    let rows = db
+        .query_text(
+            "SELECT id, state, resolved_by, failure_kind, description_json::jsonb ->> 'title'
+             FROM ledger WHERE kind = 'action' ORDER BY id",
+        )
+        .expect("the ledger reads");
+    assert_eq!(
+        rows.len(),
+        staged.len(),
+        "0 lost: every staged action is in the ledger"
+    );
+    let mut approved = 0;
+    let mut unknown = 0;
+    for row in &rows {
+        match row[1].as_deref() {
+            Some("approved") => approved += 1,
+            Some("failed") => {
+                assert_eq!(row[3].as_deref(), Some("outcome_unknown"), "{row:?}");
+                unknown += 1;
+            }
+            other => panic!("#{:?} ended {other:?}", row[0]),
+        }
+        assert_eq!(
+            row[2].as_deref(),
+            Some("carol"),
+            "every decision names who decided: {row:?}"
+        );
+    }
+    assert!(
+        deliveries.len() >= approved && deliveries.len() <= approved + unknown,
+        "every approved action was delivered once, an unknown one at most once: {} deliveries, {approved} approved, {unknown} unknown",
+        deliveries.len()
+    );
+    println!(
+        "drain kill: {} staged, {} delivered, {approved} approved, {unknown} outcome unknown, 0 duplicates, 0 lost",
+        staged.len(),
+        deliveries.len()
+    );
 }

@@ -194,10 +194,16 @@ impl Worker {
         if self.client.as_ref().is_some_and(Client::is_closed) {
             self.client = None;
             self.statements.clear();
-            return result.and(Err(StoreError::Unreachable {
-                url: self.shown.to_string(),
-                detail: "the connection was lost".into(),
-            }));
+            if let Err(error) = result {
+                let detail = match error {
+                    StoreError::Sql { detail } => detail,
+                    other => other.to_string(),
+                };
+                return Err(StoreError::Unreachable {
+                    url: self.shown.to_string(),
+                    detail: format!("the connection was lost: {detail}"),
+                });
+            }
         }
         result.map_err(|error| match error {
             StoreError::Sql { detail } if detail.contains("connection closed") => {

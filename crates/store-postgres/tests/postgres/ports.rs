@@ -129,6 +129,7 @@ fn the_key_value_port_scans_in_byte_order_and_compares_and_sets_once() {
 async fn an_action_staged_approved_and_applied_through_the_real_stack_is_sent_once() {
     let (_, db) = fresh();
     let rig = Rig::new(db.clone()).await;
+    assert!(rig.gatekeeper.action_kind("createIssue").is_some());
     let outcome = rig.queue_issue("first").await;
     assert!(format!("{outcome:?}").contains("Pending"), "{outcome:?}");
     let open = rig.overseer.open_actions().unwrap();

@@ -181,6 +181,7 @@ pub fn catalog() -> Vec<gatekeeper_core::Tool> {
 /// The real stack on one database: kernel, gatekeeper-core's gatekeeper and session.
 pub struct Rig {
     pub overseer: kernel::Overseer,
+    pub gatekeeper: Arc<gatekeeper_core::ToolGatekeeper>,
     pub service: Arc<RecordingService>,
     pub session: gatekeeper_core::Session,
 }
@@ -213,6 +214,7 @@ impl Rig {
             .into_session();
         Self {
             overseer,
+            gatekeeper,
             service,
             session,
         }

@@ -147,8 +147,9 @@ async fn agents(rigs: &[support::Rig], per_agent: u64) {
                             .await
                         {
                             Ok(CallOutcome::Pending { .. }) => break,
+                            // The store is full: come back later, as an agent told so would.
                             Err(SessionError::Stage(StageError::TooManyOpen)) => {
-                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                tokio::time::sleep(Duration::from_millis(5)).await;
                             }
                             other => panic!("unexpected {other:?}"),
                         }
@@ -189,9 +190,8 @@ fn agents16(c: &mut Criterion) {
             .map(|db| rt.block_on(support::Rig::new(db.clone())))
             .collect();
         let kind = rigs[0].gatekeeper.action_kind("addLabel").unwrap().clone();
-        rigs[0]
-            .overseer
-            .enable_rule("issues", kind, "carol")
+        // Enabling a rule starts a drain: inside the runtime.
+        rt.block_on(async { rigs[0].overseer.enable_rule("issues", kind, "carol") })
             .unwrap();
         let label: &'static str = if daemons == 1 {
             "agents16/one_daemon"

@@ -246,7 +246,29 @@ struct Inner {
     session_thread: Mutex<Option<JoinHandle<()>>>,
     changes: tokio::sync::watch::Receiver<u64>,
     stats: Arc<Stats>,
+    leases: LeasePool,
 }
+
+/// Connections that held a drain lease and released it, kept for the next one (a
+/// connection costs several round trips to make).
+type LeasePool = Arc<Mutex<Vec<Kept>>>;
+
+/// A kept client, closed on a thread of its own when dropped, wherever the drop happens
+/// (closing it blocks on the client's own runtime).
+struct Kept(Option<Client>);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            let _ = std::thread::Builder::new()
+                .name("gate-pg-close".into())
+                .spawn(move || drop(client));
+        }
+    }
+}
+
+/// How many released lease connections are kept.
+const KEPT_LEASE_CONNECTIONS: usize = 4;
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -354,6 +376,7 @@ impl Database {
                 session_thread: Mutex::new(Some(session_thread)),
                 changes,
                 stats,
+                leases: LeasePool::default(),
             }),
         };
         db.recover()?;
@@ -469,18 +492,30 @@ impl Database {
         let url = self.inner.url.clone();
         let shown = self.inner.shown.clone();
         let stats = self.inner.stats.clone();
+        let pool = self.inner.leases.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("gate-pg-lease".into())
             .spawn(move || {
                 let taken = (|| -> Result<DrainLease, StoreError> {
-                    let mut client = connect(&url, &shown)?;
+                    let kept = pool
+                        .lock()
+                        .ok()
+                        .and_then(|mut pool| pool.pop())
+                        .and_then(|mut kept| kept.0.take());
+                    let mut client = match kept {
+                        Some(client) if !client.is_closed() => client,
+                        _ => connect(&url, &shown)?,
+                    };
                     stats.round_trips.fetch_add(1, Ordering::Relaxed);
                     client
                         .execute("SELECT pg_advisory_lock($1, $2)", &[&LEDGER_LOCKS, &key])
                         .map_err(|e| sql_error(&e))?;
                     Ok(DrainLease {
                         client: Some(client),
+                        key,
+                        pool: pool.clone(),
+                        stats: stats.clone(),
                     })
                 })();
                 // If nobody waits any more, the lease is dropped (released) right here.
@@ -523,6 +558,9 @@ fn lease_key(gatekeeper: &str) -> i32 {
 /// can be taken. Dropping it (or the daemon dying) releases it.
 pub struct DrainLease {
     client: Option<Client>,
+    key: i32,
+    pool: LeasePool,
+    stats: Arc<Stats>,
 }
 
 impl std::fmt::Debug for DrainLease {
@@ -533,12 +571,25 @@ impl std::fmt::Debug for DrainLease {
 
 impl Drop for DrainLease {
     fn drop(&mut self) {
-        // The client must be closed outside any async runtime: hand it to a thread. The
-        // lease ends when its connection does.
-        if let Some(client) = self.client.take() {
+        // The client must be used and closed outside any async runtime: hand it to a
+        // thread, which releases the lock and keeps the connection for the next lease (or
+        // closes it, which releases the lock as well).
+        if let Some(mut client) = self.client.take() {
+            let (key, pool, stats) = (self.key, self.pool.clone(), self.stats.clone());
             let _ = std::thread::Builder::new()
                 .name("gate-pg-lease".into())
-                .spawn(move || drop(client));
+                .spawn(move || {
+                    stats.round_trips.fetch_add(1, Ordering::Relaxed);
+                    let released = client
+                        .query_one("SELECT pg_advisory_unlock($1, $2)", &[&LEDGER_LOCKS, &key])
+                        .is_ok_and(|row| row.get::<_, bool>(0));
+                    if released
+                        && let Ok(mut pool) = pool.lock()
+                        && pool.len() < KEPT_LEASE_CONNECTIONS
+                    {
+                        pool.push(Kept(Some(client)));
+                    }
+                });
         }
     }
 }

@@ -480,6 +480,12 @@ async fn a_daemon_killed_inside_a_drain_loses_nothing_and_duplicates_nothing() {
         {
             staged.push(action_id(&answer).to_string());
         }
+        if n == EACH / 2 {
+            // Kill A while the drain its submission started may be anywhere: at the
+            // claim, in the server, after the send.
+            a.kill();
+            killed = true;
+        }
         let answer = call(
             &coder_b,
             "fixture__tag_note",
@@ -487,11 +493,6 @@ async fn a_daemon_killed_inside_a_drain_loses_nothing_and_duplicates_nothing() {
         )
         .await;
         staged.push(action_id(&answer).to_string());
-        if n == EACH / 2 {
-            // Kill A while its drain may be anywhere: at a claim, after a send.
-            a.kill();
-            killed = true;
-        }
     }
     assert!(killed);
 

@@ -566,3 +566,71 @@ async fn a_daemon_killed_inside_a_drain_loses_nothing_and_duplicates_nothing() {
         deliveries.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_held_up_by_a_dead_daemons_claim_goes_on_once_the_claim_is_settled() {
+    let team = Team::new("wake");
+    let mut a = team.daemon("a", false);
+    let b = team.daemon("b", true);
+    let coder_a = a.agent().await;
+    let coder_b = b.agent().await;
+    // The rule, enabled through B on a first tag.
+    let first = action_id(&call(&coder_b, "fixture__tag_note", json!({"tag": "t0"})).await);
+    let rule = b.person("carol", &["approve", "--all-of-kind", &first.to_string()]);
+    assert!(rule.status.success(), "{}", stdout(&rule));
+    // A person at A approves a call the server never answers: A holds it.
+    let hang = action_id(&call(&coder_a, "fixture__hang", json!({})).await);
+    let mut approve = a
+        .person_command("ana", &["approve", &hang.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gate approve starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !team.deliveries().iter().any(|d| d.starts_with("hang")) {
+        assert!(
+            Instant::now() < deadline,
+            "the server never received the call"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // An auto-approvable call staged through B waits behind it (the drain keeps id order).
+    let later = action_id(&call(&coder_b, "fixture__tag_note", json!({"tag": "t1"})).await);
+    assert!(later > hang);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !team.deliveries().iter().any(|d| d.contains("t1")),
+        "nothing passes a call still in flight: {:?}",
+        team.deliveries()
+    );
+
+    // A dies. B settles its claim and, with no new submission, drains what waited.
+    a.kill();
+    let _ = approve.wait();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !team.deliveries().iter().any(|d| d.contains("t1")) {
+        assert!(
+            Instant::now() < deadline,
+            "the drain never went on: {:?}",
+            team.deliveries()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        team.decided(&hang.to_string()),
+        (Some("ana".into()), Some("failed".into()))
+    );
+    assert_eq!(
+        team.decided(&later.to_string()),
+        (Some("carol".into()), Some("approved".into()))
+    );
+    let deliveries = team.deliveries();
+    let mut unique = deliveries.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        deliveries.len(),
+        "0 duplicates: {deliveries:?}"
+    );
+}

@@ -39,6 +39,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["kernel", "gatekeeper-core", "gatekeeper-confluence"],
     ),
     (
+        "store-postgres",
+        &["kernel", "gatekeeper-core", "gatekeeper-confluence"],
+    ),
+    (
         "lectures",
         &[
             "kernel",
@@ -58,6 +62,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gatekeeper-core",
             "gatekeeper-mcp",
             "shell",
+            "store-postgres",
             "store-sqlite",
         ],
     ),
@@ -71,6 +76,7 @@ const BANS: &[(&str, &[&str], &str)] = &[
         &[
             "rusqlite",
             "postcard",
+            "postgres",
             "reqwest",
             "hyper",
             "tokio-postgres",

@@ -122,12 +122,16 @@ pub struct Config {
     pub pending_ttl: Option<Duration>,
     /// What to run when new work waits, if anything.
     pub notify: Option<NotifyConfig>,
+    /// A PostgreSQL database shared by a team's daemons (`db = "postgres://…"`); `None`:
+    /// the SQLite file in the data directory.
+    pub db: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<Spanned<String>>,
+    db: Option<Spanned<String>>,
     #[serde(default, rename = "server")]
     servers: Vec<RawServer>,
     #[serde(default, rename = "agent")]
@@ -511,6 +515,12 @@ impl Config {
                 })
             }
         };
+
+        let db = match &raw.db {
+            None => None,
+            Some(db) => Some(check_db_url(db.get_ref()).map_err(|message| check.at(db, message))?),
+        };
+
         Ok(Self {
             path: path.to_owned(),
             listen,
@@ -518,7 +528,20 @@ impl Config {
             agents,
             pending_ttl: pending_ttl(&check, raw.pending_ttl_seconds.as_ref(), "")?,
             notify,
+            db,
         })
+    }
+}
+
+/// Check a database URL (`db` in the file, `gate serve --db`): only PostgreSQL URLs name
+/// a shared database; the default SQLite file needs no setting.
+pub fn check_db_url(url: &str) -> Result<String, String> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(url.to_owned())
+    } else {
+        Err(
+            "db must be a PostgreSQL URL such as \"postgres://gate@db.example:5432/gate\"; leave it out to keep the ledger in the SQLite file of the data directory".to_owned(),
+        )
     }
 }
 
@@ -545,6 +568,9 @@ listen = "127.0.0.1:7431"
 # command = "/usr/bin/notify-send"
 # args = ["gate"]
 # min_interval_seconds = 60
+# A team's gate: several daemons share one PostgreSQL database (one queue, one ledger).
+# Leave it out to keep the ledger in a SQLite file in the data directory.
+# db = "postgres://gate@db.example:5432/gate"
 
 # A downstream MCP server, started as a child process speaking MCP on stdio.
 # Its tools reach agents as `files__<tool>`.

@@ -1,4 +1,5 @@
-//! `gate serve`: wire one kernel, one MCP driver per downstream server and the SQLite store
+//! `gate serve`: wire one kernel, one MCP driver per downstream server and the store (the
+//! SQLite file in the data directory, or a PostgreSQL database a team's daemons share)
 //! into a gateway, then serve agents over HTTP and the person over the socket.
 //!
 //! Startup refuses, with what to do, anything it cannot honour: a server that does not
@@ -14,7 +15,6 @@ use std::time::Duration;
 
 use gatekeeper_mcp::{Endpoint, HttpEndpoint, McpServer, McpServerConfig};
 use kernel::{Clock, Overseer, SystemClock};
-use store_sqlite::Database;
 use tracing::{info, warn};
 
 use crate::config::{Config, ServerConfig, Transport};
@@ -24,6 +24,76 @@ use crate::http::{self, MCP_PATH, Tokens};
 use crate::lockdown::{Guarded, Latches};
 use crate::notify::Notifier;
 use crate::paths::{CATALOGS_DIR, DATABASE_FILE, WORKSPACES_DIR, socket_in};
+
+/// The store behind every port: one machine's SQLite file, or a team's PostgreSQL.
+#[derive(Clone)]
+enum Store {
+    Sqlite(store_sqlite::Database),
+    Postgres(store_postgres::Database),
+}
+
+impl Store {
+    /// Open the store: PostgreSQL when `db` names it, else the SQLite file in `data_dir`.
+    async fn open(db: Option<&str>, data_dir: &Path) -> Result<Self, StartError> {
+        match db {
+            Some(url) => {
+                let url = url.to_owned();
+                // Opening connects and may wait for another daemon's migration.
+                let opened =
+                    tokio::task::spawn_blocking(move || store_postgres::Database::open(&url))
+                        .await
+                        .map_err(|e| StartError(format!("could not open the database: {e}")))?;
+                opened
+                    .map(Store::Postgres)
+                    .map_err(|e| StartError(format!("could not open the team's database: {e}")))
+            }
+            None => store_sqlite::Database::open(data_dir.join(DATABASE_FILE))
+                .map(Store::Sqlite)
+                .map_err(|e| {
+                    StartError(format!(
+                        "could not open {}: {e}",
+                        data_dir.join(DATABASE_FILE).display()
+                    ))
+                }),
+        }
+    }
+
+    fn ledger(&self) -> Arc<dyn kernel::LedgerStore> {
+        match self {
+            Self::Sqlite(db) => db.ledger(),
+            Self::Postgres(db) => db.ledger(),
+        }
+    }
+
+    async fn action_store(
+        &self,
+        gatekeeper: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Result<gatekeeper_core::ActionStore, gatekeeper_core::StorageError> {
+        match self {
+            Self::Sqlite(db) => db.action_store(gatekeeper, clock).await,
+            Self::Postgres(db) => db.action_store(gatekeeper, clock).await,
+        }
+    }
+}
+
+/// Wake this daemon when another daemon on the same database changed something (or the
+/// connection was made again, since notifications sent meanwhile are lost): drain what
+/// became eligible, for example under a rule another daemon's person enabled. Drains
+/// take the database's lease, so one daemon at a time drains a gatekeeper.
+fn follow_changes(db: &store_postgres::Database, overseer: Overseer) {
+    let mut changes = db.changes();
+    tokio::spawn(async move {
+        while changes.changed().await.is_ok() {
+            // Coalesce a burst of notifications into one look.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            changes.borrow_and_update();
+            if let Err(error) = overseer.resume() {
+                warn!(%error, "store.changes: could not look for eligible work");
+            }
+        }
+    });
+}
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -99,16 +169,12 @@ fn endpoint(server: &ServerConfig, config: &Config) -> Result<Endpoint, StartErr
 }
 
 impl Daemon {
-    /// Open the store in `data_dir`, start every downstream server, build every agent's
-    /// view, and bind the agents' address and the person's socket.
+    /// Open the store (the configuration's `db`, or the SQLite file in `data_dir`), start
+    /// every downstream server, build every agent's view, and bind the agents' address
+    /// and the person's socket.
     pub async fn start(config: &Config, data_dir: &Path) -> Result<Self, StartError> {
         create_private_dir(data_dir)?;
-        let database = Database::open(data_dir.join(DATABASE_FILE)).map_err(|e| {
-            StartError(format!(
-                "could not open {}: {e}",
-                data_dir.join(DATABASE_FILE).display()
-            ))
-        })?;
+        let database = Store::open(config.db.as_deref(), data_dir).await?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let ledger = database.ledger();
         let overseer = Overseer::with_store(ledger.clone(), clock.clone());
@@ -219,6 +285,10 @@ impl Daemon {
             }
         }
         overseer.resume().map_err(|e| StartError(e.to_string()))?;
+        if let Store::Postgres(db) = &database {
+            follow_changes(db, overseer.clone());
+            info!(database = %db.shown_url(), session = db.session(), "store.postgres.ready");
+        }
 
         let mut views = Vec::new();
         for agent in &config.agents {
@@ -242,12 +312,11 @@ impl Daemon {
         if let Some(notify) = &config.notify {
             gateway = gateway.with_notifier(Notifier::start(notify.clone()));
         }
-        let gateway = Arc::new(
-            gateway
-                .with_catalogs(&catalogs)
-                .with_clock(clock.clone())
-                .with_database(database.clone()),
-        );
+        gateway = gateway.with_catalogs(&catalogs).with_clock(clock.clone());
+        if let Store::Sqlite(file) = &database {
+            gateway = gateway.with_database(file.clone());
+        }
+        let gateway = Arc::new(gateway);
         let recovered = gateway.recover_pending().await;
         if recovered > 0 {
             info!(recovered, "pending actions recovered from the ledger");

@@ -45,6 +45,10 @@ enum Command {
         /// Where the ledger and the socket live (default: $XDG_DATA_HOME/gate).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// A PostgreSQL database a team's daemons share (`postgres://user@host/name`),
+        /// instead of the SQLite file in the data directory; overrides `db` in the file.
+        #[arg(long)]
+        db: Option<String>,
     },
     /// A stdio MCP server for clients that launch their servers as subprocesses: it
     /// forwards to the running daemon as the named agent.
@@ -279,8 +283,17 @@ async fn shutdown_signal() {
     }
 }
 
-async fn serve(config: PathBuf, data_dir: PathBuf) -> anyhow::Result<()> {
-    let config = Config::load(&config)?;
+async fn serve(config: PathBuf, data_dir: PathBuf, db: Option<String>) -> anyhow::Result<()> {
+    let db = match db {
+        Some(db) => {
+            Some(gate::config::check_db_url(&db).map_err(|e| anyhow::anyhow!("--db: {e}"))?)
+        }
+        None => None,
+    };
+    let mut config = Config::load(&config)?;
+    if db.is_some() {
+        config.db = db;
+    }
     let daemon = Daemon::start(&config, &data_dir).await?;
     // Whoever started the daemon may stop reading its output: that is no reason to stop.
     let mut out = std::io::stdout();
@@ -322,7 +335,11 @@ fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Serve { config, data_dir } => {
+        Command::Serve {
+            config,
+            data_dir,
+            db,
+        } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
@@ -335,7 +352,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(serve(config, data_dir))
+                .block_on(serve(config, data_dir, db))
         }
         Command::Mcp { agent, config } => {
             // Stdout carries the MCP stream: logs go to stderr, warnings only.

@@ -32,4 +32,4 @@ pub use ledger::{
     LedgerId, Resolution, RevertRecord,
 };
 pub use overseer::{DecisionError, EXPIRY_DECIDER, Overseer, RejectReport, RevertReport};
-pub use store::{LedgerStore, MemoryLedger, StorageError};
+pub use store::{DrainLease, DrainLeaseFuture, LedgerStore, MemoryLedger, StorageError};

@@ -1229,6 +1229,19 @@ impl Inner {
             gatekeeper: &gatekeeper,
             finished: false,
         };
+        // Other processes sharing the store drain this gatekeeper one at a time: wait
+        // for them, then drain what is open by then (their submissions included).
+        let _lease = match self.store.drain_lease(&gatekeeper).await {
+            Ok(lease) => lease,
+            Err(error) => {
+                warn!(%error, "drain not started: its lease could not be taken");
+                if let Some(guard) = lock(&self.drains).get_mut(&gatekeeper) {
+                    guard.abandon();
+                }
+                run.finished = true;
+                return;
+            }
+        };
         let mut cause = first;
         loop {
             debug!(%cause, "drain pass");

@@ -9,6 +9,8 @@
 //! Overseer never holds a store call across an `.await`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::contract::DriverActionId;
@@ -18,6 +20,13 @@ use crate::ledger::{ActionEntry, AutoApprovalRule, EntryBody, LedgerEntry, Ledge
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("ledger storage failed: {0}")]
 pub struct StorageError(pub String);
+
+/// A held drain lease: while it lives, no other process sharing the store drains the
+/// same gatekeeper. Dropping it releases the lease.
+pub type DrainLease = Box<dyn std::any::Any + Send>;
+
+/// What [`LedgerStore::drain_lease`] returns: resolves once the lease is held.
+pub type DrainLeaseFuture = Pin<Box<dyn Future<Output = Result<DrainLease, StorageError>> + Send>>;
 
 /// Where the Overseer keeps what it must not forget.
 ///
@@ -81,6 +90,18 @@ pub trait LedgerStore: Send + Sync {
 
     /// Whether lockdown is latched.
     fn locked_down(&self) -> Result<bool, StorageError>;
+
+    /// Wait for the lease that lets one process at a time drain `gatekeeper`, for a store
+    /// that several processes (each with its own kernel) share: a drain holds it for all
+    /// its passes, so the auto-approval drain of one gatekeeper runs in one process at a
+    /// time, in id order. A drain that waits here still runs once the holder is done, so
+    /// work submitted through one process while another drains is not left waiting.
+    ///
+    /// The default holds nothing: a store used by one process needs no lease.
+    fn drain_lease(&self, gatekeeper: &str) -> DrainLeaseFuture {
+        let _ = gatekeeper;
+        Box::pin(std::future::ready(Ok(Box::new(()) as DrainLease)))
+    }
 }
 
 #[derive(Default)]

@@ -1,0 +1,644 @@
+//! A team's gate: two `gate serve` processes on one PostgreSQL database (a throwaway
+//! cluster these tests start), each in front of its own fixture MCP server process, both
+//! servers writing one delivery log. An agent stages through one daemon, people decide
+//! through either; deliveries are counted from the servers' log, not from the gate.
+
+#[path = "support/fixture.rs"]
+mod fixture;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use store_postgres::cluster::Cluster;
+
+use fixture::{fixture_binary, free_port};
+
+const CODER_TOKEN: &str = "coder-token-0123456789abcdef";
+
+/// A scratch directory with the shared delivery log, removed when dropped.
+/// Who the daemons record as deciding: the user running the tests, behind the socket.
+fn me() -> String {
+    gate::person::user_name(nix::unistd::getuid().as_raw())
+}
+
+struct Team {
+    dir: PathBuf,
+    log: PathBuf,
+    db: String,
+}
+
+impl Team {
+    fn new(name: &str) -> Self {
+        Self::on(name, Cluster::shared())
+    }
+
+    fn on(name: &str, cluster: &Cluster) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "gate-team-{}-{}-{name}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let log = dir.join("deliveries.log");
+        Self {
+            dir,
+            log,
+            db: cluster.fresh_database(),
+        }
+    }
+
+    /// Start daemon `name` on the team's database: the first through `db` in its file,
+    /// the others through `--db`.
+    fn daemon(&self, name: &str, through_flag: bool) -> Daemon {
+        let config = self.dir.join(format!("{name}.toml"));
+        let db_line = if through_flag {
+            String::new()
+        } else {
+            format!("db = {:?}\n", self.db)
+        };
+        std::fs::write(
+            &config,
+            format!(
+                r#"listen = "127.0.0.1:{port}"
+{db_line}
+[[server]]
+name = "fixture"
+command = {fixture:?}
+env = {{ MCP_FIXTURE_LOG = {log:?} }}
+trust = "vetted"
+
+[[agent]]
+name = "coder"
+token = "{CODER_TOKEN}"
+
+[[agent.grant]]
+server = "fixture"
+"#,
+                port = free_port(),
+                fixture = fixture_binary().to_string_lossy(),
+                log = self.log.to_string_lossy(),
+            ),
+        )
+        .expect("config written");
+        let data = self.dir.join(name);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gate"));
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped());
+        if through_flag {
+            command.arg("--db").arg(&self.db);
+        }
+        let mut child = command.spawn().expect("gate serve starts");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut first)
+            .expect("gate serve prints its address");
+        let url = first
+            .trim()
+            .strip_prefix("gate: agents at ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_owned();
+        Daemon { child, data, url }
+    }
+
+    /// Who the shared ledger says decided action `id`, and its state, read with SQL.
+    fn decided(&self, id: &str) -> (Option<String>, Option<String>) {
+        let db = store_postgres::Database::open(&self.db).expect("the team's database opens");
+        let rows = db
+            .query_text(&format!(
+                "SELECT resolved_by, state FROM ledger WHERE id = {}",
+                id.parse::<u64>().expect("an id")
+            ))
+            .expect("the ledger reads");
+        let row = rows.into_iter().next().expect("the entry exists");
+        (row[0].clone(), row[1].clone())
+    }
+
+    fn deliveries(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .map(|t| t.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Daemon {
+    child: Child,
+    data: PathBuf,
+    url: String,
+}
+
+impl Daemon {
+    async fn agent(&self) -> RunningService<RoleClient, ()> {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(self.url.clone())
+                .auth_header(CODER_TOKEN),
+        );
+        ().serve(transport).await.expect("the agent connects")
+    }
+
+    /// A person's command against this daemon, as `person`.
+    fn person(&self, person: &str, args: &[&str]) -> Output {
+        self.person_command(person, args)
+            .output()
+            .expect("gate runs")
+    }
+
+    /// `gate ARGS` against this daemon. `person` only tells the reader who is meant: the
+    /// daemon records the operating-system user behind its socket ([`me`]), whatever the
+    /// environment says.
+    fn person_command(&self, person: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gate"));
+        command
+            .args(args)
+            .arg("--data-dir")
+            .arg(&self.data)
+            .env("USER", person);
+        command
+    }
+
+    fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn call(agent: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> String {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    let result: CallToolResult = agent
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The action id in a staged answer.
+fn action_id(answer: &str) -> u64 {
+    let rest = answer
+        .split("action ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no action id in {answer:?}"));
+    rest.chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .expect("a number")
+}
+
+fn stdout(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn data_dir_exists(path: &Path) -> bool {
+    path.is_dir()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decision_made_through_the_other_daemon_is_applied_exactly_once() {
+    let team = Team::new("decide");
+    let a = team.daemon("a", false);
+    let b = team.daemon("b", true);
+    assert!(data_dir_exists(&a.data) && data_dir_exists(&b.data));
+    let coder = a.agent().await;
+    let id = action_id(&call(&coder, "fixture__write_note", json!({"text": "hi"})).await);
+
+    // One queue: the person at daemon B sees what the agent staged through A.
+    let pending = b.person("bob", &["pending"]);
+    assert!(pending.status.success(), "{pending:?}");
+    assert!(
+        stdout(&pending).contains(&format!("#{id}  pending  [fixture]")),
+        "{}",
+        stdout(&pending)
+    );
+    let approve = b.person("bob", &["approve", &id.to_string()]);
+    assert!(approve.status.success(), "{}", stdout(&approve));
+    assert_eq!(team.deliveries(), [r#"write_note {"text":"hi"}"#]);
+
+    // Through A: already decided; nothing is sent again.
+    let again = a.person("ana", &["approve", &id.to_string()]);
+    assert!(!again.status.success(), "{}", stdout(&again));
+    assert_eq!(team.deliveries().len(), 1, "delivered exactly once");
+    let outcome = call(&coder, "gate_action_result", json!({"action_id": id})).await;
+    assert!(outcome.contains("approved and sent"), "{outcome}");
+    assert_eq!(
+        team.decided(&id.to_string()),
+        (Some(me()), Some("approved".into())),
+        "the ledger names who decided"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn people_approving_the_same_actions_through_both_daemons_at_once_deliver_each_once() {
+    const ACTIONS: usize = 12;
+    let team = Team::new("race");
+    let a = team.daemon("a", false);
+    let b = team.daemon("b", true);
+    let coder_a = a.agent().await;
+    let coder_b = b.agent().await;
+    let mut ids = Vec::new();
+    for n in 0..ACTIONS {
+        let agent = if n % 2 == 0 { &coder_a } else { &coder_b };
+        let answer = call(
+            agent,
+            "fixture__write_note",
+            json!({"text": format!("note {n}")}),
+        )
+        .await;
+        ids.push(action_id(&answer).to_string());
+    }
+    let args: Vec<&str> = std::iter::once("approve")
+        .chain(ids.iter().map(String::as_str))
+        .collect();
+    let mut ana = a.person_command("ana", &args).spawn().expect("approve");
+    let mut bob = b.person_command("bob", &args).spawn().expect("approve");
+    let _ = ana.wait();
+    let _ = bob.wait();
+
+    let deliveries = team.deliveries();
+    let mut unique = deliveries.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        deliveries.len(),
+        "0 duplicates: {deliveries:?}"
+    );
+    assert_eq!(
+        deliveries.len(),
+        ACTIONS,
+        "every action delivered: {deliveries:?}"
+    );
+    for id in &ids {
+        let (by, state) = team.decided(id);
+        assert_eq!(state.as_deref(), Some("approved"), "#{id}");
+        assert!(
+            by.as_deref() == Some(me().as_str()),
+            "#{id} names its decider: {by:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_mid_apply_leaves_outcome_unknown_that_the_other_finds_without_a_restart() {
+    let team = Team::new("kill");
+    let mut a = team.daemon("a", false);
+    let b = team.daemon("b", true);
+    let coder = a.agent().await;
+    let id = action_id(&call(&coder, "fixture__hang", json!({})).await);
+    drop(coder);
+    // The person's approve through A waits for the apply, which the server never answers.
+    let mut approve = a
+        .person_command("ana", &["approve", &id.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gate approve starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while team.deliveries().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the server never received the call"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.kill();
+    let _ = approve.wait();
+
+    // B, which was running all along, finds the claim of the dead daemon.
+    let coder = b.agent().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let outcome = loop {
+        let outcome = call(&coder, "gate_action_result", json!({"action_id": id})).await;
+        if outcome.contains("may have reached the server") {
+            break outcome;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "daemon B never settled the dead daemon's claim: {outcome}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!outcome.contains("approved and sent"), "{outcome}");
+    let again = b.person("bob", &["approve", &id.to_string()]);
+    assert!(
+        !again.status.success(),
+        "a call that may have landed is final: {}",
+        stdout(&again)
+    );
+    assert_eq!(
+        team.decided(&id.to_string()),
+        (Some(me()), Some("failed".into())),
+        "it still names who decided"
+    );
+    assert_eq!(team.deliveries(), ["hang {}"], "0 duplicates");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_url_that_is_not_postgres_is_refused_with_what_to_write() {
+    let team = Team::new("bad-url");
+    let output = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(["serve", "--db", "mysql://x/y", "--data-dir"])
+        .arg(team.dir.join("data"))
+        .arg("--config")
+        .arg(team.dir.join("missing.toml"))
+        .output()
+        .expect("gate runs");
+    assert!(!output.status.success());
+    let text = stdout(&output);
+    assert!(text.contains("must be a PostgreSQL URL"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_database_unreachable_the_agent_is_refused_and_nothing_is_staged_or_sent() {
+    let cluster = Cluster::start().unwrap_or_else(|error| panic!("{error}"));
+    let team = Team::on("unreachable", &cluster);
+    let a = team.daemon("a", false);
+    let coder = a.agent().await;
+    let first = action_id(&call(&coder, "fixture__write_note", json!({"text": "one"})).await);
+
+    cluster.stop();
+    let refused = call(&coder, "fixture__write_note", json!({"text": "two"})).await;
+    assert!(
+        refused.contains("cannot be reached"),
+        "the agent is told the gate's database is unreachable: {refused}"
+    );
+    assert!(
+        refused.contains("nothing was recorded or sent"),
+        "nothing is reported as staged: {refused}"
+    );
+    let pending = a.person("ana", &["pending"]);
+    assert!(!pending.status.success());
+    assert!(
+        stdout(&pending).contains("check that PostgreSQL is running"),
+        "the person is told what to check: {}",
+        stdout(&pending)
+    );
+
+    // The database comes back: the daemon connects again by itself.
+    cluster.restart().unwrap_or_else(|error| panic!("{error}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let staged = loop {
+        let answer = call(&coder, "fixture__write_note", json!({"text": "three"})).await;
+        if answer.contains("Nothing has been sent") {
+            break answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never reconnected: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let third = action_id(&staged);
+    let pending = stdout(&a.person("ana", &["pending"]));
+    assert!(pending.contains(&format!("#{first} ")), "{pending}");
+    assert!(pending.contains(&format!("#{third} ")), "{pending}");
+    assert_eq!(
+        pending.matches("pending  [fixture]").count(),
+        2,
+        "only what was stored is staged: {pending}"
+    );
+    assert!(team.deliveries().is_empty(), "nothing was sent");
+}
+
+/// A call that may fail (its daemon was killed): the answer, or `None`.
+async fn try_call(
+    agent: &RunningService<RoleClient, ()>,
+    tool: &str,
+    args: Value,
+) -> Option<String> {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    let result = agent
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .ok()?;
+    Some(
+        result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_inside_a_drain_loses_nothing_and_duplicates_nothing() {
+    const EACH: usize = 20;
+    let team = Team::new("drain-kill");
+    let mut a = team.daemon("a", false);
+    let b = team.daemon("b", true);
+    let coder_a = a.agent().await;
+    let coder_b = b.agent().await;
+    // A person enables the rule through A: tag_note is auto-approvable on a vetted server.
+    let first = action_id(&call(&coder_a, "fixture__tag_note", json!({"tag": "a0"})).await);
+    let rule = a.person("carol", &["approve", "--all-of-kind", &first.to_string()]);
+    assert!(rule.status.success(), "{}", stdout(&rule));
+
+    let mut staged = vec![first.to_string()];
+    let mut killed = false;
+    for n in 1..=EACH {
+        if let Some(answer) = try_call(
+            &coder_a,
+            "fixture__tag_note",
+            json!({"tag": format!("a{n}")}),
+        )
+        .await
+            && answer.contains("action ")
+        {
+            staged.push(action_id(&answer).to_string());
+        }
+        if n == EACH / 2 {
+            // Kill A while the drain its submission started may be anywhere: at the
+            // claim, in the server, after the send.
+            a.kill();
+            killed = true;
+        }
+        let answer = call(
+            &coder_b,
+            "fixture__tag_note",
+            json!({"tag": format!("b{n}")}),
+        )
+        .await;
+        staged.push(action_id(&answer).to_string());
+    }
+    assert!(killed);
+
+    // B, running all along, settles what A left and drains the rest.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let db = store_postgres::Database::open(&team.db).expect("the team's database opens");
+    loop {
+        let open = db
+            .query_text(
+                "SELECT count(*) FROM ledger WHERE kind = 'action'
+                   AND (state = 'pending' OR (state = 'failed' AND failure_retryable))",
+            )
+            .expect("the ledger reads");
+        if open[0][0].as_deref() == Some("0") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "actions left waiting: {:?}",
+            open[0][0]
+        );
+        // A submission through B wakes its drain as an agent's would.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let deliveries = team.deliveries();
+    let mut unique = deliveries.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        deliveries.len(),
+        "0 duplicates: {deliveries:?}"
+    );
+    let rows = db
+        .query_text(
+            "SELECT id, state, resolved_by, failure_kind, description_json::jsonb ->> 'title'
+             FROM ledger WHERE kind = 'action' ORDER BY id",
+        )
+        .expect("the ledger reads");
+    assert_eq!(
+        rows.len(),
+        staged.len(),
+        "0 lost: every staged action is in the ledger"
+    );
+    let mut approved = 0;
+    let mut unknown = 0;
+    for row in &rows {
+        match row[1].as_deref() {
+            Some("approved") => approved += 1,
+            Some("failed") => {
+                assert_eq!(row[3].as_deref(), Some("outcome_unknown"), "{row:?}");
+                unknown += 1;
+            }
+            other => panic!("#{:?} ended {other:?}", row[0]),
+        }
+        assert_eq!(
+            row[2].as_deref(),
+            Some(me().as_str()),
+            "every decision names who decided: {row:?}"
+        );
+    }
+    assert!(
+        deliveries.len() >= approved && deliveries.len() <= approved + unknown,
+        "every approved action was delivered once, an unknown one at most once: {} deliveries, {approved} approved, {unknown} unknown",
+        deliveries.len()
+    );
+    println!(
+        "drain kill: {} staged, {} delivered, {approved} approved, {unknown} outcome unknown, 0 duplicates, 0 lost",
+        staged.len(),
+        deliveries.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_held_up_by_a_dead_daemons_claim_goes_on_once_the_claim_is_settled() {
+    let team = Team::new("wake");
+    let mut a = team.daemon("a", false);
+    let b = team.daemon("b", true);
+    let coder_a = a.agent().await;
+    let coder_b = b.agent().await;
+    // The rule, enabled through B on a first tag.
+    let first = action_id(&call(&coder_b, "fixture__tag_note", json!({"tag": "t0"})).await);
+    let rule = b.person("carol", &["approve", "--all-of-kind", &first.to_string()]);
+    assert!(rule.status.success(), "{}", stdout(&rule));
+    // A person at A approves a call the server never answers: A holds it.
+    let hang = action_id(&call(&coder_a, "fixture__hang", json!({})).await);
+    let mut approve = a
+        .person_command("ana", &["approve", &hang.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gate approve starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !team.deliveries().iter().any(|d| d.starts_with("hang")) {
+        assert!(
+            Instant::now() < deadline,
+            "the server never received the call"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // An auto-approvable call staged through B waits behind it (the drain keeps id order).
+    let later = action_id(&call(&coder_b, "fixture__tag_note", json!({"tag": "t1"})).await);
+    assert!(later > hang);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !team.deliveries().iter().any(|d| d.contains("t1")),
+        "nothing passes a call still in flight: {:?}",
+        team.deliveries()
+    );
+
+    // A dies. B settles its claim and, with no new submission, drains what waited.
+    a.kill();
+    let _ = approve.wait();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !team.deliveries().iter().any(|d| d.contains("t1")) {
+        assert!(
+            Instant::now() < deadline,
+            "the drain never went on: {:?}",
+            team.deliveries()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        team.decided(&hang.to_string()),
+        (Some(me()), Some("failed".into()))
+    );
+    assert_eq!(
+        team.decided(&later.to_string()),
+        (Some(me()), Some("approved".into()))
+    );
+    let deliveries = team.deliveries();
+    let mut unique = deliveries.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        deliveries.len(),
+        "0 duplicates: {deliveries:?}"
+    );
+}

@@ -1,0 +1,249 @@
+//! A team's store against one machine's, in the same run, through the real kernel,
+//! gatekeeper-core's gatekeeper and session (an in-process service stands for the MCP
+//! server; each kernel with its own `Database` stands for a daemon):
+//!
+//! - `cycle/sqlite_wal`, `cycle/postgres`: one action staged, approved by a person and
+//!   applied; the summary gives commits per action on both and round trips per action on
+//!   PostgreSQL (statements, prepares, BEGIN and COMMIT each count one).
+//! - `agents16/one_daemon`, `agents16/two_daemons`: 16 agents per daemon stage
+//!   auto-approvable calls under a rule as fast as the open cap lets them, and the drain
+//!   applies them; actions applied per second with one daemon and with two on one
+//!   database. Both daemons drain one gatekeeper, one at a time (the drain lease).
+//!
+//! Run: `cargo bench -p store-postgres --bench team -- --warm-up-time 1 --measurement-time 5`.
+//! It starts a throwaway PostgreSQL cluster (initdb and pg_ctl, see `cluster.rs`); the
+//! cluster runs with `fsync=off`, so the figures compare protocol costs, not disks.
+
+// `criterion_group!` generates an undocumented public function.
+#![allow(missing_docs)]
+
+#[path = "../tests/postgres/support.rs"]
+#[allow(dead_code)]
+mod support;
+
+#[path = "../../store-sqlite/tests/store/support.rs"]
+#[allow(dead_code)]
+mod sqlite_support;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use gatekeeper_core::{CallOutcome, SessionError, StageError};
+use serde_json::json;
+use store_postgres::Database;
+use store_postgres::cluster::Cluster;
+
+/// (name, elapsed, actions, commits, round trips) per benchmark, for the summary.
+type Tally = (&'static str, Duration, u64, u64, u64);
+static TALLY: Mutex<Vec<Tally>> = Mutex::new(Vec::new());
+
+fn tally(name: &'static str, elapsed: Duration, actions: u64, commits: u64, round_trips: u64) {
+    let mut tally = TALLY.lock().unwrap();
+    match tally.iter_mut().find(|t| t.0 == name) {
+        Some(t) => {
+            t.1 += elapsed;
+            t.2 += actions;
+            t.3 += commits;
+            t.4 += round_trips;
+        }
+        None => tally.push((name, elapsed, actions, commits, round_trips)),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+static TITLES: AtomicU64 = AtomicU64::new(0);
+
+fn title() -> String {
+    format!("issue {}", TITLES.fetch_add(1, Ordering::Relaxed))
+}
+
+fn cycle(c: &mut Criterion) {
+    let rt = runtime();
+    let mut group = c.benchmark_group("cycle");
+    group.sample_size(20);
+
+    let dir = sqlite_support::TempDir::new("team-bench");
+    let sqlite = store_sqlite::Database::open(dir.join("gate.db")).unwrap();
+    let rig = rt.block_on(sqlite_support::Rig::new(sqlite.clone()));
+    group.bench_function("sqlite_wal", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let commits = sqlite.commits();
+                let start = Instant::now();
+                for _ in 0..iters {
+                    rig.queue_issue(&title()).await;
+                    let open = rig.overseer.open_actions().unwrap();
+                    rig.overseer.approve(open[0].id, "ana").await.unwrap();
+                }
+                rig.overseer.settle().await;
+                let elapsed = start.elapsed();
+                tally(
+                    "cycle/sqlite_wal",
+                    elapsed,
+                    iters,
+                    sqlite.commits() - commits,
+                    0,
+                );
+                elapsed
+            })
+        });
+    });
+
+    let postgres = Database::open(&Cluster::shared().fresh_database()).unwrap();
+    let rig = rt.block_on(support::Rig::new(postgres.clone()));
+    group.bench_function("postgres", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let (commits, trips) = (postgres.commits(), postgres.round_trips());
+                let start = Instant::now();
+                for _ in 0..iters {
+                    rig.queue_issue(&title()).await;
+                    let open = rig.overseer.open_actions().unwrap();
+                    rig.overseer.approve(open[0].id, "ana").await.unwrap();
+                }
+                rig.overseer.settle().await;
+                let elapsed = start.elapsed();
+                tally(
+                    "cycle/postgres",
+                    elapsed,
+                    iters,
+                    postgres.commits() - commits,
+                    postgres.round_trips() - trips,
+                );
+                elapsed
+            })
+        });
+    });
+    group.finish();
+}
+
+/// Per daemon, 16 agents each stage `per_agent` auto-approvable calls (retrying while the
+/// store is full); returns when every call was applied.
+async fn agents(rigs: &[support::Rig], per_agent: u64) {
+    let applied_before: usize = rigs.iter().map(|r| r.service.calls().len()).sum();
+    let mut tasks = Vec::new();
+    for (d, rig) in rigs.iter().enumerate() {
+        for a in 0..16 {
+            let session = rig
+                .gatekeeper
+                .grant_all(&rig.overseer, &format!("agent-{d}-{a}"))
+                .unwrap()
+                .into_session();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..per_agent {
+                    let label = title();
+                    loop {
+                        match session
+                            .call_tool("addLabel", json!({ "issue": 1, "label": label }))
+                            .await
+                        {
+                            Ok(CallOutcome::Pending { .. }) => break,
+                            // The store is full: come back later, as an agent told so would.
+                            Err(SessionError::Stage(StageError::TooManyOpen)) => {
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                            other => panic!("unexpected {other:?}"),
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let expected = applied_before + rigs.len() * 16 * per_agent as usize;
+    loop {
+        for rig in rigs {
+            rig.overseer.settle().await;
+        }
+        let applied: usize = rigs.iter().map(|r| r.service.calls().len()).sum();
+        if applied >= expected {
+            break;
+        }
+        // A drain waiting for the other daemon's lease finishes after it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn agents16(c: &mut Criterion) {
+    const PER_AGENT: u64 = 4;
+    let rt = runtime();
+    let mut group = c.benchmark_group("agents16");
+    group.sample_size(10);
+    for (name, daemons) in [("one_daemon", 1), ("two_daemons", 2)] {
+        let url = Cluster::shared().fresh_database();
+        let dbs: Vec<Database> = (0..daemons)
+            .map(|_| Database::open(&url).unwrap())
+            .collect();
+        let rigs: Vec<support::Rig> = dbs
+            .iter()
+            .map(|db| rt.block_on(support::Rig::new(db.clone())))
+            .collect();
+        let kind = rigs[0].gatekeeper.action_kind("addLabel").unwrap().clone();
+        // Enabling a rule starts a drain: inside the runtime.
+        rt.block_on(async { rigs[0].overseer.enable_rule("issues", kind, "carol") })
+            .unwrap();
+        let label: &'static str = if daemons == 1 {
+            "agents16/one_daemon"
+        } else {
+            "agents16/two_daemons"
+        };
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let commits: u64 = dbs.iter().map(Database::commits).sum();
+                    let trips: u64 = dbs.iter().map(Database::round_trips).sum();
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        agents(&rigs, PER_AGENT).await;
+                    }
+                    let elapsed = start.elapsed();
+                    let actions = iters * daemons as u64 * 16 * PER_AGENT;
+                    tally(
+                        label,
+                        elapsed,
+                        actions,
+                        dbs.iter().map(Database::commits).sum::<u64>() - commits,
+                        dbs.iter().map(Database::round_trips).sum::<u64>() - trips,
+                    );
+                    elapsed
+                })
+            });
+        });
+    }
+    group.finish();
+}
+
+fn summary(_: &mut Criterion) {
+    let tally = TALLY.lock().unwrap();
+    println!("\nsummary (means over warm-up and samples):");
+    let mut per_second = Vec::new();
+    for (name, elapsed, actions, commits, trips) in tally.iter() {
+        let n = (*actions).max(1) as f64;
+        let rate = n / elapsed.as_secs_f64();
+        println!(
+            "  {name}: {:.0} µs per action, {rate:.0} actions/s, {:.2} commits and {:.2} round trips per action ({actions} actions)",
+            elapsed.as_secs_f64() * 1e6 / n,
+            *commits as f64 / n,
+            *trips as f64 / n,
+        );
+        per_second.push((*name, rate));
+    }
+    let rate = |name: &str| per_second.iter().find(|r| r.0 == name).map(|r| r.1);
+    if let (Some(one), Some(two)) = (rate("agents16/one_daemon"), rate("agents16/two_daemons")) {
+        println!("  two daemons / one daemon: {:.2}x actions/s", two / one);
+    }
+}
+
+criterion_group!(benches, cycle, agents16, summary);
+criterion_main!(benches);

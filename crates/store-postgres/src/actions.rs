@@ -1,0 +1,405 @@
+//! gatekeeper-core's [`ActionStorage`] on PostgreSQL: the `actions` table, one namespace
+//! per gatekeeper (the `gatekeeper` column, which is also the kernel's gatekeeper name).
+//!
+//! What each guarantee rests on, with several daemons on one database:
+//!
+//! - **The claim before the send** (`compare_and_set` to `applying`) is one `UPDATE …
+//!   WHERE state = <from>`, committed before it returns, so before the driver sends; of
+//!   two daemons claiming one action, PostgreSQL lets exactly one update match.
+//! - **Only the claimant settles a claim**: a `compare_and_set` from `applying` matches
+//!   only while the claim is this session's, or its session is gone (no connection holds
+//!   its advisory lock), in the same statement.
+//! - **The open cap** holds across daemons: staging locks the store's row of
+//!   `action_ids` (which also hands out the id), then counts and inserts, in one
+//!   transaction; every stage of one store waits for the one before.
+//! - **A rejection is a decision**: in one transaction it locks the ledger row, is refused
+//!   while another live session is deciding the action, and otherwise marks it as this
+//!   session's decision together with the driver's `rejected`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use gatekeeper_core::store::INTERRUPTED_MESSAGE;
+use gatekeeper_core::{
+    ActionRecord, ActionState, ActionStorage, StateTag, StorageError, ToolResult,
+};
+use kernel::{DriverActionId, Timestamp};
+use postgres::Row;
+use serde_json::Value;
+
+use crate::db::{Database, Link};
+use crate::error::StoreError;
+use crate::ledger::{i64_of, sql, u64_of};
+
+/// One gatekeeper's action store in a [`Database`].
+#[derive(Debug, Clone)]
+pub struct PostgresActionStorage {
+    db: Database,
+    gatekeeper: Arc<str>,
+}
+
+impl PostgresActionStorage {
+    pub(crate) fn new(db: Database, gatekeeper: &str) -> Self {
+        Self {
+            db,
+            gatekeeper: Arc::from(gatekeeper),
+        }
+    }
+}
+
+fn port(error: StoreError) -> StorageError {
+    StorageError(error.to_string())
+}
+
+const SELECT_ONE: &str =
+    "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json,
+            definition
+     FROM actions WHERE gatekeeper = $1 AND id = $2";
+
+const SELECT_IN_STATE: &str =
+    "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json,
+            definition
+     FROM actions WHERE gatekeeper = $1 AND state = $2 ORDER BY id";
+
+/// Create (or lock) the store's id row; returns the last id handed out.
+const LOCK_IDS: &str = "INSERT INTO action_ids (gatekeeper, last_id) VALUES ($1, 0)
+     ON CONFLICT (gatekeeper) DO UPDATE SET last_id = action_ids.last_id
+     RETURNING last_id";
+
+const COUNT_OPEN: &str = "SELECT count(*) FROM actions WHERE gatekeeper = $1
+       AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable))";
+
+/// The new row and the id it takes, in one statement.
+const INSERT: &str = "WITH taken AS (UPDATE action_ids SET last_id = $2 WHERE gatekeeper = $1)
+     INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at, staged_by, definition)
+     VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7)";
+
+/// `$1` gatekeeper, `$2` id, `$3` from, `$4` state, `$5` claimed_at, `$6` this session,
+/// `$7` retryable, `$8` error, `$9` result.
+const WRITE_STATE: &str = "UPDATE actions SET state = $4, claimed_at = $5,
+        claimed_by = CASE WHEN $4 = 'applying' THEN $6 ELSE claimed_by END,
+        retryable = $7, error = $8, result_json = $9
+     WHERE gatekeeper = $1 AND id = $2 AND state = $3";
+
+/// [`WRITE_STATE`] from `applying`: only the claimant's session, or after it died.
+const SETTLE_CLAIM: &str = "UPDATE actions SET state = $4, claimed_at = $5,
+        claimed_by = CASE WHEN $4 = 'applying' THEN $6 ELSE claimed_by END,
+        retryable = $7, error = $8, result_json = $9
+     WHERE gatekeeper = $1 AND id = $2 AND state = $3
+       AND CASE WHEN claimed_by = $6 THEN true ELSE NOT gate_session_alive(claimed_by) END";
+
+const INTERRUPT_LEDGER: &str = "UPDATE ledger SET state = 'failed', failure = $3,
+        failure_retryable = false, failure_kind = 'outcome_unknown', deciding_session = NULL
+     WHERE kind = 'action' AND gatekeeper = $1 AND driver_id = $2
+       AND (state = 'pending' OR (state = 'failed' AND failure_retryable))";
+
+const LOCK_DECIDING: &str = "SELECT deciding_session, gate_session_alive(deciding_session)
+     FROM ledger WHERE kind = 'action' AND gatekeeper = $1 AND driver_id = $2 FOR UPDATE";
+
+const MARK_DECIDING: &str = "UPDATE ledger SET deciding_session = $3
+     WHERE kind = 'action' AND gatekeeper = $1 AND driver_id = $2";
+
+const DELETE_PENDING: &str =
+    "DELETE FROM actions WHERE gatekeeper = $1 AND id = $2 AND state = 'pending'";
+
+const PRUNE: &str = "DELETE FROM actions WHERE gatekeeper = $1 AND id IN (
+       SELECT id FROM actions WHERE gatekeeper = $1
+         AND (state IN ('applied', 'rejected') OR (state = 'failed' AND NOT retryable))
+       ORDER BY id DESC OFFSET $2)";
+
+fn record_of(row: &Row) -> Result<ActionRecord, StoreError> {
+    let id = DriverActionId(u64_of(row.get(0), "action id")?);
+    let what = || format!("action {id}");
+    let tool: Arc<str> = Arc::from(row.get::<_, &str>(1));
+    // Arguments that cannot be read back stand as `null`; a claim of such a record is
+    // refused by gatekeeper-core (stored arguments are always an object).
+    let args: Value = serde_json::from_str(row.get::<_, &str>(2)).unwrap_or(Value::Null);
+    let state = match row.get::<_, &str>(3) {
+        "pending" => ActionState::Pending,
+        "applying" => ActionState::Applying,
+        "applied" => {
+            let result: ToolResult = serde_json::from_str(row.get::<_, &str>(8))
+                .map_err(|e| StoreError::decode(format!("the result of {}", what()), e))?;
+            ActionState::Applied {
+                result: Arc::new(result),
+            }
+        }
+        "failed" => ActionState::Failed {
+            retryable: row.get(6),
+            message: row.get(7),
+        },
+        "rejected" => ActionState::Rejected,
+        other => {
+            return Err(StoreError::decode(
+                what(),
+                format!("unknown state {other:?}"),
+            ));
+        }
+    };
+    let claimed_at = match row.get::<_, Option<i64>>(5) {
+        Some(at) => Some(Timestamp(u64_of(at, "claim time")?)),
+        None => None,
+    };
+    let definition = row.get::<_, Option<&str>>(9).map(Arc::from);
+    Ok(ActionRecord {
+        id,
+        tool,
+        definition,
+        args: Arc::new(args),
+        submitted_at: Timestamp(u64_of(row.get(4), "stage time")?),
+        claimed_at,
+        state,
+    })
+}
+
+/// The row values of a record's state, owned for a worker thread.
+struct StateColumns {
+    state: &'static str,
+    claimed_at: Option<i64>,
+    retryable: Option<bool>,
+    error: Option<String>,
+    result_json: Option<String>,
+}
+
+fn state_columns(record: &ActionRecord) -> Result<StateColumns, StoreError> {
+    let plain = |state| StateColumns {
+        state,
+        claimed_at: record.claimed_at.map(|t| i64_of(t.0)),
+        retryable: None,
+        error: None,
+        result_json: None,
+    };
+    Ok(match &record.state {
+        ActionState::Pending => plain("pending"),
+        ActionState::Applying => plain("applying"),
+        ActionState::Applied { result } => StateColumns {
+            result_json: Some(serde_json::to_string(&**result).map_err(|e| {
+                StoreError::decode(format!("the result of action {}", record.id), e)
+            })?),
+            ..plain("applied")
+        },
+        ActionState::Failed { retryable, message } => StateColumns {
+            retryable: Some(*retryable),
+            error: Some(message.clone()),
+            ..plain("failed")
+        },
+        ActionState::Rejected => plain("rejected"),
+    })
+}
+
+fn is_interruption(record: &ActionRecord) -> bool {
+    matches!(
+        &record.state,
+        ActionState::Failed { retryable: false, message } if message == INTERRUPTED_MESSAGE
+    )
+}
+
+fn write_state(
+    link: &mut Link<'_>,
+    statement: &'static str,
+    gatekeeper: &str,
+    id: i64,
+    from: StateTag,
+    columns: &StateColumns,
+    me: i32,
+) -> Result<bool, StoreError> {
+    Ok(link
+        .execute(
+            statement,
+            &[
+                &gatekeeper,
+                &id,
+                &from.as_str(),
+                &columns.state,
+                &columns.claimed_at,
+                &me,
+                &columns.retryable,
+                &columns.error,
+                &columns.result_json,
+            ],
+        )
+        .map_err(sql)?
+        == 1)
+}
+
+#[async_trait]
+impl ActionStorage for PostgresActionStorage {
+    async fn insert_pending(
+        &self,
+        tool: Arc<str>,
+        definition: Option<Arc<str>>,
+        args: Arc<Value>,
+        submitted_at: Timestamp,
+        max_open: usize,
+    ) -> Result<Option<DriverActionId>, StorageError> {
+        let gatekeeper = self.gatekeeper.to_string();
+        let definition = definition.map(|d| d.to_string());
+        let args = serde_json::to_string(&*args).map_err(|e| StorageError(e.to_string()))?;
+        let tool = tool.to_string();
+        let at = i64_of(submitted_at.0);
+        let max_open = i64::try_from(max_open).unwrap_or(i64::MAX);
+        let me = self.db.session();
+        self.db
+            .call_async(move |link| {
+                link.transaction(|link| {
+                    let last: i64 = link
+                        .write_returning(LOCK_IDS, &[&gatekeeper])
+                        .map_err(sql)?[0]
+                        .get(0);
+                    let open: i64 = link
+                        .query_one(COUNT_OPEN, &[&gatekeeper])
+                        .map_err(sql)?
+                        .get(0);
+                    if open >= max_open {
+                        return Ok(None);
+                    }
+                    let id = last + 1;
+                    link.execute(
+                        INSERT,
+                        &[&gatekeeper, &id, &tool, &args, &at, &me, &definition],
+                    )
+                    .map_err(sql)?;
+                    Ok(Some(DriverActionId(u64_of(id, "action id")?)))
+                })
+            })
+            .await
+            .map_err(port)
+    }
+
+    async fn get(&self, id: DriverActionId) -> Result<Option<ActionRecord>, StorageError> {
+        let gatekeeper = self.gatekeeper.to_string();
+        let id = i64_of(id.0);
+        self.db
+            .call_async(move |link| {
+                link.query_opt(SELECT_ONE, &[&gatekeeper, &id])
+                    .map_err(sql)?
+                    .as_ref()
+                    .map(record_of)
+                    .transpose()
+            })
+            .await
+            .map_err(port)
+    }
+
+    async fn compare_and_set(
+        &self,
+        from: StateTag,
+        record: &ActionRecord,
+    ) -> Result<bool, StorageError> {
+        let gatekeeper = self.gatekeeper.to_string();
+        let driver_id = record.id;
+        let id = i64_of(record.id.0);
+        let columns = state_columns(record).map_err(port)?;
+        let interruption = from == StateTag::Applying && is_interruption(record);
+        let rejection = record.state == ActionState::Rejected;
+        let me = self.db.session();
+        self.db
+            .call_async(move |link| {
+                if from == StateTag::Applying {
+                    if !interruption {
+                        return write_state(
+                            link,
+                            SETTLE_CLAIM,
+                            &gatekeeper,
+                            id,
+                            from,
+                            &columns,
+                            me,
+                        );
+                    }
+                    // Settling a stranded claim: the ledger says so in the same commit.
+                    return link.transaction(|link| {
+                        let written =
+                            write_state(link, SETTLE_CLAIM, &gatekeeper, id, from, &columns, me)?;
+                        if written {
+                            link.execute(
+                                INTERRUPT_LEDGER,
+                                &[&gatekeeper, &id, &INTERRUPTED_MESSAGE],
+                            )
+                            .map_err(sql)?;
+                            tracing::warn!(%gatekeeper, action = %driver_id, "action.apply.interrupted");
+                        }
+                        Ok(written)
+                    });
+                }
+                if rejection {
+                    return link.transaction(|link| {
+                        let deciding = link
+                            .query_opt(LOCK_DECIDING, &[&gatekeeper, &id])
+                            .map_err(sql)?;
+                        if let Some(row) = &deciding {
+                            let other: Option<i32> = row.get(0);
+                            let alive: bool = row.get(1);
+                            if other.is_some_and(|other| other != me) && alive {
+                                return Ok(false);
+                            }
+                        }
+                        let written =
+                            write_state(link, WRITE_STATE, &gatekeeper, id, from, &columns, me)?;
+                        if written && deciding.is_some() {
+                            link.execute(MARK_DECIDING, &[&gatekeeper, &id, &me])
+                                .map_err(sql)?;
+                        }
+                        Ok(written)
+                    });
+                }
+                write_state(link, WRITE_STATE, &gatekeeper, id, from, &columns, me)
+            })
+            .await
+            .map_err(port)
+    }
+
+    async fn count_open(&self) -> Result<usize, StorageError> {
+        let gatekeeper = self.gatekeeper.to_string();
+        self.db
+            .call_async(move |link| {
+                let open: i64 = link
+                    .query_one(COUNT_OPEN, &[&gatekeeper])
+                    .map_err(sql)?
+                    .get(0);
+                Ok(usize::try_from(open).unwrap_or(0))
+            })
+            .await
+            .map_err(port)
+    }
+
+    async fn delete_pending(&self, id: DriverActionId) -> Result<bool, StorageError> {
+        let gatekeeper = self.gatekeeper.to_string();
+        let id = i64_of(id.0);
+        self.db
+            .call_async(move |link| {
+                Ok(link
+                    .execute(DELETE_PENDING, &[&gatekeeper, &id])
+                    .map_err(sql)?
+                    == 1)
+            })
+            .await
+            .map_err(port)
+    }
+
+    async fn records_in(&self, state: StateTag) -> Result<Vec<ActionRecord>, StorageError> {
+        let gatekeeper = self.gatekeeper.to_string();
+        self.db
+            .call_async(move |link| {
+                link.query(SELECT_IN_STATE, &[&gatekeeper, &state.as_str()])
+                    .map_err(sql)?
+                    .iter()
+                    .map(record_of)
+                    .collect()
+            })
+            .await
+            .map_err(port)
+    }
+
+    async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {
+        let gatekeeper = self.gatekeeper.to_string();
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        self.db
+            .call_async(move |link| {
+                let pruned = link.execute(PRUNE, &[&gatekeeper, &keep]).map_err(sql)?;
+                Ok(usize::try_from(pruned).unwrap_or(usize::MAX))
+            })
+            .await
+            .map_err(port)
+    }
+}

@@ -1,0 +1,689 @@
+//! The kernel's [`LedgerStore`] on PostgreSQL: the `ledger`, `auto_approval_rules` and
+//! `lockdown` tables.
+//!
+//! Several daemons on one database: who decides an open action is recorded by
+//! `record_attempt` only if the action is still open and `deciding_session` names no
+//! other live session, in the one `UPDATE` that checks it (PostgreSQL re-checks the
+//! condition on the newest row version when two such updates race, so exactly one
+//! wins), and the row then names this daemon's session. The outcome (`put` of any state
+//! but pending) is written only by that session, or after it died, and clears it. A
+//! change to a still-pending action (a flag) is written only while the action is open,
+//! and keeps who decides it if another session is deciding it.
+//!
+//! Every write is committed before the call returns (PostgreSQL's `synchronous_commit`
+//! decides when it is durable; the default waits for the flush).
+
+use std::sync::Arc;
+
+use kernel::{
+    ActionDescription, ActionEntry, ActionKind, ActionState, AutoApprovalRule, DriverActionId,
+    EntryBody, Failure, FailureKind, LedgerEntry, LedgerId, LedgerStore, ObservationDescription,
+    Resolution, RevertRecord, StorageError, Timestamp,
+};
+use postgres::Row;
+
+use crate::db::{Database, Link};
+use crate::error::StoreError;
+use crate::schema::LEDGER_LOCKS;
+
+/// The kernel's ledger, rules and lockdown latch in a [`Database`].
+#[derive(Debug, Clone)]
+pub struct PostgresLedger {
+    db: Database,
+}
+
+impl PostgresLedger {
+    pub(crate) fn new(db: Database) -> Self {
+        Self { db }
+    }
+}
+
+pub(crate) fn sql(error: postgres::Error) -> StoreError {
+    StoreError::Sql {
+        detail: error
+            .as_db_error()
+            .map_or_else(|| error.to_string(), |db| db.message().to_owned()),
+    }
+}
+
+pub(crate) fn port(error: StoreError) -> StorageError {
+    StorageError(error.to_string())
+}
+
+pub(crate) fn i64_of(value: u64) -> i64 {
+    // Ids and timestamps stay far below 2^63; saturate rather than wrap if one did not.
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn u64_of(value: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::decode(what, format!("negative value {value}")))
+}
+
+macro_rules! select_entries {
+    ($tail:literal) => {
+        concat!(
+            "SELECT id, kind, gatekeeper, caller, created_at, description_json, driver_id, ",
+            "state, resolved_by, auto_approved, resolved_at, resolution_cause, failure, ",
+            "failure_retryable, depends_on_json, blocked_by, restart_requested, revert_by, ",
+            "revert_at, revert_refused, failure_kind FROM ledger ",
+            $tail
+        )
+    };
+}
+
+const SELECT_BY_ID: &str = select_entries!("WHERE id = $1");
+const SELECT_ALL: &str = select_entries!("ORDER BY id");
+
+fn parse_state(name: &str) -> Result<ActionState, StoreError> {
+    Ok(match name {
+        "pending" => ActionState::Pending,
+        "approved" => ActionState::Approved,
+        "rejected" => ActionState::Rejected,
+        "failed" => ActionState::Failed,
+        "reverted" => ActionState::Reverted,
+        "expired" => ActionState::Expired,
+        other => {
+            return Err(StoreError::decode(
+                "ledger state",
+                format!("unknown state {other:?}"),
+            ));
+        }
+    })
+}
+
+/// The title that stands for a description that cannot be read back.
+fn unreadable_title(id: LedgerId) -> String {
+    format!(
+        "unreadable: the description of ledger entry {} cannot be read back",
+        id.0
+    )
+}
+
+/// Read one ledger row back into an entry.
+pub(crate) fn entry_of(row: &Row) -> Result<LedgerEntry, StoreError> {
+    let id = LedgerId(u64_of(row.get(0), "ledger id")?);
+    let kind: &str = row.get(1);
+    let gatekeeper: Arc<str> = Arc::from(row.get::<_, &str>(2));
+    let caller: Arc<str> = Arc::from(row.get::<_, &str>(3));
+    let created_at = Timestamp(u64_of(row.get(4), "ledger time")?);
+    let what = || format!("ledger entry {id}");
+    let description: &str = row.get(5);
+    let body = match kind {
+        "observation" => EntryBody::Observation(
+            serde_json::from_str::<ObservationDescription>(description).unwrap_or_else(|error| {
+                ObservationDescription::new(unreadable_title(id), error.to_string())
+            }),
+        ),
+        "action" => {
+            // A description that cannot be read back must not hide the rest of the
+            // ledger: the entry stands, titled as unreadable, so a person can reject it.
+            let description: ActionDescription =
+                serde_json::from_str(description).unwrap_or_else(|error| {
+                    ActionDescription::new(
+                        unreadable_title(id),
+                        format!("{error}. Reject it unless you know what it does."),
+                    )
+                });
+            let driver_id = DriverActionId(u64_of(row.get(6), "driver id")?);
+            let state = parse_state(row.get(7))?;
+            let resolution = match row.get::<_, Option<String>>(8) {
+                Some(by) => Some(Resolution {
+                    by,
+                    auto: row.get(9),
+                    at: Timestamp(u64_of(row.get(10), "resolution time")?),
+                    cause: row.get(11),
+                }),
+                None => None,
+            };
+            let failure = match row.get::<_, Option<String>>(12) {
+                Some(message) => {
+                    let kind: Option<&str> = row.get(20);
+                    Some(Failure {
+                        message,
+                        retryable: row.get(13),
+                        // NULL is read as outcome unknown, the safe reading.
+                        kind: kind
+                            .and_then(FailureKind::parse)
+                            .unwrap_or(FailureKind::OutcomeUnknown),
+                    })
+                }
+                None => None,
+            };
+            let depends_on: Vec<u64> = serde_json::from_str(row.get::<_, &str>(14))
+                .map_err(|e| StoreError::decode(what(), e))?;
+            let blocked_by = match row.get::<_, Option<i64>>(15) {
+                Some(id) => Some(LedgerId(u64_of(id, "blocked_by")?)),
+                None => None,
+            };
+            let revert = match row.get::<_, Option<String>>(17) {
+                Some(by) => Some(RevertRecord {
+                    by,
+                    at: Timestamp(u64_of(row.get(18), "revert time")?),
+                    refused: row.get(19),
+                }),
+                None => None,
+            };
+            EntryBody::Action(ActionEntry {
+                driver_id,
+                description: Arc::new(description),
+                state,
+                resolution,
+                failure,
+                depends_on: depends_on.into_iter().map(LedgerId).collect(),
+                blocked_by,
+                restart_requested: row.get(16),
+                revert,
+            })
+        }
+        other => {
+            return Err(StoreError::decode(
+                what(),
+                format!("unknown kind {other:?}"),
+            ));
+        }
+    };
+    Ok(LedgerEntry {
+        id,
+        gatekeeper,
+        caller,
+        created_at,
+        body,
+    })
+}
+
+/// The columns of an action that move after its submission, owned so a worker thread can
+/// bind them.
+struct Moving {
+    state: &'static str,
+    resolved_by: Option<String>,
+    auto_approved: Option<bool>,
+    resolved_at: Option<i64>,
+    resolution_cause: Option<String>,
+    failure: Option<String>,
+    failure_retryable: Option<bool>,
+    failure_kind: Option<&'static str>,
+    blocked_by: Option<i64>,
+    restart_requested: bool,
+    revert_by: Option<String>,
+    revert_at: Option<i64>,
+    revert_refused: Option<String>,
+}
+
+impl Moving {
+    fn of(action: &ActionEntry) -> Self {
+        let resolution = action.resolution.as_ref();
+        let failure = action.failure.as_ref();
+        let revert = action.revert.as_ref();
+        Self {
+            state: action.state.as_str(),
+            resolved_by: resolution.map(|r| r.by.clone()),
+            auto_approved: resolution.map(|r| r.auto),
+            resolved_at: resolution.map(|r| i64_of(r.at.0)),
+            resolution_cause: resolution.and_then(|r| r.cause.clone()),
+            failure: failure.map(|f| f.message.clone()),
+            failure_retryable: failure.map(|f| f.retryable),
+            failure_kind: failure.map(|f| f.kind.as_str()),
+            blocked_by: action.blocked_by.map(|b| i64_of(b.0)),
+            restart_requested: action.restart_requested,
+            revert_by: revert.map(|r| r.by.clone()),
+            revert_at: revert.map(|r| i64_of(r.at.0)),
+            revert_refused: revert.and_then(|r| r.refused.clone()),
+        }
+    }
+
+    /// The parameters, in the order of the statements below.
+    fn params(&self) -> [&(dyn postgres::types::ToSql + Sync); 13] {
+        [
+            &self.state,
+            &self.resolved_by,
+            &self.auto_approved,
+            &self.resolved_at,
+            &self.resolution_cause,
+            &self.failure,
+            &self.failure_retryable,
+            &self.failure_kind,
+            &self.blocked_by,
+            &self.restart_requested,
+            &self.revert_by,
+            &self.revert_at,
+            &self.revert_refused,
+        ]
+    }
+}
+
+const INSERT_ACTION: &str = "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at,
+        description_json, driver_id, depends_on_json, state, resolved_by, auto_approved,
+        resolved_at, resolution_cause, failure, failure_retryable, failure_kind, blocked_by,
+        restart_requested, revert_by, revert_at, revert_refused)
+     VALUES ($1, 'action', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+        $17, $18, $19, $20)";
+
+const INSERT_OBSERVATION: &str = "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at,
+        description_json) VALUES ($1, 'observation', $2, $3, $4, $5)";
+
+/// A still-pending action's moving columns (`$1` id, `$2..$14` moving, `$15` this
+/// session): written only while the action is open, and keeping who decides it if
+/// another session is deciding it.
+const UPDATE_PENDING: &str = "UPDATE ledger SET state = $2,
+        resolved_by = CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN $3 ELSE resolved_by END,
+        auto_approved = CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN $4 ELSE auto_approved END,
+        resolved_at = CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN $5 ELSE resolved_at END,
+        resolution_cause = CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN $6 ELSE resolution_cause END,
+        failure = $7, failure_retryable = $8, failure_kind = $9, blocked_by = $10,
+        restart_requested = $11, revert_by = $12, revert_at = $13, revert_refused = $14
+     WHERE id = $1 AND kind = 'action'
+       AND (state = 'pending' OR (state = 'failed' AND failure_retryable))";
+
+/// The outcome of a decision: written only if this session (`$15`) is deciding the
+/// action, or nobody is, or the session that was died; it ends the decision.
+const UPDATE_OUTCOME: &str = "UPDATE ledger SET state = $2, resolved_by = $3,
+        auto_approved = $4, resolved_at = $5, resolution_cause = $6, failure = $7,
+        failure_retryable = $8, failure_kind = $9, blocked_by = $10, restart_requested = $11,
+        revert_by = $12, revert_at = $13, revert_refused = $14, deciding_session = NULL
+     WHERE id = $1 AND kind = 'action'
+       AND CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN true
+           ELSE NOT gate_session_alive(deciding_session) END";
+
+const UPDATE_OBSERVATION: &str =
+    "UPDATE ledger SET description_json = $2 WHERE id = $1 AND kind = 'observation'";
+
+/// Who decides `$1`, if it is open and nobody alive but this session (`$6`) decides it.
+const RECORD_ATTEMPT: &str = "UPDATE ledger SET resolved_by = $2, auto_approved = $3,
+        resolved_at = $4, resolution_cause = $5, deciding_session = $6
+     WHERE id = $1 AND kind = 'action'
+       AND (state = 'pending' OR (state = 'failed' AND failure_retryable))
+       AND CASE WHEN deciding_session IS NULL OR deciding_session = $6 THEN true
+           ELSE NOT gate_session_alive(deciding_session) END";
+
+/// Take the insert lock (`$1`, 0), held to the commit, then the next id.
+const NEXT_ID: &str =
+    "SELECT nextval('ledger_ids') FROM (SELECT pg_advisory_xact_lock($1, 0)) AS locked";
+
+/// A new entry's row, built on the caller's thread and written by a worker.
+#[derive(Clone)]
+enum Row0 {
+    Observation {
+        gatekeeper: String,
+        caller: String,
+        created_at: i64,
+        json: String,
+    },
+    Action {
+        gatekeeper: String,
+        caller: String,
+        created_at: i64,
+        json: String,
+        driver_id: i64,
+        depends_on: String,
+        moving: Arc<Moving>,
+    },
+}
+
+impl Row0 {
+    fn of(entry: &LedgerEntry) -> Result<Self, StoreError> {
+        let gatekeeper = entry.gatekeeper.to_string();
+        let caller = entry.caller.to_string();
+        let created_at = i64_of(entry.created_at.0);
+        Ok(match &entry.body {
+            EntryBody::Observation(observation) => Self::Observation {
+                gatekeeper,
+                caller,
+                created_at,
+                json: encode(observation, entry.id)?,
+            },
+            EntryBody::Action(action) => {
+                let ids: Vec<u64> = action.depends_on.iter().map(|id| id.0).collect();
+                Self::Action {
+                    gatekeeper,
+                    caller,
+                    created_at,
+                    json: encode(&*action.description, entry.id)?,
+                    driver_id: i64_of(action.driver_id.0),
+                    depends_on: serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned()),
+                    moving: Arc::new(Moving::of(action)),
+                }
+            }
+        })
+    }
+
+    fn write(&self, link: &mut Link<'_>, id: i64) -> Result<(), StoreError> {
+        match self {
+            Self::Observation {
+                gatekeeper,
+                caller,
+                created_at,
+                json,
+            } => link
+                .execute(
+                    INSERT_OBSERVATION,
+                    &[&id, gatekeeper, caller, created_at, json],
+                )
+                .map_err(sql)?,
+            Self::Action {
+                gatekeeper,
+                caller,
+                created_at,
+                json,
+                driver_id,
+                depends_on,
+                moving,
+            } => {
+                let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
+                    &id, gatekeeper, caller, created_at, json, driver_id, depends_on,
+                ];
+                params.extend(moving.params());
+                link.execute(INSERT_ACTION, &params).map_err(sql)?
+            }
+        };
+        Ok(())
+    }
+}
+
+const KIND_OF: &str = "SELECT kind, deciding_session, gate_session_alive(deciding_session)
+     FROM ledger WHERE id = $1";
+
+const OPEN_IDS: &str = "SELECT id FROM ledger WHERE gatekeeper = $1
+       AND (state = 'pending' OR (state = 'failed' AND failure_retryable)) ORDER BY id";
+
+const FIND_ACTION: &str =
+    "SELECT id FROM ledger WHERE kind = 'action' AND gatekeeper = $1 AND driver_id = $2";
+
+const PUT_RULE: &str = "INSERT INTO auto_approval_rules (gatekeeper, tag, label, enabled_by)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (gatekeeper, tag) DO UPDATE SET label = excluded.label, enabled_by = excluded.enabled_by";
+
+const REMOVE_RULE: &str = "DELETE FROM auto_approval_rules WHERE gatekeeper = $1 AND tag = $2";
+
+const RULE: &str = "SELECT gatekeeper, tag, label, enabled_by FROM auto_approval_rules WHERE gatekeeper = $1 AND tag = $2";
+
+const RULES: &str = "SELECT gatekeeper, tag, label, enabled_by FROM auto_approval_rules
+     ORDER BY gatekeeper COLLATE \"C\", tag COLLATE \"C\"";
+
+const LATCH: &str = "INSERT INTO lockdown (id, latched_at)
+     VALUES (1, extract(epoch FROM now())::bigint) ON CONFLICT (id) DO NOTHING";
+
+const LOCKED_DOWN: &str = "SELECT EXISTS (SELECT 1 FROM lockdown)";
+
+fn rule_of(row: &Row) -> AutoApprovalRule {
+    AutoApprovalRule {
+        gatekeeper: row.get(0),
+        kind: ActionKind::new(row.get::<_, String>(1), row.get::<_, String>(2)),
+        enabled_by: row.get(3),
+    }
+}
+
+fn encode<T: serde::Serialize>(value: &T, id: LedgerId) -> Result<String, StoreError> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::decode(format!("the description of ledger entry {id}"), e))
+}
+
+fn put_in(link: &mut Link<'_>, entry: &LedgerEntry, me: i32) -> Result<(), StoreError> {
+    let id = i64_of(entry.id.0);
+    let changed = match &entry.body {
+        EntryBody::Observation(observation) => {
+            let json = encode(observation, entry.id)?;
+            link.execute(UPDATE_OBSERVATION, &[&id, &json])
+                .map_err(sql)?
+        }
+        EntryBody::Action(action) => {
+            let moving = Moving::of(action);
+            let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&id];
+            params.extend(moving.params());
+            params.push(&me);
+            let pending = action.state == ActionState::Pending;
+            let statement = if pending {
+                UPDATE_PENDING
+            } else {
+                UPDATE_OUTCOME
+            };
+            let changed = link.execute(statement, &params).map_err(sql)?;
+            if changed == 0 {
+                match link.query_opt(KIND_OF, &[&id]).map_err(sql)? {
+                    Some(row) if row.get::<_, &str>(0) == "action" => {
+                        if pending {
+                            return Err(StoreError::NotOpen { id: entry.id.0 });
+                        }
+                        return Err(StoreError::DecidedElsewhere { id: entry.id.0 });
+                    }
+                    _ => 0,
+                }
+            } else {
+                changed
+            }
+        }
+    };
+    if changed == 0 {
+        return Err(StoreError::Missing(format!(
+            "there is no ledger entry {} of this kind to replace",
+            entry.id
+        )));
+    }
+    Ok(())
+}
+
+impl LedgerStore for PostgresLedger {
+    fn insert(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<LedgerId, StorageError> {
+        // One transaction takes the insert lock and the next id, hands the id here, where
+        // the entry is built (on the caller's thread), and writes it. Inserts of every
+        // daemon wait for that lock, so ids become visible in ascending order: a reader
+        // never sees id n + 1 before n (the drain applies in id order).
+        let (id_tx, id_rx) = std::sync::mpsc::sync_channel::<i64>(1);
+        let (entry_tx, entry_rx) = std::sync::mpsc::sync_channel::<Option<Row0>>(1);
+        let done = self
+            .db
+            .call_later(move |link| {
+                link.transaction(|link| {
+                    let next: i64 = link
+                        .query_one(NEXT_ID, &[&LEDGER_LOCKS])
+                        .map_err(sql)?
+                        .get(0);
+                    let _ = id_tx.send(next);
+                    let Ok(Some(row)) = entry_rx.recv() else {
+                        return Err(StoreError::Missing("the entry was not built".into()));
+                    };
+                    row.write(link, next)
+                })
+            })
+            .map_err(port)?;
+        let next = match id_rx.recv() {
+            Ok(next) => next,
+            // The transaction failed before it had an id: its answer says why.
+            Err(_) => {
+                return Err(port(
+                    done.recv()
+                        .unwrap_or(Err(StoreError::Closed))
+                        .err()
+                        .unwrap_or(StoreError::Closed),
+                ));
+            }
+        };
+        let id = LedgerId(u64_of(next, "ledger id").map_err(port)?);
+        let entry = make(id);
+        let row = if entry.id == id {
+            Row0::of(&entry).map_err(port)
+        } else {
+            Err(StorageError(format!(
+                "entry built for {id} carries id {}",
+                entry.id
+            )))
+        };
+        let _ = entry_tx.send(row.as_ref().ok().cloned());
+        let written = done.recv().unwrap_or(Err(StoreError::Closed));
+        row?;
+        written.map_err(port)?;
+        Ok(id)
+    }
+
+    fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {
+        let id = i64_of(id.0);
+        self.db
+            .call(move |link| {
+                link.query_opt(SELECT_BY_ID, &[&id])
+                    .map_err(sql)?
+                    .as_ref()
+                    .map(entry_of)
+                    .transpose()
+            })
+            .map_err(port)
+    }
+
+    fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
+        let me = self.db.session();
+        self.db
+            .call(move |link| put_in(link, &entry, me))
+            .map_err(port)
+    }
+
+    fn record_attempt(&self, id: LedgerId, resolution: &Resolution) -> Result<bool, StorageError> {
+        let me = self.db.session();
+        let ledger_id = id.0;
+        let id = i64_of(id.0);
+        let by = resolution.by.clone();
+        let auto = resolution.auto;
+        let at = i64_of(resolution.at.0);
+        let cause = resolution.cause.clone();
+        self.db
+            .call(move |link| {
+                let changed = link
+                    .execute(RECORD_ATTEMPT, &[&id, &by, &auto, &at, &cause, &me])
+                    .map_err(sql)?;
+                if changed == 1 {
+                    return Ok(true);
+                }
+                match link.query_opt(KIND_OF, &[&id]).map_err(sql)? {
+                    Some(row) if row.get::<_, &str>(0) == "action" => Ok(false),
+                    _ => Err(StoreError::Missing(format!(
+                        "there is no ledger action {ledger_id} to record a decision on"
+                    ))),
+                }
+            })
+            .map_err(port)
+    }
+
+    fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError> {
+        self.db
+            .call(|link| {
+                link.query(SELECT_ALL, &[])
+                    .map_err(sql)?
+                    .iter()
+                    .map(entry_of)
+                    .collect()
+            })
+            .map_err(port)
+    }
+
+    fn open_action_ids(&self, gatekeeper: &str) -> Result<Vec<LedgerId>, StorageError> {
+        let gatekeeper = gatekeeper.to_owned();
+        self.db
+            .call(move |link| {
+                link.query(OPEN_IDS, &[&gatekeeper])
+                    .map_err(sql)?
+                    .iter()
+                    .map(|row| Ok(LedgerId(u64_of(row.get(0), "ledger id")?)))
+                    .collect()
+            })
+            .map_err(port)
+    }
+
+    fn find_action(
+        &self,
+        gatekeeper: &str,
+        driver_id: DriverActionId,
+    ) -> Result<Option<LedgerId>, StorageError> {
+        let gatekeeper = gatekeeper.to_owned();
+        let driver_id = i64_of(driver_id.0);
+        self.db
+            .call(move |link| {
+                match link
+                    .query_opt(FIND_ACTION, &[&gatekeeper, &driver_id])
+                    .map_err(sql)?
+                {
+                    Some(row) => Ok(Some(LedgerId(u64_of(row.get(0), "ledger id")?))),
+                    None => Ok(None),
+                }
+            })
+            .map_err(port)
+    }
+
+    fn put_rule(&self, rule: &AutoApprovalRule) -> Result<(), StorageError> {
+        let rule = rule.clone();
+        self.db
+            .call(move |link| {
+                link.execute(
+                    PUT_RULE,
+                    &[
+                        &rule.gatekeeper,
+                        &rule.kind.tag,
+                        &rule.kind.label,
+                        &rule.enabled_by,
+                    ],
+                )
+                .map_err(sql)?;
+                Ok(())
+            })
+            .map_err(port)
+    }
+
+    fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, StorageError> {
+        let (gatekeeper, tag) = (gatekeeper.to_owned(), tag.to_owned());
+        self.db
+            .call(move |link| {
+                Ok(link
+                    .execute(REMOVE_RULE, &[&gatekeeper, &tag])
+                    .map_err(sql)?
+                    > 0)
+            })
+            .map_err(port)
+    }
+
+    fn rule(
+        &self,
+        gatekeeper: &str,
+        tag: &str,
+    ) -> Result<Option<Arc<AutoApprovalRule>>, StorageError> {
+        let (gatekeeper, tag) = (gatekeeper.to_owned(), tag.to_owned());
+        self.db
+            .call(move |link| {
+                Ok(link
+                    .query_opt(RULE, &[&gatekeeper, &tag])
+                    .map_err(sql)?
+                    .map(|row| Arc::new(rule_of(&row))))
+            })
+            .map_err(port)
+    }
+
+    fn rules(&self) -> Result<Vec<AutoApprovalRule>, StorageError> {
+        self.db
+            .call(|link| {
+                Ok(link
+                    .query(RULES, &[])
+                    .map_err(sql)?
+                    .iter()
+                    .map(rule_of)
+                    .collect())
+            })
+            .map_err(port)
+    }
+
+    fn latch_lockdown(&self) -> Result<(), StorageError> {
+        self.db
+            .call(|link| {
+                link.execute(LATCH, &[]).map_err(sql)?;
+                Ok(())
+            })
+            .map_err(port)
+    }
+
+    fn locked_down(&self) -> Result<bool, StorageError> {
+        self.db
+            .call(|link| Ok(link.query_one(LOCKED_DOWN, &[]).map_err(sql)?.get(0)))
+            .map_err(port)
+    }
+
+    fn drain_lease(&self, gatekeeper: &str) -> kernel::DrainLeaseFuture {
+        self.db.drain_lease(gatekeeper)
+    }
+}

@@ -1,0 +1,124 @@
+//! What a live daemon settles for a dead one, on open and every
+//! [`RECOVERY_INTERVAL`](crate::RECOVERY_INTERVAL), in one transaction:
+//!
+//! - a claim (`applying`) whose session is gone may have been sent: it becomes a failure
+//!   that cannot be retried ("interrupted"), in the action store and in the ledger;
+//! - a ledger action whose deciding session is gone but whose driver record settled
+//!   (the daemon died between the driver's outcome and the kernel's) moves forward to
+//!   match, never backward;
+//! - a staged record the kernel never recorded, whose staging session is gone, was never
+//!   acknowledged to the agent: it is discarded (its id is never handed out again), so it
+//!   holds no slot of the open cap.
+//!
+//! A session is gone when no connection holds its advisory lock (`gate_session_alive`):
+//! the server releases it when the daemon's connection ends, however the daemon died.
+
+use gatekeeper_core::store::INTERRUPTED_MESSAGE;
+
+use crate::db::Link;
+use crate::error::StoreError;
+
+fn sql(error: postgres::Error) -> StoreError {
+    StoreError::Sql {
+        detail: error
+            .as_db_error()
+            .map_or_else(|| error.to_string(), |db| db.message().to_owned()),
+    }
+}
+
+/// Claims of dead sessions, settled; returns `(gatekeeper, id)` of each.
+const INTERRUPT: &str = "UPDATE actions SET state = 'failed', retryable = false, error = $1
+     WHERE state = 'applying' AND NOT gate_session_alive(claimed_by)
+     RETURNING gatekeeper, id";
+
+/// The ledger entry of an interrupted action, unless the ledger moved on.
+const INTERRUPT_LEDGER: &str = "UPDATE ledger SET state = 'failed', failure = $3,
+        failure_retryable = false, failure_kind = 'outcome_unknown', deciding_session = NULL
+     WHERE kind = 'action' AND gatekeeper = $1 AND driver_id = $2
+       AND (state = 'pending' OR (state = 'failed' AND failure_retryable))";
+
+/// A ledger action (`ledger`) still open, decided by nobody alive, whose driver record
+/// (`a`) has settled.
+macro_rules! behind {
+    () => {
+        "ledger.kind = 'action'
+       AND a.gatekeeper = ledger.gatekeeper AND a.id = ledger.driver_id
+       AND (ledger.state = 'pending' OR (ledger.state = 'failed' AND ledger.failure_retryable))
+       AND (ledger.deciding_session IS NULL OR NOT gate_session_alive(ledger.deciding_session))
+       AND (a.state IN ('applied', 'rejected')
+            OR (a.state = 'failed' AND NOT (ledger.state = 'failed'
+                 AND ledger.failure IS NOT DISTINCT FROM a.error
+                 AND ledger.failure_retryable IS NOT DISTINCT FROM a.retryable)))"
+    };
+}
+
+/// Move those forward to match their driver record.
+const FORWARD: &str = concat!(
+    "UPDATE ledger SET
+        state = CASE a.state WHEN 'applied' THEN 'approved' ELSE a.state END,
+        failure = CASE a.state WHEN 'failed' THEN a.error ELSE ledger.failure END,
+        failure_retryable = CASE a.state WHEN 'failed' THEN a.retryable
+                            ELSE ledger.failure_retryable END,
+        failure_kind = CASE a.state
+            WHEN 'failed' THEN CASE WHEN a.retryable THEN 'not_sent' ELSE 'outcome_unknown' END
+            ELSE ledger.failure_kind END,
+        deciding_session = NULL
+     FROM actions AS a WHERE ",
+    behind!()
+);
+
+/// Remember the ids of unrecorded stages of dead sessions before deleting them.
+const REMEMBER_UNRECORDED: &str = "INSERT INTO action_ids (gatekeeper, last_id)
+     SELECT gatekeeper, max(id) FROM actions
+     WHERE state = 'pending' AND NOT gate_session_alive(staged_by)
+       AND NOT EXISTS (SELECT 1 FROM ledger WHERE ledger.kind = 'action'
+           AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id)
+     GROUP BY gatekeeper
+     ON CONFLICT (gatekeeper) DO UPDATE SET last_id = greatest(action_ids.last_id, excluded.last_id)";
+
+const DISCARD_UNRECORDED: &str = "DELETE FROM actions
+     WHERE state = 'pending' AND NOT gate_session_alive(staged_by)
+       AND NOT EXISTS (SELECT 1 FROM ledger WHERE ledger.kind = 'action'
+           AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id)";
+
+/// Whether anything needs settling: one cheap read, so a quiet database costs one round
+/// trip per interval and no transaction.
+const ANYTHING: &str = concat!(
+    "SELECT
+     EXISTS (SELECT 1 FROM actions WHERE state = 'applying' AND NOT gate_session_alive(claimed_by))
+  OR EXISTS (SELECT 1 FROM ledger JOIN actions AS a ON true WHERE ",
+    behind!(),
+    ")
+  OR EXISTS (SELECT 1 FROM actions WHERE state = 'pending' AND NOT gate_session_alive(staged_by)
+        AND NOT EXISTS (SELECT 1 FROM ledger WHERE ledger.kind = 'action'
+            AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id))"
+);
+
+/// Settle everything dead sessions left (see the module docs); returns the rows changed.
+pub(crate) fn recover(link: &mut Link<'_>) -> Result<u64, StoreError> {
+    let anything: bool = link.query_one(ANYTHING, &[]).map_err(sql)?.get(0);
+    if !anything {
+        return Ok(0);
+    }
+    link.transaction(|link| {
+        let mut changed = 0;
+        let interrupted = link
+            .write_returning(INTERRUPT, &[&INTERRUPTED_MESSAGE])
+            .map_err(sql)?;
+        for row in &interrupted {
+            let gatekeeper: String = row.get(0);
+            let id: i64 = row.get(1);
+            link.execute(INTERRUPT_LEDGER, &[&gatekeeper, &id, &INTERRUPTED_MESSAGE])
+                .map_err(sql)?;
+            tracing::warn!(%gatekeeper, action = id, "action.apply.interrupted");
+            changed += 1;
+        }
+        changed += link.execute(FORWARD, &[]).map_err(sql)?;
+        link.execute(REMEMBER_UNRECORDED, &[]).map_err(sql)?;
+        let discarded = link.execute(DISCARD_UNRECORDED, &[]).map_err(sql)?;
+        if discarded > 0 {
+            tracing::warn!(discarded, "action.stage.unrecorded.discarded");
+        }
+        Ok(changed + discarded)
+    })
+}

@@ -1,0 +1,223 @@
+//! The schema: tables whose CHECK constraints and triggers restate the state machines,
+//! versioned in `gate_schema`, created or upgraded on open under an advisory lock so that
+//! daemons starting together never run a migration twice, and refused when newer.
+//!
+//! The layout follows store-sqlite's (one `ledger` row per action or observation, one
+//! `actions` row per staged call, `kv` for the wiki driver), so the SQL queries of
+//! docs/sql-queries.md read the same columns; JSON is kept as text exactly as the driver
+//! wrote it, and `ledger_view` adds the description's fields as columns.
+//!
+//! What is new for several daemons: `gate_sessions` numbers daemon sessions; a session
+//! is alive while its connection holds the advisory lock `(SESSION_LOCKS, id)`
+//! (`gate_session_alive`), which the server releases when the connection ends, however
+//! the daemon died. `actions.staged_by` names the session that staged a call, so a stage
+//! whose session died before the kernel recorded it can be discarded while others run.
+//! Every change to the ledger, the action store or the rules notifies the channel
+//! [`CHANNEL`] (statement triggers), so other daemons wake without polling.
+
+/// The schema version this build writes and reads.
+///
+/// - Version 1: the first.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The first key of the advisory locks that mark a live session (second key: its id).
+pub(crate) const SESSION_LOCKS: i32 = 0x4753;
+
+/// The first key of the advisory lock held while the schema is created or upgraded.
+pub(crate) const MIGRATION_LOCK: i32 = 0x474D;
+
+/// The first key of the advisory locks that serialize ledger inserts (second key 0) and
+/// the drain leases (second key: a hash of the gatekeeper's name).
+pub(crate) const LEDGER_LOCKS: i32 = 0x474C;
+
+/// The `LISTEN`/`NOTIFY` channel every change is announced on.
+pub const CHANNEL: &str = "gate_changes";
+
+/// The whole schema, version 1, run in one transaction on an empty database.
+pub(crate) const CREATE: &str = r#"
+CREATE TABLE gate_schema (
+    version integer NOT NULL
+);
+
+CREATE SEQUENCE gate_sessions AS integer;
+
+-- Ledger ids: handed out once each, increasing, never reused (a failed insert leaves a
+-- gap, as an id is taken before the entry is built).
+CREATE SEQUENCE ledger_ids AS bigint;
+
+CREATE FUNCTION gate_session_alive(session integer) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT session IS NOT NULL AND EXISTS (
+        SELECT 1 FROM pg_locks
+        WHERE locktype = 'advisory' AND classid = 18259::oid AND objid = session::oid
+          AND objsubid = 2 AND granted
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+$$;
+
+-- The kernel's ledger: every action and observation, one row each, never deleted.
+CREATE TABLE ledger (
+    id                 bigint  PRIMARY KEY CHECK (id > 0),
+    kind               text    NOT NULL CHECK (kind IN ('action', 'observation')),
+    gatekeeper         text    NOT NULL,
+    caller             text    NOT NULL,
+    created_at         bigint  NOT NULL CHECK (created_at >= 0),
+    -- What the driver submitted, unchanged: the audit record of what a person was asked.
+    description_json   text    NOT NULL CHECK (jsonb_typeof(description_json::jsonb) = 'object'),
+    driver_id          bigint  CHECK (driver_id >= 0),
+    state              text    CHECK (state IN ('pending', 'approved', 'rejected', 'failed', 'reverted', 'expired')),
+    resolved_by        text,
+    auto_approved      boolean,
+    resolved_at        bigint  CHECK (resolved_at >= 0),
+    resolution_cause   text,
+    failure            text,
+    failure_retryable  boolean,
+    failure_kind       text    CHECK (failure_kind IN ('not_sent', 'outcome_unknown', 'service_error')),
+    depends_on_json    text    CHECK (depends_on_json IS NULL OR jsonb_typeof(depends_on_json::jsonb) = 'array'),
+    blocked_by         bigint  CHECK (blocked_by > 0),
+    restart_requested  boolean,
+    revert_by          text,
+    revert_at          bigint  CHECK (revert_at >= 0),
+    revert_refused     text,
+    -- The daemon session deciding this action right now (recorded with who decided,
+    -- before the driver is called; cleared by the outcome).
+    deciding_session   integer,
+    CHECK (
+        (kind = 'action' AND driver_id IS NOT NULL AND state IS NOT NULL
+            AND depends_on_json IS NOT NULL AND restart_requested IS NOT NULL)
+        OR
+        (kind = 'observation' AND driver_id IS NULL AND state IS NULL AND resolved_by IS NULL
+            AND failure IS NULL AND depends_on_json IS NULL AND revert_by IS NULL)
+    ),
+    CHECK ((resolved_by IS NULL) = (auto_approved IS NULL) AND (resolved_by IS NULL) = (resolved_at IS NULL)),
+    CHECK ((failure IS NULL) = (failure_retryable IS NULL)),
+    CHECK ((failure IS NULL) = (failure_kind IS NULL)),
+    CHECK (state IS DISTINCT FROM 'failed' OR failure IS NOT NULL),
+    CHECK ((revert_by IS NULL) = (revert_at IS NULL))
+);
+
+CREATE UNIQUE INDEX ledger_by_driver ON ledger (gatekeeper, driver_id) WHERE kind = 'action';
+CREATE INDEX ledger_open ON ledger (gatekeeper, id)
+    WHERE state = 'pending' OR (state = 'failed' AND failure_retryable);
+
+CREATE FUNCTION gate_ledger_is_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'ledger entries are never deleted';
+END $$;
+CREATE TRIGGER ledger_is_append_only BEFORE DELETE ON ledger
+    FOR EACH ROW EXECUTE FUNCTION gate_ledger_is_append_only();
+
+-- An action never returns to pending, and approved/rejected/reverted are final
+-- (approved may only become reverted).
+CREATE FUNCTION gate_ledger_states_move_forward() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.state IS DISTINCT FROM NEW.state AND (
+        NEW.state = 'pending'
+        OR OLD.state IN ('rejected', 'reverted', 'expired')
+        OR (OLD.state = 'approved' AND NEW.state IS DISTINCT FROM 'reverted')
+        OR (OLD.state = 'failed' AND NOT OLD.failure_retryable)
+    ) THEN
+        RAISE EXCEPTION 'a ledger action cannot leave a final state';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER ledger_states_move_forward BEFORE UPDATE OF state ON ledger
+    FOR EACH ROW EXECUTE FUNCTION gate_ledger_states_move_forward();
+
+CREATE VIEW ledger_view AS
+SELECT ledger.*,
+    description_json::jsonb ->> 'title'                          AS title,
+    description_json::jsonb ->> 'description'                    AS body,
+    description_json::jsonb -> 'action_kind' ->> 'tag'           AS kind_tag,
+    description_json::jsonb -> 'action_kind' ->> 'label'         AS kind_label,
+    (description_json::jsonb ->> 'auto_approvable')::boolean      AS auto_approvable,
+    (description_json::jsonb ->> 'prohibit_all_sharing')::boolean AS prohibit_all_sharing
+FROM ledger;
+
+-- Auto-approval rules, keyed by gatekeeper and kind tag, with who enabled them.
+CREATE TABLE auto_approval_rules (
+    gatekeeper  text NOT NULL,
+    tag         text NOT NULL,
+    label       text NOT NULL,
+    enabled_by  text NOT NULL,
+    PRIMARY KEY (gatekeeper, tag)
+);
+
+-- The lockdown latch: at most one row, and once there it stays.
+CREATE TABLE lockdown (
+    id          integer PRIMARY KEY CHECK (id = 1),
+    latched_at  bigint  NOT NULL CHECK (latched_at >= 0)
+);
+
+CREATE FUNCTION gate_lockdown_is_a_latch() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'lockdown is a latch and is never lifted';
+END $$;
+CREATE TRIGGER lockdown_is_a_latch BEFORE DELETE ON lockdown
+    FOR EACH ROW EXECUTE FUNCTION gate_lockdown_is_a_latch();
+
+-- gatekeeper-core's action store: one row per staged call, per gatekeeper.
+CREATE TABLE actions (
+    gatekeeper    text    NOT NULL,
+    id            bigint  NOT NULL CHECK (id > 0),
+    tool          text    NOT NULL,
+    args_json     text    NOT NULL CHECK (jsonb_typeof(args_json::jsonb) = 'object'),
+    state         text    NOT NULL CHECK (state IN ('pending', 'applying', 'applied', 'failed', 'rejected')),
+    submitted_at  bigint  NOT NULL CHECK (submitted_at >= 0),
+    claimed_at    bigint  CHECK (claimed_at >= 0),
+    -- The session that holds (or held) the claim.
+    claimed_by    integer,
+    -- The session that staged the call.
+    staged_by     integer,
+    retryable     boolean,
+    error         text,
+    result_json   text    CHECK (result_json IS NULL OR result_json::jsonb IS NOT NULL),
+    -- The driver's tag of the tool definition the call was staged against, if any.
+    definition    text,
+    CHECK ((state = 'failed') = (retryable IS NOT NULL)),
+    CHECK ((state = 'failed') = (error IS NOT NULL)),
+    CHECK ((state = 'applied') = (result_json IS NOT NULL)),
+    CHECK (state <> 'applying' OR claimed_at IS NOT NULL),
+    PRIMARY KEY (gatekeeper, id)
+);
+
+-- The highest id each action store handed out; its row lock serializes stages, so the
+-- open cap holds across daemons.
+CREATE TABLE action_ids (
+    gatekeeper  text   PRIMARY KEY,
+    last_id     bigint NOT NULL CHECK (last_id >= 0)
+);
+
+-- The drivers' key-value records, one namespace per driver instance; keys in byte order.
+CREATE TABLE kv (
+    scope  text  NOT NULL,
+    key    text  COLLATE "C" NOT NULL,
+    value  bytea NOT NULL,
+    PRIMARY KEY (scope, key)
+);
+
+CREATE FUNCTION gate_notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('gate_changes', TG_TABLE_NAME);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER ledger_changed AFTER INSERT OR UPDATE ON ledger
+    FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
+CREATE TRIGGER actions_changed AFTER INSERT OR UPDATE ON actions
+    FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
+CREATE TRIGGER rules_changed AFTER INSERT OR UPDATE OR DELETE ON auto_approval_rules
+    FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
+"#;
+
+/// The tables a database of the current version has, checked on open.
+pub(crate) const EXPECTED_TABLES: [&str; 7] = [
+    "gate_schema",
+    "ledger",
+    "auto_approval_rules",
+    "lockdown",
+    "actions",
+    "action_ids",
+    "kv",
+];
+
+/// Each upgrade step, from the version it starts at (none yet: version 1 is the first).
+pub(crate) const UPGRADES: [(i32, &str); 0] = [];

@@ -1,0 +1,297 @@
+//! Each port on PostgreSQL: the ledger, the action store through gatekeeper-core, the
+//! key-value port; the schema's version check; an unreachable server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gatekeeper_core::{ActionRecord, ActionState as Record, StateTag};
+use kernel::{ActionDescription, ActionState, AutoApprovalRule, Resolution, Timestamp};
+use store_postgres::{Database, SCHEMA_VERSION, StoreError};
+
+use crate::support::{Rig, auto_kind, fresh, fresh_url, pending_entry};
+
+#[test]
+fn the_ledger_keeps_entries_rules_and_the_latch() {
+    let (_, db) = fresh();
+    let ledger = db.ledger();
+    let a = ledger
+        .insert(&mut pending_entry(
+            "gk",
+            7,
+            ActionDescription::new("write «7»", "body"),
+        ))
+        .unwrap();
+    let b = ledger
+        .insert(&mut pending_entry(
+            "gk",
+            8,
+            ActionDescription::new("write 8", "body"),
+        ))
+        .unwrap();
+    assert_eq!((a.0, b.0), (1, 2));
+    assert_eq!(ledger.open_action_ids("gk").unwrap(), [a, b]);
+    assert_eq!(
+        ledger.find_action("gk", kernel::DriverActionId(8)).unwrap(),
+        Some(b)
+    );
+    assert_eq!(
+        ledger
+            .find_action("other", kernel::DriverActionId(8))
+            .unwrap(),
+        None
+    );
+
+    let decided = Resolution {
+        by: "ana".into(),
+        auto: false,
+        at: Timestamp(5),
+        cause: Some("because".into()),
+    };
+    assert!(ledger.record_attempt(a, &decided).unwrap());
+    let mut entry = ledger.get(a).unwrap().unwrap();
+    assert_eq!(entry.action().unwrap().resolution.as_ref(), Some(&decided));
+    entry.action_mut().unwrap().state = ActionState::Approved;
+    ledger.put(entry.clone()).unwrap();
+    assert_eq!(ledger.get(a).unwrap().unwrap(), entry);
+    assert!(
+        !ledger.record_attempt(a, &decided).unwrap(),
+        "a decided action takes no second decider"
+    );
+    assert_eq!(ledger.open_action_ids("gk").unwrap(), [b]);
+    assert!(
+        ledger
+            .record_attempt(kernel::LedgerId(99), &decided)
+            .is_err()
+    );
+
+    let rule = AutoApprovalRule {
+        gatekeeper: "gk".into(),
+        kind: auto_kind(),
+        enabled_by: "ana".into(),
+    };
+    ledger.put_rule(&rule).unwrap();
+    assert_eq!(ledger.rules().unwrap(), std::slice::from_ref(&rule));
+    assert_eq!(*ledger.rule("gk", "gk:write").unwrap().unwrap(), rule);
+    assert!(ledger.remove_rule("gk", "gk:write").unwrap());
+    assert!(!ledger.remove_rule("gk", "gk:write").unwrap());
+
+    assert!(!ledger.locked_down().unwrap());
+    ledger.latch_lockdown().unwrap();
+    ledger.latch_lockdown().unwrap();
+    assert!(ledger.locked_down().unwrap());
+    assert!(
+        db.query_text("DELETE FROM lockdown").is_err(),
+        "the latch is never lifted"
+    );
+    assert!(
+        db.query_text("DELETE FROM ledger").is_err(),
+        "the ledger is append-only"
+    );
+}
+
+#[test]
+fn the_key_value_port_scans_in_byte_order_and_compares_and_sets_once() {
+    let (_, db) = fresh();
+    let kv = db.kv("wiki");
+    let other = db.kv("other");
+    kv.put("page/b", b"2".to_vec()).unwrap();
+    kv.put("page/a", b"1".to_vec()).unwrap();
+    kv.put("page/\u{e9}", b"3".to_vec()).unwrap();
+    kv.put("pagf", b"x".to_vec()).unwrap();
+    other.put("page/z", b"z".to_vec()).unwrap();
+    let keys: Vec<String> = kv
+        .scan_prefix("page/")
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, ["page/a", "page/b", "page/\u{e9}"]);
+    assert_eq!(kv.get("page/a").unwrap(), Some(b"1".to_vec()));
+    assert!(kv.compare_and_set("claim", None, b"mine".to_vec()).unwrap());
+    assert!(
+        !kv.compare_and_set("claim", None, b"theirs".to_vec())
+            .unwrap()
+    );
+    assert!(
+        !kv.compare_and_set("claim", Some(b"other"), b"theirs".to_vec())
+            .unwrap()
+    );
+    assert!(
+        kv.compare_and_set("claim", Some(b"mine"), b"done".to_vec())
+            .unwrap()
+    );
+    assert_eq!(kv.get("claim").unwrap(), Some(b"done".to_vec()));
+    assert!(kv.delete("claim").unwrap());
+    assert!(!kv.delete("claim").unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_staged_approved_and_applied_through_the_real_stack_is_sent_once() {
+    let (_, db) = fresh();
+    let rig = Rig::new(db.clone()).await;
+    assert!(rig.gatekeeper.action_kind("createIssue").is_some());
+    let outcome = rig.queue_issue("first").await;
+    assert!(format!("{outcome:?}").contains("Pending"), "{outcome:?}");
+    let open = rig.overseer.open_actions().unwrap();
+    assert_eq!(open.len(), 1);
+    rig.overseer.approve(open[0].id, "ana").await.unwrap();
+    rig.overseer.settle().await;
+    assert_eq!(rig.service.calls().len(), 1);
+    let entry = rig.overseer.ledger().unwrap().pop().unwrap();
+    let action = entry.action().unwrap();
+    assert_eq!(action.state, ActionState::Approved);
+    assert_eq!(action.resolution.as_ref().unwrap().by, "ana");
+    assert!(rig.overseer.approve(open[0].id, "bob").await.is_err());
+    assert_eq!(rig.service.calls().len(), 1, "never sent twice");
+    let deciding = db
+        .query_text("SELECT count(*) FROM ledger WHERE deciding_session IS NOT NULL")
+        .unwrap();
+    assert_eq!(
+        deciding[0][0].as_deref(),
+        Some("0"),
+        "the outcome ends the decision"
+    );
+}
+
+#[test]
+fn a_newer_schema_is_refused_with_what_to_do_and_an_older_one_is_not_touched_twice() {
+    let url = fresh_url();
+    let first = Database::open(&url).unwrap();
+    // Opening again (a second daemon) finds the schema and leaves it.
+    drop(Database::open(&url).unwrap());
+    first
+        .query_text(&format!(
+            "UPDATE gate_schema SET version = {}",
+            SCHEMA_VERSION + 1
+        ))
+        .unwrap();
+    let error = Database::open(&url).unwrap_err();
+    assert!(matches!(error, StoreError::NewerSchema { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(message.contains("newer"), "{message}");
+    assert!(message.contains("run the newer build"), "{message}");
+}
+
+#[test]
+fn a_database_of_another_application_is_refused() {
+    let url = fresh_url();
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .batch_execute("CREATE TABLE invoices (id integer)")
+        .unwrap();
+    let error = Database::open(&url).unwrap_err();
+    assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
+}
+
+#[test]
+fn an_unreachable_server_is_refused_with_what_to_check() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let error = Database::open(&format!(
+        "postgres://gate:secret@127.0.0.1:{port}/gate?connect_timeout=2"
+    ))
+    .unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unreachable { .. }), "{error:?}");
+    assert!(
+        message.contains("check that PostgreSQL is running"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("secret"),
+        "the password is not shown: {message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_daemons_claim_is_found_by_a_live_one_without_a_restart() {
+    let (url, live) = fresh();
+    let dying = Database::open(&url).unwrap();
+    let ledger = dying.ledger();
+    let store = dying.action_storage("gk");
+    let id = store
+        .insert_pending(
+            Arc::from("write"),
+            None,
+            Arc::new(serde_json::json!({})),
+            Timestamp(1),
+            50,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let entry = ledger
+        .insert(&mut pending_entry(
+            "gk",
+            id.0,
+            ActionDescription::new("write", "body"),
+        ))
+        .unwrap();
+    let decided = Resolution {
+        by: "ana".into(),
+        auto: false,
+        at: Timestamp(2),
+        cause: None,
+    };
+    assert!(ledger.record_attempt(entry, &decided).unwrap());
+    let record = store.get(id).await.unwrap().unwrap();
+    let claimed = ActionRecord {
+        state: Record::Applying,
+        claimed_at: Some(Timestamp(3)),
+        ..record
+    };
+    assert!(
+        store
+            .compare_and_set(StateTag::Pending, &claimed)
+            .await
+            .unwrap()
+    );
+    // The live daemon may not settle a live daemon's claim, nor take over its decision.
+    let live_store = live.action_storage("gk");
+    let interrupted = claimed.interrupt().unwrap();
+    assert!(
+        !live_store
+            .compare_and_set(StateTag::Applying, &interrupted)
+            .await
+            .unwrap()
+    );
+    assert!(!live.ledger().record_attempt(entry, &decided).unwrap());
+
+    // The daemon dies mid-apply (its connections end).
+    drop((ledger, store));
+    drop(dying);
+    let mut changes = live.changes();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let settled = loop {
+        let entry = live.ledger().get(entry).unwrap().unwrap();
+        if entry.action().unwrap().state != ActionState::Pending {
+            break entry;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the live daemon never settled the claim"
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
+    };
+    let action = settled.action().unwrap();
+    assert_eq!(action.state, ActionState::Failed);
+    let failure = action.failure.as_ref().unwrap();
+    assert!(!failure.retryable);
+    assert_eq!(failure.kind, kernel::FailureKind::OutcomeUnknown);
+    assert_eq!(
+        action.resolution.as_ref().unwrap().by,
+        "ana",
+        "it still names who decided"
+    );
+    let record = live_store.get(id).await.unwrap().unwrap();
+    assert!(matches!(
+        record.state,
+        Record::Failed {
+            retryable: false,
+            ..
+        }
+    ));
+}

@@ -642,3 +642,204 @@ async fn a_drain_held_up_by_a_dead_daemons_claim_goes_on_once_the_claim_is_settl
         "0 duplicates: {deliveries:?}"
     );
 }
+
+/// The fixture server daemon `parent` started: the process whose parent it is and whose
+/// command is `mcp-fixture` (from `/proc/<pid>/stat`).
+fn fixture_child_of(parent: u32) -> nix::unistd::Pid {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc lists processes") {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // "pid (comm) state ppid …": the command may hold spaces and parentheses.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if comm == "mcp-fixture" && ppid == Some(parent) {
+            found.push(pid);
+        }
+    }
+    assert_eq!(
+        found.len(),
+        1,
+        "daemon {parent} runs one fixture server: {found:?}"
+    );
+    nix::unistd::Pid::from_raw(found[0])
+}
+
+/// A fixture server held stopped with SIGSTOP; SIGKILLed by [`Stopped::kill`], or on drop
+/// if a failed assertion left it stopped.
+struct Stopped(Option<nix::unistd::Pid>);
+
+impl Stopped {
+    fn new(pid: nix::unistd::Pid) -> Self {
+        use nix::sys::signal::{Signal, kill};
+        kill(pid, Signal::SIGSTOP).expect("SIGSTOP the fixture server");
+        Self(Some(pid))
+    }
+
+    fn kill(&mut self) {
+        use nix::sys::signal::{Signal, kill};
+        if let Some(pid) = self.0.take() {
+            kill(pid, Signal::SIGKILL).expect("SIGKILL the fixture server");
+        }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_at_the_claim_leaves_outcome_unknown_and_nothing_is_ever_delivered() {
+    const ROUNDS: usize = 3;
+    let team = Team::new("claim-kill");
+    let b = team.daemon("b", true);
+    let coder_b = b.agent().await;
+    let db = store_postgres::Database::open(&team.db).expect("the team's database opens");
+    let mut unknown = 0;
+    let mut waiting_delivered = Vec::new();
+    for round in 0..ROUNDS {
+        let mut a = team.daemon(&format!("a{round}"), round % 2 == 0);
+        let coder_a = a.agent().await;
+        let claimed_text = format!("claimed {round}");
+        let claimed = action_id(
+            &call(
+                &coder_a,
+                "fixture__write_note",
+                json!({"text": claimed_text.clone()}),
+            )
+            .await,
+        );
+        // A second call staged through A and left pending: the dead daemon must not lose it.
+        let waiting_text = format!("waiting {round}");
+        let waiting = action_id(
+            &call(
+                &coder_a,
+                "fixture__write_note",
+                json!({"text": waiting_text.clone()}),
+            )
+            .await,
+        );
+        drop(coder_a);
+
+        // A's server is stopped: it reads nothing from its stdin, so whatever A sends after
+        // the claim never reaches it.
+        let mut server = Stopped::new(fixture_child_of(a.child.id()));
+        let mut approve = a
+            .person_command("ana", &["approve", &claimed.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("gate approve starts");
+        // The claim, read from the shared action store: committed, not yet settled.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let rows = db
+                .query_text(&format!(
+                    "SELECT actions.state FROM actions JOIN ledger
+                       ON ledger.kind = 'action' AND ledger.gatekeeper = actions.gatekeeper
+                      AND ledger.driver_id = actions.id
+                     WHERE ledger.id = {claimed}"
+                ))
+                .expect("the action store reads");
+            let state = rows.first().and_then(|row| row[0].clone());
+            if state.as_deref() == Some("applying") {
+                break;
+            }
+            assert!(
+                state.as_deref() == Some("pending") && Instant::now() < deadline,
+                "round {round}: the claim was never seen, the action is {state:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // SIGKILL at the claim, then the server that never read the request.
+        a.kill();
+        server.kill();
+        let _ = approve.wait();
+
+        // B, running all along, finds the dead daemon's claim and settles it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let outcome = loop {
+            let outcome = call(
+                &coder_b,
+                "gate_action_result",
+                json!({"action_id": claimed}),
+            )
+            .await;
+            if outcome.contains("may have reached the server") {
+                break outcome;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: daemon B never settled the dead daemon's claim: {outcome}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(!outcome.contains("approved and sent"), "{outcome}");
+        let again = b.person("bob", &["approve", &claimed.to_string()]);
+        assert!(
+            !again.status.success(),
+            "round {round}: a claimed call is never sent again: {}",
+            stdout(&again)
+        );
+        let rows = db
+            .query_text(&format!(
+                "SELECT state, failure_kind, failure_retryable, resolved_by FROM ledger
+                 WHERE id = {claimed}"
+            ))
+            .expect("the ledger reads");
+        assert_eq!(
+            rows,
+            [vec![
+                Some("failed".to_owned()),
+                Some("outcome_unknown".to_owned()),
+                Some("f".to_owned()),
+                Some(me()),
+            ]],
+            "round {round}: outcome unknown, final, naming who decided"
+        );
+        unknown += 1;
+
+        // The call A left pending is still there; B applies it, once.
+        let pending = stdout(&b.person("bob", &["pending"]));
+        assert!(
+            pending.contains(&format!("#{waiting}  pending  [fixture]")),
+            "round {round}: {pending}"
+        );
+        let approve = b.person("bob", &["approve", &waiting.to_string()]);
+        assert!(approve.status.success(), "{}", stdout(&approve));
+        waiting_delivered.push(format!(r#"write_note {{"text":"{waiting_text}"}}"#));
+
+        let deliveries = team.deliveries();
+        assert!(
+            !deliveries.iter().any(|d| d.contains(&claimed_text)),
+            "round {round}: the call claimed at the kill was delivered: {deliveries:?}"
+        );
+        assert_eq!(
+            deliveries, waiting_delivered,
+            "round {round}: each waiting call delivered once, nothing else"
+        );
+    }
+    println!(
+        "claim kill: {ROUNDS} rounds, {unknown} outcome unknown with 0 deliveries of them, {} waiting calls delivered once each, 0 duplicates, 0 lost",
+        waiting_delivered.len()
+    );
+}

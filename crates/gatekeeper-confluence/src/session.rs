@@ -268,8 +268,8 @@ impl WikiSession {
         let prepared = {
             let memory = lock(&self.memory);
             let knowledge = Knowledge {
-                seen: memory.seen.iter().copied().collect(),
-                staged: memory.staged.iter().copied().collect(),
+                seen: &memory.seen,
+                staged: &memory.staged,
                 versions: &memory.versions,
             };
             self.gatekeeper.prepare(request, &knowledge)?

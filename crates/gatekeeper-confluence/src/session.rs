@@ -13,8 +13,10 @@
 //! one of them is rejected, fails for good or is reverted the kernel flags the later
 //! action instead of letting it slip through, and the driver refuses to apply it while
 //! one of them is still pending. Actions of other sessions it never read are not
-//! among them. The memory lasts as long as the session: a restarted agent gets a new
-//! session and a clean slate.
+//! among them. Its own earlier actions are declared as a chain (each names the latest
+//! one still undecided), so `depends_on` stays short however much it stages; the
+//! driver's `dependencies` says what reaches the rest. The memory lasts as long as the
+//! session: a restarted agent gets a new session and a clean slate.
 //!
 //! It also remembers the version of each page its reads showed (pitfall 1, under
 //! [`Policy::refuse_stale`]): a replace or rename is staged against the version the

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use gatekeeper_confluence::record::StoredRecord;
 use gatekeeper_confluence::{
     ConfluenceGatekeeper, ContentHandle, KvStore, Lab, MemoryKv, Policy, WikiService, WikiSession,
 };
@@ -276,6 +277,44 @@ fn read_us(rt: &Runtime, on_page: usize, elsewhere: usize) -> f64 {
     once(n).as_secs_f64() * 1e6 / f64::from(n)
 }
 
+/// Mean ns to decode one pending append as the key-value store holds it: what a read
+/// would pay per pending action on its page if the driver kept no decoded copy.
+fn decode_ns(rt: &Runtime) -> f64 {
+    let service = Arc::new(WikiService::new());
+    let page = seed(&service, 1)[0];
+    let kv = Arc::new(MemoryKv::new());
+    let gatekeeper = Arc::new(
+        ConfluenceGatekeeper::open(
+            "confluence",
+            service,
+            kv.clone(),
+            Arc::new(StepClock::default()),
+            Policy::GUARDED,
+        )
+        .expect("empty store"),
+    );
+    let session = gatekeeper.session(Arc::new(NullQueue::default()));
+    rt.block_on(async {
+        for n in 0..2 {
+            session
+                .append_content(&page, &format!("Step {n}: check the dashboards."))
+                .await
+                .expect("stage");
+        }
+    });
+    let (_, bytes) = kv
+        .scan_prefix("action:")
+        .expect("scan")
+        .pop()
+        .expect("a stored action");
+    let n = 200_000u32;
+    let start = Instant::now();
+    for _ in 0..n {
+        black_box(StoredRecord::decode(black_box(&bytes)).expect("decode"));
+    }
+    start.elapsed().as_secs_f64() * 1e9 / f64::from(n)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--child") {
@@ -328,4 +367,9 @@ fn main() {
             verdict(us <= 3.0)
         );
     }
+    let ns = decode_ns(&rt);
+    println!(
+        "  decoding one pending append from the key-value store: {ns:.0} ns (a 50 + 50 read decoding its 50 on demand would add about {:.1} µs)",
+        ns * 50.0 / 1000.0
+    );
 }

@@ -99,6 +99,9 @@ struct Memory {
     seen: BTreeSet<DriverActionId>,
     /// The actions it staged itself.
     staged: BTreeSet<DriverActionId>,
+    /// The actions it staged itself, in staging order, less those found decided at the
+    /// end: the last one is the head of its chain (see the driver's `dependencies`).
+    open: Vec<DriverActionId>,
     /// The version of each content (by resolved key) its last read of it showed.
     versions: HashMap<ContentHandle, u64>,
 }
@@ -268,13 +271,15 @@ impl WikiSession {
         request: StageRequest,
     ) -> Result<(Staged, Option<ContentHandle>), WikiError> {
         let prepared = {
-            let memory = lock(&self.memory);
-            let knowledge = Knowledge {
+            let mut guard = lock(&self.memory);
+            let memory = &mut *guard;
+            let mut knowledge = Knowledge {
                 seen: &memory.seen,
                 staged: &memory.staged,
+                open: &mut memory.open,
                 versions: &memory.versions,
             };
-            self.gatekeeper.prepare(request, &knowledge)?
+            self.gatekeeper.prepare(request, &mut knowledge)?
         };
         match self
             .queue
@@ -284,7 +289,9 @@ impl WikiSession {
             Ok(ledger) => {
                 self.gatekeeper.submitted(prepared.id, ledger);
                 if self.gatekeeper.policy().track_dependencies {
-                    lock(&self.memory).staged.insert(prepared.id);
+                    let mut memory = lock(&self.memory);
+                    memory.staged.insert(prepared.id);
+                    memory.open.push(prepared.id);
                 }
                 let staged = Staged {
                     action: prepared.id,

@@ -236,9 +236,12 @@ pub(crate) enum StageRequest {
 /// staged before.
 pub(crate) struct Knowledge<'a> {
     /// The pending actions whose effect its reads showed.
-    pub(crate) seen: Vec<DriverActionId>,
+    pub(crate) seen: &'a BTreeSet<DriverActionId>,
     /// The actions it staged itself.
-    pub(crate) staged: Vec<DriverActionId>,
+    pub(crate) staged: &'a BTreeSet<DriverActionId>,
+    /// The actions it staged itself, in staging order, less some already decided: the
+    /// decided ones at the end are dropped when its head is looked for.
+    pub(crate) open: &'a mut Vec<DriverActionId>,
     /// The version of each content (by resolved key) its last read of it showed.
     pub(crate) versions: &'a HashMap<ContentHandle, u64>,
 }
@@ -552,7 +555,7 @@ impl ConfluenceGatekeeper {
     pub(crate) fn prepare(
         &self,
         request: StageRequest,
-        knowledge: &Knowledge<'_>,
+        knowledge: &mut Knowledge<'_>,
     ) -> Result<Prepared, WikiError> {
         let mut store = self.store();
         let mut unread_base = None;
@@ -595,7 +598,7 @@ impl ConfluenceGatekeeper {
         };
         let id = store.allocate_action()?;
         let depends_on = if self.policy.track_dependencies {
-            dependency_closure(&store, &knowledge.seen, &knowledge.staged)
+            dependencies(&store, knowledge, &action)
         } else {
             Vec::new()
         };
@@ -1178,6 +1181,7 @@ impl ConfluenceGatekeeper {
         }
         let fail = |e: KvError| GatekeeperError::retryable(format!("{e}; reject it again"));
         store.delete(id).map_err(fail)?;
+        let mut gone_records: Vec<Arc<ActionRecord>> = vec![record.clone()];
         let mut dropped: Vec<DriverActionId> = Vec::new();
         let mut restart;
         if let WikiAction::Create { provisional, .. } = record.action {
@@ -1215,6 +1219,9 @@ impl ConfluenceGatekeeper {
                 .map(|r| r.id)
                 .collect();
             for victim in &dropped {
+                if let Some(gone) = store.get(*victim) {
+                    gone_records.push(gone.clone());
+                }
                 store.delete(*victim).map_err(fail)?;
             }
             restart = !dropped.is_empty();
@@ -1223,11 +1230,7 @@ impl ConfluenceGatekeeper {
             restart = !store.pending_on(key).is_empty();
         }
         if self.policy.track_dependencies {
-            let gone: BTreeSet<DriverActionId> =
-                dropped.iter().copied().chain(std::iter::once(id)).collect();
-            restart |= store.records().any(|r| {
-                r.state == RecordState::Pending && r.depends_on.iter().any(|d| gone.contains(d))
-            });
+            restart |= hand_on_dependencies(&mut store, &gone_records).map_err(fail)?;
         }
         info!(%id, cascaded = dropped.len(), restart, "action rejected");
         Ok(RejectOutcome {
@@ -1488,22 +1491,58 @@ fn undecided(record: &ActionRecord) -> bool {
     matches!(record.state, RecordState::Pending | RecordState::Applying)
 }
 
-/// The actions a new action depends on, with what they depend on in turn:
+/// Whether an action changes the body (replace or append): the actions whose order on
+/// one page decides the text an append lands on.
+fn edits_body(action: &WikiAction) -> bool {
+    matches!(
+        action,
+        WikiAction::SetContent { .. } | WikiAction::AppendContent { .. }
+    )
+}
+
+/// The actions a new action depends on directly. Linear in what the session saw, not in
+/// what it staged: the session's own actions form a chain, each depending on the one
+/// staged just before it that was still undecided, so every earlier one still
+/// undecided is reached through it (an action is never applied while one it depends on
+/// is undecided, and an undecided action never was decided before).
 ///
-/// - those the session *saw* (their simulated effect was in a read) that are still
-///   undecided, gone (rejected), or failed for good: the kernel holds a dependent of a
-///   rejected or failed action for a person;
-/// - those the session *staged* earlier that are still undecided: the agent knows what
-///   it asked for even when it does not read it back.
+/// - The session's *head*: its latest action still undecided.
+/// - For a replace or an append, the session's latest undecided replace or append on
+///   the same content, so the body it lands on is one step away ([`check_stacked`]).
+/// - Those the session *saw* (their simulated effect was in a read) that are still
+///   undecided, gone (rejected), or failed for good, with what those depend on in turn
+///   (one level; the rest is reached through them). Its own actions it saw that are
+///   still undecided are left to the chain.
 ///
 /// Applied and reverted ones are left out: their effect is real (or undone) now, and
-/// the agent's next read shows it.
-fn dependency_closure(
+/// the agent's next read shows it. The kernel flags dependents through chains of open
+/// actions, and the driver's checks ([`undecided_dependency`], [`check_stacked`]) walk
+/// them, so what the chain leaves out directly is still covered.
+fn dependencies(
     store: &ActionStore,
-    seen: &[DriverActionId],
-    staged: &[DriverActionId],
+    knowledge: &mut Knowledge<'_>,
+    action: &WikiAction,
 ) -> Vec<DriverActionId> {
     let mut out = BTreeSet::new();
+    // A decided action never becomes undecided again, so dropping the decided ones at
+    // the end for good keeps finding the head constant time, amortized.
+    while let Some(last) = knowledge.open.last() {
+        if store.get(*last).is_some_and(|r| undecided(r)) {
+            break;
+        }
+        knowledge.open.pop();
+    }
+    let head = knowledge.open.last().copied();
+    out.extend(head);
+    if edits_body(action) {
+        let key = store.resolve(action.target());
+        let previous = store
+            .pending_on(key)
+            .values()
+            .rev()
+            .find(|r| edits_body(&r.action) && knowledge.staged.contains(&r.id));
+        out.extend(previous.map(|r| r.id));
+    }
     let add = |out: &mut BTreeSet<DriverActionId>, record: &ActionRecord| {
         out.insert(record.id);
         if undecided(record) {
@@ -1517,34 +1556,59 @@ fn dependency_closure(
             }
         }
     };
-    for id in seen {
+    for id in knowledge.seen {
         match store.get(*id) {
             None => {
                 out.insert(*id);
             }
+            Some(record)
+                if undecided(record)
+                    && knowledge.staged.contains(id)
+                    && head.is_some_and(|h| *id <= h) => {}
             Some(record) if undecided(record) || record.state == RecordState::Failed => {
                 add(&mut out, record);
             }
             Some(_) => {}
         }
     }
-    for id in staged {
-        if let Some(record) = store.get(*id).filter(|r| undecided(r)) {
-            add(&mut out, record);
-        }
-    }
     out.into_iter().collect()
 }
 
-/// The first action `record` depends on that is still undecided, as a refusal: a
-/// dependent applied before its dependency is decided would make real what the person
-/// may still reject (a comment quoting a rename that is then rejected).
+/// Search what `record` depends on, directly or in turn, for a record `wanted` accepts;
+/// among those found, the one with the lowest id. The walk goes through records that
+/// are undecided or failed for good, not through applied or reverted ones: an action is
+/// applied only once nothing it depends on is undecided, and what a rejected action
+/// depended on was handed on to its dependents when it was rejected.
+fn find_dependency<'s>(
+    store: &'s ActionStore,
+    record: &ActionRecord,
+    wanted: impl Fn(&ActionRecord) -> bool,
+) -> Option<&'s Arc<ActionRecord>> {
+    let mut visited = BTreeSet::new();
+    let mut stack: Vec<DriverActionId> = record.depends_on.clone();
+    let mut found: Option<&'s Arc<ActionRecord>> = None;
+    while let Some(id) = stack.pop() {
+        if !visited.insert(id) {
+            continue;
+        }
+        let Some(dep) = store.get(id) else {
+            continue;
+        };
+        if wanted(dep) && found.is_none_or(|f| dep.id < f.id) {
+            found = Some(dep);
+        }
+        if undecided(dep) || dep.state == RecordState::Failed {
+            stack.extend(dep.depends_on.iter().copied());
+        }
+    }
+    found
+}
+
+/// The first action `record` depends on, directly or in turn, that is still undecided,
+/// as a refusal: a dependent applied before its dependency is decided would make real
+/// what the person may still reject (a comment quoting a rename that is then rejected).
 fn undecided_dependency(store: &ActionStore, record: &ActionRecord) -> Option<String> {
-    let dep = record
-        .depends_on
-        .iter()
-        .filter_map(|d| store.get(*d))
-        .find(|d| undecided(d))?;
+    let dep = find_dependency(store, record, undecided)?;
     let k = dep.display_id();
     let this = record.display_id();
     Some(format!(
@@ -1552,6 +1616,44 @@ fn undecided_dependency(store: &ActionStore, record: &ActionRecord) -> Option<St
         dep.action.verb(),
         dep.action.target()
     ))
+}
+
+/// A rejected action (and those dropped with it) is deleted, so what it depended on would
+/// no longer be reachable through it: every pending action that depends on one of
+/// `gone` is rewritten to depend also on what that one depended on (to a fixed point
+/// when gone ones depend on each other), so the walk of [`find_dependency`] still
+/// reaches it. Returns whether any pending action depended on one of them.
+fn hand_on_dependencies(
+    store: &mut ActionStore,
+    gone: &[Arc<ActionRecord>],
+) -> Result<bool, KvError> {
+    let inherited: HashMap<DriverActionId, &[DriverActionId]> = gone
+        .iter()
+        .map(|r| (r.id, r.depends_on.as_slice()))
+        .collect();
+    let dependents: Vec<Arc<ActionRecord>> = store
+        .records()
+        .filter(|r| r.state == RecordState::Pending)
+        .filter(|r| r.depends_on.iter().any(|d| inherited.contains_key(d)))
+        .cloned()
+        .collect();
+    for dependent in &dependents {
+        let mut deps: BTreeSet<DriverActionId> = dependent.depends_on.iter().copied().collect();
+        let mut todo: Vec<DriverActionId> = dependent.depends_on.clone();
+        while let Some(d) = todo.pop() {
+            for more in inherited.get(&d).copied().unwrap_or_default() {
+                if deps.insert(*more) {
+                    todo.push(*more);
+                }
+            }
+        }
+        if deps.len() != dependent.depends_on.len() {
+            let mut next = (**dependent).clone();
+            next.depends_on = deps.into_iter().collect();
+            store.put(next)?;
+        }
+    }
+    Ok(!dependents.is_empty())
 }
 
 /// Step 3 lost: the stored record was no longer the one read in step 1, because another
@@ -1603,15 +1705,11 @@ fn check_stacked(
     record: &ActionRecord,
     content: ContentHandle,
 ) -> Result<(), Refusal> {
-    let failed = record
-        .depends_on
-        .iter()
-        .filter_map(|d| store.get(*d))
-        .find(|d| {
-            d.state == RecordState::Failed
-                && matches!(d.action, WikiAction::SetContent { .. })
-                && store.resolve(d.action.target()) == content
-        });
+    let failed = find_dependency(store, record, |d| {
+        d.state == RecordState::Failed
+            && matches!(d.action, WikiAction::SetContent { .. })
+            && store.resolve(d.action.target()) == content
+    });
     let Some(replace) = failed else {
         return Ok(());
     };

@@ -26,7 +26,8 @@ pub struct Policy {
     /// Pitfall 2, semantic dependencies. A session remembers the pending actions whose
     /// effect it has read, and the actions it staged itself; every action it stages
     /// afterwards carries in `depends_on` those it read (pending, rejected or failed for
-    /// good) and its own still pending. The kernel flags it when one of them is
+    /// good) and its own still pending, the latter as a chain (the latest one names the
+    /// one before). The kernel flags it when one of them is
     /// rejected, fails for good or is reverted, and the driver refuses to apply it while
     /// one of them is still pending ("approve or reject #k first").
     /// Off (reference): nothing is remembered.

@@ -290,7 +290,9 @@ pub struct ActionRecord {
     pub submitted_at: Timestamp,
     /// What was captured at staging.
     pub staging: Staging,
-    /// The pending actions whose simulated effect the agent had read before staging this.
+    /// What this action was built on: the pending actions whose simulated effect the
+    /// agent had read before staging this, and the session's own latest undecided
+    /// action (a chain, see the driver's `dependencies`).
     pub depends_on: Vec<DriverActionId>,
     /// What applying it did.
     pub applied: Option<Applied>,

@@ -13,8 +13,10 @@
 //! one of them is rejected, fails for good or is reverted the kernel flags the later
 //! action instead of letting it slip through, and the driver refuses to apply it while
 //! one of them is still pending. Actions of other sessions it never read are not
-//! among them. The memory lasts as long as the session: a restarted agent gets a new
-//! session and a clean slate.
+//! among them. Its own earlier actions are declared as a chain (each names the latest
+//! one still undecided), so `depends_on` stays short however much it stages; the
+//! driver's `dependencies` says what reaches the rest. The memory lasts as long as the
+//! session: a restarted agent gets a new session and a clean slate.
 //!
 //! It also remembers the version of each page its reads showed (pitfall 1, under
 //! [`Policy::refuse_stale`]): a replace or rename is staged against the version the
@@ -97,6 +99,9 @@ struct Memory {
     seen: BTreeSet<DriverActionId>,
     /// The actions it staged itself.
     staged: BTreeSet<DriverActionId>,
+    /// The actions it staged itself, in staging order, less those found decided at the
+    /// end: the last one is the head of its chain (see the driver's `dependencies`).
+    open: Vec<DriverActionId>,
     /// The version of each content (by resolved key) its last read of it showed.
     versions: HashMap<ContentHandle, u64>,
 }
@@ -266,13 +271,15 @@ impl WikiSession {
         request: StageRequest,
     ) -> Result<(Staged, Option<ContentHandle>), WikiError> {
         let prepared = {
-            let memory = lock(&self.memory);
-            let knowledge = Knowledge {
-                seen: memory.seen.iter().copied().collect(),
-                staged: memory.staged.iter().copied().collect(),
+            let mut guard = lock(&self.memory);
+            let memory = &mut *guard;
+            let mut knowledge = Knowledge {
+                seen: &memory.seen,
+                staged: &memory.staged,
+                open: &mut memory.open,
                 versions: &memory.versions,
             };
-            self.gatekeeper.prepare(request, &knowledge)?
+            self.gatekeeper.prepare(request, &mut knowledge)?
         };
         match self
             .queue
@@ -282,7 +289,9 @@ impl WikiSession {
             Ok(ledger) => {
                 self.gatekeeper.submitted(prepared.id, ledger);
                 if self.gatekeeper.policy().track_dependencies {
-                    lock(&self.memory).staged.insert(prepared.id);
+                    let mut memory = lock(&self.memory);
+                    memory.staged.insert(prepared.id);
+                    memory.open.push(prepared.id);
                 }
                 let staged = Staged {
                     action: prepared.id,

@@ -287,6 +287,84 @@ async fn reverting_an_action_others_depend_on_flags_them() {
     assert_eq!(lab.service.page(100).unwrap().title, "Draft");
 }
 
+#[tokio::test]
+async fn a_sessions_own_actions_form_a_chain_that_still_holds_every_later_one() {
+    // Many actions from one session without reads: each depends on a bounded number of
+    // others (the previous one, and the previous edit of the same body), not on all of
+    // them, yet rejecting the first still flags every later one.
+    let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Manual", "original").await;
+    lab.service.seed_page_with_id(101, "OPS", "News", "");
+    let news = agent.open("101").await.unwrap();
+    let mut staged = Vec::new();
+    for n in 0..40 {
+        let target = if n % 2 == 0 { &page } else { &news };
+        staged.push(
+            agent
+                .append_content(target, &format!("step {n}"))
+                .await
+                .unwrap(),
+        );
+    }
+    for (n, action) in staged.iter().enumerate().skip(1) {
+        let deps = depends_on(&lab, action.ledger);
+        assert!(!deps.is_empty() && deps.len() <= 2, "action {n}: {deps:?}");
+        assert!(deps.contains(&staged[n - 1].ledger), "action {n}: {deps:?}");
+    }
+    let report = lab.overseer.reject(staged[0].ledger, "ana").await.unwrap();
+    let later: Vec<LedgerId> = staged[1..].iter().map(|s| s.ledger).collect();
+    assert_eq!(report.flagged, later);
+}
+
+#[tokio::test]
+async fn a_dependency_reached_through_a_rejected_action_still_holds_the_dependent() {
+    // Three pages, so the order of one page's actions is not what holds them back.
+    let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Draft", "procedure").await;
+    lab.service
+        .seed_page_with_id(101, "OPS", "News", "old news");
+    lab.service.seed_page_with_id(102, "OPS", "Index", "");
+    let news = agent.open("101").await.unwrap();
+    let index = agent.open("102").await.unwrap();
+    let first = agent.set_title(&page, "Publishable").await.unwrap();
+    let second = agent.add_comment(&news, "published soon").await.unwrap();
+    let third = agent.add_label(&index, "published").await.unwrap();
+    assert_eq!(depends_on(&lab, third.ledger), vec![second.ledger]);
+    let report = lab.overseer.reject(second.ledger, "ana").await.unwrap();
+    assert_eq!(report.flagged, vec![third.ledger]);
+    // A person approves the flagged label deliberately, but the rename it was built on
+    // (through the rejected comment) is still pending: refused, nothing sent.
+    let error = apply_error(lab.overseer.approve(third.ledger, "ana").await);
+    assert!(error.retryable, "{}", error.message);
+    assert!(
+        error
+            .message
+            .contains(&format!("approve or reject {} first", first.ledger)),
+        "{}",
+        error.message
+    );
+    assert_eq!(lab.service.writes(), 0);
+    lab.overseer.approve(first.ledger, "ana").await.unwrap();
+    lab.overseer.approve(third.ledger, "ana").await.unwrap();
+    assert_eq!(lab.service.page(102).unwrap().labels, vec!["published"]);
+}
+
+#[tokio::test]
+async fn an_append_stacked_on_a_failed_replace_is_refused_past_an_applied_label() {
+    let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Manual", "original").await;
+    agent.read(&page).await.unwrap();
+    let replace = agent.set_content(&page, "new procedure").await.unwrap();
+    let label = agent.add_label(&page, "reviewed").await.unwrap();
+    let append = agent.append_content(&page, "safety notes").await.unwrap();
+    lab.service
+        .human_edit(100, Edit::ReplaceBody("person's text".into()))
+        .unwrap();
+    apply_error(lab.overseer.approve(replace.ledger, "ana").await);
+    // The label is flagged; a person approves it anyway, and it is applied.
+    lab.overseer.approve(label.ledger, "ana").await.unwrap();
+    let error = apply_error(lab.overseer.approve(append.ledger, "ana").await);
+    assert_final_saying(&error, "staged on top of");
+    assert_eq!(storage(&lab, 100), "<p>person's text</p>");
+}
+
 // ----- revert (pitfall 3) -----
 
 #[tokio::test]

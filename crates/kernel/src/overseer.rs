@@ -613,7 +613,7 @@ impl Overseer {
                 inner.store.put(entry)?;
                 info!(reverted, "revert requested");
                 let flagged = if reverted {
-                    inner.flag_dependents(&gatekeeper_name, id, &[id])?
+                    inner.flag_dependents_of_revert(&gatekeeper_name, id)?
                 } else {
                     Vec::new()
                 };
@@ -1216,6 +1216,44 @@ impl Inner {
                 action.blocked_by = Some(root);
                 self.store.put(entry)?;
                 info!(action = %id, root = %root, "action depends on a rejected action: held for a person");
+                flagged.push(id);
+            }
+        }
+        Ok(flagged)
+    }
+
+    /// Flag every open action of `gatekeeper` that depends on `reverted`, directly or
+    /// through any later action, open or already decided. A revert undoes an effect that
+    /// actions applied since may have been built on, so a dependency chain that runs
+    /// through an applied action still reaches what is open behind it (a driver may
+    /// record a session's actions as a chain, each naming only the one before). This
+    /// reads every later entry of the ledger; a revert is a person's rare request.
+    fn flag_dependents_of_revert(
+        &self,
+        gatekeeper: &str,
+        reverted: LedgerId,
+    ) -> Result<Vec<LedgerId>, DecisionError> {
+        let mut tainted: BTreeSet<LedgerId> = BTreeSet::from([reverted]);
+        let mut flagged = Vec::new();
+        for mut entry in self.store.entries()? {
+            if entry.id <= reverted || &*entry.gatekeeper != gatekeeper {
+                continue;
+            }
+            let id = entry.id;
+            let Some(action) = entry.action_mut() else {
+                continue;
+            };
+            if !action.depends_on.iter().any(|d| tainted.contains(d)) {
+                continue;
+            }
+            tainted.insert(id);
+            let open = action.state == ActionState::Pending
+                || (action.state == ActionState::Failed
+                    && action.failure.as_ref().is_some_and(|f| f.retryable));
+            if open && action.blocked_by.is_none() {
+                action.blocked_by = Some(reverted);
+                self.store.put(entry)?;
+                info!(action = %id, root = %reverted, "action depends on a reverted action: held for a person");
                 flagged.push(id);
             }
         }

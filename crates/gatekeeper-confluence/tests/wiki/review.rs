@@ -316,6 +316,32 @@ async fn a_sessions_own_actions_form_a_chain_that_still_holds_every_later_one() 
 }
 
 #[tokio::test]
+async fn reverting_an_action_flags_what_depends_on_it_through_an_action_already_applied() {
+    // One session stages S, I and K; its actions form a chain (K names I, I names S).
+    // S and I are applied, then S is reverted: K, still pending, was staged on top of
+    // S's effect and is held, although the chain runs through I, which is decided.
+    let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Draft", "procedure").await;
+    lab.service.seed_page_with_id(101, "OPS", "News", "");
+    lab.service.seed_page_with_id(102, "OPS", "Index", "");
+    let news = agent.open("101").await.unwrap();
+    let index = agent.open("102").await.unwrap();
+    let s = agent.set_title(&page, "Publishable").await.unwrap();
+    let i = agent.add_label(&news, "published").await.unwrap();
+    let k = agent.add_label(&index, "published").await.unwrap();
+    assert_eq!(
+        depends_on(&lab, k.ledger),
+        vec![i.ledger],
+        "a chain, not a list"
+    );
+    lab.overseer.approve(s.ledger, "ana").await.unwrap();
+    lab.overseer.approve(i.ledger, "ana").await.unwrap();
+    let report = lab.overseer.revert(s.ledger, "ana").await.unwrap();
+    assert!(report.reverted);
+    assert_eq!(report.flagged, vec![k.ledger]);
+    assert_eq!(blocked_by(&lab, k.ledger), Some(s.ledger));
+}
+
+#[tokio::test]
 async fn a_dependency_reached_through_a_rejected_action_still_holds_the_dependent() {
     // Three pages, so the order of one page's actions is not what holds them back.
     let (lab, agent, page) = agent_on_manual(Policy::GUARDED, "Draft", "procedure").await;

@@ -71,6 +71,13 @@ pub fn request_for(decision: &Decision) -> Request {
     }
 }
 
+/// Draw one frame of the screen, setting the rows a page moves by from the frame's height.
+pub fn draw(model: &mut Model, frame: &mut ratatui::Frame) {
+    // The list takes 40% of the screen, less its heading line.
+    model.page = (usize::from(frame.area().height) * 2 / 5).saturating_sub(2);
+    view::draw(model, frame);
+}
+
 /// Run the screen against the daemon whose socket is `socket`, until the person leaves.
 pub fn run(socket: &Path) -> anyhow::Result<()> {
     // Reach the daemon before taking over the terminal, so a stopped daemon is an ordinary
@@ -91,11 +98,7 @@ fn screen(
 ) -> anyhow::Result<()> {
     let mut due = Instant::now() + POLL;
     loop {
-        terminal.draw(|frame| {
-            // The list takes 40% of the screen, less its heading line.
-            model.page = (usize::from(frame.area().height) * 2 / 5).saturating_sub(2);
-            view::draw(model, frame);
-        })?;
+        terminal.draw(|frame| draw(model, frame))?;
         let wait = due.saturating_duration_since(Instant::now());
         let input = match event::poll(wait) {
             Ok(true) => match event::read() {

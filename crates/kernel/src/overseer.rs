@@ -519,6 +519,15 @@ impl Overseer {
         for name in self.gatekeeper_names() {
             let mut any = false;
             for id in inner.store.open_action_ids(&name)? {
+                // Only an action that is due is claimed, so a sweep never holds up a
+                // person's decision on an action that is not expiring.
+                let due = inner
+                    .store
+                    .get(id)?
+                    .is_some_and(|e| inner.due(&e).is_some());
+                if !due {
+                    continue;
+                }
                 let Ok(_slot) = inner.claim(id) else {
                     continue;
                 };

@@ -5,129 +5,25 @@
 //! Needs tmux (`apt-get install -y tmux`); without it the test fails and says so.
 //! Deliveries are counted from the fixture server's own log.
 
+#[path = "support/daemon.rs"]
+mod daemon;
 #[path = "support/fixture.rs"]
 mod fixture;
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use rmcp::RoleClient;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use fixture::{fixture_binary, free_port};
-
-const CODER_TOKEN: &str = "coder-token-0123456789abcdef";
+use daemon::{CODER_TOKEN, Gate};
 
 /// How long the screen may take to show what is waited for; a bound on a failing test,
 /// never a measurement.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-struct Gate {
-    child: Child,
-    dir: PathBuf,
-    url: String,
-    log: PathBuf,
-}
-
-impl Gate {
-    fn start(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("gate-review-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch directory");
-        let log = dir.join("deliveries.log");
-        let config = dir.join("gate.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"listen = "127.0.0.1:{port}"
-
-[[server]]
-name = "fixture"
-command = {fixture:?}
-env = {{ MCP_FIXTURE_LOG = {log:?} }}
-trust = "byo"
-
-[[agent]]
-name = "coder"
-token = "{CODER_TOKEN}"
-
-[[agent.grant]]
-server = "fixture"
-"#,
-                port = free_port(),
-                fixture = fixture_binary().to_string_lossy(),
-                log = log.to_string_lossy(),
-            ),
-        )
-        .expect("config written");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("gate serve starts");
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut first)
-            .expect("gate serve prints its address");
-        let url = first
-            .trim()
-            .strip_prefix("gate: agents at ")
-            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-            .to_owned();
-        Self {
-            child,
-            dir,
-            url,
-            log,
-        }
-    }
-
-    async fn agent(&self) -> RunningService<RoleClient, ()> {
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(self.url.clone())
-                .auth_header(CODER_TOKEN),
-        );
-        ().serve(transport).await.expect("the agent connects")
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    fn person(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_gate"))
-            .args(args)
-            .arg("--data-dir")
-            .arg(self.data())
-            .output()
-            .expect("gate runs")
-    }
-
-    fn deliveries(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log)
-            .map(|t| t.lines().map(str::to_owned).collect())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// A tmux server of this test's own (its own socket), holding one session.
 struct Tmux {
@@ -239,7 +135,7 @@ fn review(gate: &Gate) -> Tmux {
         &format!(
             "'{}' review --data-dir '{}'; echo \"review exited: $?\"; sleep 60",
             env!("CARGO_BIN_EXE_gate"),
-            gate.data().display()
+            gate.dir.join("data").display()
         ),
     )
 }
@@ -270,7 +166,7 @@ fn row(screen: &str, id: u64) -> Option<&str> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_person_approves_one_staged_write_through_keys_and_the_server_gets_it_once() {
     let gate = Gate::start("one");
-    let coder = gate.agent().await;
+    let coder = gate.agent(CODER_TOKEN).await;
     let first = stage(
         &coder,
         "fixture__write_note",
@@ -326,7 +222,7 @@ async fn a_person_approves_one_staged_write_through_keys_and_the_server_gets_it_
 async fn several_writes_are_approved_together_after_a_confirmation_and_a_reason_reaches_the_agent()
 {
     let gate = Gate::start("several");
-    let coder = gate.agent().await;
+    let coder = gate.agent(CODER_TOKEN).await;
     let mut ids = Vec::new();
     for text in ["one", "two", "three"] {
         ids.push(stage(&coder, "fixture__write_note", json!({"text": text})).await);

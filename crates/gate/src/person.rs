@@ -98,69 +98,73 @@ fn ledger_page(gateway: &Gateway, query: &LedgerQuery) -> Result<(Vec<Row>, Opti
         ));
     }
     let limit = query.limit.clamp(1, MAX_LEDGER_PAGE);
-    let file = gateway
-        .ledger_file()
-        .map_err(|e| format!("could not read the ledger: {e}"))?;
-    let Some(file) = file else {
-        // A team's database has no file to page through: read the kernel's ledger.
-        let entries = gateway
-            .overseer()
-            .ledger()
-            .map_err(|e| format!("could not read the ledger: {e}"))?;
-        let mut found = Vec::new();
-        for entry in entries.into_iter().rev() {
-            if query.before.is_some_and(|before| entry.id.0 >= before) || !query.matches(&entry) {
-                continue;
-            }
-            found.push(Ok(entry));
-            if found.len() == limit {
-                let next = match found.last() {
-                    Some(Ok(entry)) => entry.id.0,
-                    _ => unreachable!("only entries are pushed here"),
-                };
-                return Ok((found, (next > 1).then_some(next)));
-            }
+    let mut found = Vec::new();
+    for row in descending_rows(gateway, query.before)? {
+        match row? {
+            Ok(entry) if !query.matches(&entry) => continue,
+            // A row that cannot be read is shown whatever the filter: it may be exactly
+            // what the person looks for.
+            row => found.push(row),
         }
-        return Ok((found, None));
+        if found.len() == limit {
+            let next = match found.last() {
+                Some(Ok(entry)) => entry.id.0,
+                Some(Err((id, _))) => id.0,
+                None => unreachable!("limit is at least 1"),
+            };
+            return Ok((found, (next > 1).then_some(next)));
+        }
+    }
+    Ok((found, None))
+}
+
+/// The ledger's rows with ids below `before` (all without it), most recent first: from
+/// the SQLite file a chunk at a time, or, on a team's database (no file to page
+/// through), from the kernel's ledger.
+fn descending_rows(
+    gateway: &Gateway,
+    before: Option<u64>,
+) -> Result<Box<dyn Iterator<Item = Result<Row, String>>>, String> {
+    let unreadable = |e: &dyn std::fmt::Display| format!("could not read the ledger: {e}");
+    let file = gateway.ledger_file().map_err(|e| unreadable(&e))?;
+    let Some(file) = file else {
+        let entries = gateway.overseer().ledger().map_err(|e| unreadable(&e))?;
+        return Ok(Box::new(
+            entries
+                .into_iter()
+                .rev()
+                .filter(move |e| before.is_none_or(|before| e.id.0 < before))
+                .map(|e| Ok(Ok(e))),
+        ));
     };
     let reader = LedgerReader::open(file).map_err(|e| {
         format!("could not read the ledger: {e}; check the data directory of `gate serve`")
     })?;
-    let mut found = Vec::new();
-    let mut cursor = query.before.map(LedgerId);
-    loop {
-        let rows = reader
-            .page(cursor, SCAN_CHUNK)
-            .map_err(|e| format!("could not read the ledger: {e}"))?;
-        let Some(last) = rows.last() else {
-            return Ok((found, None));
-        };
-        let last = match last {
-            Ok(entry) => entry.id,
-            Err(unreadable) => unreadable.id,
-        };
-        for row in rows {
-            match row {
-                Ok(entry) if query.matches(&entry) => found.push(Ok(entry)),
-                Ok(_) => {}
-                // A row that cannot be read is shown whatever the filter: it may be
-                // exactly what the person looks for.
-                Err(unreadable) => found.push(Err((unreadable.id, unreadable.reason))),
-            }
-            if found.len() == limit {
-                let next = match found.last() {
-                    Some(Ok(entry)) => entry.id.0,
-                    Some(Err((id, _))) => id.0,
-                    None => unreachable!("limit is at least 1"),
-                };
-                return Ok((found, (next > 1).then_some(next)));
+    let mut cursor = before.map(LedgerId);
+    let mut chunk = std::collections::VecDeque::new();
+    let mut done = false;
+    Ok(Box::new(std::iter::from_fn(move || {
+        if chunk.is_empty() && !done {
+            match reader.page(cursor, SCAN_CHUNK) {
+                Ok(rows) => {
+                    let last = rows.last().map(|row| match row {
+                        Ok(entry) => entry.id,
+                        Err(unreadable) => unreadable.id,
+                    });
+                    done = last.is_none_or(|last| last.0 <= 1);
+                    cursor = last;
+                    chunk.extend(rows.into_iter().map(|row| {
+                        Ok(row.map_err(|unreadable| (unreadable.id, unreadable.reason)))
+                    }));
+                }
+                Err(e) => {
+                    done = true;
+                    return Some(Err(unreadable(&e)));
+                }
             }
         }
-        if last.0 <= 1 {
-            return Ok((found, None));
-        }
-        cursor = Some(last);
-    }
+        chunk.pop_front()
+    })))
 }
 
 fn ledger(gateway: &Gateway, query: &LedgerQuery) -> Response {

@@ -12,15 +12,10 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
-use daemon::{CODER_TOKEN, Gate, action_id, call, text};
+use daemon::{CODER_TOKEN, Gate, action_id, call, eventually, me, text};
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// The user running these tests, as the daemon names the person behind its socket.
-fn me() -> String {
-    gate::person::user_name(nix::unistd::getuid().as_raw())
 }
 
 /// Send one raw request line to the daemon's socket and return its answer.
@@ -384,17 +379,6 @@ async fn lifting_a_lockdown_is_recorded_with_the_user_and_lets_the_agent_write_a
         "{status}"
     );
     assert!(status.contains("the notes were a test fixture"), "{status}");
-}
-
-/// Wait, a bounded while, until `ready` holds.
-async fn eventually(what: &str, mut ready: impl FnMut() -> bool) {
-    for _ in 0..600 {
-        if ready() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("{what} never happened");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -19,7 +19,7 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use serde_json::{Value, json};
 
-use daemon::{CODER_TOKEN, Gate};
+use daemon::{CODER_TOKEN, Gate, action_id, call, text};
 
 /// How long the screen may take to show what is waited for; a bound on a failing test,
 /// never a measurement.
@@ -104,28 +104,9 @@ impl Drop for Tmux {
     }
 }
 
+/// Stage a write as `agent` and return its action id.
 async fn stage(agent: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> u64 {
-    let Value::Object(args) = args else {
-        panic!("arguments are an object")
-    };
-    let result = agent
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: {e}"));
-    let text: String = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect();
-    let rest = text
-        .split("action ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no action id in {text:?}"));
-    rest.chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("a number")
+    action_id(&text(&call(agent, tool, args).await))
 }
 
 /// `gate review` on `gate`'s daemon in a tmux session; the shell says when it exits.

@@ -3,33 +3,26 @@
 //! servers writing one delivery log. An agent stages through one daemon, people decide
 //! through either; deliveries are counted from the servers' log, not from the gate.
 
+#[path = "support/daemon.rs"]
+mod daemon;
 #[path = "support/fixture.rs"]
 mod fixture;
 
-use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::RoleClient;
+use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use store_postgres::cluster::Cluster;
 
+use daemon::{CODER_TOKEN, action_id, answer_until, eventually, me};
 use fixture::{fixture_binary, free_port};
 
-const CODER_TOKEN: &str = "coder-token-0123456789abcdef";
-
 /// A scratch directory with the shared delivery log, removed when dropped.
-/// Who the daemons record as deciding: the user running the tests, behind the socket.
-fn me() -> String {
-    gate::person::user_name(nix::unistd::getuid().as_raw())
-}
-
 struct Team {
     dir: PathBuf,
     log: PathBuf,
@@ -92,28 +85,11 @@ server = "fixture"
         )
         .expect("config written");
         let data = self.dir.join(name);
-        let mut command = Command::new(env!("CARGO_BIN_EXE_gate"));
-        command
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(&data)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped());
+        let mut command = daemon::serve_command(&config, &data);
         if through_flag {
             command.arg("--db").arg(&self.db);
         }
-        let mut child = command.spawn().expect("gate serve starts");
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut first)
-            .expect("gate serve prints its address");
-        let url = first
-            .trim()
-            .strip_prefix("gate: agents at ")
-            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-            .to_owned();
+        let (child, url) = daemon::spawn_serve_command(command);
         Daemon { child, data, url }
     }
 
@@ -131,9 +107,7 @@ server = "fixture"
     }
 
     fn deliveries(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log)
-            .map(|t| t.lines().map(str::to_owned).collect())
-            .unwrap_or_default()
+        daemon::read_deliveries(&self.log)
     }
 }
 
@@ -151,11 +125,7 @@ struct Daemon {
 
 impl Daemon {
     async fn agent(&self) -> RunningService<RoleClient, ()> {
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(self.url.clone())
-                .auth_header(CODER_TOKEN),
-        );
-        ().serve(transport).await.expect("the agent connects")
+        daemon::connect(&self.url, CODER_TOKEN).await
     }
 
     /// A person's command against this daemon, as `person`.
@@ -191,33 +161,9 @@ impl Drop for Daemon {
     }
 }
 
+/// Call `tool` as `agent` and return the answer's text.
 async fn call(agent: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> String {
-    let Value::Object(args) = args else {
-        panic!("arguments are an object")
-    };
-    let result: CallToolResult = agent
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: {e}"));
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The action id in a staged answer.
-fn action_id(answer: &str) -> u64 {
-    let rest = answer
-        .split("action ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no action id in {answer:?}"));
-    rest.chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("a number")
+    daemon::text(&daemon::call(agent, tool, args).await)
 }
 
 fn stdout(output: &Output) -> String {
@@ -228,16 +174,12 @@ fn stdout(output: &Output) -> String {
     )
 }
 
-fn data_dir_exists(path: &Path) -> bool {
-    path.is_dir()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decision_made_through_the_other_daemon_is_applied_exactly_once() {
     let team = Team::new("decide");
     let a = team.daemon("a", false);
     let b = team.daemon("b", true);
-    assert!(data_dir_exists(&a.data) && data_dir_exists(&b.data));
+    assert!(a.data.is_dir() && b.data.is_dir());
     let coder = a.agent().await;
     let id = action_id(&call(&coder, "fixture__write_note", json!({"text": "hi"})).await);
 
@@ -264,6 +206,12 @@ async fn a_decision_made_through_the_other_daemon_is_applied_exactly_once() {
         (Some(me()), Some("approved".into())),
         "the ledger names who decided"
     );
+    // `gate ledger` on a team's database reads the kernel's ledger (there is no file).
+    let ledger = a.person("ana", &["ledger", "--json", "--state", "approved"]);
+    assert!(ledger.status.success(), "{}", stdout(&ledger));
+    let page: Value = serde_json::from_str(&stdout(&ledger)).expect("JSON");
+    assert_eq!(page["entries"][0]["id"], id, "{page}");
+    assert_eq!(page["entries"].as_array().map(Vec::len), Some(1), "{page}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -332,31 +280,23 @@ async fn a_daemon_killed_mid_apply_leaves_outcome_unknown_that_the_other_finds_w
         .stderr(Stdio::null())
         .spawn()
         .expect("gate approve starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while team.deliveries().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the server never received the call"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the server receiving the call", || {
+        !team.deliveries().is_empty()
+    })
+    .await;
     a.kill();
     let _ = approve.wait();
 
     // B, which was running all along, finds the claim of the dead daemon.
     let coder = b.agent().await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let outcome = loop {
-        let outcome = call(&coder, "gate_action_result", json!({"action_id": id})).await;
-        if outcome.contains("may have reached the server") {
-            break outcome;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "daemon B never settled the dead daemon's claim: {outcome}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let outcome = answer_until(
+        "daemon B settling the dead daemon's claim",
+        &coder,
+        "gate_action_result",
+        json!({"action_id": id}),
+        |outcome| outcome.contains("may have reached the server"),
+    )
+    .await;
     assert!(!outcome.contains("approved and sent"), "{outcome}");
     let again = b.person("bob", &["approve", &id.to_string()]);
     assert!(
@@ -415,18 +355,14 @@ async fn with_the_database_unreachable_the_agent_is_refused_and_nothing_is_stage
 
     // The database comes back: the daemon connects again by itself.
     cluster.restart().unwrap_or_else(|error| panic!("{error}"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let staged = loop {
-        let answer = call(&coder, "fixture__write_note", json!({"text": "three"})).await;
-        if answer.contains("Nothing has been sent") {
-            break answer;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the daemon never reconnected: {answer}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let staged = answer_until(
+        "the daemon reconnecting",
+        &coder,
+        "fixture__write_note",
+        json!({"text": "three"}),
+        |answer| answer.contains("Nothing has been sent"),
+    )
+    .await;
     let third = action_id(&staged);
     let pending = stdout(&a.person("ana", &["pending"]));
     assert!(pending.contains(&format!("#{first} ")), "{pending}");
@@ -452,14 +388,7 @@ async fn try_call(
         .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
         .await
         .ok()?;
-    Some(
-        result
-            .content
-            .iter()
-            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    )
+    Some(daemon::text(&result))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -594,14 +523,10 @@ async fn a_drain_held_up_by_a_dead_daemons_claim_goes_on_once_the_claim_is_settl
         .stderr(Stdio::null())
         .spawn()
         .expect("gate approve starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !team.deliveries().iter().any(|d| d.starts_with("hang")) {
-        assert!(
-            Instant::now() < deadline,
-            "the server never received the call"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the server receiving the call", || {
+        team.deliveries().iter().any(|d| d.starts_with("hang"))
+    })
+    .await;
     // An auto-approvable call staged through B waits behind it (the drain keeps id order).
     let later = action_id(&call(&coder_b, "fixture__tag_note", json!({"tag": "t1"})).await);
     assert!(later > hang);
@@ -615,15 +540,10 @@ async fn a_drain_held_up_by_a_dead_daemons_claim_goes_on_once_the_claim_is_settl
     // A dies. B settles its claim and, with no new submission, drains what waited.
     a.kill();
     let _ = approve.wait();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !team.deliveries().iter().any(|d| d.contains("t1")) {
-        assert!(
-            Instant::now() < deadline,
-            "the drain never went on: {:?}",
-            team.deliveries()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the drain going on", || {
+        team.deliveries().iter().any(|d| d.contains("t1"))
+    })
+    .await;
     assert_eq!(
         team.decided(&hang.to_string()),
         (Some(me()), Some("failed".into()))
@@ -776,23 +696,14 @@ async fn a_daemon_killed_at_the_claim_leaves_outcome_unknown_and_nothing_is_ever
         let _ = approve.wait();
 
         // B, running all along, finds the dead daemon's claim and settles it.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let outcome = loop {
-            let outcome = call(
-                &coder_b,
-                "gate_action_result",
-                json!({"action_id": claimed}),
-            )
-            .await;
-            if outcome.contains("may have reached the server") {
-                break outcome;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "round {round}: daemon B never settled the dead daemon's claim: {outcome}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let outcome = answer_until(
+            &format!("round {round}: daemon B settling the dead daemon's claim"),
+            &coder_b,
+            "gate_action_result",
+            json!({"action_id": claimed}),
+            |outcome| outcome.contains("may have reached the server"),
+        )
+        .await;
         assert!(!outcome.contains("approved and sent"), "{outcome}");
         let again = b.person("bob", &["approve", &claimed.to_string()]);
         assert!(

@@ -491,16 +491,7 @@ impl Overseer {
     /// kernel's clock counts), or `None` if it is not pending or its gatekeeper has no
     /// time to live.
     pub fn expires_at(&self, entry: &LedgerEntry) -> Option<u64> {
-        let action = entry.action()?;
-        if action.state != ActionState::Pending {
-            return None;
-        }
-        let table = self.inner.ttl.read().unwrap_or_else(|p| p.into_inner());
-        let ttl = table
-            .per_gatekeeper
-            .get(&*entry.gatekeeper)
-            .copied()
-            .or(table.default)?;
+        let ttl = self.inner.pending_ttl(entry)?;
         Some(entry.created_at.0.saturating_add(ttl))
     }
 
@@ -941,21 +932,24 @@ impl Inner {
             .ok_or_else(|| DecisionError::UnknownGatekeeper(name.to_owned()))
     }
 
+    /// The time to live (in milliseconds) of `entry` if it is a pending action whose
+    /// gatekeeper has one, or `None`.
+    fn pending_ttl(&self, entry: &LedgerEntry) -> Option<u64> {
+        if entry.action()?.state != ActionState::Pending {
+            return None;
+        }
+        let table = self.ttl.read().unwrap_or_else(|p| p.into_inner());
+        table
+            .per_gatekeeper
+            .get(&*entry.gatekeeper)
+            .copied()
+            .or(table.default)
+    }
+
     /// The time to live of an action that is pending and older than its gatekeeper's
     /// time to live (in milliseconds), or `None` if it may still wait.
     fn due(&self, entry: &LedgerEntry) -> Option<u64> {
-        let action = entry.action()?;
-        if action.state != ActionState::Pending {
-            return None;
-        }
-        let ttl = {
-            let table = self.ttl.read().unwrap_or_else(|p| p.into_inner());
-            table
-                .per_gatekeeper
-                .get(&*entry.gatekeeper)
-                .copied()
-                .or(table.default)?
-        };
+        let ttl = self.pending_ttl(entry)?;
         let now = self.clock.now().0;
         (now >= entry.created_at.0.saturating_add(ttl)).then_some(ttl)
     }
@@ -1200,35 +1194,20 @@ impl Inner {
     }
 
     /// Flag every open action of `gatekeeper` that depends, directly or through another
-    /// flagged action, on one of `rejected` (rejected, failed for good, or reverted). Dependencies point to earlier ids, so one
-    /// ascending pass reaches every transitive dependent.
+    /// flagged action, on one of `rejected` (rejected, failed for good, or reverted).
+    /// Dependencies point to earlier ids, so one ascending pass reaches every transitive
+    /// dependent.
     fn flag_dependents(
         &self,
         gatekeeper: &str,
         root: LedgerId,
         rejected: &[LedgerId],
     ) -> Result<Vec<LedgerId>, DecisionError> {
-        let mut tainted: BTreeSet<LedgerId> = rejected.iter().copied().collect();
-        let mut flagged = Vec::new();
+        let mut open = Vec::new();
         for id in self.store.open_action_ids(gatekeeper)? {
-            let Some(mut entry) = self.store.get(id)? else {
-                continue;
-            };
-            let Some(action) = entry.action_mut() else {
-                continue;
-            };
-            if !action.depends_on.iter().any(|d| tainted.contains(d)) {
-                continue;
-            }
-            tainted.insert(id);
-            if action.blocked_by.is_none() {
-                action.blocked_by = Some(root);
-                self.store.put(entry)?;
-                info!(action = %id, root = %root, "action depends on a rejected action: held for a person");
-                flagged.push(id);
-            }
+            open.extend(self.store.get(id)?);
         }
-        Ok(flagged)
+        self.flag_through(root, rejected, open)
     }
 
     /// Flag every open action of `gatekeeper` that depends on `reverted`, directly or
@@ -1242,12 +1221,26 @@ impl Inner {
         gatekeeper: &str,
         reverted: LedgerId,
     ) -> Result<Vec<LedgerId>, DecisionError> {
-        let mut tainted: BTreeSet<LedgerId> = BTreeSet::from([reverted]);
+        let later = self
+            .store
+            .entries()?
+            .into_iter()
+            .filter(|e| e.id > reverted && &*e.gatekeeper == gatekeeper);
+        self.flag_through(reverted, &[reverted], later)
+    }
+
+    /// Walk `entries` in ascending id: an action that depends on a tainted one is tainted
+    /// too, and if it is open and not yet held, it is held behind `root`. Returns the
+    /// actions newly held.
+    fn flag_through(
+        &self,
+        root: LedgerId,
+        tainted: &[LedgerId],
+        entries: impl IntoIterator<Item = LedgerEntry>,
+    ) -> Result<Vec<LedgerId>, DecisionError> {
+        let mut tainted: BTreeSet<LedgerId> = tainted.iter().copied().collect();
         let mut flagged = Vec::new();
-        for mut entry in self.store.entries()? {
-            if entry.id <= reverted || &*entry.gatekeeper != gatekeeper {
-                continue;
-            }
+        for mut entry in entries {
             let id = entry.id;
             let Some(action) = entry.action_mut() else {
                 continue;
@@ -1256,13 +1249,10 @@ impl Inner {
                 continue;
             }
             tainted.insert(id);
-            let open = action.state == ActionState::Pending
-                || (action.state == ActionState::Failed
-                    && action.failure.as_ref().is_some_and(|f| f.retryable));
-            if open && action.blocked_by.is_none() {
-                action.blocked_by = Some(reverted);
+            if action.is_open() && action.blocked_by.is_none() {
+                action.blocked_by = Some(root);
                 self.store.put(entry)?;
-                info!(action = %id, root = %reverted, "action depends on a reverted action: held for a person");
+                info!(action = %id, root = %root, "action depends on a rejected, failed or reverted action: held for a person");
                 flagged.push(id);
             }
         }

@@ -28,17 +28,28 @@ pub fn spawn_serve(config: &Path, data: &Path) -> (Child, String) {
 }
 
 pub fn spawn_serve_with(config: &Path, data: &Path, env: &[(&str, &str)]) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
-        .envs(env.iter().copied())
+    let mut command = serve_command(config, data);
+    command.envs(env.iter().copied());
+    spawn_serve_command(command)
+}
+
+/// `gate serve --config CONFIG --data-dir DATA`, logging warnings, its output piped.
+pub fn serve_command(config: &Path, data: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gate"));
+    command
         .arg("serve")
         .arg("--config")
         .arg(config)
         .arg("--data-dir")
         .arg(data)
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("gate serve starts");
+        .stdout(Stdio::piped());
+    command
+}
+
+/// Spawn a `gate serve` command and read the agents' URL from its first line.
+pub fn spawn_serve_command(mut command: Command) -> (Child, String) {
+    let mut child = command.spawn().expect("gate serve starts");
     let mut first = String::new();
     BufReader::new(child.stdout.take().expect("piped"))
         .read_line(&mut first)
@@ -49,6 +60,26 @@ pub fn spawn_serve_with(config: &Path, data: &Path, env: &[(&str, &str)]) -> (Ch
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
         .to_owned();
     (child, url)
+}
+
+/// An agent connected to the daemon at `url` with `token`, over MCP streamable HTTP.
+pub async fn connect(url: &str, token: &str) -> RunningService<RoleClient, ()> {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token),
+    );
+    ().serve(transport).await.expect("the agent connects")
+}
+
+/// The calls the fixture servers logged in `log`, one line each, in order.
+pub fn read_deliveries(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .map(|t| t.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// The user running these tests, as the daemon names the person behind its socket.
+pub fn me() -> String {
+    gate::person::user_name(nix::unistd::getuid().as_raw())
 }
 
 pub struct Gate {
@@ -124,10 +155,7 @@ token = "{IDLE_TOKEN}"
     }
 
     pub async fn agent(&self, token: &str) -> RunningService<RoleClient, ()> {
-        let transport = StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(self.url.clone()).auth_header(token),
-        );
-        ().serve(transport).await.expect("the agent connects")
+        connect(&self.url, token).await
     }
 
     /// Run a person's command against this daemon.
@@ -141,9 +169,7 @@ token = "{IDLE_TOKEN}"
     }
 
     pub fn deliveries(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log)
-            .map(|t| t.lines().map(str::to_owned).collect())
-            .unwrap_or_default()
+        read_deliveries(&self.log)
     }
 }
 
@@ -216,5 +242,41 @@ impl Gate {
             "the daemon started on the edited configuration"
         );
         String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+/// How long a test waits for something the daemon does on its own; a bound on a failing
+/// test, never a measurement.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Wait, at most [`PATIENCE`], until `ready` holds.
+pub async fn eventually(what: &str, mut ready: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < PATIENCE, "{what} never happened");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Call `tool` as `agent` until its answer satisfies `done` (at most [`PATIENCE`]), and
+/// return that answer; the last answer is shown if it never does.
+pub async fn answer_until(
+    what: &str,
+    agent: &Peer<RoleClient>,
+    tool: &str,
+    args: Value,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        let answer = text(&call(agent, tool, args.clone()).await);
+        if done(&answer) {
+            return answer;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{what} never happened: {answer}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }

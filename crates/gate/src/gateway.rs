@@ -494,9 +494,6 @@ impl Gateway {
     /// before the latch is removed, so a lift that is not recorded does not happen.
     /// Returns why it had been locked down.
     pub fn lift_lockdown(&self, agent: &str, by: &str, reason: &str) -> Result<String, LiftError> {
-        if !self.agents.contains_key(agent) {
-            return Err(LiftError::UnknownAgent(agent.to_owned()));
-        }
         let was = self.latches.lift(agent, by, reason, self.clock.now().0)?;
         warn!(%agent, %by, "lockdown lifted by the person");
         Ok(was)

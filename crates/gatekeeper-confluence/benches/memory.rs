@@ -26,22 +26,19 @@
 // `main` needs no documentation; the module comment says what this is.
 #![allow(missing_docs)]
 
+mod common;
+
 use std::hint::black_box;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use gatekeeper_confluence::record::StoredRecord;
 use gatekeeper_confluence::{
     ConfluenceGatekeeper, ContentHandle, KvStore, Lab, MemoryKv, Policy, WikiService, WikiSession,
 };
-use kernel::{
-    ActionDescription, ApprovalQueue, DriverActionId, LedgerId, ObservationAuthorizer,
-    ObservationDescription, QueueError, StepClock,
-};
+use kernel::StepClock;
 use tokio::runtime::Runtime;
 
 /// Pending appends staged in every memory shape: 10,000 (the targets' figure), unless
@@ -51,35 +48,6 @@ fn appends() -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000)
-}
-
-/// A queue that accepts everything and keeps nothing.
-#[derive(Default)]
-struct NullQueue {
-    next: AtomicU64,
-}
-
-#[async_trait]
-impl ObservationAuthorizer for NullQueue {
-    async fn authorize_observation(
-        &self,
-        description: ObservationDescription,
-    ) -> Result<LedgerId, QueueError> {
-        black_box(description);
-        Ok(LedgerId(self.next.fetch_add(1, Ordering::Relaxed)))
-    }
-}
-
-#[async_trait]
-impl ApprovalQueue for NullQueue {
-    async fn submit_action(
-        &self,
-        _action: DriverActionId,
-        description: ActionDescription,
-    ) -> Result<LedgerId, QueueError> {
-        black_box(description);
-        Ok(LedgerId(self.next.fetch_add(1, Ordering::Relaxed)))
-    }
 }
 
 /// Resident memory of this process, in KiB.
@@ -159,7 +127,7 @@ fn child(stack: &str, pages: usize) {
             )
             .expect("empty store"),
         );
-        let session = gatekeeper.session(Arc::new(NullQueue::default()));
+        let session = gatekeeper.session(Arc::new(common::NullQueue::default()));
         stage(&rt, &session, &handles);
         assert_eq!(gatekeeper.pending_count(), appends());
         let grown = rss_kib().saturating_sub(before);
@@ -219,51 +187,9 @@ fn measure(stack: &str, pages: usize) -> Option<(u64, u64, f64)> {
     Some((parts.next()?, parts.next()?, secs))
 }
 
-/// A session over a wiki with `on_page` appends pending on one page and `elsewhere`
-/// spread over 20 other pages, interleaved (the shape of `benches/reads.rs`).
-fn read_shape(rt: &Runtime, on_page: usize, elsewhere: usize) -> (WikiSession, ContentHandle) {
-    let service = Arc::new(WikiService::new());
-    service.seed_page_with_id(
-        100,
-        "OPS",
-        "Runbook",
-        "First paragraph.\n\nSecond paragraph.",
-    );
-    let others = seed(&service, 20);
-    let gatekeeper = Arc::new(
-        ConfluenceGatekeeper::open(
-            "confluence",
-            service,
-            Arc::new(MemoryKv::new()),
-            Arc::new(StepClock::default()),
-            Policy::GUARDED,
-        )
-        .expect("empty store"),
-    );
-    let session = gatekeeper.session(Arc::new(NullQueue::default()));
-    let page = ContentHandle::Real(100);
-    rt.block_on(async {
-        for n in 0..elsewhere.max(on_page) {
-            if n < elsewhere {
-                session
-                    .append_content(&others[n % others.len()], &format!("note {n}"))
-                    .await
-                    .expect("stage");
-            }
-            if n < on_page {
-                session
-                    .append_content(&page, &format!("Step {n}: check the dashboards."))
-                    .await
-                    .expect("stage");
-            }
-        }
-    });
-    (session, page)
-}
-
 /// Mean µs of one simulated body read, over enough reads to take about a second.
 fn read_us(rt: &Runtime, on_page: usize, elsewhere: usize) -> f64 {
-    let (session, page) = read_shape(rt, on_page, elsewhere);
+    let (session, page) = common::read_shape(rt, Policy::GUARDED, on_page, elsewhere);
     let once = |n: u32| {
         let start = Instant::now();
         for _ in 0..n {
@@ -293,7 +219,7 @@ fn decode_ns(rt: &Runtime) -> f64 {
         )
         .expect("empty store"),
     );
-    let session = gatekeeper.session(Arc::new(NullQueue::default()));
+    let session = gatekeeper.session(Arc::new(common::NullQueue::default()));
     rt.block_on(async {
         for n in 0..2 {
             session

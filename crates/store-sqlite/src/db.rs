@@ -51,7 +51,7 @@
 //! last committed state, which is always one a crash could also have produced; action ids
 //! handed out by the lost transaction are never handed out again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -123,9 +123,14 @@ impl From<StoreError> for Error {
 
 /// The open transaction that deferred writes sit in.
 struct Batch {
+    /// This transaction's number among those this handle opened (see [`Ticket`]).
+    id: u64,
     opened: Instant,
     /// Writes made in this transaction.
     writes: u32,
+    /// A durable write left this transaction open for others to join: its caller waits
+    /// for whoever syncs next to commit it (see [`Shared::wait_durable`]).
+    awaited: bool,
     /// Action ids handed out in this transaction, per gatekeeper.
     handed_out: Vec<(String, u64)>,
 }
@@ -147,6 +152,8 @@ pub(crate) struct Conn {
     in_memory: bool,
     /// What this connection already knows of the database (see `known.rs`).
     pub(crate) known: Known,
+    /// The number of the last transaction opened (see [`Batch::id`]).
+    batches: u64,
 }
 
 impl Conn {
@@ -177,6 +184,18 @@ impl Conn {
         Ok(())
     }
 
+    /// Open the batch that the transaction just begun holds.
+    fn open_batch(&mut self) {
+        self.batches += 1;
+        self.batch = Some(Batch {
+            id: self.batches,
+            opened: Instant::now(),
+            writes: 0,
+            awaited: false,
+            handed_out: Vec::new(),
+        });
+    }
+
     /// The lowest id that may not be handed out again for `gatekeeper`.
     pub(crate) fn floor(&self, gatekeeper: &str) -> u64 {
         self.floors.get(gatekeeper).copied().unwrap_or(0)
@@ -200,6 +219,31 @@ struct SyncState {
     gathering: bool,
     /// A sync failed: what the operating system said.
     failed: Option<String>,
+    /// Transactions that durable writes had joined and that were lost instead of
+    /// committed, with why (the most recent [`LOST_KEPT`]).
+    lost: VecDeque<(u64, String)>,
+}
+
+/// How many lost transactions [`SyncState::lost`] remembers: far more than the writers
+/// that can be waiting at once.
+const LOST_KEPT: usize = 64;
+
+/// What a durable write waits for before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ticket {
+    /// Its own commit, by number: a sync begun after it must complete.
+    Commit(u64),
+    /// The transaction it joined and left open (by [`Batch::id`]): whoever syncs next
+    /// commits it first.
+    Batch(u64),
+}
+
+/// Why a durable write's wait ended without it being durable.
+enum NotDurable {
+    /// A sync failed (sticky).
+    Sync(String),
+    /// The transaction it joined was lost.
+    Lost(String),
 }
 
 /// Makes commits durable by syncing the write-ahead log (see the module docs).
@@ -215,6 +259,8 @@ struct Syncer {
     syncs: AtomicU64,
     /// Durable writes started and not yet committed (or failed).
     in_flight: AtomicU64,
+    /// The [`Batch::id`] of the last transaction committed (set after `committed`).
+    batch_committed: AtomicU64,
 }
 
 /// How long a caller about to sync waits, at most, for durable writes already under way
@@ -246,6 +292,7 @@ impl Syncer {
             committed: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
+            batch_committed: AtomicU64::new(0),
         })
     }
 
@@ -266,16 +313,40 @@ impl Syncer {
         }
     }
 
-    /// Return once commit number `commit` is durable: a sync that began after it has
-    /// completed. One caller syncs at a time; those who arrive meanwhile wait for the next
-    /// sync, which covers all of them (group commit).
-    fn wait_durable(&self, commit: u64) -> Result<(), String> {
+    /// Return once the write behind `ticket` is durable: its transaction committed, and
+    /// a sync that began after that commit completed. One caller syncs at a time (the
+    /// leader); those who arrive meanwhile wait for the next sync, which covers all of
+    /// them (group commit). Before it syncs, the leader waits briefly for durable writes
+    /// under way, then calls `commit_awaited` to commit the transaction that writers
+    /// joined and left open ([`Ticket::Batch`]).
+    fn wait_durable(
+        &self,
+        ticket: Ticket,
+        synced: bool,
+        commit_awaited: &dyn Fn(),
+    ) -> Result<(), NotDurable> {
+        let mut target = match ticket {
+            Ticket::Commit(commit) => Some(commit),
+            Ticket::Batch(_) => None,
+        };
         let mut state = self.state();
         loop {
             if let Some(failed) = &state.failed {
-                return Err(failed.clone());
+                return Err(NotDurable::Sync(failed.clone()));
             }
-            if state.synced >= commit {
+            if let (None, Ticket::Batch(batch)) = (target, ticket) {
+                if let Some((_, why)) = state.lost.iter().find(|(id, _)| *id == batch) {
+                    return Err(NotDurable::Lost(why.clone()));
+                }
+                if self.batch_committed.load(Ordering::Acquire) >= batch {
+                    if !synced {
+                        return Ok(());
+                    }
+                    // Its commit is counted by now (`committed` moves first).
+                    target = Some(self.committed.load(Ordering::Acquire));
+                }
+            }
+            if target.is_some_and(|commit| state.synced >= commit) {
                 return Ok(());
             }
             if state.syncing {
@@ -297,9 +368,10 @@ impl Syncer {
                     .unwrap_or_else(|p| p.into_inner().0);
             }
             state.gathering = false;
+            drop(state);
+            commit_awaited();
             // Every commit counted by now has its frames written: this sync covers them.
             let through = self.committed.load(Ordering::Acquire);
-            drop(state);
             let synced = self.log.sync_data();
             state = self.state();
             state.syncing = false;
@@ -312,6 +384,28 @@ impl Syncer {
             }
             self.done.notify_all();
         }
+    }
+
+    /// Whether a durable write should leave its transaction open for others to join
+    /// instead of committing it: another durable write is under way, or a sync is (this
+    /// write could not be covered by it anyway, and the next one commits for all).
+    ///
+    /// A write committed now without a sync ([`Durability::Lazy`]) joins on the same
+    /// terms and waits only for the commit. `counted` is whether the caller is itself
+    /// among the durable writes under way.
+    fn should_join(&self, counted: bool) -> bool {
+        self.in_flight.load(Ordering::Acquire) > u64::from(counted) || self.state().syncing
+    }
+
+    /// A transaction that durable writes had joined was lost: their waits end in error.
+    fn lost(&self, batch: u64, why: &str) {
+        let mut state = self.state();
+        if state.lost.len() == LOST_KEPT {
+            state.lost.pop_front();
+        }
+        state.lost.push_back((batch, why.to_owned()));
+        drop(state);
+        self.done.notify_all();
     }
 }
 
@@ -408,11 +502,7 @@ impl Shared {
                         conn.known.forget();
                         return Err(self.sorted(error.into()));
                     }
-                    conn.batch = Some(Batch {
-                        opened: Instant::now(),
-                        writes: 0,
-                        handed_out: Vec::new(),
-                    });
+                    conn.open_batch();
                     return Ok((guard, true));
                 }
                 Err(error)
@@ -463,37 +553,61 @@ impl Shared {
         if let Some(syncer) = durable {
             syncer.end_write();
         }
-        let (value, commit) = written?;
-        if durability == Durability::Now
-            && let Some(commit) = commit
-        {
+        let (value, ticket) = written?;
+        match (durability, ticket) {
             // Outside the connection's mutex: others commit meanwhile, and share the sync.
-            self.wait_durable(commit)?;
+            (Durability::Now, Some(ticket)) => self.wait_durable(ticket, true)?,
+            // Joined an open transaction: returns once it is committed.
+            (Durability::Lazy, Some(ticket @ Ticket::Batch(_))) => {
+                self.wait_durable(ticket, false)?;
+            }
+            _ => {}
         }
         Ok(value)
     }
 
-    /// Wait until commit number `commit` of this handle is durable (see the module docs).
-    fn wait_durable(&self, commit: u64) -> Result<(), StoreError> {
+    /// Wait until the write behind `ticket` is durable (see the module docs), or with
+    /// `synced` false, only committed.
+    fn wait_durable(&self, ticket: Ticket, synced: bool) -> Result<(), StoreError> {
         let Some(syncer) = &self.syncer else {
             return Ok(());
         };
+        let path = || self.path.clone().unwrap_or_default();
         syncer
-            .wait_durable(commit)
-            .map_err(|detail| StoreError::NotDurable {
-                path: self.path.clone().unwrap_or_default(),
-                detail,
+            .wait_durable(ticket, synced, &|| self.commit_awaited())
+            .map_err(|failure| match failure {
+                NotDurable::Sync(detail) => StoreError::NotDurable {
+                    path: path(),
+                    detail,
+                },
+                NotDurable::Lost(detail) => StoreError::NotCommitted {
+                    path: path(),
+                    detail,
+                },
             })
     }
 
+    /// Commit the open transaction if durable writes joined it and wait for it. A
+    /// failure is theirs to report (their waits find the transaction lost); it is logged
+    /// here once.
+    fn commit_awaited(&self) {
+        let mut conn = self.lock();
+        if conn.batch.as_ref().is_some_and(|batch| batch.awaited)
+            && let Err(error) = self.commit(&mut conn)
+        {
+            let error = self.sorted(error);
+            warn!(%error, "writes waiting to be made durable could not be committed");
+        }
+    }
+
     /// [`Shared::write`] up to its commit: returns the write's value and, if the write was
-    /// committed (not deferred), the number of its commit.
+    /// committed or is waiting to be (not deferred), what to wait for.
     fn write_committed<T>(
         &self,
         durability: Durability,
         steps: Steps,
         f: impl FnOnce(&mut Conn) -> Result<T, Error>,
-    ) -> Result<(T, Option<u64>), StoreError> {
+    ) -> Result<(T, Option<Ticket>), StoreError> {
         if let Some(failed) = self.syncer.as_ref().and_then(|s| s.state().failed.clone()) {
             return Err(StoreError::NotDurable {
                 path: self.path.clone().unwrap_or_default(),
@@ -517,11 +631,7 @@ impl Shared {
             return Err(self.sorted(error.into()));
         }
         if opened_here && conn.batch.is_none() {
-            conn.batch = Some(Batch {
-                opened: Instant::now(),
-                writes: 0,
-                handed_out: Vec::new(),
-            });
+            conn.open_batch();
         }
         match f(conn) {
             Err(error) => {
@@ -561,9 +671,22 @@ impl Shared {
                     other => other,
                 };
                 match durability {
+                    // Group commit: others' durable writes are under way, or a sync is;
+                    // this one waits in the open transaction for the next sync's leader
+                    // to commit it with theirs (one commit and one sync for all).
+                    Durability::Now | Durability::Lazy
+                        if self
+                            .syncer
+                            .as_ref()
+                            .is_some_and(|s| s.should_join(durability == Durability::Now))
+                            && let Some(batch) = conn.batch.as_mut() =>
+                    {
+                        batch.awaited = true;
+                        Ok((value, Some(Ticket::Batch(batch.id))))
+                    }
                     Durability::Now | Durability::Lazy => {
                         let commit = self.commit(conn).map_err(|e| self.sorted(e))?;
-                        Ok((value, commit))
+                        Ok((value, commit.map(Ticket::Commit)))
                     }
                     Durability::Deferred => {
                         if opened_here && conn.flusher_idle && self.session.is_some() {
@@ -591,11 +714,12 @@ impl Shared {
         }
         match run(&conn.db, "COMMIT") {
             Ok(()) => {
-                conn.batch = None;
-                Ok(self
-                    .syncer
-                    .as_ref()
-                    .map(|s| s.committed.fetch_add(1, Ordering::AcqRel) + 1))
+                let batch = conn.batch.take().map_or(0, |batch| batch.id);
+                Ok(self.syncer.as_ref().map(|s| {
+                    let commit = s.committed.fetch_add(1, Ordering::AcqRel) + 1;
+                    s.batch_committed.store(batch, Ordering::Release);
+                    commit
+                }))
             }
             Err(error) => {
                 if !conn.db.is_autocommit() {
@@ -618,6 +742,11 @@ impl Shared {
         let Some(batch) = conn.batch.take() else {
             return;
         };
+        if batch.awaited
+            && let Some(syncer) = &self.syncer
+        {
+            syncer.lost(batch.id, why);
+        }
         conn.known.forget();
         warn!(
             why,
@@ -719,7 +848,7 @@ impl Drop for Handle {
             commit
         };
         if let Some(commit) = commit
-            && let Err(error) = self.shared.wait_durable(commit)
+            && let Err(error) = self.shared.wait_durable(Ticket::Commit(commit), true)
         {
             warn!(%error, "commits could not be made durable at close");
         }
@@ -922,6 +1051,7 @@ impl Database {
                 coalesce: !file_backed,
                 in_memory: !file_backed,
                 known: Known::default(),
+                batches: 0,
             }),
             wake: Condvar::new(),
             commits,
@@ -983,7 +1113,7 @@ impl Database {
             shared.commit(&mut conn).map_err(|e| shared.sorted(e))?
         };
         match commit {
-            Some(commit) => shared.wait_durable(commit),
+            Some(commit) => shared.wait_durable(Ticket::Commit(commit), true),
             None => Ok(()),
         }
     }
@@ -1274,6 +1404,124 @@ fn upgrade(db: &Connection) -> rusqlite::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A durable write made while a sync is under way, on its own thread; returns its
+    /// result once it has waited. `ready` is set once the write sits in the open batch.
+    fn joined_write(db: &Database, key: &str) -> std::thread::JoinHandle<Result<(), StoreError>> {
+        let db = db.clone();
+        let key = key.to_owned();
+        std::thread::spawn(move || {
+            db.shared().write(Durability::Now, Steps::One, |conn| {
+                conn.db.execute(
+                    "INSERT INTO kv (scope, key, value) VALUES ('t', ?1, x'00')",
+                    [&key],
+                )?;
+                Ok(())
+            })
+        })
+    }
+
+    /// Pretend a sync is under way (so durable writes join the open transaction), run
+    /// `during` once a write has joined it, then let the sync end.
+    fn with_a_sync_under_way(
+        db: &Database,
+        key: &str,
+        during: impl FnOnce(&Shared),
+    ) -> Result<(), StoreError> {
+        let shared = db.shared();
+        let syncer = shared.syncer.as_ref().unwrap();
+        syncer.state().syncing = true;
+        let writer = joined_write(db, key);
+        // Wait until the write sits in the open transaction, waiting for a sync.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !shared.lock().batch.as_ref().is_some_and(|b| b.awaited) {
+            assert!(
+                Instant::now() < deadline,
+                "the write never joined the open transaction"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        during(shared);
+        syncer.state().syncing = false;
+        syncer.done.notify_all();
+        writer.join().unwrap()
+    }
+
+    fn temp_db(label: &str) -> (PathBuf, Database) {
+        let dir = std::env::temp_dir().join(format!("store-sqlite-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Database::open(dir.join("gate.db")).unwrap();
+        (dir, db)
+    }
+
+    #[test]
+    fn a_durable_write_that_joined_an_open_transaction_returns_once_it_is_committed_and_synced() {
+        let (dir, db) = temp_db("joined");
+        let shared = db.shared();
+        let syncer = shared.syncer.as_ref().unwrap();
+        let (commits, syncs) = (db.commits(), db.syncs());
+        with_a_sync_under_way(&db, "joined", |shared| {
+            // Nothing is committed while the write waits.
+            assert_eq!(shared.commits.load(Ordering::Relaxed), commits);
+        })
+        .unwrap();
+        assert_eq!(
+            db.commits(),
+            commits + 1,
+            "the waiting write's leader committed it"
+        );
+        assert_eq!(db.syncs(), syncs + 1);
+        assert!(syncer.state().synced >= syncer.committed.load(Ordering::Acquire));
+        drop(db);
+        let reopened = Database::open(dir.join("gate.db")).unwrap();
+        assert_eq!(
+            reopened
+                .query_text("SELECT key FROM kv WHERE scope = 't'")
+                .unwrap(),
+            [[Some("joined".to_owned())]]
+        );
+        drop(reopened);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_durable_write_whose_shared_transaction_is_lost_is_told_it_was_not_recorded() {
+        let (dir, db) = temp_db("lost");
+        let result = with_a_sync_under_way(&db, "lost", |shared| {
+            // The transaction is lost before anyone commits it (as when a later write in
+            // it fails and SQLite rolls it back).
+            let mut conn = shared.lock();
+            run(&conn.db, "ROLLBACK").unwrap();
+            shared.lose_batch(&mut conn, "a later write failed");
+        });
+        let error = result.unwrap_err();
+        assert!(
+            matches!(error, StoreError::NotCommitted { .. }),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains("a later write failed"),
+            "{error}"
+        );
+        // Nothing of it is there, and the database goes on.
+        assert!(
+            db.query_text("SELECT key FROM kv WHERE scope = 't'")
+                .unwrap()
+                .is_empty()
+        );
+        db.shared()
+            .write(Durability::Now, Steps::One, |conn| {
+                conn.db.execute(
+                    "INSERT INTO kv (scope, key, value) VALUES ('t', 'after', x'00')",
+                    [],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn no_durable_write_returns_before_a_sync_covers_its_commit_and_concurrent_ones_share_syncs() {

@@ -189,6 +189,17 @@ pub enum StoreError {
         /// What the operating system said.
         detail: String,
     },
+    /// A durable write had joined a transaction shared with other writes (group commit),
+    /// and that transaction could not be committed: nothing of the write was recorded.
+    #[error(
+        "a write to the database at {path} was not recorded: the transaction it shared with other writes could not be committed ({detail}); try again, and if this repeats, check the disk"
+    )]
+    NotCommitted {
+        /// The database file.
+        path: PathBuf,
+        /// Why the transaction was lost.
+        detail: String,
+    },
     /// The database was closed while a write was starting.
     #[error("the database was closed while a write was starting; open it again to write")]
     Closed,

@@ -3,8 +3,9 @@
 //! The test kills it with SIGKILL at chosen points, restarts it, and checks the logs.
 //!
 //! ```text
-//! crash-worker work  <db> <dir> <total> [--kill POINT:SCOPE:N]
-//! crash-worker stage <db> <dir> <count>
+//! crash-worker work   <db> <dir> <total> [--kill POINT:SCOPE:N]
+//! crash-worker agents <db> <dir> <total>
+//! crash-worker stage  <db> <dir> <count>
 //! ```
 //!
 //! `work` stages actions 1..=total (every fifth manual, the rest auto-approvable under a
@@ -24,6 +25,12 @@
 //! Faults the service injects by `seq`: a multiple of [`HANG_EVERY`] is delivered and then
 //! never answered (the gatekeeper's deadline, [`DEADLINE`], ends the wait); a multiple of
 //! [`PANIC_EVERY`] is delivered and then panics. Both must end as "outcome unknown".
+//!
+//! `agents` runs [`AGENTS`] agents at once, a thread each, on one database handle: each
+//! stages its share of 1..=total (all needing a person) and approves each as soon as it
+//! is staged, so durable writes from several threads share transactions and syncs
+//! (group commit). The test kills it at random moments; it resumes from what the ledger
+//! holds and finishes like `work`.
 //!
 //! `stage` (the two-process test) stages `count` manual actions, slowly, while another
 //! process decides them; it waits until all are decided and prints what it saw.
@@ -65,6 +72,8 @@ const HANG_EVERY: u64 = 11;
 const PANIC_EVERY: u64 = 13;
 /// The gatekeeper's call deadline: short, so hung calls end quickly.
 const DEADLINE: Duration = Duration::from_millis(60);
+/// How many agents `agents` runs at once.
+const AGENTS: u64 = 8;
 /// The start of every panic the service injects (the panic hook stays quiet about them).
 const PLANNED_PANIC: &str = "crash-worker: planned panic";
 
@@ -372,12 +381,13 @@ async fn work(db_path: &Path, dir: &Path, total: u64, plan: Option<KillPlan>) {
             settle(&world.overseer).await;
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !world.overseer.open_actions().expect("open").is_empty() {
-        assert!(Instant::now() < deadline, "open actions did not drain");
-        person(&world, true).await;
-        settle(&world.overseer).await;
-    }
+    finish(&world, &db).await;
+}
+
+/// Approve whatever is left, check that no claim is left applying and no staged call
+/// lacks its ledger entry, make everything durable and print `done`.
+async fn finish(world: &World, db: &Database) {
+    decide_everything_open(world).await;
     // Calls that hung or panicked in this life are settled without a restart: nothing is
     // left claimed.
     let store = world.gatekeeper.store();
@@ -421,6 +431,79 @@ async fn work(db_path: &Path, dir: &Path, total: u64, plan: Option<KillPlan>) {
     );
     db.flush().expect("flush");
     println!("done");
+}
+
+/// Approve every open action, until none is left.
+async fn decide_everything_open(world: &World) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !world.overseer.open_actions().expect("open").is_empty() {
+        assert!(Instant::now() < deadline, "open actions did not drain");
+        person(world, true).await;
+        settle(&world.overseer).await;
+    }
+}
+
+/// The `seq` shown in an action's approval prompt.
+fn seq_in_prompt(prompt: &str) -> Option<u64> {
+    let at = prompt.find("\"seq\"")? + 5;
+    prompt[at..]
+        .trim_start_matches([':', ' '])
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()
+}
+
+fn agents(db_path: &Path, dir: &Path, total: u64) {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+    };
+    let db = Database::open(db_path).expect("open the database");
+    let world = runtime().block_on(world(&db, dir, None));
+    // What earlier lives left open first: the store holds a bounded number of open calls.
+    runtime().block_on(decide_everything_open(&world));
+    let staged: std::collections::HashSet<u64> = world
+        .overseer
+        .ledger()
+        .expect("ledger")
+        .iter()
+        .filter_map(|e| e.action())
+        .filter_map(|a| seq_in_prompt(&a.description.description))
+        .collect();
+    let (commits, syncs) = (db.commits(), db.syncs());
+    std::thread::scope(|scope| {
+        for agent in 0..AGENTS {
+            let (world, staged) = (&world, &staged);
+            scope.spawn(move || {
+                runtime().block_on(async {
+                    let mine = (1..=total).filter(|seq| seq % AGENTS == agent);
+                    for seq in mine.filter(|seq| !staged.contains(seq)) {
+                        let outcome = world
+                            .session
+                            .call_tool("deliverManual", json!({"seq": seq}))
+                            .await
+                            .expect("stage and submit");
+                        let ledger = outcome.ledger().expect("an action is pending");
+                        world.journal.line(&format!("submitted {seq} {}", ledger.0));
+                        // A refusal (a hung call's deadline, a panic) is the ledger's to
+                        // record; the check at the end reads it there.
+                        let _ = world.overseer.approve(ledger, "person").await;
+                    }
+                })
+            });
+        }
+    });
+    let left = total - staged.len() as u64;
+    eprintln!(
+        "agents: {left} actions staged and approved by {AGENTS} agents in {} commits and {} syncs",
+        db.commits() - commits,
+        db.syncs() - syncs
+    );
+    runtime().block_on(finish(&world, &db));
 }
 
 async fn stage(db_path: &Path, dir: &Path, count: u64) {
@@ -494,7 +577,7 @@ fn parse_plan(spec: &str) -> KillPlan {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: crash-worker work <db> <dir> <total> [--kill POINT:SCOPE:N] | stage <db> <dir> <count>";
+    let usage = "usage: crash-worker work <db> <dir> <total> [--kill POINT:SCOPE:N] | agents <db> <dir> <total> | stage <db> <dir> <count>";
     if args.len() < 4 {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -523,6 +606,7 @@ fn main() {
         .expect("runtime");
     match args[0].as_str() {
         "work" => runtime.block_on(work(&db, &dir, n, plan)),
+        "agents" => agents(&db, &dir, n),
         "stage" => runtime.block_on(stage(&db, &dir, n)),
         _ => {
             eprintln!("{usage}");

@@ -137,15 +137,13 @@ fn seq_of(entry: &LedgerEntry) -> u64 {
         .expect("a number")
 }
 
-#[test]
-fn killed_workers_never_send_twice_and_lose_nothing() {
+/// The kills wanted (`CRASH_SOAK`, or `default`) and the random seed (`CRASH_SEED`, or
+/// the clock), printed so a run can be replayed.
+fn soak_and_seed(what: &str, default: u64) -> (u64, Rng) {
     let soak: Option<u64> = std::env::var("CRASH_SOAK")
         .ok()
         .map(|v| v.parse().unwrap_or(500).max(1));
-    let kills_wanted = soak.unwrap_or(60);
-    // Grows whenever a life finishes the work before it is killed, so there is always
-    // work left to be killed in.
-    let mut total = 2 * kills_wanted + 20;
+    let kills_wanted = soak.unwrap_or(default);
     let seed = std::env::var("CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -156,8 +154,16 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
                 .unwrap_or(1)
                 | 1
         });
-    eprintln!("crash test: seed {seed} (replay with CRASH_SEED={seed}), {kills_wanted} kills");
-    let mut rng = Rng(seed);
+    eprintln!("{what}: seed {seed} (replay with CRASH_SEED={seed}), {kills_wanted} kills");
+    (kills_wanted, Rng(seed))
+}
+
+#[test]
+fn killed_workers_never_send_twice_and_lose_nothing() {
+    let (kills_wanted, mut rng) = soak_and_seed("crash test", 60);
+    // Grows whenever a life finishes the work before it is killed, so there is always
+    // work left to be killed in.
+    let mut total = 2 * kills_wanted + 20;
 
     let dir = TempDir::new("crash");
     let db = dir.join("gate.db");
@@ -220,10 +226,157 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
     );
     lives += 1;
 
-    // --- the invariants ---
+    let checked = invariants(&dir, &db, total);
+    let Checked {
+        actions,
+        delivered,
+        unknown,
+        faulted,
+        auto_applied,
+    } = checked;
+
+    let killed: u64 = kills.values().sum();
+    eprintln!(
+        "crash test: {killed} kills survived over {lives} lives in {:?} ({kills:?}); \
+         {} actions, {} delivered, 0 duplicates, {unknown} outcome unknown \
+         ({faulted} of them hung or panicked), {auto_applied} auto-applied",
+        started.elapsed(),
+        actions,
+        delivered,
+    );
+    assert!(killed >= kills_wanted);
+    assert!(
+        unknown > 0,
+        "no kill landed between a claim and its outcome"
+    );
+}
+
+#[test]
+fn one_process_stages_while_another_decides() {
+    const COUNT: u64 = 40;
+    let dir = TempDir::new("two-processes");
+    let db = dir.join("gate.db");
+    // Create the file first so both processes open a database that exists.
+    drop(Database::open(&db).unwrap());
+    let mut stager = spawn(&[
+        "stage",
+        db.to_str().unwrap(),
+        dir.join("").to_str().unwrap(),
+        &COUNT.to_string(),
+    ]);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let decided = runtime.block_on(async {
+        let database = Database::open(&db).unwrap();
+        let clock: std::sync::Arc<dyn kernel::Clock> = std::sync::Arc::new(kernel::SystemClock);
+        let overseer = kernel::Overseer::with_store(database.ledger(), clock.clone());
+        let store = database.action_store("svc", clock).await.unwrap();
+        let service = std::sync::Arc::new(crate::support::RecordingService::default());
+        let gatekeeper = std::sync::Arc::new(gatekeeper_core::ToolGatekeeper::new(
+            gatekeeper_core::GatekeeperConfig {
+                name: "svc".into(),
+                server_name: "Parcel service".into(),
+                endpoint: "https://parcels.example/mcp".into(),
+                trust: gatekeeper_core::ServerTrust::Vetted,
+                scope: "mcp:parcels".into(),
+            },
+            Vec::new(),
+            service.clone(),
+            store,
+        ));
+        overseer.register(gatekeeper).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut decided = 0;
+        while decided < COUNT {
+            assert!(Instant::now() < deadline, "decided only {decided}");
+            for entry in overseer.open_actions().unwrap() {
+                if decided % 2 == 0 {
+                    overseer.approve(entry.id, "reviewer").await.unwrap();
+                } else {
+                    overseer.reject(entry.id, "reviewer").await.unwrap();
+                }
+                decided += 1;
+            }
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        assert_eq!(service.calls().len() as u64, COUNT / 2);
+        overseer.ledger().unwrap()
+    });
+
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut stager.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(stager.wait().unwrap().success());
+    assert_eq!(
+        out.trim(),
+        format!("decided approved {} rejected {}", COUNT / 2, COUNT / 2),
+        "the staging process saw the reviewer's decisions"
+    );
+    assert_eq!(decided.len() as u64, COUNT);
+}
+
+/// Eight agents on one handle, their durable writes sharing transactions and syncs
+/// (group commit), killed at random moments: a kill lands while writes sit in a shared
+/// transaction not yet committed, or committed and not yet synced, or between a claim
+/// and its outcome. The same invariants hold.
+#[test]
+fn killed_concurrent_agents_never_send_twice_and_lose_nothing() {
+    let (kills_wanted, mut rng) = soak_and_seed("concurrent crash test", 20);
+    let mut total = 8 * kills_wanted + 40;
+    let dir = TempDir::new("crash-agents");
+    let db = dir.join("gate.db");
+    let (db_arg, dir_arg) = (
+        db.to_str().unwrap().to_owned(),
+        dir.join("").to_str().unwrap().to_owned(),
+    );
+    let started = Instant::now();
+    let (mut killed, mut lives) = (0, 0);
+    while killed < kills_wanted {
+        lives += 1;
+        assert!(lives < 20 * kills_wanted, "too few lives ended in a kill");
+        let after = Duration::from_millis(20 + rng.below(120));
+        match run_and_kill_after(&["agents", &db_arg, &dir_arg, &total.to_string()], after) {
+            End::Killed(_) => killed += 1,
+            End::Finished => total += 40,
+        }
+    }
+    assert_eq!(
+        run_to_point(&["agents", &db_arg, &dir_arg, &total.to_string()]),
+        End::Finished
+    );
+    lives += 1;
+    let Checked {
+        actions,
+        delivered,
+        unknown,
+        faulted,
+        ..
+    } = invariants(&dir, &db, total);
+    eprintln!(
+        "concurrent crash test: {killed} kills over {lives} lives in {:?}; {actions} actions, \
+         {delivered} delivered, 0 duplicates, {unknown} outcome unknown ({faulted} of them \
+         hung or panicked)",
+        started.elapsed(),
+    );
+}
+
+/// What [`invariants`] counted.
+struct Checked {
+    actions: usize,
+    delivered: usize,
+    unknown: usize,
+    faulted: usize,
+    auto_applied: usize,
+}
+
+/// Check the invariants listed in the module docs on what the lives left in `dir` and
+/// the database `db`, after `total` actions were submitted.
+fn invariants(dir: &TempDir, db: &Path, total: u64) -> Checked {
     let deliveries = lines(&dir.join("deliveries.log"));
     let journal = lines(&dir.join("journal.log"));
-    let database = Database::open(&db).unwrap();
+    let database = Database::open(db).unwrap();
     let ledger: Vec<LedgerEntry> = database
         .ledger()
         .entries()
@@ -362,84 +515,11 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
     }
     assert!(faulted > 0, "no call hung or panicked");
 
-    let killed: u64 = kills.values().sum();
-    eprintln!(
-        "crash test: {killed} kills survived over {lives} lives in {:?} ({kills:?}); \
-         {} actions, {} delivered, 0 duplicates, {unknown} outcome unknown \
-         ({faulted} of them hung or panicked), {auto_applied} auto-applied",
-        started.elapsed(),
-        ledger.len(),
-        delivered.len(),
-    );
-    assert!(killed >= kills_wanted);
-    assert!(
-        unknown > 0,
-        "no kill landed between a claim and its outcome"
-    );
-}
-
-#[test]
-fn one_process_stages_while_another_decides() {
-    const COUNT: u64 = 40;
-    let dir = TempDir::new("two-processes");
-    let db = dir.join("gate.db");
-    // Create the file first so both processes open a database that exists.
-    drop(Database::open(&db).unwrap());
-    let mut stager = spawn(&[
-        "stage",
-        db.to_str().unwrap(),
-        dir.join("").to_str().unwrap(),
-        &COUNT.to_string(),
-    ]);
-
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let decided = runtime.block_on(async {
-        let database = Database::open(&db).unwrap();
-        let clock: std::sync::Arc<dyn kernel::Clock> = std::sync::Arc::new(kernel::SystemClock);
-        let overseer = kernel::Overseer::with_store(database.ledger(), clock.clone());
-        let store = database.action_store("svc", clock).await.unwrap();
-        let service = std::sync::Arc::new(crate::support::RecordingService::default());
-        let gatekeeper = std::sync::Arc::new(gatekeeper_core::ToolGatekeeper::new(
-            gatekeeper_core::GatekeeperConfig {
-                name: "svc".into(),
-                server_name: "Parcel service".into(),
-                endpoint: "https://parcels.example/mcp".into(),
-                trust: gatekeeper_core::ServerTrust::Vetted,
-                scope: "mcp:parcels".into(),
-            },
-            Vec::new(),
-            service.clone(),
-            store,
-        ));
-        overseer.register(gatekeeper).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut decided = 0;
-        while decided < COUNT {
-            assert!(Instant::now() < deadline, "decided only {decided}");
-            for entry in overseer.open_actions().unwrap() {
-                if decided % 2 == 0 {
-                    overseer.approve(entry.id, "reviewer").await.unwrap();
-                } else {
-                    overseer.reject(entry.id, "reviewer").await.unwrap();
-                }
-                decided += 1;
-            }
-            std::thread::sleep(Duration::from_millis(3));
-        }
-        assert_eq!(service.calls().len() as u64, COUNT / 2);
-        overseer.ledger().unwrap()
-    });
-
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut stager.stdout.take().unwrap(), &mut out).unwrap();
-    assert!(stager.wait().unwrap().success());
-    assert_eq!(
-        out.trim(),
-        format!("decided approved {} rejected {}", COUNT / 2, COUNT / 2),
-        "the staging process saw the reviewer's decisions"
-    );
-    assert_eq!(decided.len() as u64, COUNT);
+    Checked {
+        actions: ledger.len(),
+        delivered: delivered.len(),
+        unknown,
+        faulted,
+        auto_applied,
+    }
 }

@@ -23,11 +23,17 @@
 //! - a commit without a sync (an outcome, see the adapters) becomes durable with the
 //!   next sync; a power cut before that may lose it, with whatever was committed after
 //!   it, and never anything a completed sync covered;
-//! - group commit: while one sync runs, other threads commit their own transactions and
-//!   wait; the next sync covers all of them at once (and before it starts, it waits up
-//!   to `GATHER` for durable writes already under way in other threads, never when there
-//!   are none). No caller of a durable write returns before a sync that began after its
-//!   commit has completed.
+//! - group commit: a durable write made while other durable writes are under way in
+//!   other threads, or while a sync runs, does not commit on its own: it joins the open
+//!   transaction and waits. The next sync's leader (the first waiter to find no sync
+//!   running) waits up to `GATHER` for durable writes already under way (never when
+//!   there are none), commits the transaction they all joined, then syncs once for all
+//!   of them. A lone writer commits and syncs at once, as before. A write committed now
+//!   without a sync joins on the same terms and waits for the commit only. No caller of
+//!   a durable write returns before its transaction is committed and a sync that began
+//!   after that commit has completed; if the shared transaction is lost instead (a
+//!   later write in it failed, the disk is full), every write that joined it is told
+//!   so ([`StoreError::NotCommitted`]), never that it was recorded.
 //!
 //! A failed sync is sticky: the caller is told its write failed, and every later write
 //! is refused ([`StoreError::NotDurable`]), since a disk that failed to sync cannot be

@@ -47,7 +47,7 @@
 //! their own (durable with the next sync: the write-ahead log is appended in order, and
 //! a sync makes every earlier commit durable), or deferred into the open transaction to
 //! ride with the next commit (see `db.rs` for the rules, and for group commit: durable
-//! writes of concurrent sessions share syncs). For one action through the kernel and
+//! writes of concurrent sessions share transactions and syncs). For one action through the kernel and
 //! gatekeeper-core, approved by a person:
 //!
 //! | commit | synced | written by | contains |

@@ -27,8 +27,9 @@
 //!   other threads, or while a sync runs, does not commit on its own: it joins the open
 //!   transaction and waits. The next sync's leader (the first waiter to find no sync
 //!   running) waits up to `GATHER` for durable writes already under way (never when
-//!   there are none), commits the transaction they all joined, then syncs once for all
-//!   of them. A lone writer commits and syncs at once, as before. A write committed now
+//!   there are none; the whole of it when the last sync's transaction was joined by
+//!   `SIBLINGS` or more, as writers are then many), commits the transaction they all
+//!   joined, then syncs once for all of them. A lone writer commits and syncs at once, as before. A write committed now
 //!   without a sync joins on the same terms and waits for the commit only. No caller of
 //!   a durable write returns before its transaction is committed and a sync that began
 //!   after that commit has completed; if the shared transaction is lost instead (a
@@ -137,6 +138,8 @@ struct Batch {
     /// A durable write left this transaction open for others to join: its caller waits
     /// for whoever syncs next to commit it (see [`Shared::wait_durable`]).
     awaited: bool,
+    /// How many writes joined it that way.
+    joined: u64,
     /// Action ids handed out in this transaction, per gatekeeper.
     handed_out: Vec<(String, u64)>,
 }
@@ -198,6 +201,7 @@ impl Conn {
             opened: Instant::now(),
             writes: 0,
             awaited: false,
+            joined: 0,
             handed_out: Vec::new(),
         });
     }
@@ -225,6 +229,8 @@ struct SyncState {
     gathering: bool,
     /// A sync failed: what the operating system said.
     failed: Option<String>,
+    /// How many writes joined the transaction the last leader committed.
+    joined_last: u64,
     /// Transactions that durable writes had joined and that were lost instead of
     /// committed, with why (the most recent [`LOST_KEPT`]).
     lost: VecDeque<(u64, String)>,
@@ -271,8 +277,14 @@ struct Syncer {
 
 /// How long a caller about to sync waits, at most, for durable writes already under way
 /// in other threads to commit, so that one sync covers them too. It waits only while
-/// such writes exist: a lone writer never waits.
+/// such writes exist, or while writers are many (see [`SIBLINGS`]): a lone writer never
+/// waits.
 const GATHER: Duration = Duration::from_micros(200);
+
+/// When the last sync's transaction had at least this many writes join it, writers are
+/// many: the next leader waits the whole [`GATHER`] (more join, and one sync covers them
+/// all) instead of only while writes are under way. Like PostgreSQL's `commit_siblings`.
+const SIBLINGS: u64 = 3;
 
 impl Syncer {
     /// Open the log of the database at `path` and make its directory entry durable (SQLite
@@ -329,7 +341,7 @@ impl Syncer {
         &self,
         ticket: Ticket,
         synced: bool,
-        commit_awaited: &dyn Fn(),
+        commit_awaited: &dyn Fn() -> u64,
     ) -> Result<(), NotDurable> {
         let mut target = match ticket {
             Ticket::Commit(commit) => Some(commit),
@@ -361,7 +373,8 @@ impl Syncer {
             }
             state.syncing = true;
             let gather_until = Instant::now() + GATHER;
-            while self.in_flight.load(Ordering::Acquire) > 0 {
+            let many = state.joined_last >= SIBLINGS;
+            while many || self.in_flight.load(Ordering::Acquire) > 0 {
                 let now = Instant::now();
                 if now >= gather_until {
                     break;
@@ -375,12 +388,13 @@ impl Syncer {
             }
             state.gathering = false;
             drop(state);
-            commit_awaited();
+            let joined = commit_awaited();
             // Every commit counted by now has its frames written: this sync covers them.
             let through = self.committed.load(Ordering::Acquire);
             let synced = self.log.sync_data();
             state = self.state();
             state.syncing = false;
+            state.joined_last = joined;
             match synced {
                 Ok(()) => {
                     self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -593,17 +607,20 @@ impl Shared {
             })
     }
 
-    /// Commit the open transaction if durable writes joined it and wait for it. A
-    /// failure is theirs to report (their waits find the transaction lost); it is logged
-    /// here once.
-    fn commit_awaited(&self) {
+    /// Commit the open transaction if durable writes joined it and wait for it; returns
+    /// how many joined it. A failure is theirs to report (their waits find the
+    /// transaction lost); it is logged here once.
+    fn commit_awaited(&self) -> u64 {
         let mut conn = self.lock();
-        if conn.batch.as_ref().is_some_and(|batch| batch.awaited)
-            && let Err(error) = self.commit(&mut conn)
-        {
+        let joined = match &conn.batch {
+            Some(batch) if batch.awaited => batch.joined,
+            _ => return 0,
+        };
+        if let Err(error) = self.commit(&mut conn) {
             let error = self.sorted(error);
             warn!(%error, "writes waiting to be made durable could not be committed");
         }
+        joined
     }
 
     /// [`Shared::write`] up to its commit: returns the write's value and, if the write was
@@ -688,6 +705,7 @@ impl Shared {
                             && let Some(batch) = conn.batch.as_mut() =>
                     {
                         batch.awaited = true;
+                        batch.joined += 1;
                         Ok((value, Some(Ticket::Batch(batch.id))))
                     }
                     Durability::Now | Durability::Lazy => {

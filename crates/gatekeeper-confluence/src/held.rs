@@ -4,14 +4,14 @@
 //!
 //! A record is held once. The index keeps the stored value itself, a [`Bytes`] handle:
 //! with the in-memory store ([`crate::MemoryKv`]) the very allocation the store's map
-//! holds, with SQLite the only copy in the process. Beside it, parsed once when the
-//! record is written or loaded: its id, ledger id and state, its action with every text
-//! (body, title, label, comment, space key) as a [`Span`] of the value, and where its
-//! `depends_on` ids lie in the value. A read folds the texts in place ([`Pending`]):
-//! nothing is decoded on a read, which matters because decoding a record costs over
-//! 100 ns, several µs per read of a page with 50 pending actions. The rest of a record
-//! (what staging captured, what applying did, why it failed) is decoded on demand
-//! ([`HeldRecord::record`]), by apply, reject and revert.
+//! holds; with SQLite the buffer the row was read into (the file is SQLite's). Beside it,
+//! parsed once when the record is written or loaded: its id, ledger id and state, its
+//! action with every text (body, title, label, comment, space key) as a [`Span`] of the
+//! value, and where its `depends_on` ids lie in the value. A read folds the texts in
+//! place ([`Pending`]): nothing is decoded on a read, which matters because decoding a
+//! record costs over 100 ns, several µs per read of a page with 50 pending actions. The
+//! rest of a record (what staging captured, what applying did, why it failed) is decoded
+//! on demand ([`HeldRecord::record`]), by apply, reject and revert.
 //!
 //! The spans are found by reading the value with borrowed mirrors of the stored layout
 //! ([`ActionRecord`] in [`StoredRecord`]), which postcard encodes field after field with
@@ -101,7 +101,9 @@ struct StagingHead<'a> {
     _previous_title: Option<&'a str>,
 }
 
-/// The fields of [`ActionRecord`] after `depends_on`, in their order.
+/// The fields of [`ActionRecord`] after `depends_on`, in their order: decoded for a
+/// moment when a value is held, to check that they end it and to see whether applying
+/// recorded a write.
 #[derive(Deserialize)]
 struct RecordTail {
     applied: Option<Applied>,

@@ -106,26 +106,30 @@ pub fn simulate_body<R: Pending>(
     base: Option<&str>,
     contributors: &mut Vec<DriverActionId>,
 ) -> String {
-    // Only the last replace and what follows it can be seen; start there.
-    let last_set = records
-        .iter()
-        .rposition(|r| matches!(r.action(), WikiActionOf::SetContent { .. }));
-    let (start, from) = match last_set {
-        Some(at) => (at, ""),
-        None => (0, base.unwrap_or("")),
-    };
-    let records = &records[start..];
-    // The texts are joined as bytes, into a buffer sized once for all of them.
-    let most = records.iter().fold(from.len(), |n, r| {
-        n + match r.action() {
-            WikiActionOf::SetContent { markdown: t, .. }
-            | WikiActionOf::AppendContent { markdown: t, .. }
+    // Only the last replace and what follows it can be seen: scan back to it, adding up
+    // the texts from there on, so the body is joined in one buffer sized once.
+    let mut start = None;
+    let mut most = 0;
+    for (at, record) in records.iter().enumerate().rev() {
+        match record.action() {
+            WikiActionOf::SetContent { markdown, .. } => {
+                most += record.text(markdown).len();
+                start = Some(at);
+                break;
+            }
+            WikiActionOf::AppendContent { markdown: text, .. }
             | WikiActionOf::Create {
-                content: Some(t), ..
-            } => r.text(t).len() + 2,
-            _ => 0,
+                content: Some(text),
+                ..
+            } => most += record.text(text).len() + 2,
+            _ => {}
         }
-    });
+    }
+    let (records, from) = match start {
+        Some(at) => (&records[at..], ""),
+        None => (records, base.unwrap_or("")),
+    };
+    most += from.len();
     let mut body = Vec::with_capacity(most);
     body.extend_from_slice(from.as_bytes());
     for record in records {

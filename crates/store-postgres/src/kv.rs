@@ -1,8 +1,8 @@
 //! gatekeeper-confluence's [`KvStore`] on PostgreSQL: the `kv` table, one namespace
 //! (`scope`) per driver instance.
 //!
-//! Values are opaque bytes, handed to the driver as the buffer the client read them into
-//! ([`Bytes`] over it, not a copy). Keys are compared bytewise (the column's `"C"` collation on
+//! Values are opaque bytes, handed over as the buffer the client read them into ([`Bytes`]
+//! over it, not a copy). Keys are compared bytewise (the column's `"C"` collation on
 //! UTF-8), which is the order [`KvStore::scan_prefix`] promises. Every write is committed
 //! before it returns. `compare_and_set` is one conditional statement (`UPDATE … WHERE
 //! value = $expected`, or `INSERT … ON CONFLICT DO NOTHING`), so of two daemons claiming

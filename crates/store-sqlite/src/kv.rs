@@ -2,10 +2,10 @@
 //! per driver instance.
 //!
 //! Values are opaque bytes; the driver writes postcard inside its own versioned envelope,
-//! so this table never needs to understand them. A value read is handed to the driver as
-//! the buffer SQLite filled ([`Bytes`] over it, not a copy): the driver's index keeps it,
-//! the only copy of the record in the process. Keys are compared bytewise (SQLite's
-//! `BINARY` collation on UTF-8), which is the order [`KvStore::scan_prefix`] promises.
+//! so this table never needs to understand them. A value read is handed over as the
+//! buffer it was read into ([`Bytes`] over it, not a copy); the driver's index keeps that
+//! buffer and no decoded copy beside it. Keys are compared bytewise (SQLite's `BINARY`
+//! collation on UTF-8), which is the order [`KvStore::scan_prefix`] promises.
 //!
 //! Every `put`, `delete` and `compare_and_set` is committed (fsync'd) before it returns.
 //! The driver's claim before a wiki write is a `compare_and_set`: one conditional

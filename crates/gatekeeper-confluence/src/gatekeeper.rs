@@ -103,16 +103,17 @@ use tracing::{info, warn};
 use crate::card;
 use crate::error::WikiError;
 use crate::handle::ContentHandle;
+use crate::held::HeldRecord;
 use crate::kv::{KvError, KvStore};
 use crate::markup::markdown_to_storage;
 use crate::overlay::{
-    CommentView, simulate_body, simulate_comments, simulate_labels, simulate_title,
+    CommentView, Pending, simulate_body, simulate_comments, simulate_labels, simulate_title,
     simulate_trashed,
 };
 use crate::policy::Policy;
 use crate::record::{
-    ActionRecord, Applied, ContentKind, ContentStatus, Parent, RecordState, Staging,
-    VersionedWrite, WikiAction,
+    ActionRecord, Applied, ContentKind, ContentStatus, Parent, ParentOf, RecordState, Staging,
+    VersionedWrite, WikiAction, WikiActionOf,
 };
 use crate::service::{ContentUpdate, NewContent, Page, ServiceError, WikiService};
 use crate::session::WikiSession;
@@ -313,17 +314,17 @@ impl ConfluenceGatekeeper {
 
     /// Every stored record (rejected ones are gone), in ascending id.
     pub fn records(&self) -> Vec<ActionRecord> {
-        self.store().records().map(|r| (**r).clone()).collect()
+        self.store().records().map(|r| r.record()).collect()
     }
 
     /// One stored record.
     pub fn record(&self, id: DriverActionId) -> Option<ActionRecord> {
-        self.store().get(id).map(|r| (**r).clone())
+        self.store().get(id).map(|r| r.record())
     }
 
     /// The kernel's id for one of this gatekeeper's actions, once submitted.
     pub fn ledger_id(&self, id: DriverActionId) -> Option<LedgerId> {
-        self.store().get(id).and_then(|r| r.ledger)
+        self.store().get(id).and_then(|r| r.ledger())
     }
 
     /// What a handle resolves to now.
@@ -365,21 +366,21 @@ impl ConfluenceGatekeeper {
     pub(crate) fn view(&self, handle: ContentHandle) -> Result<(PageView, SeenFacets), WikiError> {
         let store = self.store();
         let key = store.resolve(handle);
-        let pending: Vec<&ActionRecord> = store.pending_on(key).values().map(|r| &**r).collect();
+        let pending: Vec<&HeldRecord> = store.pending_on(key).values().map(|r| &**r).collect();
         let mut seen = SeenFacets::default();
         let view = match key {
             ContentHandle::Provisional(n) => {
                 let create = store.create_of(n).ok_or(WikiError::NotFound(handle))?;
-                let WikiAction::Create {
+                let WikiActionOf::Create {
                     kind,
                     parent,
                     status,
                     ..
-                } = &create.action
+                } = create.action()
                 else {
                     return Err(WikiError::NotFound(handle));
                 };
-                seen.existence = Some(create.id);
+                seen.existence = Some(create.id());
                 let (title, by) = simulate_title(pending.iter().copied(), "");
                 seen.title.extend(by);
                 let status = simulate_trashed(&pending, &mut seen.status).unwrap_or(*status);
@@ -387,7 +388,7 @@ impl ConfluenceGatekeeper {
                     handle,
                     id: key,
                     kind: *kind,
-                    space: parent.space().to_owned(),
+                    space: create.string(parent.space()),
                     parent: parent.page().map(|p| store.resolve(p)),
                     title,
                     body: simulate_body(&pending, None, &mut seen.body),
@@ -438,13 +439,13 @@ impl ConfluenceGatekeeper {
         let store = self.store();
         let key = store.resolve(handle);
         let map = store.pending_on(key);
-        let pending: Vec<&ActionRecord> = map.values().map(|r| &**r).collect();
+        let pending: Vec<&HeldRecord> = map.values().map(|r| &**r).collect();
         let mut seen = Vec::with_capacity(pending.len());
         let (kind, base_title, body, version) = match key {
             ContentHandle::Provisional(n) => {
                 let create = store.create_of(n).ok_or(WikiError::NotFound(handle))?;
-                let kind = match &create.action {
-                    WikiAction::Create { kind, .. } => *kind,
+                let kind = match create.action() {
+                    WikiActionOf::Create { kind, .. } => *kind,
                     _ => ContentKind::Page,
                 };
                 (
@@ -494,7 +495,7 @@ impl ConfluenceGatekeeper {
                     other => WikiError::Service(other),
                 })? {
                     let child_key = ContentHandle::Real(child.id);
-                    let pending: Vec<&ActionRecord> =
+                    let pending: Vec<&HeldRecord> =
                         store.pending_on(child_key).values().map(|r| &**r).collect();
                     let status = simulate_trashed(&pending, &mut seen).unwrap_or(child.status);
                     if status == ContentStatus::Trashed {
@@ -512,24 +513,24 @@ impl ConfluenceGatekeeper {
             }
         }
         for record in store.records() {
-            let WikiAction::Create {
+            let WikiActionOf::Create {
                 provisional,
                 kind,
-                parent: Parent::Page { parent, .. },
+                parent: ParentOf::Page { parent, .. },
                 status,
                 ..
-            } = &record.action
+            } = record.action()
             else {
                 continue;
             };
             let child_key = store.resolve(ContentHandle::Provisional(*provisional));
-            if record.state != RecordState::Pending
+            if record.state() != RecordState::Pending
                 || !child_key.is_provisional()
                 || store.resolve(*parent) != key
             {
                 continue;
             }
-            let pending: Vec<&ActionRecord> =
+            let pending: Vec<&HeldRecord> =
                 store.pending_on(child_key).values().map(|r| &**r).collect();
             let status = simulate_trashed(&pending, &mut seen).unwrap_or(*status);
             if status == ContentStatus::Trashed {
@@ -537,7 +538,7 @@ impl ConfluenceGatekeeper {
             }
             let (title, by) = simulate_title(pending.iter().copied(), "");
             seen.extend(by);
-            seen.push(record.id);
+            seen.push(record.id());
             out.push(ContentSummary {
                 handle: child_key,
                 kind: *kind,
@@ -631,7 +632,7 @@ impl ConfluenceGatekeeper {
         let Some(record) = store.get(id) else {
             return;
         };
-        let mut record = (**record).clone();
+        let mut record = record.record();
         record.ledger = Some(ledger);
         if let Err(error) = store.put(record) {
             // The action stands; only the nicer name in messages is lost.
@@ -655,12 +656,12 @@ impl ConfluenceGatekeeper {
         match store.resolve(parent) {
             ContentHandle::Provisional(n) => {
                 let create = store.create_of(n).ok_or(WikiError::NotFound(parent))?;
-                match &create.action {
-                    WikiAction::Create {
+                match create.action() {
+                    WikiActionOf::Create {
                         kind: ContentKind::BlogPost,
                         ..
                     } => Err(WikiError::BlogPostChildren(parent)),
-                    WikiAction::Create { parent: p, .. } => Ok(p.space().to_owned()),
+                    WikiActionOf::Create { parent: p, .. } => Ok(create.string(p.space())),
                     _ => Err(WikiError::NotFound(parent)),
                 }
             }
@@ -707,7 +708,7 @@ impl ConfluenceGatekeeper {
             ContentHandle::Real(id) => Some(self.fetch(id, target)?),
             ContentHandle::Provisional(_) => None,
         };
-        let pending: Vec<&ActionRecord> = store.pending_on(key).values().map(|r| &**r).collect();
+        let pending: Vec<&HeldRecord> = store.pending_on(key).values().map(|r| &**r).collect();
         let now = base.as_ref().map_or(0, |p| p.version);
         let mut unread = None;
         let base_version = if self.policy.refuse_stale && !key.is_provisional() {
@@ -754,11 +755,12 @@ impl ConfluenceGatekeeper {
     fn apply_now(&self, id: DriverActionId) -> Result<(), GatekeeperError> {
         let mut store = self.store();
         // Step 1: read the record.
-        let Some(record) = store.get(id).cloned() else {
+        let Some(held) = store.get(id).cloned() else {
             return Err(GatekeeperError::not_sent(format!(
                 "unknown action {id}: the wiki gatekeeper holds no such action (it was dropped with a rejected page, or never staged), so nothing was sent; reject it"
             )));
         };
+        let record = held.record();
         match record.state {
             RecordState::Applied | RecordState::Reverted => return Ok(()),
             RecordState::Failed => {
@@ -797,9 +799,9 @@ impl ConfluenceGatekeeper {
         // Step 3: the claim is stored before anything is sent, by a compare-and-set over
         // the record as read in step 1, so that of two gatekeepers with this store open
         // at most one claims it.
-        let mut claim = (*record).clone();
+        let mut claim = record.clone();
         claim.state = RecordState::Applying;
-        match store.claim(&record, claim) {
+        match store.claim(&held, claim) {
             Ok(Ok(())) => {}
             Ok(Err(now)) => return claimed_elsewhere(id, now.as_deref()),
             Err(error) => {
@@ -949,16 +951,21 @@ impl ConfluenceGatekeeper {
         what: &str,
     ) -> Result<(), Refusal> {
         let base = record.staging.base_version;
+        // The versions each earlier applied write of this gatekeeper went from and to.
+        let writes: Vec<(u64, u64)> = store
+            .applied_writes_on(content)
+            .iter()
+            .filter(|w| **w < record.id)
+            .filter_map(|w| store.get(*w))
+            .filter_map(|r| r.record().applied?.write)
+            .map(|w| (w.before, w.after))
+            .collect();
         let mut expected = base;
         loop {
-            let next = store
-                .applied_writes_on(content)
+            let next = writes
                 .iter()
-                .filter(|w| **w < record.id)
-                .filter_map(|w| store.get(*w))
-                .filter_map(|r| r.applied.as_ref()?.write.as_ref())
-                .find(|w| w.before == expected && w.after > expected)
-                .map(|w| w.after);
+                .find(|(before, after)| *before == expected && *after > expected)
+                .map(|(_, after)| *after);
             match next {
                 Some(after) => expected = after,
                 None => break,
@@ -1169,34 +1176,34 @@ impl ConfluenceGatekeeper {
             // Already gone (dropped with a rejected page): nothing to do.
             return Ok(RejectOutcome::default());
         };
-        if record.state == RecordState::Applying {
+        if record.state() == RecordState::Applying {
             return Err(GatekeeperError::retryable(format!(
                 "{} is being applied right now (or its outcome could not be recorded), so it may already be in the wiki and can no longer be rejected; wait for its outcome",
                 record.display_id()
             )));
         }
-        if record.state != RecordState::Pending {
+        if record.state() != RecordState::Pending {
             // An applied action stays, so that it can still be reverted.
             return Ok(RejectOutcome::default());
         }
         let fail = |e: KvError| GatekeeperError::retryable(format!("{e}; reject it again"));
         store.delete(id).map_err(fail)?;
-        let mut gone_records: Vec<Arc<ActionRecord>> = vec![record.clone()];
+        let mut gone_records: Vec<Arc<HeldRecord>> = vec![record.clone()];
         let mut dropped: Vec<DriverActionId> = Vec::new();
         let mut restart;
-        if let WikiAction::Create { provisional, .. } = record.action {
+        if let WikiActionOf::Create { provisional, .. } = *record.action() {
             // The purge set: this `~N` and, to a fixed point, every pending child-page
             // create under a purged `~N`.
             let mut purge: BTreeSet<u64> = BTreeSet::from([provisional]);
             loop {
                 let more: Vec<u64> = store
                     .records()
-                    .filter(|r| r.state == RecordState::Pending)
-                    .filter_map(|r| match &r.action {
-                        WikiAction::Create {
+                    .filter(|r| r.state() == RecordState::Pending)
+                    .filter_map(|r| match r.action() {
+                        WikiActionOf::Create {
                             provisional: child,
                             parent:
-                                Parent::Page {
+                                ParentOf::Page {
                                     parent: ContentHandle::Provisional(p),
                                     ..
                                 },
@@ -1212,11 +1219,11 @@ impl ConfluenceGatekeeper {
             }
             dropped = store
                 .records()
-                .filter(|r| r.state == RecordState::Pending)
+                .filter(|r| r.state() == RecordState::Pending)
                 .filter(|r| {
-                    matches!(r.action.target(), ContentHandle::Provisional(n) if purge.contains(&n))
+                    matches!(r.action().target(), ContentHandle::Provisional(n) if purge.contains(&n))
                 })
-                .map(|r| r.id)
+                .map(|r| r.id())
                 .collect();
             for victim in &dropped {
                 if let Some(gone) = store.get(*victim) {
@@ -1226,7 +1233,7 @@ impl ConfluenceGatekeeper {
             }
             restart = !dropped.is_empty();
         } else {
-            let key = store.resolve(record.action.target());
+            let key = store.resolve(record.action().target());
             restart = !store.pending_on(key).is_empty();
         }
         if self.policy.track_dependencies {
@@ -1247,7 +1254,7 @@ impl ConfluenceGatekeeper {
 
     fn revert_now(&self, id: DriverActionId) -> Result<RevertOutcome, GatekeeperError> {
         let mut store = self.store();
-        let Some(record) = store.get(id).cloned() else {
+        let Some(record) = store.get(id).map(|r| r.record()) else {
             return Err(GatekeeperError::not_sent(format!(
                 "unknown action {id}: the wiki gatekeeper holds no such action; there is nothing to revert"
             )));
@@ -1276,7 +1283,7 @@ impl ConfluenceGatekeeper {
             info!(%id, message = %label(&message), "revert refused");
             return Ok(RevertOutcome::refused(message, false));
         }
-        let mut next = (*record).clone();
+        let mut next = record.clone();
         next.state = RecordState::Reverted;
         store.put(next).map_err(|e| {
             GatekeeperError::fatal(format!(
@@ -1486,17 +1493,18 @@ impl ConfluenceGatekeeper {
     }
 }
 
-/// Whether a record is still undecided: pending, or claimed by an apply in flight.
-fn undecided(record: &ActionRecord) -> bool {
-    matches!(record.state, RecordState::Pending | RecordState::Applying)
+/// Whether a record in `state` is still undecided: pending, or claimed by an apply in
+/// flight.
+fn undecided(state: RecordState) -> bool {
+    matches!(state, RecordState::Pending | RecordState::Applying)
 }
 
 /// Whether an action changes the body (replace or append): the actions whose order on
 /// one page decides the text an append lands on.
-fn edits_body(action: &WikiAction) -> bool {
+fn edits_body<T>(action: &WikiActionOf<T>) -> bool {
     matches!(
         action,
-        WikiAction::SetContent { .. } | WikiAction::AppendContent { .. }
+        WikiActionOf::SetContent { .. } | WikiActionOf::AppendContent { .. }
     )
 }
 
@@ -1527,7 +1535,7 @@ fn dependencies(
     // A decided action never becomes undecided again, so dropping the decided ones at
     // the end for good keeps finding the head constant time, amortized.
     while let Some(last) = knowledge.open.last() {
-        if store.get(*last).is_some_and(|r| undecided(r)) {
+        if store.get(*last).is_some_and(|r| undecided(r.state())) {
             break;
         }
         knowledge.open.pop();
@@ -1540,18 +1548,18 @@ fn dependencies(
             .pending_on(key)
             .values()
             .rev()
-            .find(|r| edits_body(&r.action) && knowledge.staged.contains(&r.id));
-        out.extend(previous.map(|r| r.id));
+            .find(|r| edits_body(r.action()) && knowledge.staged.contains(&r.id()));
+        out.extend(previous.map(|r| r.id()));
     }
-    let add = |out: &mut BTreeSet<DriverActionId>, record: &ActionRecord| {
-        out.insert(record.id);
-        if undecided(record) {
-            for dep in &record.depends_on {
+    let add = |out: &mut BTreeSet<DriverActionId>, record: &HeldRecord| {
+        out.insert(record.id());
+        if undecided(record.state()) {
+            for dep in record.depends_on() {
                 if store
-                    .get(*dep)
-                    .is_none_or(|d| undecided(d) || d.state == RecordState::Failed)
+                    .get(dep)
+                    .is_none_or(|d| undecided(d.state()) || d.state() == RecordState::Failed)
                 {
-                    out.insert(*dep);
+                    out.insert(dep);
                 }
             }
         }
@@ -1562,10 +1570,10 @@ fn dependencies(
                 out.insert(*id);
             }
             Some(record)
-                if undecided(record)
+                if undecided(record.state())
                     && knowledge.staged.contains(id)
                     && head.is_some_and(|h| *id <= h) => {}
-            Some(record) if undecided(record) || record.state == RecordState::Failed => {
+            Some(record) if undecided(record.state()) || record.state() == RecordState::Failed => {
                 add(&mut out, record);
             }
             Some(_) => {}
@@ -1582,11 +1590,11 @@ fn dependencies(
 fn find_dependency<'s>(
     store: &'s ActionStore,
     record: &ActionRecord,
-    wanted: impl Fn(&ActionRecord) -> bool,
-) -> Option<&'s Arc<ActionRecord>> {
+    wanted: impl Fn(&HeldRecord) -> bool,
+) -> Option<&'s Arc<HeldRecord>> {
     let mut visited = BTreeSet::new();
     let mut stack: Vec<DriverActionId> = record.depends_on.clone();
-    let mut found: Option<&'s Arc<ActionRecord>> = None;
+    let mut found: Option<&'s Arc<HeldRecord>> = None;
     while let Some(id) = stack.pop() {
         if !visited.insert(id) {
             continue;
@@ -1594,11 +1602,11 @@ fn find_dependency<'s>(
         let Some(dep) = store.get(id) else {
             continue;
         };
-        if wanted(dep) && found.is_none_or(|f| dep.id < f.id) {
+        if wanted(dep) && found.is_none_or(|f| dep.id() < f.id()) {
             found = Some(dep);
         }
-        if undecided(dep) || dep.state == RecordState::Failed {
-            stack.extend(dep.depends_on.iter().copied());
+        if undecided(dep.state()) || dep.state() == RecordState::Failed {
+            stack.extend(dep.depends_on());
         }
     }
     found
@@ -1608,13 +1616,13 @@ fn find_dependency<'s>(
 /// as a refusal: a dependent applied before its dependency is decided would make real
 /// what the person may still reject (a comment quoting a rename that is then rejected).
 fn undecided_dependency(store: &ActionStore, record: &ActionRecord) -> Option<String> {
-    let dep = find_dependency(store, record, undecided)?;
+    let dep = find_dependency(store, record, |d| undecided(d.state()))?;
     let k = dep.display_id();
     let this = record.display_id();
     Some(format!(
         "{this} depends on {k} ({} on {}), which is still pending: the agent built {this} on it, so approve or reject {k} first; nothing was sent",
-        dep.action.verb(),
-        dep.action.target()
+        dep.action().verb(),
+        dep.action().target()
     ))
 }
 
@@ -1625,53 +1633,50 @@ fn undecided_dependency(store: &ActionStore, record: &ActionRecord) -> Option<St
 /// reaches it. Returns whether any pending action depended on one of them.
 fn hand_on_dependencies(
     store: &mut ActionStore,
-    gone: &[Arc<ActionRecord>],
+    gone: &[Arc<HeldRecord>],
 ) -> Result<bool, KvError> {
-    let inherited: HashMap<DriverActionId, &[DriverActionId]> = gone
+    let inherited: HashMap<DriverActionId, Vec<DriverActionId>> = gone
         .iter()
-        .map(|r| (r.id, r.depends_on.as_slice()))
+        .map(|r| (r.id(), r.depends_on().collect()))
         .collect();
-    let dependents: Vec<Arc<ActionRecord>> = store
+    let dependents: Vec<ActionRecord> = store
         .records()
-        .filter(|r| r.state == RecordState::Pending)
-        .filter(|r| r.depends_on.iter().any(|d| inherited.contains_key(d)))
-        .cloned()
+        .filter(|r| r.state() == RecordState::Pending)
+        .filter(|r| r.depends_on().any(|d| inherited.contains_key(&d)))
+        .map(|r| r.record())
         .collect();
-    for dependent in &dependents {
+    let any = !dependents.is_empty();
+    for mut dependent in dependents {
         let mut deps: BTreeSet<DriverActionId> = dependent.depends_on.iter().copied().collect();
         let mut todo: Vec<DriverActionId> = dependent.depends_on.clone();
         while let Some(d) = todo.pop() {
-            for more in inherited.get(&d).copied().unwrap_or_default() {
+            for more in inherited.get(&d).map_or(&[][..], Vec::as_slice) {
                 if deps.insert(*more) {
                     todo.push(*more);
                 }
             }
         }
         if deps.len() != dependent.depends_on.len() {
-            let mut next = (**dependent).clone();
-            next.depends_on = deps.into_iter().collect();
-            store.put(next)?;
+            dependent.depends_on = deps.into_iter().collect();
+            store.put(dependent)?;
         }
     }
-    Ok(!dependents.is_empty())
+    Ok(any)
 }
 
 /// Step 3 lost: the stored record was no longer the one read in step 1, because another
 /// gatekeeper with the same store open claimed, applied, failed or dropped it. Nothing
 /// was sent; `now` is the record as stored now.
-fn claimed_elsewhere(
-    id: DriverActionId,
-    now: Option<&ActionRecord>,
-) -> Result<(), GatekeeperError> {
-    info!(%id, state = ?now.map(|r| r.state), "apply refused: the claim was lost to another gatekeeper");
+fn claimed_elsewhere(id: DriverActionId, now: Option<&HeldRecord>) -> Result<(), GatekeeperError> {
+    info!(%id, state = ?now.map(|r| r.state()), "apply refused: the claim was lost to another gatekeeper");
     let Some(now) = now else {
         return Err(GatekeeperError::not_sent(format!(
             "action {id} was dropped by another process sharing this gatekeeper's store (rejected there), so nothing was sent; reject it"
         )));
     };
-    match now.state {
+    match now.state() {
         RecordState::Applied | RecordState::Reverted => Ok(()),
-        RecordState::Failed => Err(GatekeeperError::fatal(now.failure.clone().unwrap_or_else(
+        RecordState::Failed => Err(GatekeeperError::fatal(now.record().failure.unwrap_or_else(
             || "this action failed for good in another process; stage it again".to_owned(),
         ))),
         RecordState::Applying => Err(GatekeeperError::retryable(format!(
@@ -1706,9 +1711,9 @@ fn check_stacked(
     content: ContentHandle,
 ) -> Result<(), Refusal> {
     let failed = find_dependency(store, record, |d| {
-        d.state == RecordState::Failed
-            && matches!(d.action, WikiAction::SetContent { .. })
-            && store.resolve(d.action.target()) == content
+        d.state() == RecordState::Failed
+            && matches!(d.action(), WikiActionOf::SetContent { .. })
+            && store.resolve(d.action().target()) == content
     });
     let Some(replace) = failed else {
         return Ok(());
@@ -1737,15 +1742,15 @@ fn blocker(store: &ActionStore, record: &ActionRecord) -> Option<String> {
         let parent_key = store.resolve(*parent);
         if parent_key.is_provisional()
             && let Some((_, earlier)) = store.pending_on(parent_key).range(..record.id).next()
-            && first.as_ref().is_none_or(|f| earlier.id < f.id)
+            && first.as_ref().is_none_or(|f| earlier.id() < f.id())
         {
             first = Some(earlier.clone());
         }
     }
     let blocker = first?;
     let k = blocker.display_id();
-    Some(match &blocker.action {
-        WikiAction::Create { provisional, .. } => format!(
+    Some(match blocker.action() {
+        WikiActionOf::Create { provisional, .. } => format!(
             "content ~{provisional} has not been created yet: apply {k} first (it creates ~{provisional}); nothing was sent"
         ),
         other => format!(

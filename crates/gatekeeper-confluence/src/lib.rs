@@ -48,6 +48,8 @@
 //! - [`session`]: the agent's object API ([`WikiSession`]).
 //! - [`overlay`]: the simulation rules, pure functions.
 //! - [`record`], [`kv`]: what is stored, and the key-value port it is stored through.
+//!   The driver's in-memory index holds each record once: the stored value, shared
+//!   with the port, with its texts as spans that reads fold in place.
 //! - [`policy`]: reference vs ours.
 //! - [`lab`]: kernel + wiki + gatekeeper wired, for tests and lectures.
 //!
@@ -62,6 +64,7 @@ pub mod card;
 pub mod error;
 pub mod gatekeeper;
 pub mod handle;
+mod held;
 pub mod kv;
 pub mod lab;
 pub mod markup;
@@ -76,7 +79,7 @@ pub mod view;
 pub use error::WikiError;
 pub use gatekeeper::{ConfluenceGatekeeper, INTERRUPTED_MESSAGE};
 pub use handle::{ContentHandle, ParseHandleError};
-pub use kv::{KvError, KvStore, MemoryKv};
+pub use kv::{Bytes, KvError, KvStore, MemoryKv};
 pub use lab::Lab;
 pub use overlay::CommentView;
 pub use policy::Policy;

@@ -11,6 +11,10 @@
 //! - comments: pending ones after the existing ones, with ids `~comment-<action id>`;
 //! - status: the last trash or restore wins.
 //!
+//! The functions fold anything that is [`Pending`]: the driver's index, whose records
+//! keep their texts in the encoded value they share with the key-value store (texts are
+//! joined as bytes, and the result checked as UTF-8 once), or plain [`ActionRecord`]s.
+//!
 //! Nothing here is cached or written: a rejected action simply stops being folded in.
 //! Each function also reports which records *visibly* contributed to what it returns,
 //! so a session can remember what the agent has seen (pitfall 2): an append that a later
@@ -18,7 +22,50 @@
 
 use kernel::DriverActionId;
 
-use crate::record::{ActionRecord, ContentStatus, WikiAction};
+use crate::record::{ActionRecord, ContentStatus, WikiActionOf};
+
+/// A pending action as the overlay folds it: its id, its action, and the bytes of each
+/// text the action holds. The driver folds its in-memory index, whose records hold
+/// their texts as spans of the stored value (nothing is decoded on a read); an
+/// [`ActionRecord`] holds them as `String`s.
+pub trait Pending {
+    /// How the action holds its texts.
+    type Text;
+    /// The driver's id of the action.
+    fn id(&self) -> DriverActionId;
+    /// What the action does.
+    fn action(&self) -> &WikiActionOf<Self::Text>;
+    /// The UTF-8 bytes of one of the action's texts.
+    fn text<'s>(&'s self, text: &'s Self::Text) -> &'s [u8];
+}
+
+impl Pending for ActionRecord {
+    type Text = String;
+
+    fn id(&self) -> DriverActionId {
+        self.id
+    }
+
+    fn action(&self) -> &WikiActionOf<String> {
+        &self.action
+    }
+
+    fn text<'s>(&'s self, text: &'s String) -> &'s [u8] {
+        text.as_bytes()
+    }
+}
+
+/// A text the overlay folded, as a `String`. Every piece is UTF-8 (a `&str`, or a span
+/// whose UTF-8 was checked when its record was indexed), so nothing is ever replaced:
+/// this is the one check that turns the bytes back into text.
+pub(crate) fn into_text(text: Vec<u8>) -> String {
+    String::from_utf8(text).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// [`into_text`], for a borrowed text.
+pub(crate) fn copy_text(text: &[u8]) -> String {
+    String::from_utf8_lossy(text).into_owned()
+}
 
 /// A comment as the agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,21 +79,21 @@ pub struct CommentView {
 }
 
 /// The simulated title and the record that set it, if a pending one did.
-pub fn simulate_title<'a>(
-    records: impl IntoIterator<Item = &'a ActionRecord>,
+pub fn simulate_title<'a, R: Pending + 'a>(
+    records: impl IntoIterator<Item = &'a R>,
     base: &str,
 ) -> (String, Option<DriverActionId>) {
-    let mut title: Option<(&str, DriverActionId)> = None;
+    let mut title: Option<(&[u8], DriverActionId)> = None;
     for record in records {
-        match &record.action {
-            WikiAction::SetTitle { title: t, .. } | WikiAction::Create { title: t, .. } => {
-                title = Some((t, record.id));
+        match record.action() {
+            WikiActionOf::SetTitle { title: t, .. } | WikiActionOf::Create { title: t, .. } => {
+                title = Some((record.text(t), record.id()));
             }
             _ => {}
         }
     }
     match title {
-        Some((t, id)) => (t.to_owned(), Some(id)),
+        Some((t, id)) => (copy_text(t), Some(id)),
         None => (base.to_owned(), None),
     }
 }
@@ -54,67 +101,87 @@ pub fn simulate_title<'a>(
 /// The simulated body (Markdown), and the records that visibly contributed to it.
 ///
 /// `base` is `None` when the content does not exist yet.
-pub fn simulate_body(
-    records: &[&ActionRecord],
+pub fn simulate_body<R: Pending>(
+    records: &[&R],
     base: Option<&str>,
     contributors: &mut Vec<DriverActionId>,
 ) -> String {
-    // Only the last replace and what follows it can be seen; start there.
-    let last_set = records
-        .iter()
-        .rposition(|r| matches!(r.action, WikiAction::SetContent { .. }));
-    let (start, mut body) = match last_set {
-        Some(at) => (at, String::new()),
-        None => (0, base.unwrap_or("").to_owned()),
+    // Only the last replace and what follows it can be seen: scan back to it, adding up
+    // the texts from there on, so the body is joined in one buffer sized once.
+    let mut start = None;
+    let mut most = 0;
+    for (at, record) in records.iter().enumerate().rev() {
+        match record.action() {
+            WikiActionOf::SetContent { markdown, .. } => {
+                most += record.text(markdown).len();
+                start = Some(at);
+                break;
+            }
+            WikiActionOf::AppendContent { markdown: text, .. }
+            | WikiActionOf::Create {
+                content: Some(text),
+                ..
+            } => most += record.text(text).len() + 2,
+            _ => {}
+        }
+    }
+    let (records, from) = match start {
+        Some(at) => (&records[at..], ""),
+        None => (records, base.unwrap_or("")),
     };
-    for record in &records[start..] {
-        match &record.action {
-            WikiAction::SetContent { markdown, .. } => {
+    most += from.len();
+    let mut body = Vec::with_capacity(most);
+    body.extend_from_slice(from.as_bytes());
+    for record in records {
+        match record.action() {
+            WikiActionOf::SetContent { markdown, .. } => {
                 body.clear();
-                body.push_str(markdown);
-                contributors.push(record.id);
+                body.extend_from_slice(record.text(markdown));
+                contributors.push(record.id());
             }
-            WikiAction::AppendContent { markdown, .. } => {
+            WikiActionOf::AppendContent { markdown, .. } => {
                 if !body.is_empty() {
-                    body.push_str("\n\n");
+                    body.extend_from_slice(b"\n\n");
                 }
-                body.push_str(markdown);
-                contributors.push(record.id);
+                body.extend_from_slice(record.text(markdown));
+                contributors.push(record.id());
             }
-            WikiAction::Create {
+            WikiActionOf::Create {
                 content: Some(content),
                 ..
-            } if base.is_none() && !content.is_empty() => {
+            } if base.is_none() && !record.text(content).is_empty() => {
                 body.clear();
-                body.push_str(content);
-                contributors.push(record.id);
+                body.extend_from_slice(record.text(content));
+                contributors.push(record.id());
             }
             _ => {}
         }
     }
-    body
+    into_text(body)
 }
 
 /// The simulated labels, and whether any pending record touched them.
-pub fn simulate_labels(
-    records: &[&ActionRecord],
+pub fn simulate_labels<R: Pending>(
+    records: &[&R],
     base: &[String],
     contributors: &mut Vec<DriverActionId>,
 ) -> Vec<String> {
     let mut labels = base.to_vec();
     for record in records {
-        match &record.action {
-            WikiAction::AddLabel { name, .. } => {
-                if !labels.iter().any(|l| l == name) {
-                    labels.push(name.clone());
+        match record.action() {
+            WikiActionOf::AddLabel { name, .. } => {
+                let name = record.text(name);
+                if !labels.iter().any(|l| l.as_bytes() == name) {
+                    labels.push(copy_text(name));
                 }
-                contributors.push(record.id);
+                contributors.push(record.id());
             }
-            WikiAction::RemoveLabel { name, .. } => {
-                if let Some(at) = labels.iter().position(|l| l == name) {
+            WikiActionOf::RemoveLabel { name, .. } => {
+                let name = record.text(name);
+                if let Some(at) = labels.iter().position(|l| l.as_bytes() == name) {
                     labels.remove(at);
                 }
-                contributors.push(record.id);
+                contributors.push(record.id());
             }
             _ => {}
         }
@@ -123,38 +190,38 @@ pub fn simulate_labels(
 }
 
 /// The simulated comments: the existing ones, then the pending ones in order.
-pub fn simulate_comments(
-    records: &[&ActionRecord],
+pub fn simulate_comments<R: Pending>(
+    records: &[&R],
     mut base: Vec<CommentView>,
     contributors: &mut Vec<DriverActionId>,
 ) -> Vec<CommentView> {
     for record in records {
-        if let WikiAction::AddComment { text, .. } = &record.action {
+        if let WikiActionOf::AddComment { text, .. } = record.action() {
             base.push(CommentView {
-                id: format!("~comment-{}", record.id),
-                text: text.clone(),
+                id: format!("~comment-{}", record.id()),
+                text: copy_text(record.text(text)),
                 author: None,
             });
-            contributors.push(record.id);
+            contributors.push(record.id());
         }
     }
     base
 }
 
 /// The status a pending trash or restore leads to (the last one wins), if any.
-pub fn simulate_trashed(
-    records: &[&ActionRecord],
+pub fn simulate_trashed<R: Pending>(
+    records: &[&R],
     contributors: &mut Vec<DriverActionId>,
 ) -> Option<ContentStatus> {
     let last = records.iter().rev().find(|r| {
         matches!(
-            r.action,
-            WikiAction::Trash { .. } | WikiAction::Restore { .. }
+            r.action(),
+            WikiActionOf::Trash { .. } | WikiActionOf::Restore { .. }
         )
     })?;
-    contributors.push(last.id);
-    Some(match last.action {
-        WikiAction::Trash { .. } => ContentStatus::Trashed,
+    contributors.push(last.id());
+    Some(match last.action() {
+        WikiActionOf::Trash { .. } => ContentStatus::Trashed,
         _ => ContentStatus::Current,
     })
 }
@@ -163,7 +230,7 @@ pub fn simulate_trashed(
 mod tests {
     use super::*;
     use crate::handle::ContentHandle;
-    use crate::record::{ContentKind, Parent};
+    use crate::record::{ContentKind, Parent, WikiAction};
 
     const PAGE: ContentHandle = ContentHandle::Real(100);
 

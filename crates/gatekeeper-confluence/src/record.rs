@@ -64,26 +64,30 @@ impl ContentStatus {
     }
 }
 
-/// Where a create puts the new content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Parent {
+/// Where a create puts the new content, as a record holds it.
+pub type Parent = ParentOf<String>;
+
+/// Where a create puts the new content; `T` is how the space key is held (see
+/// [`WikiActionOf`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ParentOf<T> {
     /// At the top of a space.
     Space {
         /// The space key.
-        space: String,
+        space: T,
     },
     /// Under a page, real or provisional.
     Page {
         /// The parent, as the agent named it (a `~N` stays `~N` in the record).
         parent: ContentHandle,
         /// The space of the parent.
-        space: String,
+        space: T,
     },
 }
 
-impl Parent {
+impl<T> ParentOf<T> {
     /// The space key the content goes into.
-    pub fn space(&self) -> &str {
+    pub fn space(&self) -> &T {
         match self {
             Self::Space { space } | Self::Page { space, .. } => space,
         }
@@ -96,11 +100,31 @@ impl Parent {
             Self::Page { parent, .. } => Some(*parent),
         }
     }
+
+    /// The same place, with its text held as `f` turns it.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> ParentOf<U> {
+        match self {
+            Self::Space { space } => ParentOf::Space { space: f(space) },
+            Self::Page { parent, space } => ParentOf::Page {
+                parent,
+                space: f(space),
+            },
+        }
+    }
 }
 
+/// One side effect the agent asked for, as a record holds it (its text as `String`).
+pub type WikiAction = WikiActionOf<String>;
+
 /// One side effect the agent asked for. Every action targets exactly one content handle.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WikiAction {
+///
+/// `T` is how the action's text (bodies, titles, labels, comments, space keys) is held:
+/// `String` in an [`ActionRecord`] ([`WikiAction`]), `&str` borrowed from a stored
+/// value while it is read, and a span of that stored value in the driver's in-memory
+/// index, which thereby holds no second copy of the text. The encoding is the same for
+/// every `T` that serializes as a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WikiActionOf<T> {
     /// Create a page or blog post, known as `~provisional` until applied.
     Create {
         /// The provisional number: the content is `~provisional`.
@@ -108,11 +132,11 @@ pub enum WikiAction {
         /// Page or blog post.
         kind: ContentKind,
         /// Where it goes.
-        parent: Parent,
+        parent: ParentOf<T>,
         /// Its title at creation.
-        title: String,
+        title: T,
         /// Its body at creation, Markdown.
-        content: Option<String>,
+        content: Option<T>,
         /// `Current` or `Draft`.
         status: ContentStatus,
     },
@@ -121,42 +145,42 @@ pub enum WikiAction {
         /// The content.
         target: ContentHandle,
         /// The new body, Markdown.
-        markdown: String,
+        markdown: T,
     },
     /// Add to the end of the body.
     AppendContent {
         /// The content.
         target: ContentHandle,
         /// The text to add, Markdown.
-        markdown: String,
+        markdown: T,
     },
     /// Rename.
     SetTitle {
         /// The content.
         target: ContentHandle,
         /// The new title.
-        title: String,
+        title: T,
     },
     /// Add a footer comment.
     AddComment {
         /// The content.
         target: ContentHandle,
         /// The comment, Markdown.
-        text: String,
+        text: T,
     },
     /// Add a label.
     AddLabel {
         /// The content.
         target: ContentHandle,
         /// The label.
-        name: String,
+        name: T,
     },
     /// Remove a label.
     RemoveLabel {
         /// The content.
         target: ContentHandle,
         /// The label.
-        name: String,
+        name: T,
     },
     /// Move to the trash.
     Trash {
@@ -170,7 +194,7 @@ pub enum WikiAction {
     },
 }
 
-impl WikiAction {
+impl<T> WikiActionOf<T> {
     /// The content this action is aimed at (for a create, its own `~N`).
     pub fn target(&self) -> ContentHandle {
         match self {
@@ -198,6 +222,53 @@ impl WikiAction {
             Self::RemoveLabel { .. } => "remove label",
             Self::Trash { .. } => "trash",
             Self::Restore { .. } => "restore",
+        }
+    }
+
+    /// The same action, with each of its texts held as `f` turns it.
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> WikiActionOf<U> {
+        match self {
+            Self::Create {
+                provisional,
+                kind,
+                parent,
+                title,
+                content,
+                status,
+            } => WikiActionOf::Create {
+                provisional,
+                kind,
+                parent: parent.map(&mut f),
+                title: f(title),
+                content: content.map(&mut f),
+                status,
+            },
+            Self::SetContent { target, markdown } => WikiActionOf::SetContent {
+                target,
+                markdown: f(markdown),
+            },
+            Self::AppendContent { target, markdown } => WikiActionOf::AppendContent {
+                target,
+                markdown: f(markdown),
+            },
+            Self::SetTitle { target, title } => WikiActionOf::SetTitle {
+                target,
+                title: f(title),
+            },
+            Self::AddComment { target, text } => WikiActionOf::AddComment {
+                target,
+                text: f(text),
+            },
+            Self::AddLabel { target, name } => WikiActionOf::AddLabel {
+                target,
+                name: f(name),
+            },
+            Self::RemoveLabel { target, name } => WikiActionOf::RemoveLabel {
+                target,
+                name: f(name),
+            },
+            Self::Trash { target } => WikiActionOf::Trash { target },
+            Self::Restore { target } => WikiActionOf::Restore { target },
         }
     }
 }
@@ -322,10 +393,15 @@ impl ActionRecord {
 impl ActionRecord {
     /// How people name this action: the ledger id (`#5`) once known, else the driver id.
     pub fn display_id(&self) -> String {
-        match self.ledger {
-            Some(ledger) => ledger.to_string(),
-            None => format!("the wiki gatekeeper's action {}", self.id),
-        }
+        display_id(self.id, self.ledger)
+    }
+}
+
+/// How people name action `id`: by `ledger` (`#5`) once known, else by the driver id.
+pub(crate) fn display_id(id: DriverActionId, ledger: Option<LedgerId>) -> String {
+    match ledger {
+        Some(ledger) => ledger.to_string(),
+        None => format!("the wiki gatekeeper's action {id}"),
     }
 }
 

@@ -8,6 +8,11 @@
 //! ascending id. The reference instead lists every action in its store and filters on
 //! each read, so its reads slow down with pending work on other pages.
 //!
+//! Each record is held once ([`HeldRecord`]): the indexes keep the value stored in the
+//! port, shared with the port, with what reads need as spans of it; a read folds the
+//! texts of the page's pending records in place, and the whole record is decoded only
+//! on demand ([`HeldRecord::record`]).
+//!
 //! Provisional handles are resolved through the `prov:` mapping. When a create is
 //! applied, the pending and applied entries filed under its `~N` are moved to the real
 //! id, so one lookup keeps finding them under either spelling.
@@ -18,8 +23,10 @@ use std::sync::Arc;
 use kernel::DriverActionId;
 
 use crate::handle::ContentHandle;
-use crate::kv::{KvError, KvStore};
-use crate::record::{ActionRecord, RecordState, StoredRecord, StoredV1, WikiAction};
+use crate::held::HeldRecord;
+use crate::kv::{Bytes, KvError, KvStore};
+use crate::overlay::Pending;
+use crate::record::{ActionRecord, RecordState, StoredRecord, StoredV1, WikiActionOf};
 
 const SEQ_ACTION: &str = "seq:action";
 const SEQ_PROVISIONAL: &str = "seq:provisional";
@@ -31,12 +38,25 @@ fn action_key(id: DriverActionId) -> String {
     format!("{ACTION_PREFIX}{:020}", id.0)
 }
 
+fn undecodable(key: &str, e: postcard::Error) -> KvError {
+    KvError(format!(
+        "the value under {key} could not be decoded ({e}); the store was written by an incompatible version"
+    ))
+}
+
 fn decode(key: &str, bytes: &[u8]) -> Result<StoredV1, KvError> {
     match StoredRecord::decode(bytes) {
         Ok(StoredRecord::V1(value)) => Ok(value),
-        Err(e) => Err(KvError(format!(
-            "the value under {key} could not be decoded ({e}); the store was written by an incompatible version"
-        ))),
+        Err(e) => Err(undecodable(key, e)),
+    }
+}
+
+/// Hold the value stored under `key`, an action record.
+fn held(key: &str, value: Bytes) -> Result<HeldRecord, KvError> {
+    match HeldRecord::parse(value) {
+        Ok(Some(record)) => Ok(record),
+        Ok(None) => Err(unexpected(key)),
+        Err(e) => Err(undecodable(key, e)),
     }
 }
 
@@ -47,11 +67,11 @@ fn unexpected(key: &str) -> KvError {
 }
 
 /// Pending actions of one content, in ascending id.
-pub(crate) type PendingMap = BTreeMap<DriverActionId, Arc<ActionRecord>>;
+pub(crate) type PendingMap = BTreeMap<DriverActionId, Arc<HeldRecord>>;
 
 pub(crate) struct ActionStore {
     kv: Arc<dyn KvStore>,
-    records: BTreeMap<DriverActionId, Arc<ActionRecord>>,
+    records: BTreeMap<DriverActionId, Arc<HeldRecord>>,
     pending: HashMap<ContentHandle, PendingMap>,
     applied_writes: HashMap<ContentHandle, Vec<DriverActionId>>,
     creates: HashMap<u64, DriverActionId>,
@@ -101,17 +121,14 @@ impl ActionStore {
                 _ => return Err(unexpected(&key)),
             };
         }
-        for (key, bytes) in kv.scan_prefix(ACTION_PREFIX)? {
-            match decode(&key, &bytes)? {
-                StoredV1::Action(record) => store.index(Arc::new(*record)),
-                _ => return Err(unexpected(&key)),
-            }
+        for (key, value) in kv.scan_prefix(ACTION_PREFIX)? {
+            store.index(Arc::new(held(&key, value)?));
         }
         Ok(store)
     }
 
     fn put_value(&self, key: &str, value: StoredV1) -> Result<(), KvError> {
-        self.kv.put(key, StoredRecord::V1(value).encode())
+        self.kv.put(key, StoredRecord::V1(value).encode().into())
     }
 
     /// The next action id; the counter is consumed even if staging fails later.
@@ -148,17 +165,17 @@ impl ActionStore {
     }
 
     /// The create record of `~n`, in any state.
-    pub(crate) fn create_of(&self, n: u64) -> Option<&Arc<ActionRecord>> {
+    pub(crate) fn create_of(&self, n: u64) -> Option<&Arc<HeldRecord>> {
         self.creates.get(&n).and_then(|id| self.records.get(id))
     }
 
     /// One record.
-    pub(crate) fn get(&self, id: DriverActionId) -> Option<&Arc<ActionRecord>> {
+    pub(crate) fn get(&self, id: DriverActionId) -> Option<&Arc<HeldRecord>> {
         self.records.get(&id)
     }
 
     /// Every record, in ascending id.
-    pub(crate) fn records(&self) -> impl Iterator<Item = &Arc<ActionRecord>> {
+    pub(crate) fn records(&self) -> impl Iterator<Item = &Arc<HeldRecord>> {
         self.records.values()
     }
 
@@ -179,47 +196,52 @@ impl ActionStore {
             .map_or(&[], |ids| ids.as_slice())
     }
 
-    /// Write a record through to the port, then re-index it.
-    pub(crate) fn put(&mut self, record: ActionRecord) -> Result<Arc<ActionRecord>, KvError> {
-        self.put_value(
-            &action_key(record.id),
-            StoredV1::Action(Box::new(record.clone())),
-        )?;
-        self.unindex(record.id);
-        let record = Arc::new(record);
-        self.index(record.clone());
-        Ok(record)
+    /// Encode a record and hold the value, without writing it anywhere yet.
+    fn hold(record: ActionRecord) -> Result<(String, HeldRecord), KvError> {
+        let key = action_key(record.id);
+        let value = StoredRecord::V1(StoredV1::Action(Box::new(record))).encode();
+        let held = held(&key, value.into())?;
+        Ok((key, held))
+    }
+
+    /// Write a record through to the port, then re-index it. The index keeps the value
+    /// written, the same buffer the port was handed.
+    pub(crate) fn put(&mut self, record: ActionRecord) -> Result<Arc<HeldRecord>, KvError> {
+        let (key, held) = Self::hold(record)?;
+        self.kv.put(&key, held.value().clone())?;
+        self.unindex(held.id());
+        let held = Arc::new(held);
+        self.index(held.clone());
+        Ok(held)
     }
 
     /// Claim an action for an apply: write `claim` (the record as `applying`) only if
-    /// the port still holds `current` exactly as this store indexed it, through the
-    /// port's compare-and-set. Another gatekeeper with the same store open may have
+    /// the port still holds `current`'s value exactly as this store indexed it, through
+    /// the port's compare-and-set. Another gatekeeper with the same store open may have
     /// claimed, applied or deleted it meanwhile: then nothing is written, the record is
     /// reloaded from the port, and the reloaded record (if any) is returned as `Err`.
     pub(crate) fn claim(
         &mut self,
-        current: &ActionRecord,
+        current: &HeldRecord,
         claim: ActionRecord,
-    ) -> Result<Result<(), Option<Arc<ActionRecord>>>, KvError> {
-        let key = action_key(current.id);
-        let expected = StoredRecord::V1(StoredV1::Action(Box::new(current.clone()))).encode();
-        let value = StoredRecord::V1(StoredV1::Action(Box::new(claim.clone()))).encode();
-        if self.kv.compare_and_set(&key, Some(&expected), value)? {
-            self.unindex(claim.id);
+    ) -> Result<Result<(), Option<Arc<HeldRecord>>>, KvError> {
+        let (key, claim) = Self::hold(claim)?;
+        if self
+            .kv
+            .compare_and_set(&key, Some(current.value()), claim.value().clone())?
+        {
+            self.unindex(claim.id());
             self.index(Arc::new(claim));
             return Ok(Ok(()));
         }
-        self.unindex(current.id);
+        self.unindex(current.id());
         let reloaded = match self.kv.get(&key)? {
             None => None,
-            Some(bytes) => match decode(&key, &bytes)? {
-                StoredV1::Action(record) => {
-                    let record = Arc::new(*record);
-                    self.index(record.clone());
-                    Some(record)
-                }
-                _ => return Err(unexpected(&key)),
-            },
+            Some(value) => {
+                let record = Arc::new(held(&key, value)?);
+                self.index(record.clone());
+                Some(record)
+            }
         };
         Ok(Err(reloaded))
     }
@@ -231,19 +253,19 @@ impl ActionStore {
         &mut self,
         message: &str,
     ) -> Result<Vec<DriverActionId>, KvError> {
-        let leftover: Vec<Arc<ActionRecord>> = self
+        let leftover: Vec<ActionRecord> = self
             .records
             .values()
-            .filter(|r| r.state == RecordState::Applying)
-            .cloned()
+            .filter(|r| r.state() == RecordState::Applying)
+            .map(|r| r.record())
             .collect();
         let mut failed = Vec::with_capacity(leftover.len());
-        for record in leftover {
-            let mut next = (*record).clone();
+        for mut next in leftover {
+            let id = next.id;
             next.state = RecordState::Failed;
             next.failure = Some(message.to_owned());
             self.put(next)?;
-            failed.push(record.id);
+            failed.push(id);
         }
         Ok(failed)
     }
@@ -282,23 +304,24 @@ impl ActionStore {
         Ok(())
     }
 
-    fn index(&mut self, record: Arc<ActionRecord>) {
-        let key = self.resolve(record.action.target());
-        if let WikiAction::Create { provisional, .. } = record.action {
-            self.creates.insert(provisional, record.id);
+    fn index(&mut self, record: Arc<HeldRecord>) {
+        let id = record.id();
+        let key = self.resolve(record.action().target());
+        if let WikiActionOf::Create { provisional, .. } = *record.action() {
+            self.creates.insert(provisional, id);
         }
-        match record.state {
+        match record.state() {
             RecordState::Pending => {
                 self.pending
                     .entry(key)
                     .or_default()
-                    .insert(record.id, record.clone());
+                    .insert(id, record.clone());
             }
             RecordState::Applied => {
-                if record.applied.as_ref().is_some_and(|a| a.write.is_some()) {
+                if record.wrote() {
                     let writes = self.applied_writes.entry(key).or_default();
-                    if !writes.contains(&record.id) {
-                        writes.push(record.id);
+                    if !writes.contains(&id) {
+                        writes.push(id);
                     }
                 }
             }
@@ -306,21 +329,21 @@ impl ActionStore {
             // state could show it twice, so it is not overlaid.
             RecordState::Applying | RecordState::Reverted | RecordState::Failed => {}
         }
-        self.records.insert(record.id, record);
+        self.records.insert(id, record);
     }
 
     fn unindex(&mut self, id: DriverActionId) {
         let Some(old) = self.records.remove(&id) else {
             return;
         };
-        let key = self.resolve(old.action.target());
+        let key = self.resolve(old.action().target());
         if let Some(pending) = self.pending.get_mut(&key) {
             pending.remove(&id);
             if pending.is_empty() {
                 self.pending.remove(&key);
             }
         }
-        if let WikiAction::Create { provisional, .. } = old.action {
+        if let WikiActionOf::Create { provisional, .. } = *old.action() {
             self.creates.remove(&provisional);
         }
         // Applied writes stay listed: they remain facts about the content's history even
@@ -333,7 +356,7 @@ mod tests {
 
     use super::*;
     use crate::kv::MemoryKv;
-    use crate::record::{ContentKind, ContentStatus, Parent};
+    use crate::record::{ContentKind, ContentStatus, Parent, WikiAction};
 
     fn record(id: u64, action: WikiAction) -> ActionRecord {
         ActionRecord::pending(id, action)
@@ -416,7 +439,7 @@ mod tests {
             };
             store.put(record(id, action)).unwrap();
         }
-        let mut claim = (**store.get(DriverActionId(1)).unwrap()).clone();
+        let mut claim = store.get(DriverActionId(1)).unwrap().record();
         claim.state = RecordState::Applying;
         store.put(claim).unwrap();
         let pending = |s: &ActionStore| s.pending_on(target).keys().copied().collect::<Vec<_>>();
@@ -428,16 +451,69 @@ mod tests {
             reopened.fail_interrupted("interrupted").unwrap(),
             vec![DriverActionId(1)]
         );
-        let failed = reopened.get(DriverActionId(1)).unwrap();
+        let failed = reopened.get(DriverActionId(1)).unwrap().record();
         assert_eq!(failed.state, RecordState::Failed);
         assert_eq!(failed.failure.as_deref(), Some("interrupted"));
         assert_eq!(pending(&reopened), vec![DriverActionId(2)]);
 
         let mut again = ActionStore::open(kv).unwrap();
         assert_eq!(
-            again.get(DriverActionId(1)).unwrap().state,
+            again.get(DriverActionId(1)).unwrap().state(),
             RecordState::Failed
         );
         assert!(again.fail_interrupted("interrupted").unwrap().is_empty());
+    }
+
+    /// The property the index is built for: with the in-memory store, a record is held
+    /// once. The index keeps the very buffer the store keeps (after a write, a claim and
+    /// a reload), and the texts a read folds lie inside it: no second copy, encoded or
+    /// decoded.
+    #[test]
+    fn the_index_and_the_memory_store_hold_one_buffer_per_record() {
+        let memory = Arc::new(MemoryKv::new());
+        let kv: Arc<dyn KvStore> = memory.clone();
+        let mut store = ActionStore::open(kv.clone()).unwrap();
+        let target = ContentHandle::Real(100);
+        for id in [1, 2] {
+            let action = WikiAction::AppendContent {
+                target,
+                markdown: format!("Step {id}: check the dashboards."),
+            };
+            store.put(record(id, action)).unwrap();
+        }
+        let held = store.get(DriverActionId(1)).unwrap().clone();
+        let mut claim = held.record();
+        claim.state = RecordState::Applying;
+        assert!(matches!(store.claim(&held, claim), Ok(Ok(()))));
+
+        let one_buffer = |store: &ActionStore| {
+            for (key, stored) in memory.scan_prefix(ACTION_PREFIX).unwrap() {
+                let id = DriverActionId(key[ACTION_PREFIX.len()..].parse().unwrap());
+                let held = store.get(id).unwrap();
+                assert_eq!(held.value().as_ptr(), stored.as_ptr(), "{key}");
+                let WikiActionOf::AppendContent { markdown, .. } = held.action() else {
+                    panic!("{key} holds an append");
+                };
+                let text = held.text(markdown).as_ptr_range();
+                let value = stored.as_ptr_range();
+                assert!(value.start <= text.start && text.end <= value.end, "{key}");
+            }
+        };
+        one_buffer(&store);
+        assert_eq!(
+            store
+                .pending_on(target)
+                .values()
+                .next()
+                .unwrap()
+                .value()
+                .as_ptr(),
+            memory
+                .get(&action_key(DriverActionId(2)))
+                .unwrap()
+                .unwrap()
+                .as_ptr()
+        );
+        one_buffer(&ActionStore::open(kv).unwrap());
     }
 }

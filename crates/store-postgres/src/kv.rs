@@ -1,13 +1,14 @@
 //! gatekeeper-confluence's [`KvStore`] on PostgreSQL: the `kv` table, one namespace
 //! (`scope`) per driver instance.
 //!
-//! Values are opaque bytes. Keys are compared bytewise (the column's `"C"` collation on
+//! Values are opaque bytes, handed over as the buffer the client read them into ([`Bytes`]
+//! over it, not a copy). Keys are compared bytewise (the column's `"C"` collation on
 //! UTF-8), which is the order [`KvStore::scan_prefix`] promises. Every write is committed
 //! before it returns. `compare_and_set` is one conditional statement (`UPDATE … WHERE
 //! value = $expected`, or `INSERT … ON CONFLICT DO NOTHING`), so of two daemons claiming
 //! one wiki action at most one wins.
 
-use gatekeeper_confluence::{KvError, KvStore};
+use gatekeeper_confluence::{Bytes, KvError, KvStore};
 
 use crate::db::Database;
 use crate::error::StoreError;
@@ -44,23 +45,24 @@ const INSERT_NEW: &str = "INSERT INTO kv (scope, key, value) VALUES ($1, $2, $3)
 const REPLACE: &str = "UPDATE kv SET value = $4 WHERE scope = $1 AND key = $2 AND value = $3";
 
 impl KvStore for PostgresKv {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+    fn get(&self, key: &str) -> Result<Option<Bytes>, KvError> {
         let (scope, key) = (self.scope.clone(), key.to_owned());
         self.db
             .call(move |link| {
                 Ok(link
                     .query_opt(GET, &[&scope, &key])
                     .map_err(sql)?
-                    .map(|row| row.get(0)))
+                    .map(|row| Bytes::from(row.get::<_, Vec<u8>>(0))))
             })
             .map_err(port)
     }
 
-    fn put(&self, key: &str, value: Vec<u8>) -> Result<(), KvError> {
+    fn put(&self, key: &str, value: Bytes) -> Result<(), KvError> {
         let (scope, key) = (self.scope.clone(), key.to_owned());
         self.db
             .call(move |link| {
-                link.execute(PUT, &[&scope, &key, &value]).map_err(sql)?;
+                link.execute(PUT, &[&scope, &key, &value.as_ref()])
+                    .map_err(sql)?;
                 Ok(())
             })
             .map_err(port)
@@ -73,7 +75,7 @@ impl KvStore for PostgresKv {
             .map_err(port)
     }
 
-    fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, KvError> {
+    fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, KvError> {
         let (scope, prefix) = (self.scope.clone(), prefix.to_owned());
         self.db
             .call(move |link| {
@@ -81,7 +83,7 @@ impl KvStore for PostgresKv {
                     .query(SCAN, &[&scope, &prefix])
                     .map_err(sql)?
                     .into_iter()
-                    .map(|row| (row.get(0), row.get(1)))
+                    .map(|row| (row.get(0), Bytes::from(row.get::<_, Vec<u8>>(1))))
                     .collect())
             })
             .map_err(port)
@@ -91,12 +93,13 @@ impl KvStore for PostgresKv {
         &self,
         key: &str,
         expected: Option<&[u8]>,
-        value: Vec<u8>,
+        value: Bytes,
     ) -> Result<bool, KvError> {
         let (scope, key) = (self.scope.clone(), key.to_owned());
         let expected = expected.map(<[u8]>::to_vec);
         self.db
             .call(move |link| {
+                let value: &[u8] = &value;
                 let changed = match &expected {
                     None => link
                         .execute(INSERT_NEW, &[&scope, &key, &value])

@@ -2,14 +2,16 @@
 //! per driver instance.
 //!
 //! Values are opaque bytes; the driver writes postcard inside its own versioned envelope,
-//! so this table never needs to understand them. Keys are compared bytewise (SQLite's
-//! `BINARY` collation on UTF-8), which is the order [`KvStore::scan_prefix`] promises.
+//! so this table never needs to understand them. A value read is handed over as the
+//! buffer it was read into ([`Bytes`] over it, not a copy); the driver's index keeps that
+//! buffer and no decoded copy beside it. Keys are compared bytewise (SQLite's `BINARY`
+//! collation on UTF-8), which is the order [`KvStore::scan_prefix`] promises.
 //!
 //! Every `put`, `delete` and `compare_and_set` is committed (fsync'd) before it returns.
 //! The driver's claim before a wiki write is a `compare_and_set`: one conditional
 //! statement, so of two handles (or processes) claiming one action, at most one wins.
 
-use gatekeeper_confluence::{KvError, KvStore};
+use gatekeeper_confluence::{Bytes, KvError, KvStore};
 use rusqlite::{OptionalExtension, params};
 
 use crate::db::{Database, Durability, Steps};
@@ -52,19 +54,20 @@ fn successor(prefix: &str) -> Option<String> {
 }
 
 impl KvStore for SqliteKv {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+    fn get(&self, key: &str) -> Result<Option<Bytes>, KvError> {
         self.db
             .shared()
             .read(|db| {
                 Ok(db
                     .prepare_cached("SELECT value FROM kv WHERE scope = ?1 AND key = ?2")?
-                    .query_row([&self.scope, key], |r| r.get(0))
-                    .optional()?)
+                    .query_row([&self.scope, key], |r| r.get::<_, Vec<u8>>(0))
+                    .optional()?
+                    .map(Bytes::from))
             })
             .map_err(port)
     }
 
-    fn put(&self, key: &str, value: Vec<u8>) -> Result<(), KvError> {
+    fn put(&self, key: &str, value: Bytes) -> Result<(), KvError> {
         self.db
             .shared()
             .write(Durability::Now, Steps::One, |conn| {
@@ -73,7 +76,7 @@ impl KvStore for SqliteKv {
                         "INSERT INTO kv (scope, key, value) VALUES (?1, ?2, ?3)
                          ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value",
                     )?
-                    .execute(params![self.scope, key, value])?;
+                    .execute(params![self.scope, key, &value[..]])?;
                 Ok(())
             })
             .map_err(port)
@@ -96,8 +99,9 @@ impl KvStore for SqliteKv {
         &self,
         key: &str,
         expected: Option<&[u8]>,
-        value: Vec<u8>,
+        value: Bytes,
     ) -> Result<bool, KvError> {
+        let value: &[u8] = &value;
         self.db
             .shared()
             .write(Durability::Now, Steps::One, |conn| {
@@ -123,7 +127,7 @@ impl KvStore for SqliteKv {
             .map_err(port)
     }
 
-    fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, KvError> {
+    fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, KvError> {
         self.db
             .shared()
             .read(|db| {
@@ -131,7 +135,7 @@ impl KvStore for SqliteKv {
                 let mut push = |row: &rusqlite::Row<'_>| -> rusqlite::Result<()> {
                     let key: String = row.get(0)?;
                     if key.starts_with(prefix) {
-                        entries.push((key, row.get(1)?));
+                        entries.push((key, Bytes::from(row.get::<_, Vec<u8>>(1)?)));
                     }
                     Ok(())
                 };

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use gatekeeper_confluence::record::{StoredRecord, StoredV1};
 use gatekeeper_confluence::{
-    ConfluenceGatekeeper, INTERRUPTED_MESSAGE, KvError, KvStore, MemoryKv, Policy, RecordState,
-    WikiService, WikiSession,
+    Bytes, ConfluenceGatekeeper, INTERRUPTED_MESSAGE, KvError, KvStore, MemoryKv, Policy,
+    RecordState, WikiService, WikiSession,
 };
 use kernel::{DriverActionId, Gatekeeper, LedgerId, Overseer, StepClock};
 use tokio::sync::Barrier;
@@ -78,11 +78,11 @@ fn claimed_action(value: &[u8]) -> Option<DriverActionId> {
 }
 
 impl KvStore for FaultyKv {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+    fn get(&self, key: &str) -> Result<Option<Bytes>, KvError> {
         self.memory.get(key)
     }
 
-    fn put(&self, key: &str, value: Vec<u8>) -> Result<(), KvError> {
+    fn put(&self, key: &str, value: Bytes) -> Result<(), KvError> {
         self.check_alive()?;
         let claim = claimed_action(&value);
         let fault = *self.fault.lock().unwrap();
@@ -101,7 +101,7 @@ impl KvStore for FaultyKv {
         self.memory.delete(key)
     }
 
-    fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, KvError> {
+    fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, KvError> {
         self.memory.scan_prefix(prefix)
     }
 
@@ -109,7 +109,7 @@ impl KvStore for FaultyKv {
         &self,
         key: &str,
         expected: Option<&[u8]>,
-        value: Vec<u8>,
+        value: Bytes,
     ) -> Result<bool, KvError> {
         self.check_alive()?;
         let claim = claimed_action(&value);

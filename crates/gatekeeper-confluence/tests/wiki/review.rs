@@ -453,7 +453,7 @@ async fn revert_of_a_stored_record_without_apply_data_refuses_and_writes_nothing
     for (id, action) in (1..).zip(actions) {
         let record = applied_without_data(id, action);
         let value = StoredRecord::V1(StoredV1::Action(Box::new(record))).encode();
-        kv.put(&format!("action:{id:020}"), value).unwrap();
+        kv.put(&format!("action:{id:020}"), value.into()).unwrap();
     }
     let service = Arc::new(WikiService::new());
     service.seed_page_with_id(100, "OPS", "Manual", "agent body");

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gatekeeper_confluence::Bytes;
 use gatekeeper_core::{ActionRecord, ActionState as Record, StateTag};
 use kernel::{ActionDescription, ActionState, AutoApprovalRule, Resolution, Timestamp};
 use store_postgres::{Database, SCHEMA_VERSION, StoreError};
@@ -94,11 +95,11 @@ fn the_key_value_port_scans_in_byte_order_and_compares_and_sets_once() {
     let (_, db) = fresh();
     let kv = db.kv("wiki");
     let other = db.kv("other");
-    kv.put("page/b", b"2".to_vec()).unwrap();
-    kv.put("page/a", b"1".to_vec()).unwrap();
-    kv.put("page/\u{e9}", b"3".to_vec()).unwrap();
-    kv.put("pagf", b"x".to_vec()).unwrap();
-    other.put("page/z", b"z".to_vec()).unwrap();
+    kv.put("page/b", Bytes::from_static(b"2")).unwrap();
+    kv.put("page/a", Bytes::from_static(b"1")).unwrap();
+    kv.put("page/\u{e9}", Bytes::from_static(b"3")).unwrap();
+    kv.put("pagf", Bytes::from_static(b"x")).unwrap();
+    other.put("page/z", Bytes::from_static(b"z")).unwrap();
     let keys: Vec<String> = kv
         .scan_prefix("page/")
         .unwrap()
@@ -106,21 +107,24 @@ fn the_key_value_port_scans_in_byte_order_and_compares_and_sets_once() {
         .map(|(k, _)| k)
         .collect();
     assert_eq!(keys, ["page/a", "page/b", "page/\u{e9}"]);
-    assert_eq!(kv.get("page/a").unwrap(), Some(b"1".to_vec()));
-    assert!(kv.compare_and_set("claim", None, b"mine".to_vec()).unwrap());
+    assert_eq!(kv.get("page/a").unwrap(), Some(Bytes::from_static(b"1")));
     assert!(
-        !kv.compare_and_set("claim", None, b"theirs".to_vec())
+        kv.compare_and_set("claim", None, Bytes::from_static(b"mine"))
             .unwrap()
     );
     assert!(
-        !kv.compare_and_set("claim", Some(b"other"), b"theirs".to_vec())
+        !kv.compare_and_set("claim", None, Bytes::from_static(b"theirs"))
             .unwrap()
     );
     assert!(
-        kv.compare_and_set("claim", Some(b"mine"), b"done".to_vec())
+        !kv.compare_and_set("claim", Some(b"other"), Bytes::from_static(b"theirs"))
             .unwrap()
     );
-    assert_eq!(kv.get("claim").unwrap(), Some(b"done".to_vec()));
+    assert!(
+        kv.compare_and_set("claim", Some(b"mine"), Bytes::from_static(b"done"))
+            .unwrap()
+    );
+    assert_eq!(kv.get("claim").unwrap(), Some(Bytes::from_static(b"done")));
     assert!(kv.delete("claim").unwrap());
     assert!(!kv.delete("claim").unwrap());
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use gatekeeper_confluence::{ConfluenceGatekeeper, KvStore, MemoryKv, Policy, WikiService};
+use gatekeeper_confluence::{Bytes, ConfluenceGatekeeper, KvStore, MemoryKv, Policy, WikiService};
 use kernel::{ActionState, Gatekeeper, Overseer, StepClock};
 use store_sqlite::Database;
 
@@ -64,10 +64,11 @@ fn any_sequence_of_operations_answers_as_the_in_memory_map() {
         let key = rng.pick(&keys);
         match rng.next() % 4 {
             0 | 1 => {
-                let value = rng.next().to_le_bytes()[..(rng.next() % 9) as usize].to_vec();
+                let value =
+                    Bytes::copy_from_slice(&rng.next().to_le_bytes()[..(rng.next() % 9) as usize]);
                 sqlite.put(key, value.clone()).unwrap();
                 memory.put(key, value.clone()).unwrap();
-                noise.put(key, vec![0xEE]).unwrap();
+                noise.put(key, Bytes::from_static(&[0xEE])).unwrap();
             }
             2 => assert_eq!(
                 sqlite.delete(key).unwrap(),
@@ -163,8 +164,8 @@ fn compare_and_set_answers_as_the_in_memory_map() {
             0 => None,
             n => Some(values[(n - 1) as usize]),
         };
-        let value = values[(rng.next() % 3) as usize].to_vec();
-        noise.put(key, b"a".to_vec()).unwrap();
+        let value = Bytes::from_static(values[(rng.next() % 3) as usize]);
+        noise.put(key, Bytes::from_static(b"a")).unwrap();
         assert_eq!(
             sqlite
                 .compare_and_set(key, expected, value.clone())

@@ -26,10 +26,9 @@
 //! - group commit: a durable write made while other durable writes are under way in
 //!   other threads, or while a sync runs, does not commit on its own: it joins the open
 //!   transaction and waits. The next sync's leader (the first waiter to find no sync
-//!   running) waits up to `GATHER` for durable writes already under way (never when
-//!   there are none; the whole of it when the last sync's transaction was joined by
-//!   `SIBLINGS` or more, as writers are then many), commits the transaction they all
-//!   joined, then syncs once for all of them. A lone writer commits and syncs at once, as before. A write committed now
+//!   running) waits up to `GATHER` while durable writes are under way or until as many
+//!   writes have joined as joined the last synced transaction (never when there are
+//!   none), commits the transaction they all joined, then syncs once for all of them. A lone writer commits and syncs at once, as before. A write committed now
 //!   without a sync joins on the same terms and waits for the commit only. No caller of
 //!   a durable write returns before its transaction is committed and a sync that began
 //!   after that commit has completed; if the shared transaction is lost instead (a
@@ -273,18 +272,16 @@ struct Syncer {
     in_flight: AtomicU64,
     /// The [`Batch::id`] of the last transaction committed (set after `committed`).
     batch_committed: AtomicU64,
+    /// How many writes joined the open transaction (see [`Batch::joined`]).
+    joined: AtomicU64,
 }
 
-/// How long a caller about to sync waits, at most, for durable writes already under way
-/// in other threads to commit, so that one sync covers them too. It waits only while
-/// such writes exist, or while writers are many (see [`SIBLINGS`]): a lone writer never
-/// waits.
-const GATHER: Duration = Duration::from_micros(200);
-
-/// When the last sync's transaction had at least this many writes join it, writers are
-/// many: the next leader waits the whole [`GATHER`] (more join, and one sync covers them
-/// all) instead of only while writes are under way. Like PostgreSQL's `commit_siblings`.
-const SIBLINGS: u64 = 3;
+/// How long a caller about to sync waits, at most, for other writes to join the open
+/// transaction, so that one sync covers them too. It waits only while durable writes are
+/// under way, or until as many writes have joined as joined the last synced
+/// transaction (writers that keep writing come back for the next sync: this paces the
+/// syncs to them). A lone writer never waits.
+const GATHER: Duration = Duration::from_micros(500);
 
 impl Syncer {
     /// Open the log of the database at `path` and make its directory entry durable (SQLite
@@ -311,6 +308,7 @@ impl Syncer {
             syncs: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             batch_committed: AtomicU64::new(0),
+            joined: AtomicU64::new(0),
         })
     }
 
@@ -326,6 +324,11 @@ impl Syncer {
     /// A durable write committed (or failed): wake a sync waiting for it.
     fn end_write(&self) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.nudge();
+    }
+
+    /// Wake a sync waiting for writes to join or commit.
+    fn nudge(&self) {
         if self.state().gathering {
             self.done.notify_all();
         }
@@ -373,8 +376,10 @@ impl Syncer {
             }
             state.syncing = true;
             let gather_until = Instant::now() + GATHER;
-            let many = state.joined_last >= SIBLINGS;
-            while many || self.in_flight.load(Ordering::Acquire) > 0 {
+            let want = state.joined_last;
+            while self.in_flight.load(Ordering::Acquire) > 0
+                || self.joined.load(Ordering::Acquire) < want
+            {
                 let now = Instant::now();
                 if now >= gather_until {
                     break;
@@ -579,6 +584,9 @@ impl Shared {
             (Durability::Now, Some(ticket)) => self.wait_durable(ticket, true)?,
             // Joined an open transaction: returns once it is committed.
             (Durability::Lazy, Some(ticket @ Ticket::Batch(_))) => {
+                if let Some(syncer) = &self.syncer {
+                    syncer.nudge();
+                }
                 self.wait_durable(ticket, false)?;
             }
             _ => {}
@@ -706,6 +714,9 @@ impl Shared {
                     {
                         batch.awaited = true;
                         batch.joined += 1;
+                        if let Some(syncer) = &self.syncer {
+                            syncer.joined.store(batch.joined, Ordering::Release);
+                        }
                         Ok((value, Some(Ticket::Batch(batch.id))))
                     }
                     Durability::Now | Durability::Lazy => {
@@ -742,6 +753,7 @@ impl Shared {
                 Ok(self.syncer.as_ref().map(|s| {
                     let commit = s.committed.fetch_add(1, Ordering::AcqRel) + 1;
                     s.batch_committed.store(batch, Ordering::Release);
+                    s.joined.store(0, Ordering::Release);
                     commit
                 }))
             }
@@ -766,10 +778,11 @@ impl Shared {
         let Some(batch) = conn.batch.take() else {
             return;
         };
-        if batch.awaited
-            && let Some(syncer) = &self.syncer
-        {
-            syncer.lost(batch.id, why);
+        if let Some(syncer) = &self.syncer {
+            syncer.joined.store(0, Ordering::Release);
+            if batch.awaited {
+                syncer.lost(batch.id, why);
+            }
         }
         conn.known.forget();
         warn!(

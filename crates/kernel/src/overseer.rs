@@ -35,6 +35,7 @@
 //!   ever sends an expired action, whenever the sweep ([`Overseer::expire_due`]) runs.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use async_trait::async_trait;
@@ -206,6 +207,9 @@ struct Inner {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// How long a pending action may wait for a decision.
     ttl: RwLock<TimeToLive>,
+    /// Whether `ttl` holds any time to live at all, kept in step under its write lock:
+    /// with none set (the default), checking an action for expiry takes no lock.
+    any_ttl: AtomicBool,
 }
 
 /// The name an expired action's resolution is recorded under: no person decided it.
@@ -249,6 +253,26 @@ struct InFlight<'a> {
     id: LedgerId,
 }
 
+impl InFlight<'_> {
+    /// Release this action's slot and take `next`'s, in one step: what a drain does
+    /// between one action and the next, with one lock instead of two. Fails, releasing
+    /// this slot all the same, if `next` is being decided.
+    fn pass_to(mut self, next: LedgerId) -> Result<Self, DecisionError> {
+        let mut in_flight = lock(&self.inner.in_flight);
+        if in_flight.contains(&next) {
+            drop(in_flight);
+            return Err(DecisionError::InFlight(next));
+        }
+        match in_flight.iter().position(|id| *id == self.id) {
+            Some(at) => in_flight[at] = next,
+            None => in_flight.push(next),
+        }
+        drop(in_flight);
+        self.id = next;
+        Ok(self)
+    }
+}
+
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let mut in_flight = lock(&self.inner.in_flight);
@@ -269,20 +293,26 @@ const ABANDONED_MESSAGE: &str = "this apply was abandoned before the gatekeeper 
 
 /// One apply under way: the entry to settle, and the action's slot.
 ///
-/// If it is dropped before the apply settled it (the future awaiting the driver was
-/// dropped: a person's approve abandoned by its caller, a task torn down), the action is
-/// recorded as failed with outcome unknown, because the driver may already have sent it,
-/// and it is never applied again. The slot is released only after that record is
-/// written (fields drop after `drop`).
-struct Attempt<'a> {
+/// The entry stays where the caller keeps it (it is borrowed, not moved in and out: a
+/// ledger entry is a few hundred bytes, and an apply would otherwise copy it at every
+/// step). If the attempt is dropped before the apply settled it (the future awaiting the
+/// driver was dropped: a person's approve abandoned by its caller, a task torn down), the
+/// action is recorded as failed with outcome unknown, because the driver may already have
+/// sent it, and it is never applied again. The slot is released only after that record
+/// is written.
+struct Attempt<'a, 'e> {
     inner: &'a Inner,
-    entry: Option<LedgerEntry>,
-    _slot: InFlight<'a>,
+    /// The name of the entry's gatekeeper, for the record's events.
+    gatekeeper: &'e str,
+    entry: &'e mut Option<LedgerEntry>,
+    /// Handed back to the caller once the apply is settled; if the attempt is dropped
+    /// before, released after the record is written (fields drop after `drop`).
+    slot: Option<InFlight<'a>>,
 }
 
-impl Drop for Attempt<'_> {
+impl Drop for Attempt<'_, '_> {
     fn drop(&mut self) {
-        let Some(entry) = self.entry.take() else {
+        let Some(entry) = self.entry.as_ref() else {
             return;
         };
         let id = entry.id;
@@ -294,7 +324,8 @@ impl Drop for Attempt<'_> {
             .unwrap_or_default();
         let decider = Decider { by: &by, auto };
         match self.inner.settle_apply(
-            entry,
+            self.gatekeeper,
+            self.entry,
             Err(GatekeeperError::fatal(ABANDONED_MESSAGE)),
             &decider,
         ) {
@@ -352,6 +383,7 @@ impl Overseer {
                 in_flight: Mutex::new(Vec::new()),
                 tasks: Mutex::new(Vec::new()),
                 ttl: RwLock::new(TimeToLive::default()),
+                any_ttl: AtomicBool::new(false),
             }),
         }
     }
@@ -429,9 +461,16 @@ impl Overseer {
         }
         let name = entry.gatekeeper.clone();
         let gatekeeper = inner.gatekeeper(&name)?;
-        let result = inner
-            .apply_claimed(slot, entry, &*gatekeeper, Decider { by, auto: false })
+        let (result, slot) = inner
+            .apply_claimed(
+                slot,
+                &mut Some(entry),
+                &name,
+                &*gatekeeper,
+                Decider { by, auto: false },
+            )
             .await;
+        drop(slot);
         // The decision is recorded; a failure to start the drain must not hide its result.
         if let Err(error) = self.drain_if_ruled(&name, DrainCause::Approved(id)) {
             warn!(action = %id, %error, "could not start a drain after the approval");
@@ -485,6 +524,8 @@ impl Overseer {
                 table.per_gatekeeper.remove(name);
             }
         }
+        let any = table.default.is_some() || !table.per_gatekeeper.is_empty();
+        self.inner.any_ttl.store(any, Ordering::Release);
     }
 
     /// When pending action `entry` expires (milliseconds since the Unix epoch, as the
@@ -935,7 +976,7 @@ impl Inner {
     /// The time to live (in milliseconds) of `entry` if it is a pending action whose
     /// gatekeeper has one, or `None`.
     fn pending_ttl(&self, entry: &LedgerEntry) -> Option<u64> {
-        if entry.action()?.state != ActionState::Pending {
+        if entry.action()?.state != ActionState::Pending || !self.any_ttl.load(Ordering::Acquire) {
             return None;
         }
         let table = self.ttl.read().unwrap_or_else(|p| p.into_inner());
@@ -1089,21 +1130,72 @@ impl Inner {
     /// The driver's apply is bounded by the gatekeeper's deadline and its panics are
     /// caught; either ends the attempt as failed with outcome unknown. If this future is
     /// dropped while the driver works, [`Attempt`] records the same.
-    async fn apply_claimed(
-        &self,
-        slot: InFlight<'_>,
-        mut entry: LedgerEntry,
+    ///
+    /// `held` holds the entry (`Some`); it is settled and taken from there when the
+    /// attempt ends, and left in place if nothing was recorded. `name` is the entry's
+    /// gatekeeper's name (`entry.gatekeeper`), borrowed from the caller so that recording
+    /// the outcome touches no reference count.
+    ///
+    /// The slot is handed back with the result, however the attempt ended, for the caller
+    /// to release (or, in a drain, to pass on to the next action).
+    async fn apply_claimed<'s>(
+        &'s self,
+        slot: InFlight<'s>,
+        held: &mut Option<LedgerEntry>,
+        name: &str,
         gatekeeper: &dyn Gatekeeper,
         decider: Decider<'_>,
-    ) -> Result<(), DecisionError> {
+    ) -> (Result<(), DecisionError>, InFlight<'s>) {
+        let (id, driver_id) = match self.record_decision(held, &decider) {
+            Ok(ids) => ids,
+            Err(error) => return (Err(error), slot),
+        };
+        let mut attempt = Attempt {
+            inner: self,
+            gatekeeper: name,
+            entry: held,
+            slot: Some(slot),
+        };
+        // Events, not a span, on this path: it runs once per applied action and a span
+        // per apply would cost more than the rest of the kernel's work for it.
+        let deadline = gatekeeper.call_deadline();
+        let result = match Bounded::new(gatekeeper.apply_action(driver_id), deadline).await {
+            Ended::Answered(result) => result,
+            Ended::Panicked(panic) => {
+                warn!(action = %id, %panic, "the gatekeeper panicked in apply");
+                Err(GatekeeperError::fatal(format!(
+                    "the gatekeeper panicked while applying this action ({panic}), so the call may or may not have reached the service; it will not be sent again: check the service before staging it again, and report the panic to the gatekeeper's maintainers"
+                )))
+            }
+            Ended::TimedOut => {
+                warn!(action = %id, deadline = %Human(deadline), "the gatekeeper did not answer in time");
+                Err(GatekeeperError::fatal(format!(
+                    "the service did not answer within {} (the gatekeeper's deadline), so the call may or may not have taken effect; it will not be sent again: check the service before staging it again",
+                    Human(deadline)
+                )))
+            }
+        };
+        // Settling takes the entry, so the attempt, dropped after, records nothing more.
+        let result = self.settle_apply(name, attempt.entry, result, &decider);
+        let slot = attempt.slot.take().expect("handed back only here");
+        (result, slot)
+    }
+
+    /// Write who decided into the held entry, and into the store, before the driver is
+    /// called (the action is still open): if the process dies mid-apply, the ledger still
+    /// says who approved what may have been sent. A durable store may let this write ride
+    /// with the driver's claim. Returns the action's ledger and driver ids.
+    ///
+    /// A flagged action is applied only by a person's deliberate decision (the drain
+    /// never applies one); the ledger says so beside who decided.
+    fn record_decision(
+        &self,
+        held: &mut Option<LedgerEntry>,
+        decider: &Decider<'_>,
+    ) -> Result<(LedgerId, DriverActionId), DecisionError> {
+        let entry = held.as_mut().expect("caller holds the entry");
         let id = entry.id;
         let record = entry.action_mut().expect("caller checked");
-        let driver_id = record.driver_id;
-        // Who decided is written before the driver is called (the action is still open):
-        // if the process dies mid-apply, the ledger still says who approved what may have
-        // been sent. A durable store may let this write ride with the driver's claim.
-        // A flagged action is applied only by a person's deliberate decision (the drain
-        // never applies one); the ledger says so beside who decided.
         let resolution = Resolution {
             by: decider.by.to_owned(),
             auto: decider.auto,
@@ -1127,50 +1219,29 @@ impl Inner {
             });
         }
         record.resolution = Some(resolution);
-        let mut attempt = Attempt {
-            inner: self,
-            entry: Some(entry),
-            _slot: slot,
-        };
-        // Events, not a span, on this path: it runs once per applied action and a span
-        // per apply would cost more than the rest of the kernel's work for it.
-        let deadline = gatekeeper.call_deadline();
-        let result = match Bounded::new(gatekeeper.apply_action(driver_id), deadline).await {
-            Ended::Answered(result) => result,
-            Ended::Panicked(panic) => {
-                warn!(action = %id, %panic, "the gatekeeper panicked in apply");
-                Err(GatekeeperError::fatal(format!(
-                    "the gatekeeper panicked while applying this action ({panic}), so the call may or may not have reached the service; it will not be sent again: check the service before staging it again, and report the panic to the gatekeeper's maintainers"
-                )))
-            }
-            Ended::TimedOut => {
-                warn!(action = %id, deadline = %Human(deadline), "the gatekeeper did not answer in time");
-                Err(GatekeeperError::fatal(format!(
-                    "the service did not answer within {} (the gatekeeper's deadline), so the call may or may not have taken effect; it will not be sent again: check the service before staging it again",
-                    Human(deadline)
-                )))
-            }
-        };
-        let entry = attempt.entry.take().expect("settled only here");
-        self.settle_apply(entry, result, &decider)
+        Ok((id, record.driver_id))
     }
 
     /// Record how an apply ended: approved, or failed with the driver's message (and, when
     /// nothing can be retried, hold what was staged on top of it for a person).
+    ///
+    /// The entry is settled where it is held and taken from there (`held` is `None`
+    /// afterwards, whatever the result). `gatekeeper_name` is the entry's gatekeeper.
     fn settle_apply(
         &self,
-        mut entry: LedgerEntry,
+        gatekeeper_name: &str,
+        held: &mut Option<LedgerEntry>,
         result: Result<(), GatekeeperError>,
         decider: &Decider<'_>,
     ) -> Result<(), DecisionError> {
+        let entry = held.as_mut().expect("an entry to settle");
         let id = entry.id;
-        let gatekeeper_name = entry.gatekeeper.clone();
         let record = entry.action_mut().expect("an action");
         match result {
             Ok(()) => {
                 record.state = ActionState::Approved;
                 record.failure = None;
-                self.store.put(entry)?;
+                self.store.put(held.take().expect("held above"))?;
                 info!(action = %id, gatekeeper = %gatekeeper_name, by = decider.by, auto = decider.auto, "action applied");
                 Ok(())
             }
@@ -1181,12 +1252,12 @@ impl Inner {
                     retryable: source.retryable,
                     kind: source.kind,
                 });
-                self.store.put(entry)?;
+                self.store.put(held.take().expect("held above"))?;
                 warn!(action = %id, gatekeeper = %gatekeeper_name, error = %source, retryable = source.retryable, kind = source.kind.as_str(), "apply failed");
                 if !source.retryable {
                     // Its effect will never exist (or is unknown): what was staged on top
                     // of it is held for a person, as after a rejection.
-                    self.flag_dependents(&gatekeeper_name, id, &[id])?;
+                    self.flag_dependents(gatekeeper_name, id, &[id])?;
                 }
                 Err(DecisionError::ApplyFailed { id, source })
             }
@@ -1304,13 +1375,23 @@ impl Inner {
         let Ok(gatekeeper) = self.gatekeeper(name) else {
             return Ok(());
         };
+        // The slot of the action just applied, passed on to the next one in one step.
+        let mut applied: Option<InFlight<'_>> = None;
         for id in self.store.open_action_ids(name)? {
             // A person deciding this very action holds it: it is a gate until they finish.
-            let Ok(slot) = self.claim(id) else {
+            let claimed = match applied.take() {
+                Some(slot) => slot.pass_to(id),
+                None => self.claim(id),
+            };
+            let Ok(slot) = claimed else {
                 debug!(action = %id, "being decided by a person: drain stops");
                 return Ok(());
             };
-            let Some(entry) = self.store.get(id)? else {
+            // Kept where the store returned it, and only borrowed until the apply settles
+            // it: a ledger entry is a few hundred bytes, not worth copying at each step.
+            let mut read = self.store.get(id);
+            let held = read.as_mut().map_err(|error| error.clone())?;
+            let Some(entry) = &*held else {
                 continue;
             };
             let Some(action) = entry.action() else {
@@ -1320,9 +1401,10 @@ impl Inner {
                 // Decided since the pass began: it no longer holds anything back.
                 continue;
             }
-            if self.due(&entry).is_some() {
+            if self.due(entry).is_some() {
                 // Past its time to live: a rule never sends it. Expired, it holds
                 // nothing back.
+                let entry = held.take().expect("read above");
                 if let Err(error) = self.expire_held(entry).await {
                     warn!(action = %id, %error, "could not expire the action: drain stops");
                     return Ok(());
@@ -1348,17 +1430,22 @@ impl Inner {
                 by: &rule.enabled_by,
                 auto: true,
             };
-            match self.apply_claimed(slot, entry, &*gatekeeper, decider).await {
+            let (result, slot) = self
+                .apply_claimed(slot, held, name, &*gatekeeper, decider)
+                .await;
+            match result {
                 Ok(()) => {}
                 // Another process decided it first: it no longer holds anything back.
                 Err(DecisionError::DecidedElsewhere { open: false, .. }) => {
                     debug!(action = %id, "decided elsewhere: drain goes on");
                 }
                 Err(error) => {
+                    drop(slot);
                     warn!(action = %id, %error, "auto-approval stopped");
                     return Ok(());
                 }
             }
+            applied = Some(slot);
         }
         Ok(())
     }

@@ -8,13 +8,17 @@
 //! backend that blocks (SQLite) is expected to be fast enough to call from a task. The
 //! Overseer never holds a store call across an `.await`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::contract::DriverActionId;
-use crate::ledger::{ActionEntry, AutoApprovalRule, EntryBody, LedgerEntry, LedgerId, Resolution};
+use crate::ledger::{
+    ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, LedgerEntry, LedgerId,
+    Resolution,
+};
 
 /// A storage backend refused or failed an operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -109,24 +113,33 @@ struct Tables {
     last_id: u64,
     /// Indexed by id - 1: ids are a dense sequence from 1, so lookup is O(1).
     entries: Vec<LedgerEntry>,
-    open: BTreeMap<Arc<str>, BTreeSet<LedgerId>>,
+    /// Beside `entries`: whether each is an open action. A byte per entry, so finding
+    /// the open ones reads this, not the entries.
+    is_open: Vec<bool>,
+    /// Per gatekeeper, in ascending id, every action that may be open: each open action
+    /// is here, and a closed one is dropped lazily, by the next [`Tables::open_ids`].
+    /// So closing an action (every apply, rejection and expiry) costs nothing here.
+    open: BTreeMap<Arc<str>, Vec<LedgerId>>,
     by_driver: BTreeMap<Arc<str>, BTreeMap<DriverActionId, LedgerId>>,
     rules: BTreeMap<String, BTreeMap<String, Arc<AutoApprovalRule>>>,
-    locked_down: bool,
+}
+
+/// Where entry `id` sits in [`Tables::entries`].
+fn index_of(id: LedgerId) -> Option<usize> {
+    usize::try_from(id.0.checked_sub(1)?).ok()
 }
 
 impl Tables {
     fn slot(&self, id: LedgerId) -> Option<&LedgerEntry> {
-        let index = usize::try_from(id.0.checked_sub(1)?).ok()?;
-        self.entries.get(index)
+        self.entries.get(index_of(id)?)
     }
 
     fn slot_mut(&mut self, id: LedgerId) -> Option<&mut LedgerEntry> {
-        let index = usize::try_from(id.0.checked_sub(1)?).ok()?;
-        self.entries.get_mut(index)
+        self.entries.get_mut(index_of(id)?)
     }
 
-    fn index_new(&mut self, entry: &LedgerEntry) {
+    /// Index a new entry, the next in `entries`, and store it.
+    fn push(&mut self, entry: LedgerEntry) {
         if let EntryBody::Action(action) = &entry.body {
             self.by_driver
                 .entry(entry.gatekeeper.clone())
@@ -134,18 +147,34 @@ impl Tables {
                 .insert(action.driver_id, entry.id);
         }
         let is_open = entry.action().is_some_and(ActionEntry::is_open);
-        self.set_open(&entry.gatekeeper, entry.id, false, is_open);
+        if is_open {
+            // Ids only grow, so pushing keeps the list ascending.
+            self.open
+                .entry(entry.gatekeeper.clone())
+                .or_default()
+                .push(entry.id);
+        }
+        self.entries.push(entry);
+        self.is_open.push(is_open);
     }
 
-    fn set_open(&mut self, gatekeeper: &Arc<str>, id: LedgerId, was_open: bool, is_open: bool) {
-        if is_open == was_open {
-            return;
+    /// Note that an entry that was not open is open now. (Closing needs no note.)
+    fn reopened(&mut self, gatekeeper: &Arc<str>, id: LedgerId) {
+        let ids = self.open.entry(gatekeeper.clone()).or_default();
+        if let Err(at) = ids.binary_search(&id) {
+            ids.insert(at, id);
         }
-        if is_open {
-            self.open.entry(gatekeeper.clone()).or_default().insert(id);
-        } else if let Some(open) = self.open.get_mut(&**gatekeeper) {
-            open.remove(&id);
-        }
+    }
+
+    /// The ids of one gatekeeper's open actions, in ascending id; drops from the index
+    /// the ones that have closed since the last call.
+    fn open_ids(&mut self, gatekeeper: &str) -> Vec<LedgerId> {
+        let Self { is_open, open, .. } = self;
+        let Some(ids) = open.get_mut(gatekeeper) else {
+            return Vec::new();
+        };
+        ids.retain(|id| index_of(*id).and_then(|index| is_open.get(index)) == Some(&true));
+        ids.clone()
     }
 }
 
@@ -153,6 +182,9 @@ impl Tables {
 #[derive(Default)]
 pub struct MemoryLedger {
     tables: Mutex<Tables>,
+    /// The lockdown latch, outside the tables' lock: it is read before every apply and
+    /// submission, and only ever goes from `false` to `true`.
+    locked_down: AtomicBool,
 }
 
 impl MemoryLedger {
@@ -168,6 +200,85 @@ impl MemoryLedger {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// What the drainer of `gatekeeper` needs to know of action `id`, read in place
+    /// under one lock, with the rule that would apply it: what [`LedgerStore::get`]
+    /// followed by [`LedgerStore::rule`] would tell, without copying the entry.
+    ///
+    /// For a kernel's own ledger only (see [`crate::Overseer::new`]), where nothing but
+    /// that kernel writes, so it may settle the action in place afterwards
+    /// ([`MemoryLedger::settle_in_place`]) instead of writing back a copy.
+    pub(crate) fn drain_view(&self, id: LedgerId, gatekeeper: &str) -> DrainView {
+        let tables = self.tables();
+        let Some(action) = tables.slot(id).and_then(LedgerEntry::action) else {
+            return DrainView::Skip;
+        };
+        if !action.is_open() {
+            return DrainView::Skip;
+        }
+        let rule = action.auto_kind().and_then(|kind| {
+            tables
+                .rules
+                .get(gatekeeper)
+                .and_then(|rules| rules.get(&kind.tag))
+                .cloned()
+        });
+        match rule {
+            Some(rule) => DrainView::Apply {
+                driver_id: action.driver_id,
+                rule,
+            },
+            None => DrainView::Gate,
+        }
+    }
+
+    /// Record in place how the drainer's apply of action `id` ended: `state`, `failure`,
+    /// who decided, and nothing holding it back. These are the fields in which the
+    /// drainer's copy of an entry can differ from the ledger's when it writes it back
+    /// with [`LedgerStore::put`] (while the drainer holds an action, this kernel may still
+    /// flag it or reject it by cascade; nothing else in it changes), so the ledger ends
+    /// as that `put` would leave it. The drainer applies only actions nothing holds back.
+    pub(crate) fn settle_in_place(
+        &self,
+        id: LedgerId,
+        state: ActionState,
+        failure: Option<Failure>,
+        resolution: Resolution,
+    ) -> Result<(), StorageError> {
+        let mut tables = self.tables();
+        let Some(index) = index_of(id).filter(|index| *index < tables.entries.len()) else {
+            return Err(StorageError(format!("no entry {id} to replace")));
+        };
+        let Some(action) = tables.entries[index].action_mut() else {
+            return Err(StorageError(format!("entry {id} is not an action")));
+        };
+        action.state = state;
+        action.failure = failure;
+        action.resolution = Some(resolution);
+        action.blocked_by = None;
+        let is_open = action.is_open();
+        let was_open = std::mem::replace(&mut tables.is_open[index], is_open);
+        if is_open && !was_open {
+            let gatekeeper = tables.entries[index].gatekeeper.clone();
+            tables.reopened(&gatekeeper, id);
+        }
+        Ok(())
+    }
+}
+
+/// What [`MemoryLedger::drain_view`] found.
+pub(crate) enum DrainView {
+    /// No such entry, not an action, or no longer open: it holds nothing back.
+    Skip,
+    /// Open, but no rule applies it without a person: the drainer stops here.
+    Gate,
+    /// To apply under `rule`; `driver_id` is the driver's own id for the action.
+    Apply {
+        /// The driver's id for the action.
+        driver_id: DriverActionId,
+        /// The rule that covers it.
+        rule: Arc<AutoApprovalRule>,
+    },
 }
 
 impl LedgerStore for MemoryLedger {
@@ -185,8 +296,7 @@ impl LedgerStore for MemoryLedger {
             )));
         }
         tables.last_id = id.0;
-        tables.index_new(&entry);
-        tables.entries.push(entry);
+        tables.push(entry);
         Ok(id)
     }
 
@@ -196,18 +306,18 @@ impl LedgerStore for MemoryLedger {
 
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
         let id = entry.id;
-        let gatekeeper = entry.gatekeeper.clone();
         let is_open = entry.action().is_some_and(ActionEntry::is_open);
         let mut tables = self.tables();
-        let Some(slot) = tables.slot_mut(id) else {
+        let Some(index) = index_of(id).filter(|index| *index < tables.entries.len()) else {
             return Err(StorageError(format!("no entry {id} to replace")));
         };
-        let was_open = slot.action().is_some_and(ActionEntry::is_open);
-        let old = std::mem::replace(slot, entry);
-        tables.set_open(&gatekeeper, id, was_open, is_open);
-        drop(tables);
-        // The replaced entry is dropped outside the lock.
-        drop(old);
+        let was_open = std::mem::replace(&mut tables.is_open[index], is_open);
+        if is_open && !was_open {
+            tables.reopened(&entry.gatekeeper, id);
+        }
+        // Replaced in place: moving the old entry out, to drop it once the lock is
+        // released, would copy a few hundred bytes to save dropping a few references.
+        tables.entries[index] = entry;
         Ok(())
     }
 
@@ -230,12 +340,7 @@ impl LedgerStore for MemoryLedger {
     }
 
     fn open_action_ids(&self, gatekeeper: &str) -> Result<Vec<LedgerId>, StorageError> {
-        let tables = self.tables();
-        Ok(tables
-            .open
-            .get(gatekeeper)
-            .map(|ids| ids.iter().copied().collect())
-            .unwrap_or_default())
+        Ok(self.tables().open_ids(gatekeeper))
     }
 
     fn find_action(
@@ -291,11 +396,11 @@ impl LedgerStore for MemoryLedger {
     }
 
     fn latch_lockdown(&self) -> Result<(), StorageError> {
-        self.tables().locked_down = true;
+        self.locked_down.store(true, Ordering::SeqCst);
         Ok(())
     }
 
     fn locked_down(&self) -> Result<bool, StorageError> {
-        Ok(self.tables().locked_down)
+        Ok(self.locked_down.load(Ordering::SeqCst))
     }
 }

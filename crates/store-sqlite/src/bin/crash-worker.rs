@@ -41,6 +41,8 @@
 
 #[path = "support/durable_log.rs"]
 mod durable_log;
+#[path = "support/prompt_seq.rs"]
+mod prompt_seq;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -61,6 +63,7 @@ use serde_json::{Value, json};
 use store_sqlite::Database;
 
 use durable_log::DurableLog;
+use prompt_seq::seq_in_prompt;
 
 /// The gatekeeper's name in the kernel and in the database.
 const GATEKEEPER: &str = "svc";
@@ -441,18 +444,6 @@ async fn decide_everything_open(world: &World) {
         person(world, true).await;
         settle(&world.overseer).await;
     }
-}
-
-/// The `seq` shown in an action's approval prompt.
-fn seq_in_prompt(prompt: &str) -> Option<u64> {
-    let at = prompt.find("\"seq\"")? + 5;
-    prompt[at..]
-        .trim_start_matches([':', ' '])
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .ok()
 }
 
 fn agents(db_path: &Path, dir: &Path, total: u64) {

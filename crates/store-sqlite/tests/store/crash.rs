@@ -36,6 +36,9 @@ use store_sqlite::Database;
 
 use crate::support::TempDir;
 
+#[path = "../../src/bin/support/prompt_seq.rs"]
+mod prompt_seq;
+
 const WORKER: &str = env!("CARGO_BIN_EXE_crash-worker");
 /// The worker's service hangs on calls whose `seq` is a multiple of this (`crash-worker.rs`).
 const HANG_EVERY: u64 = 11;
@@ -123,18 +126,8 @@ fn lines(path: &Path) -> Vec<String> {
 
 /// The `seq` argument rendered in an action's approval prompt.
 fn seq_of(entry: &LedgerEntry) -> u64 {
-    let body = &entry.action().expect("an action").description.description;
-    let at = body
-        .find("\"seq\"")
-        .expect("the prompt shows the arguments")
-        + 5;
-    body[at..]
-        .trim_start_matches([':', ' '])
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("a number")
+    let prompt = &entry.action().expect("an action").description.description;
+    prompt_seq::seq_in_prompt(prompt).expect("the prompt shows the `seq` argument")
 }
 
 /// The kills wanted (`CRASH_SOAK`, or `default`) and the random seed (`CRASH_SEED`, or

@@ -178,13 +178,25 @@ fn string_sequence_len(rest: &str) -> usize {
     1
 }
 
+/// Whether `text` is printable ASCII and newlines only: nothing in it to neutralize.
+fn nothing_to_neutralize(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b == b'\n' || (0x20..0x7f).contains(&b))
+}
+
+/// [`neutralize`], keeping `text` itself when there is nothing to change.
+pub(crate) fn neutralize_owned(text: String) -> String {
+    if nothing_to_neutralize(&text) {
+        text
+    } else {
+        neutralize(&text)
+    }
+}
+
 /// Neutralizes `text` into a plain `String` (see [`neutralize_controls`]).
 pub(crate) fn neutralize(text: &str) -> String {
     // Fast path: printable ASCII and newlines have nothing to neutralize.
-    if text
-        .bytes()
-        .all(|b| b == b'\n' || (0x20..0x7f).contains(&b))
-    {
+    if nothing_to_neutralize(text) {
         return text.to_owned();
     }
     let mut out = String::with_capacity(text.len());

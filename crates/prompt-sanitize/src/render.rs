@@ -5,7 +5,7 @@
 //! does not parse Markdown; it removes the few characters that would let text leave its slot.
 
 use crate::Sanitized;
-use crate::controls::{neutralize, push_visible};
+use crate::controls::{neutralize, neutralize_owned, push_visible};
 
 /// The longest tool description shown in an approval prompt, in chars (then `…`).
 pub const MAX_DESCRIPTION_CHARS: usize = 600;
@@ -26,6 +26,10 @@ const UNNAMED: &str = "(unnamed)";
 const TRUNCATED: &str = "\n... (truncated)";
 /// What follows any other text cut at its limit.
 const ELLIPSIS: char = '…';
+/// [`ELLIPSIS`] as text.
+const ELLIPSIS_TEXT: &str = "…";
+/// An `_` left just before the ellipsis by clipping.
+const WORD_EDGE_UNDERSCORE: &str = "_…";
 /// The characters `plain_inline` deletes, because each can open Markdown structure inline: the
 /// reference's set, plus `\` (which would escape the program's own `**` after a name), `<`
 /// (which would open raw HTML or an autolink) and `$` (which opens math on renderers that
@@ -67,6 +71,20 @@ pub fn defuse_fences(text: &str) -> String {
     if !text.contains("```") {
         return text.to_owned();
     }
+    defuse_runs(text)
+}
+
+/// [`defuse_fences`], keeping `text` itself when it has no run to replace.
+fn defuse_fences_owned(text: String) -> String {
+    if text.contains("```") {
+        defuse_runs(&text)
+    } else {
+        text
+    }
+}
+
+/// The replacement behind [`defuse_fences`], for text that has a run of three.
+fn defuse_runs(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut run = 0usize;
     let flush = |out: &mut String, run: usize| {
@@ -223,38 +241,41 @@ pub fn quote_untrusted(text: &str, max_chars: usize) -> Sanitized {
 /// (newlines included) to one space, trim, clip with `…`, and turn empty into `(unnamed)`.
 fn inline(text: &str, max_chars: usize, remove: &[char]) -> String {
     let neutral = neutralize(text);
-    let chars: Vec<char> = neutral.chars().collect();
-    let kept: String = chars
-        .iter()
-        .enumerate()
-        .filter(|&(i, c)| !remove.contains(c) || (*c == '_' && inside_word(&chars, i)))
-        .map(|(_, c)| *c)
-        .collect();
-    let collapsed = kept.split_whitespace().collect::<Vec<_>>().join(" ");
+    // One pass: delete `remove` (an `_` between two letters or digits stays: CommonMark
+    // never opens or closes emphasis there), and collapse whitespace to one space, trimmed.
+    let mut collapsed = String::with_capacity(neutral.len());
+    let mut space = false;
+    let mut before: Option<char> = None;
+    let mut chars = neutral.chars().peekable();
+    while let Some(c) = chars.next() {
+        let after = chars.peek().copied();
+        let inside_word =
+            before.is_some_and(char::is_alphanumeric) && after.is_some_and(char::is_alphanumeric);
+        before = Some(c);
+        if remove.contains(&c) && !(c == '_' && inside_word) {
+            continue;
+        }
+        if c.is_whitespace() {
+            space = !collapsed.is_empty();
+            continue;
+        }
+        if space {
+            collapsed.push(' ');
+            space = false;
+        }
+        collapsed.push(c);
+    }
     if collapsed.is_empty() {
         return UNNAMED.to_owned();
     }
-    let clipped = clip(collapsed, max_chars, &ELLIPSIS.to_string());
+    let mut clipped = clip(collapsed, max_chars, ELLIPSIS_TEXT);
     // Clipping can leave a kept `_` just before the ellipsis, at a word's edge, where it could
     // close emphasis; drop it.
-    let word_edge_underscore = format!("_{ELLIPSIS}");
-    match clipped.strip_suffix(word_edge_underscore.as_str()) {
-        Some(head) => format!("{head}{ELLIPSIS}"),
-        None => clipped,
+    if clipped.ends_with(WORD_EDGE_UNDERSCORE) {
+        let at = clipped.len() - WORD_EDGE_UNDERSCORE.len();
+        clipped.remove(at);
     }
-}
-
-/// Whether the char at `i` stands between two letters or digits, as the `_` of `write_file`.
-///
-/// CommonMark lets an underscore open or close emphasis only at a word's edge: between two
-/// alphanumerics it is plain text in every CommonMark renderer, so names in snake case keep
-/// their underscores.
-fn inside_word(chars: &[char], i: usize) -> bool {
-    let alphanumeric = |j: Option<usize>| {
-        j.and_then(|j| chars.get(j))
-            .is_some_and(|c| c.is_alphanumeric())
-    };
-    alphanumeric(i.checked_sub(1)) && alphanumeric(Some(i + 1))
+    clipped
 }
 
 /// `text` with a backslash before every `&` that starts a character reference.
@@ -358,7 +379,8 @@ pub fn untrusted_label(text: &str, max_chars: usize) -> Sanitized {
 pub fn json_arguments(value: &serde_json::Value, max_chars: usize) -> Sanitized {
     let pretty = serde_json::to_string_pretty(value)
         .unwrap_or_else(|_| "(arguments could not be displayed)".to_owned());
-    let safe = defuse_fences(&neutralize(&pretty));
+    // The pretty text is the arguments' own copy: changed in place when it needs changing.
+    let safe = defuse_fences_owned(neutralize_owned(pretty));
     Sanitized(clip(safe, max_chars, TRUNCATED))
 }
 

@@ -40,7 +40,11 @@ impl Sanitized {
     /// Joining two values keeps the guarantee, since neither holds an ESC or a control character
     /// that could combine with the other.
     pub fn concat(parts: &[&Sanitized]) -> Sanitized {
-        Sanitized(parts.iter().map(|p| p.as_str()).collect())
+        let mut text = String::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+        for part in parts {
+            text.push_str(&part.0);
+        }
+        Sanitized(text)
     }
 
     /// Returns the text.

@@ -4,10 +4,6 @@
 //! (untimed), then times enabling the rule through `settle()`: one drain applying all
 //! `n` in ascending id, with a driver whose apply succeeds at once.
 //! Per-action time is the reported time divided by `n` (criterion's throughput line).
-//!
-//! The kernel is made with `Overseer::new`, so it owns its ledger and its drainer reads
-//! and settles each action in place; a kernel over a store given to `with_store` drains
-//! through the storage port (a copy out and back per action), which this does not time.
 
 // `criterion_group!` generates an undocumented public function.
 #![allow(missing_docs)]

@@ -198,20 +198,6 @@ impl ActionEntry {
             _ => false,
         }
     }
-
-    /// The kind a rule would have to cover for the drainer to apply this action without
-    /// a person: `None` unless it is pending, its driver said it is auto-approvable, it
-    /// has a kind, and nothing holds it back (see [`ActionEntry::blocked_by`]).
-    pub(crate) fn auto_kind(&self) -> Option<&crate::contract::ActionKind> {
-        match (&self.description.action_kind, self.state) {
-            (Some(kind), ActionState::Pending)
-                if self.description.auto_approvable && self.blocked_by.is_none() =>
-            {
-                Some(kind)
-            }
-            _ => None,
-        }
-    }
 }
 
 /// The kind-specific part of a ledger entry.

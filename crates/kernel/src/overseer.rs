@@ -53,7 +53,7 @@ use crate::ledger::{
     ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, LedgerEntry, LedgerId,
     Resolution, RevertRecord,
 };
-use crate::store::{DrainView, LedgerStore, MemoryLedger, StorageError};
+use crate::store::{LedgerStore, MemoryLedger, StorageError};
 
 /// Why the Overseer refused a decision or a configuration change. Nothing changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -199,10 +199,6 @@ pub struct RevertReport {
 
 struct Inner {
     store: Arc<dyn LedgerStore>,
-    /// `store` itself when it is the kernel's own in-memory ledger ([`Overseer::new`]):
-    /// nothing but this kernel writes to it, so the drainer reads and settles its actions
-    /// in place instead of copying each entry out and back through the port.
-    own_ledger: Option<Arc<MemoryLedger>>,
     clock: Arc<dyn Clock>,
     gatekeepers: RwLock<HashMap<Arc<str>, Arc<dyn Gatekeeper>>>,
     drains: Mutex<HashMap<Arc<str>, DrainGuard>>,
@@ -295,118 +291,41 @@ struct Decider<'a> {
 /// The failure recorded when an apply was abandoned before the driver answered.
 const ABANDONED_MESSAGE: &str = "this apply was abandoned before the gatekeeper answered (whoever was waiting for it went away), so the call may or may not have reached the service; it will not be sent again: check the service before staging it again";
 
-/// The open action an apply decides, and how its outcome is written.
-enum Held<'e> {
-    /// A copy of the entry read through the storage port, written back whole with
-    /// [`LedgerStore::put`]. It stays where the caller keeps it (a ledger entry is a few
-    /// hundred bytes, not worth moving at every step), and is taken from there when the
-    /// apply is settled: `None` means settled.
-    Copy(&'e mut Option<LedgerEntry>),
-    /// An action of the kernel's own in-memory ledger, written in place
-    /// ([`MemoryLedger::settle_in_place`]). Only the drainer holds one, and only for an
-    /// action nothing holds back. `resolution` is who decided, from when it is recorded
-    /// until the apply is settled.
-    InPlace {
-        ledger: &'e MemoryLedger,
-        id: LedgerId,
-        driver_id: DriverActionId,
-        resolution: Option<Resolution>,
-    },
-}
-
-impl Held<'_> {
-    /// The action's ledger id, its driver's id, and what holds it back, if anything.
-    fn action(&self) -> (LedgerId, DriverActionId, Option<LedgerId>) {
-        match self {
-            Self::Copy(held) => {
-                let entry = held.as_ref().expect("caller holds the entry");
-                let action = entry.action().expect("caller checked");
-                (entry.id, action.driver_id, action.blocked_by)
-            }
-            Self::InPlace { id, driver_id, .. } => (*id, *driver_id, None),
-        }
-    }
-
-    /// Who decided, recorded in the ledger: kept for the outcome's record.
-    fn decided(&mut self, resolution: Resolution) {
-        match self {
-            Self::Copy(held) => {
-                let entry = held.as_mut().expect("caller holds the entry");
-                entry.action_mut().expect("caller checked").resolution = Some(resolution);
-            }
-            Self::InPlace { resolution: r, .. } => *r = Some(resolution),
-        }
-    }
-
-    /// The action's id and who decided, while the apply is recorded but not settled.
-    fn unsettled(&self) -> Option<(LedgerId, Option<&Resolution>)> {
-        match self {
-            Self::Copy(held) => {
-                let entry = held.as_ref()?;
-                Some((entry.id, entry.action().and_then(|a| a.resolution.as_ref())))
-            }
-            Self::InPlace { id, resolution, .. } => Some((*id, Some(resolution.as_ref()?))),
-        }
-    }
-
-    /// Write how the apply ended; afterwards the action is settled.
-    fn settle(
-        &mut self,
-        store: &dyn LedgerStore,
-        state: ActionState,
-        failure: Option<Failure>,
-    ) -> Result<(), StorageError> {
-        match self {
-            Self::Copy(held) => {
-                let entry = held.as_mut().expect("an entry to settle");
-                let record = entry.action_mut().expect("an action");
-                record.state = state;
-                record.failure = failure;
-                store.put(held.take().expect("held above"))
-            }
-            Self::InPlace {
-                ledger,
-                id,
-                resolution,
-                ..
-            } => {
-                let resolution = resolution.take().expect("recorded before the apply");
-                ledger.settle_in_place(*id, state, failure, resolution)
-            }
-        }
-    }
-}
-
-/// One apply under way: the action to settle, and its slot.
+/// One apply under way: the entry to settle, and the action's slot.
 ///
-/// If the attempt is dropped before the apply settled it (the future awaiting the driver
-/// was dropped: a person's approve abandoned by its caller, a task torn down), the action
-/// is recorded as failed with outcome unknown, because the driver may already have sent
-/// it, and it is never applied again. The slot is released only after that record is
-/// written.
-struct Attempt<'a, 'e, 'h> {
+/// The entry stays where the caller keeps it (it is borrowed, not moved in and out: a
+/// ledger entry is a few hundred bytes, and an apply would otherwise copy it at every
+/// step). If the attempt is dropped before the apply settled it (the future awaiting the
+/// driver was dropped: a person's approve abandoned by its caller, a task torn down), the
+/// action is recorded as failed with outcome unknown, because the driver may already have
+/// sent it, and it is never applied again. The slot is released only after that record
+/// is written.
+struct Attempt<'a, 'e> {
     inner: &'a Inner,
-    /// The name of the action's gatekeeper, for the record's events.
+    /// The name of the entry's gatekeeper, for the record's events.
     gatekeeper: &'e str,
-    held: &'e mut Held<'h>,
+    entry: &'e mut Option<LedgerEntry>,
     /// Handed back to the caller once the apply is settled; if the attempt is dropped
     /// before, released after the record is written (fields drop after `drop`).
     slot: Option<InFlight<'a>>,
 }
 
-impl Drop for Attempt<'_, '_, '_> {
+impl Drop for Attempt<'_, '_> {
     fn drop(&mut self) {
-        let Some((id, resolution)) = self.held.unsettled() else {
+        let Some(entry) = self.entry.as_ref() else {
             return;
         };
+        let id = entry.id;
         warn!(action = %id, "apply abandoned before the gatekeeper answered: outcome unknown");
-        let (by, auto) = resolution
+        let (by, auto) = entry
+            .action()
+            .and_then(|a| a.resolution.as_ref())
             .map(|r| (r.by.clone(), r.auto))
             .unwrap_or_default();
         let decider = Decider { by: &by, auto };
         match self.inner.settle_apply(
             self.gatekeeper,
-            self.held,
+            self.entry,
             Err(GatekeeperError::fatal(ABANDONED_MESSAGE)),
             &decider,
         ) {
@@ -448,26 +367,16 @@ impl Drop for DrainRun<'_> {
 }
 
 impl Overseer {
-    /// A kernel with the in-memory ledger, its own: nothing else can reach it.
+    /// A kernel with the in-memory ledger.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        let ledger = Arc::new(MemoryLedger::new());
-        Self::build(ledger.clone(), Some(ledger), clock)
+        Self::with_store(Arc::new(MemoryLedger::new()), clock)
     }
 
     /// A kernel over the given storage backend.
     pub fn with_store(store: Arc<dyn LedgerStore>, clock: Arc<dyn Clock>) -> Self {
-        Self::build(store, None, clock)
-    }
-
-    fn build(
-        store: Arc<dyn LedgerStore>,
-        own_ledger: Option<Arc<MemoryLedger>>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
-                own_ledger,
                 clock,
                 gatekeepers: RwLock::new(HashMap::new()),
                 drains: Mutex::new(HashMap::new()),
@@ -555,7 +464,7 @@ impl Overseer {
         let (result, slot) = inner
             .apply_claimed(
                 slot,
-                &mut Held::Copy(&mut Some(entry)),
+                &mut Some(entry),
                 &name,
                 &*gatekeeper,
                 Decider { by, auto: false },
@@ -1222,16 +1131,17 @@ impl Inner {
     /// caught; either ends the attempt as failed with outcome unknown. If this future is
     /// dropped while the driver works, [`Attempt`] records the same.
     ///
-    /// `held` is the action; it is settled there when the attempt ends, and left as it
-    /// is if nothing was recorded. `name` is its gatekeeper's name (`entry.gatekeeper`),
-    /// borrowed from the caller so that recording the outcome touches no reference count.
+    /// `held` holds the entry (`Some`); it is settled and taken from there when the
+    /// attempt ends, and left in place if nothing was recorded. `name` is the entry's
+    /// gatekeeper's name (`entry.gatekeeper`), borrowed from the caller so that recording
+    /// the outcome touches no reference count.
     ///
     /// The slot is handed back with the result, however the attempt ended, for the caller
     /// to release (or, in a drain, to pass on to the next action).
     async fn apply_claimed<'s>(
         &'s self,
         slot: InFlight<'s>,
-        held: &mut Held<'_>,
+        held: &mut Option<LedgerEntry>,
         name: &str,
         gatekeeper: &dyn Gatekeeper,
         decider: Decider<'_>,
@@ -1243,7 +1153,7 @@ impl Inner {
         let mut attempt = Attempt {
             inner: self,
             gatekeeper: name,
-            held,
+            entry: held,
             slot: Some(slot),
         };
         // Events, not a span, on this path: it runs once per applied action and a span
@@ -1265,30 +1175,32 @@ impl Inner {
                 )))
             }
         };
-        // Once settled, the attempt, dropped after, records nothing more.
-        let result = self.settle_apply(name, attempt.held, result, &decider);
+        // Settling takes the entry, so the attempt, dropped after, records nothing more.
+        let result = self.settle_apply(name, attempt.entry, result, &decider);
         let slot = attempt.slot.take().expect("handed back only here");
         (result, slot)
     }
 
-    /// Write who decided into the store, and keep it with the held action, before the
-    /// driver is called (the action is still open): if the process dies mid-apply, the
-    /// ledger still says who approved what may have been sent. A durable store may let
-    /// this write ride with the driver's claim. Returns the action's ledger and driver ids.
+    /// Write who decided into the held entry, and into the store, before the driver is
+    /// called (the action is still open): if the process dies mid-apply, the ledger still
+    /// says who approved what may have been sent. A durable store may let this write ride
+    /// with the driver's claim. Returns the action's ledger and driver ids.
     ///
     /// A flagged action is applied only by a person's deliberate decision (the drain
     /// never applies one); the ledger says so beside who decided.
     fn record_decision(
         &self,
-        held: &mut Held<'_>,
+        held: &mut Option<LedgerEntry>,
         decider: &Decider<'_>,
     ) -> Result<(LedgerId, DriverActionId), DecisionError> {
-        let (id, driver_id, blocked_by) = held.action();
+        let entry = held.as_mut().expect("caller holds the entry");
+        let id = entry.id;
+        let record = entry.action_mut().expect("caller checked");
         let resolution = Resolution {
             by: decider.by.to_owned(),
             auto: decider.auto,
             at: self.clock.now(),
-            cause: blocked_by.map(|root| {
+            cause: record.blocked_by.map(|root| {
                 format!(
                     "approved although it depends on {root}, which was rejected, failed for good or reverted"
                 )
@@ -1306,36 +1218,41 @@ impl Inner {
                 open: action.is_some_and(ActionEntry::is_open),
             });
         }
-        held.decided(resolution);
-        Ok((id, driver_id))
+        record.resolution = Some(resolution);
+        Ok((id, record.driver_id))
     }
 
     /// Record how an apply ended: approved, or failed with the driver's message (and, when
     /// nothing can be retried, hold what was staged on top of it for a person).
     ///
-    /// The action is settled where it is held (whatever the result, it is settled
-    /// afterwards). `gatekeeper_name` is its gatekeeper.
+    /// The entry is settled where it is held and taken from there (`held` is `None`
+    /// afterwards, whatever the result). `gatekeeper_name` is the entry's gatekeeper.
     fn settle_apply(
         &self,
         gatekeeper_name: &str,
-        held: &mut Held<'_>,
+        held: &mut Option<LedgerEntry>,
         result: Result<(), GatekeeperError>,
         decider: &Decider<'_>,
     ) -> Result<(), DecisionError> {
-        let (id, _, _) = held.action();
+        let entry = held.as_mut().expect("an entry to settle");
+        let id = entry.id;
+        let record = entry.action_mut().expect("an action");
         match result {
             Ok(()) => {
-                held.settle(&*self.store, ActionState::Approved, None)?;
+                record.state = ActionState::Approved;
+                record.failure = None;
+                self.store.put(held.take().expect("held above"))?;
                 info!(action = %id, gatekeeper = %gatekeeper_name, by = decider.by, auto = decider.auto, "action applied");
                 Ok(())
             }
             Err(source) => {
-                let failure = Failure {
+                record.state = ActionState::Failed;
+                record.failure = Some(Failure {
                     message: source.message.clone(),
                     retryable: source.retryable,
                     kind: source.kind,
-                };
-                held.settle(&*self.store, ActionState::Failed, Some(failure))?;
+                });
+                self.store.put(held.take().expect("held above"))?;
                 warn!(action = %id, gatekeeper = %gatekeeper_name, error = %source, retryable = source.retryable, kind = source.kind.as_str(), "apply failed");
                 if !source.retryable {
                     // Its effect will never exist (or is unknown): what was staged on top
@@ -1452,14 +1369,6 @@ impl Inner {
         }
     }
 
-    /// The kernel's own ledger, if it has one and no time to live is set (expiring an
-    /// action takes the entry itself): then the drainer reads and settles in place.
-    fn own_ledger_for_drain(&self) -> Option<&MemoryLedger> {
-        self.own_ledger
-            .as_deref()
-            .filter(|_| !self.any_ttl.load(Ordering::Acquire))
-    }
-
     /// One pass: apply eligible open actions in ascending id, stop at the first that is
     /// not eligible or fails.
     async fn drain_once(&self, name: &str) -> Result<(), StorageError> {
@@ -1478,64 +1387,41 @@ impl Inner {
                 debug!(action = %id, "being decided by a person: drain stops");
                 return Ok(());
             };
-            let mut read = None;
-            let (mut held, rule) = match self.own_ledger_for_drain() {
-                // The kernel's own ledger: the action is read and settled in place.
-                Some(ledger) => match ledger.drain_view(id, name) {
-                    // Gone or decided since the pass began: it holds nothing back.
-                    DrainView::Skip => continue,
-                    DrainView::Gate => {
-                        debug!(action = %id, "manual gate: drain stops");
-                        return Ok(());
-                    }
-                    DrainView::Apply { driver_id, rule } => {
-                        let held = Held::InPlace {
-                            ledger,
-                            id,
-                            driver_id,
-                            resolution: None,
-                        };
-                        (held, rule)
-                    }
-                },
-                // A copy through the port, kept where the store returned it and only
-                // borrowed until the apply settles it: a ledger entry is a few hundred
-                // bytes, not worth copying at each step.
-                None => {
-                    let held = read
-                        .insert(self.store.get(id))
-                        .as_mut()
-                        .map_err(|error| error.clone())?;
-                    let Some(entry) = &*held else {
-                        continue;
-                    };
-                    let Some(action) = entry.action() else {
-                        continue;
-                    };
-                    if !action.is_open() {
-                        // Decided since the pass began: it no longer holds anything back.
-                        continue;
-                    }
-                    if self.due(entry).is_some() {
-                        // Past its time to live: a rule never sends it. Expired, it holds
-                        // nothing back.
-                        let entry = held.take().expect("read above");
-                        if let Err(error) = self.expire_held(entry).await {
-                            warn!(action = %id, %error, "could not expire the action: drain stops");
-                            return Ok(());
-                        }
-                        continue;
-                    }
-                    let rule = match action.auto_kind() {
-                        Some(kind) => self.store.rule(name, &kind.tag)?,
-                        None => None,
-                    };
-                    let Some(rule) = rule else {
-                        debug!(action = %id, "manual gate: drain stops");
-                        return Ok(());
-                    };
-                    (Held::Copy(held), rule)
+            // Kept where the store returned it, and only borrowed until the apply settles
+            // it: a ledger entry is a few hundred bytes, not worth copying at each step.
+            let mut read = self.store.get(id);
+            let held = read.as_mut().map_err(|error| error.clone())?;
+            let Some(entry) = &*held else {
+                continue;
+            };
+            let Some(action) = entry.action() else {
+                continue;
+            };
+            if !action.is_open() {
+                // Decided since the pass began: it no longer holds anything back.
+                continue;
+            }
+            if self.due(entry).is_some() {
+                // Past its time to live: a rule never sends it. Expired, it holds
+                // nothing back.
+                let entry = held.take().expect("read above");
+                if let Err(error) = self.expire_held(entry).await {
+                    warn!(action = %id, %error, "could not expire the action: drain stops");
+                    return Ok(());
                 }
+                continue;
+            }
+            let rule = match (&action.description.action_kind, action.state) {
+                (Some(kind), ActionState::Pending)
+                    if action.description.auto_approvable && action.blocked_by.is_none() =>
+                {
+                    self.store.rule(name, &kind.tag)?
+                }
+                _ => None,
+            };
+            let Some(rule) = rule else {
+                debug!(action = %id, "manual gate: drain stops");
+                return Ok(());
             };
             if self.store.locked_down()? {
                 return Ok(());
@@ -1545,7 +1431,7 @@ impl Inner {
                 auto: true,
             };
             let (result, slot) = self
-                .apply_claimed(slot, &mut held, name, &*gatekeeper, decider)
+                .apply_claimed(slot, held, name, &*gatekeeper, decider)
                 .await;
             match result {
                 Ok(()) => {}

@@ -15,10 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::contract::DriverActionId;
-use crate::ledger::{
-    ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, LedgerEntry, LedgerId,
-    Resolution,
-};
+use crate::ledger::{ActionEntry, AutoApprovalRule, EntryBody, LedgerEntry, LedgerId, Resolution};
 
 /// A storage backend refused or failed an operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -200,85 +197,6 @@ impl MemoryLedger {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-
-    /// What the drainer of `gatekeeper` needs to know of action `id`, read in place
-    /// under one lock, with the rule that would apply it: what [`LedgerStore::get`]
-    /// followed by [`LedgerStore::rule`] would tell, without copying the entry.
-    ///
-    /// For a kernel's own ledger only (see [`crate::Overseer::new`]), where nothing but
-    /// that kernel writes, so it may settle the action in place afterwards
-    /// ([`MemoryLedger::settle_in_place`]) instead of writing back a copy.
-    pub(crate) fn drain_view(&self, id: LedgerId, gatekeeper: &str) -> DrainView {
-        let tables = self.tables();
-        let Some(action) = tables.slot(id).and_then(LedgerEntry::action) else {
-            return DrainView::Skip;
-        };
-        if !action.is_open() {
-            return DrainView::Skip;
-        }
-        let rule = action.auto_kind().and_then(|kind| {
-            tables
-                .rules
-                .get(gatekeeper)
-                .and_then(|rules| rules.get(&kind.tag))
-                .cloned()
-        });
-        match rule {
-            Some(rule) => DrainView::Apply {
-                driver_id: action.driver_id,
-                rule,
-            },
-            None => DrainView::Gate,
-        }
-    }
-
-    /// Record in place how the drainer's apply of action `id` ended: `state`, `failure`,
-    /// who decided, and nothing holding it back. These are the fields in which the
-    /// drainer's copy of an entry can differ from the ledger's when it writes it back
-    /// with [`LedgerStore::put`] (while the drainer holds an action, this kernel may still
-    /// flag it or reject it by cascade; nothing else in it changes), so the ledger ends
-    /// as that `put` would leave it. The drainer applies only actions nothing holds back.
-    pub(crate) fn settle_in_place(
-        &self,
-        id: LedgerId,
-        state: ActionState,
-        failure: Option<Failure>,
-        resolution: Resolution,
-    ) -> Result<(), StorageError> {
-        let mut tables = self.tables();
-        let Some(index) = index_of(id).filter(|index| *index < tables.entries.len()) else {
-            return Err(StorageError(format!("no entry {id} to replace")));
-        };
-        let Some(action) = tables.entries[index].action_mut() else {
-            return Err(StorageError(format!("entry {id} is not an action")));
-        };
-        action.state = state;
-        action.failure = failure;
-        action.resolution = Some(resolution);
-        action.blocked_by = None;
-        let is_open = action.is_open();
-        let was_open = std::mem::replace(&mut tables.is_open[index], is_open);
-        if is_open && !was_open {
-            let gatekeeper = tables.entries[index].gatekeeper.clone();
-            tables.reopened(&gatekeeper, id);
-        }
-        Ok(())
-    }
-}
-
-/// What [`MemoryLedger::drain_view`] found.
-pub(crate) enum DrainView {
-    /// No such entry, not an action, or no longer open: it holds nothing back.
-    Skip,
-    /// Open, but no rule applies it without a person: the drainer stops here.
-    Gate,
-    /// To apply under `rule`; `driver_id` is the driver's own id for the action.
-    Apply {
-        /// The driver's id for the action.
-        driver_id: DriverActionId,
-        /// The rule that covers it.
-        rule: Arc<AutoApprovalRule>,
-    },
 }
 
 impl LedgerStore for MemoryLedger {

@@ -7,8 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kernel::{
     ActionDescription, ActionKind, ApprovalQueue, DriverActionId, Gatekeeper, GatekeeperError,
-    LedgerEntry, LedgerId, LedgerStore, MemoryLedger, Overseer, RejectOutcome, RevertOutcome,
-    StepClock,
+    LedgerEntry, LedgerId, Overseer, RejectOutcome, RevertOutcome, StepClock,
 };
 use tokio::sync::Notify;
 
@@ -225,18 +224,7 @@ pub fn description(title: &str, auto: bool) -> ActionDescription {
 
 /// A kernel with one fake gatekeeper named "issues" and the agent's queue for it.
 pub fn setup() -> (Overseer, Arc<FakeGatekeeper>, Arc<dyn ApprovalQueue>) {
-    setup_on(Overseer::new(Arc::new(StepClock::default())))
-}
-
-/// As [`setup`], over an in-memory ledger handed to the kernel as any store is
-/// (`Overseer::with_store`), instead of the kernel's own: its drainer goes through the
-/// storage port, where the kernel's own ledger is drained in place.
-pub fn setup_over_port() -> (Overseer, Arc<FakeGatekeeper>, Arc<dyn ApprovalQueue>) {
-    let store: Arc<dyn LedgerStore> = Arc::new(MemoryLedger::new());
-    setup_on(Overseer::with_store(store, Arc::new(StepClock::default())))
-}
-
-fn setup_on(overseer: Overseer) -> (Overseer, Arc<FakeGatekeeper>, Arc<dyn ApprovalQueue>) {
+    let overseer = Overseer::new(Arc::new(StepClock::default()));
     let gatekeeper = FakeGatekeeper::new("issues");
     overseer.register(gatekeeper.clone()).unwrap();
     let queue = overseer.queue_for("issues", "agent").unwrap();

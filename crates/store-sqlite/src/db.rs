@@ -134,11 +134,6 @@ struct Batch {
     opened: Instant,
     /// Writes made in this transaction.
     writes: u32,
-    /// A durable write left this transaction open for others to join: its caller waits
-    /// for whoever syncs next to commit it (see [`Shared::wait_durable`]).
-    awaited: bool,
-    /// How many writes joined it that way.
-    joined: u64,
     /// Action ids handed out in this transaction, per gatekeeper.
     handed_out: Vec<(String, u64)>,
 }
@@ -199,8 +194,6 @@ impl Conn {
             id: self.batches,
             opened: Instant::now(),
             writes: 0,
-            awaited: false,
-            joined: 0,
             handed_out: Vec::new(),
         });
     }
@@ -272,7 +265,9 @@ struct Syncer {
     in_flight: AtomicU64,
     /// The [`Batch::id`] of the last transaction committed (set after `committed`).
     batch_committed: AtomicU64,
-    /// How many writes joined the open transaction (see [`Batch::joined`]).
+    /// How many writes joined the open transaction instead of committing it, each waiting
+    /// for whoever syncs next to commit it (see [`Shared::wait_durable`]). Changed only
+    /// under the connection's mutex; read without it by a sync gathering writes.
     joined: AtomicU64,
 }
 
@@ -615,15 +610,22 @@ impl Shared {
             })
     }
 
+    /// How many writes joined the open transaction (0 in memory).
+    fn joined(&self) -> u64 {
+        self.syncer
+            .as_ref()
+            .map_or(0, |s| s.joined.load(Ordering::Acquire))
+    }
+
     /// Commit the open transaction if durable writes joined it and wait for it; returns
     /// how many joined it. A failure is theirs to report (their waits find the
     /// transaction lost); it is logged here once.
     fn commit_awaited(&self) -> u64 {
         let mut conn = self.lock();
-        let joined = match &conn.batch {
-            Some(batch) if batch.awaited => batch.joined,
-            _ => return 0,
-        };
+        let joined = self.joined();
+        if conn.batch.is_none() || joined == 0 {
+            return 0;
+        }
         if let Err(error) = self.commit(&mut conn) {
             let error = self.sorted(error);
             warn!(%error, "writes waiting to be made durable could not be committed");
@@ -710,13 +712,9 @@ impl Shared {
                             .syncer
                             .as_ref()
                             .is_some_and(|s| s.should_join(durability == Durability::Now))
-                            && let Some(batch) = conn.batch.as_mut() =>
+                            && let (Some(batch), Some(syncer)) = (&conn.batch, &self.syncer) =>
                     {
-                        batch.awaited = true;
-                        batch.joined += 1;
-                        if let Some(syncer) = &self.syncer {
-                            syncer.joined.store(batch.joined, Ordering::Release);
-                        }
+                        syncer.joined.fetch_add(1, Ordering::AcqRel);
                         Ok((value, Some(Ticket::Batch(batch.id))))
                     }
                     Durability::Now | Durability::Lazy => {
@@ -778,11 +776,10 @@ impl Shared {
         let Some(batch) = conn.batch.take() else {
             return;
         };
-        if let Some(syncer) = &self.syncer {
-            syncer.joined.store(0, Ordering::Release);
-            if batch.awaited {
-                syncer.lost(batch.id, why);
-            }
+        if let Some(syncer) = &self.syncer
+            && syncer.joined.swap(0, Ordering::AcqRel) > 0
+        {
+            syncer.lost(batch.id, why);
         }
         conn.known.forget();
         warn!(
@@ -1447,14 +1444,17 @@ mod tests {
     fn joined_write(db: &Database, key: &str) -> std::thread::JoinHandle<Result<(), StoreError>> {
         let db = db.clone();
         let key = key.to_owned();
-        std::thread::spawn(move || {
-            db.shared().write(Durability::Now, Steps::One, |conn| {
-                conn.db.execute(
-                    "INSERT INTO kv (scope, key, value) VALUES ('t', ?1, x'00')",
-                    [&key],
-                )?;
-                Ok(())
-            })
+        std::thread::spawn(move || durable_insert(&db, &key))
+    }
+
+    /// One durable write: a row of scope `t` under `key`.
+    fn durable_insert(db: &Database, key: &str) -> Result<(), StoreError> {
+        db.shared().write(Durability::Now, Steps::One, |conn| {
+            conn.db.execute(
+                "INSERT INTO kv (scope, key, value) VALUES ('t', ?1, x'00')",
+                [key],
+            )?;
+            Ok(())
         })
     }
 
@@ -1471,7 +1471,7 @@ mod tests {
         let writer = joined_write(db, key);
         // Wait until the write sits in the open transaction, waiting for a sync.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !shared.lock().batch.as_ref().is_some_and(|b| b.awaited) {
+        while shared.joined() == 0 {
             assert!(
                 Instant::now() < deadline,
                 "the write never joined the open transaction"
@@ -1547,15 +1547,7 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        db.shared()
-            .write(Durability::Now, Steps::One, |conn| {
-                conn.db.execute(
-                    "INSERT INTO kv (scope, key, value) VALUES ('t', 'after', x'00')",
-                    [],
-                )?;
-                Ok(())
-            })
-            .unwrap();
+        durable_insert(&db, "after").unwrap();
         drop(db);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1564,10 +1556,7 @@ mod tests {
     fn no_durable_write_returns_before_a_sync_covers_its_commit_and_concurrent_ones_share_syncs() {
         const THREADS: u64 = 8;
         const EACH: u64 = 30;
-        let dir = std::env::temp_dir().join(format!("store-sqlite-group-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let db = Database::open(dir.join("gate.db")).unwrap();
+        let (dir, db) = temp_db("group");
         let before = db.syncs();
         std::thread::scope(|scope| {
             for thread in 0..THREADS {

@@ -166,6 +166,32 @@ async fn call(agent: &RunningService<RoleClient, ()>, tool: &str, args: Value) -
     daemon::text(&daemon::call(agent, tool, args).await)
 }
 
+/// `daemon`, running all along, finds the claim a killed daemon left on action `id`: its
+/// agent is told the call may have reached the server (never that it was sent), and a
+/// person's approval through it is refused: a call that may have landed is final.
+async fn settles_the_dead_daemons_claim(
+    daemon: &Daemon,
+    agent: &RunningService<RoleClient, ()>,
+    id: u64,
+    who: &str,
+) {
+    let outcome = answer_until(
+        &format!("{who} settling the dead daemon's claim"),
+        agent,
+        "gate_action_result",
+        json!({"action_id": id}),
+        |outcome| outcome.contains("may have reached the server"),
+    )
+    .await;
+    assert!(!outcome.contains("approved and sent"), "{who}: {outcome}");
+    let again = daemon.person("bob", &["approve", &id.to_string()]);
+    assert!(
+        !again.status.success(),
+        "{who}: a call that may have landed is never sent again: {}",
+        stdout(&again)
+    );
+}
+
 fn stdout(output: &Output) -> String {
     format!(
         "{}{}",
@@ -289,21 +315,7 @@ async fn a_daemon_killed_mid_apply_leaves_outcome_unknown_that_the_other_finds_w
 
     // B, which was running all along, finds the claim of the dead daemon.
     let coder = b.agent().await;
-    let outcome = answer_until(
-        "daemon B settling the dead daemon's claim",
-        &coder,
-        "gate_action_result",
-        json!({"action_id": id}),
-        |outcome| outcome.contains("may have reached the server"),
-    )
-    .await;
-    assert!(!outcome.contains("approved and sent"), "{outcome}");
-    let again = b.person("bob", &["approve", &id.to_string()]);
-    assert!(
-        !again.status.success(),
-        "a call that may have landed is final: {}",
-        stdout(&again)
-    );
+    settles_the_dead_daemons_claim(&b, &coder, id, "daemon B").await;
     assert_eq!(
         team.decided(&id.to_string()),
         (Some(me()), Some("failed".into())),
@@ -696,21 +708,8 @@ async fn a_daemon_killed_at_the_claim_leaves_outcome_unknown_and_nothing_is_ever
         let _ = approve.wait();
 
         // B, running all along, finds the dead daemon's claim and settles it.
-        let outcome = answer_until(
-            &format!("round {round}: daemon B settling the dead daemon's claim"),
-            &coder_b,
-            "gate_action_result",
-            json!({"action_id": claimed}),
-            |outcome| outcome.contains("may have reached the server"),
-        )
-        .await;
-        assert!(!outcome.contains("approved and sent"), "{outcome}");
-        let again = b.person("bob", &["approve", &claimed.to_string()]);
-        assert!(
-            !again.status.success(),
-            "round {round}: a claimed call is never sent again: {}",
-            stdout(&again)
-        );
+        settles_the_dead_daemons_claim(&b, &coder_b, claimed, &format!("round {round}: daemon B"))
+            .await;
         let rows = db
             .query_text(&format!(
                 "SELECT state, failure_kind, failure_retryable, resolved_by FROM ledger

@@ -56,6 +56,8 @@ pub mod service;
 mod session;
 pub mod simulate;
 pub mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 mod tool;
 
 pub use classify::{

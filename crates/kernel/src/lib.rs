@@ -19,6 +19,8 @@ pub mod drain;
 pub mod ledger;
 mod overseer;
 pub mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use clock::{Clock, StepClock, SystemClock, Timestamp};
 pub use contract::{

@@ -18,11 +18,11 @@
 #![allow(missing_docs)]
 
 #[path = "../tests/postgres/support.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod support;
 
 #[path = "../../store-sqlite/tests/store/support.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod sqlite_support;
 
 use std::sync::Mutex;

@@ -43,7 +43,7 @@
 #![allow(missing_docs)]
 
 #[path = "../tests/store/support.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod support;
 
 use std::fs::OpenOptions;

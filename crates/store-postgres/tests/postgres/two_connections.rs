@@ -215,283 +215,46 @@ async fn two_handles_staging_into_one_store_never_share_an_id() {
     );
 }
 
-/// A small deterministic generator, so a failing sequence can be replayed by its seed.
-struct XorShift(u64);
+/// Two connections' action stores on one database.
+struct TwoDesks([Desk; 2]);
 
-impl XorShift {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
+impl gatekeeper_core::testkit::TwoStores for TwoDesks {
+    fn store(&self, handle: usize) -> &dyn gatekeeper_core::ActionStorage {
+        &*self.0[handle].store
     }
+
+    /// Every write is committed before it returns.
+    fn commit(&self, _: usize) {}
 }
 
 #[tokio::test]
 async fn two_handles_on_one_store_answer_as_one_model_for_any_sequence() {
-    use gatekeeper_core::{
-        ActionRecord, ActionState as Record, ActionStorage, MemoryActionStorage, StateTag,
-    };
+    gatekeeper_core::testkit::two_stores_answer_as_one_model(|| {
+        let url = fresh_url();
+        TwoDesks([Desk::open(&url), Desk::open(&url)])
+    })
+    .await;
+}
 
-    const MAX_OPEN: usize = 6;
-    const KEEP: usize = 3;
-    for seed in 1..=25u64 {
-        let path = fresh_url();
-        let desks = [Desk::open(&path), Desk::open(&path)];
-        let model = MemoryActionStorage::new();
-        // Which handle holds each claim: only that one may settle it.
-        let mut claimant = std::collections::HashMap::new();
-        let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let mut highest = 0u64;
-        for step in 0..60 {
-            let h = rng.below(2) as usize;
-            let desk = &desks[h];
-            let id = DriverActionId(1 + rng.below(highest.max(1) + 1));
-            let known = model.get(id).await.unwrap();
-            let what = format!("seed {seed}, step {step}, handle {h}");
-            match rng.below(6) {
-                0 | 1 => {
-                    let args = Arc::new(serde_json::json!({ "step": step }));
-                    let staged = desk
-                        .store
-                        .insert_pending(
-                            Arc::from("write"),
-                            None,
-                            args.clone(),
-                            kernel::Timestamp(step),
-                            MAX_OPEN,
-                        )
-                        .await
-                        .unwrap();
-                    let expected = model
-                        .insert_pending(
-                            Arc::from("write"),
-                            None,
-                            args,
-                            kernel::Timestamp(step),
-                            MAX_OPEN,
-                        )
-                        .await
-                        .unwrap();
-                    assert_eq!(staged, expected, "stage: {what}");
-                    highest = highest.max(staged.map_or(0, |id| id.0));
-                }
-                2 => {
-                    // Claim (a pending call, or a retry after a failure that sent
-                    // nothing), or settle a claim: from either handle, only the claimant's
-                    // settle succeeds.
-                    let Some(record) = known else { continue };
-                    let (from, next) = match &record.state {
-                        Record::Pending
-                        | Record::Failed {
-                            retryable: true, ..
-                        } => (
-                            record.state.tag(),
-                            ActionRecord {
-                                state: Record::Applying,
-                                claimed_at: Some(kernel::Timestamp(step)),
-                                ..record.clone()
-                            },
-                        ),
-                        Record::Applying => (
-                            StateTag::Applying,
-                            ActionRecord {
-                                state: if step % 2 == 0 {
-                                    Record::Applied {
-                                        result: Arc::new(gatekeeper_core::ToolResult::from_text(
-                                            format!("done at {step}"),
-                                        )),
-                                    }
-                                } else {
-                                    Record::Failed {
-                                        retryable: step % 3 == 0,
-                                        message: format!("failed at {step}"),
-                                    }
-                                },
-                                ..record.clone()
-                            },
-                        ),
-                        _ => continue,
-                    };
-                    let written = desk.store.compare_and_set(from, &next).await.unwrap();
-                    let claim = from != StateTag::Applying;
-                    let own = claim || claimant.get(&id.0) == Some(&h);
-                    assert_eq!(written, own, "claim or settle: {what}");
-                    if written {
-                        assert!(model.compare_and_set(from, &next).await.unwrap());
-                        if claim {
-                            claimant.insert(id.0, h);
-                        }
-                    }
-                }
-                3 => {
-                    let Some(record) = known else { continue };
-                    // What may be rejected: pending, or a failure that sent nothing.
-                    if !matches!(
-                        record.state,
-                        Record::Pending
-                            | Record::Failed {
-                                retryable: true,
-                                ..
-                            }
-                    ) {
-                        continue;
-                    }
-                    let from = record.state.tag();
-                    let rejected = ActionRecord {
-                        state: Record::Rejected,
-                        ..record
-                    };
-                    let written = desk.store.compare_and_set(from, &rejected).await.unwrap();
-                    let expected = model.compare_and_set(from, &rejected).await.unwrap();
-                    assert_eq!(written, expected, "reject: {what}");
-                }
-                4 => {
-                    let deleted = desk.store.delete_pending(id).await.unwrap();
-                    let expected = model.delete_pending(id).await.unwrap();
-                    assert_eq!(deleted, expected, "discard: {what}");
-                }
-                _ => {
-                    let pruned = desk.store.prune_final(KEEP).await.unwrap();
-                    let expected = model.prune_final(KEEP).await.unwrap();
-                    assert_eq!(pruned, expected, "prune: {what}");
-                }
-            }
-            // The acting handle answers as the model at once.
-            assert_eq!(
-                desk.store.count_open().await.unwrap(),
-                model.count_open().await.unwrap(),
-                "open count, acting handle: {what}"
-            );
-            assert_eq!(
-                desk.store.get(id).await.unwrap(),
-                model.get(id).await.unwrap(),
-                "record {}, acting handle: {what}",
-                id.0
-            );
-            // Both handles answer as the model.
-            for (other, desk) in desks.iter().enumerate() {
-                let what = format!("{what}, read by handle {other}");
-                assert_eq!(
-                    desk.store.count_open().await.unwrap(),
-                    model.count_open().await.unwrap(),
-                    "open count: {what}"
-                );
-                for n in 1..=highest {
-                    let id = DriverActionId(n);
-                    assert_eq!(
-                        desk.store.get(id).await.unwrap(),
-                        model.get(id).await.unwrap(),
-                        "record {n}: {what}"
-                    );
-                }
-            }
-        }
+/// Two connections' ledgers on one database.
+struct TwoLedgers([Arc<dyn kernel::LedgerStore>; 2]);
+
+impl kernel::testkit::TwoLedgers for TwoLedgers {
+    fn ledger(&self, handle: usize) -> &dyn kernel::LedgerStore {
+        &*self.0[handle]
     }
+
+    /// Every write is committed before it returns.
+    fn commit(&self, _: usize) {}
 }
 
 #[test]
 fn two_handles_on_one_ledger_answer_as_one_model_for_any_sequence() {
-    use kernel::{LedgerStore, MemoryLedger, Resolution, Timestamp};
-
-    for seed in 1..=25u64 {
-        let path = fresh_url();
-        let dbs = [
-            Database::open(&path).unwrap(),
-            Database::open(&path).unwrap(),
-        ];
-        let ledgers = [dbs[0].ledger(), dbs[1].ledger()];
-        let model = MemoryLedger::new();
-        let mut rng = XorShift(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
-        let mut highest = 0u64;
-        for step in 0..60u64 {
-            let h = rng.below(2) as usize;
-            let ledger = &ledgers[h];
-            let id = kernel::LedgerId(1 + rng.below(highest.max(1) + 1));
-            let known = model.get(id).unwrap();
-            let op = rng.below(5);
-            let what = format!("seed {seed}, step {step}, handle {h}, op {op}, entry {id}");
-            let decided = |by: &str| Resolution {
-                by: by.into(),
-                auto: step % 2 == 0,
-                at: Timestamp(step),
-                cause: None,
-            };
-            match op {
-                0 | 1 => {
-                    let driver = 100 + step;
-                    let mut made =
-                        pending_entry("gk", driver, ActionDescription::new("write", "body"));
-                    let stored = ledger.insert(&mut made).unwrap();
-                    let expected = model.insert(&mut made).unwrap();
-                    assert_eq!(stored, expected, "insert: {what}");
-                    highest = highest.max(stored.0);
-                }
-                2 => {
-                    // A person's decision on a pending action, approver first.
-                    let Some(mut entry) = known
-                        .filter(|e| e.action().is_some_and(|a| a.state == ActionState::Pending))
-                    else {
-                        continue;
-                    };
-                    ledger.record_attempt(id, &decided("ana")).unwrap();
-                    model.record_attempt(id, &decided("ana")).unwrap();
-                    // Committed at once: both handles see who decides.
-                    assert_eq!(ledger.get(id).unwrap(), model.get(id).unwrap(), "{what}");
-                    for other in &ledgers {
-                        assert_eq!(other.get(id).unwrap(), model.get(id).unwrap(), "{what}");
-                    }
-                    let action = entry.action_mut().unwrap();
-                    action.state = if step % 3 == 0 {
-                        ActionState::Rejected
-                    } else {
-                        ActionState::Approved
-                    };
-                    action.resolution = Some(decided("ana"));
-                    ledger.put(entry.clone()).unwrap();
-                    model.put(entry).unwrap();
-                }
-                3 => {
-                    // Flag an open action as blocked by another (a rejected dependency).
-                    let Some(mut entry) = known.filter(|e| e.action().is_some_and(|a| a.is_open()))
-                    else {
-                        continue;
-                    };
-                    entry.action_mut().unwrap().blocked_by = Some(kernel::LedgerId(1));
-                    ledger.put(entry.clone()).unwrap();
-                    model.put(entry).unwrap();
-                }
-                _ => {}
-            }
-            // Both handles answer as the model.
-            for (other, ledger) in ledgers.iter().enumerate() {
-                let what = format!("{what}, read by handle {other}");
-                assert_eq!(
-                    ledger.entries().unwrap(),
-                    model.entries().unwrap(),
-                    "entries: {what}"
-                );
-                assert_eq!(
-                    ledger.open_action_ids("gk").unwrap(),
-                    model.open_action_ids("gk").unwrap(),
-                    "open: {what}"
-                );
-                for n in 1..=highest + 1 {
-                    let id = kernel::LedgerId(n);
-                    assert_eq!(
-                        ledger.get(id).unwrap(),
-                        model.get(id).unwrap(),
-                        "get {n}: {what}"
-                    );
-                    let driver = DriverActionId(100 + n);
-                    assert_eq!(
-                        ledger.find_action("gk", driver).unwrap(),
-                        model.find_action("gk", driver).unwrap(),
-                        "find driver {}: {what}",
-                        driver.0
-                    );
-                }
-            }
-        }
-    }
+    kernel::testkit::two_ledgers_answer_as_one_model(|| {
+        let url = fresh_url();
+        TwoLedgers([
+            Database::open(&url).unwrap().ledger(),
+            Database::open(&url).unwrap().ledger(),
+        ])
+    });
 }

@@ -37,33 +37,7 @@ impl Drop for TempDir {
     }
 }
 
-/// A pending action entry of `gatekeeper` for driver action `driver`, to insert into a
-/// ledger directly.
-pub fn pending_entry(
-    gatekeeper: &str,
-    driver: u64,
-    description: kernel::ActionDescription,
-) -> impl FnMut(kernel::LedgerId) -> kernel::LedgerEntry {
-    let gatekeeper: Arc<str> = Arc::from(gatekeeper);
-    let description = Arc::new(description);
-    move |id| kernel::LedgerEntry {
-        id,
-        gatekeeper: gatekeeper.clone(),
-        caller: Arc::from("agent"),
-        created_at: kernel::Timestamp(driver),
-        body: kernel::EntryBody::Action(kernel::ActionEntry {
-            driver_id: DriverActionId(driver),
-            description: description.clone(),
-            state: kernel::ActionState::Pending,
-            resolution: None,
-            failure: None,
-            depends_on: vec![],
-            blocked_by: None,
-            restart_requested: false,
-            revert: None,
-        }),
-    }
-}
+pub use kernel::testkit::pending_entry;
 
 /// The kind every auto-approvable action of these tests carries.
 pub fn auto_kind() -> ActionKind {

@@ -38,9 +38,8 @@ use std::time::{Duration, Instant};
 
 use gatekeeper_confluence::record::StoredRecord;
 use gatekeeper_confluence::{
-    ConfluenceGatekeeper, ContentHandle, KvStore, Lab, MemoryKv, Policy, WikiService, WikiSession,
+    ContentHandle, KvStore, Lab, MemoryKv, Policy, WikiService, WikiSession,
 };
-use kernel::StepClock;
 use tokio::runtime::Runtime;
 
 /// Pending appends staged in every memory shape: 10,000 (the targets' figure), unless
@@ -119,17 +118,7 @@ fn child(stack: &str, pages: usize) {
         let service = Arc::new(WikiService::new());
         let handles = seed(&service, pages);
         let kv = Arc::new(MemoryKv::new());
-        let gatekeeper = Arc::new(
-            ConfluenceGatekeeper::open(
-                "confluence",
-                service,
-                kv.clone(),
-                Arc::new(StepClock::default()),
-                Policy::GUARDED,
-            )
-            .expect("empty store"),
-        );
-        let session = gatekeeper.session(Arc::new(common::NullQueue::default()));
+        let (gatekeeper, session) = common::driver(service, kv.clone(), Policy::GUARDED);
         stage(&rt, &session, &handles);
         assert_eq!(gatekeeper.pending_count(), appends());
         let grown = rss_kib().saturating_sub(before);
@@ -213,17 +202,8 @@ fn decode_ns(rt: &Runtime) -> f64 {
     let service = Arc::new(WikiService::new());
     let page = seed(&service, 1)[0];
     let kv = Arc::new(MemoryKv::new());
-    let gatekeeper = Arc::new(
-        ConfluenceGatekeeper::open(
-            "confluence",
-            service,
-            kv.clone(),
-            Arc::new(StepClock::default()),
-            Policy::GUARDED,
-        )
-        .expect("empty store"),
-    );
-    let session = gatekeeper.session(Arc::new(common::NullQueue::default()));
+    // The gatekeeper stays alive while its session stages.
+    let (_gatekeeper, session) = common::driver(service, kv.clone(), Policy::GUARDED);
     rt.block_on(async {
         for n in 0..2 {
             session

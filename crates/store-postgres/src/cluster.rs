@@ -117,27 +117,7 @@ impl Cluster {
         let mut last = String::new();
         for _ in 0..5 {
             cluster.port = free_port()?;
-            let options = format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
-                cluster.port,
-                cluster.dir.display()
-            );
-            let log = cluster.dir.join("server.log");
-            match cluster.run(
-                "pg_ctl",
-                &[
-                    "-D".as_ref(),
-                    data.as_os_str(),
-                    "-o".as_ref(),
-                    options.as_ref(),
-                    "-l".as_ref(),
-                    log.as_os_str(),
-                    "-w".as_ref(),
-                    "-t".as_ref(),
-                    "60".as_ref(),
-                    "start".as_ref(),
-                ],
-            ) {
+            match cluster.start_server() {
                 Ok(()) => return Ok(cluster),
                 // Another process may have taken the port between the probe and the start.
                 Err(error) => last = error,
@@ -201,6 +181,12 @@ impl Cluster {
 
     /// Start a stopped server again on the same port.
     pub fn restart(&self) -> Result<(), String> {
+        self.start_server()
+    }
+
+    /// Start the server on [`Cluster::port`] and wait (up to 60 s) until it accepts
+    /// connections.
+    fn start_server(&self) -> Result<(), String> {
         let data = self.dir.join("data");
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
@@ -218,6 +204,8 @@ impl Cluster {
                 "-l".as_ref(),
                 log.as_os_str(),
                 "-w".as_ref(),
+                "-t".as_ref(),
+                "60".as_ref(),
                 "start".as_ref(),
             ],
         )

@@ -47,6 +47,27 @@ impl ApprovalQueue for NullQueue {
     }
 }
 
+/// The wiki driver alone over `service` and `kv` (no kernel: submissions go to a
+/// [`NullQueue`]), and an agent's session on it.
+pub fn driver(
+    service: Arc<WikiService>,
+    kv: Arc<MemoryKv>,
+    policy: Policy,
+) -> (Arc<ConfluenceGatekeeper>, WikiSession) {
+    let gatekeeper = Arc::new(
+        ConfluenceGatekeeper::open(
+            "confluence",
+            service,
+            kv,
+            Arc::new(StepClock::default()),
+            policy,
+        )
+        .expect("empty store"),
+    );
+    let session = gatekeeper.session(Arc::new(NullQueue::default()));
+    (gatekeeper, session)
+}
+
 /// A wiki with page 100 and `others` other pages, `on_page` appends pending on page 100
 /// and `elsewhere` appends pending spread over the other pages.
 pub fn read_shape(
@@ -65,17 +86,7 @@ pub fn read_shape(
     let others: Vec<u64> = (0..20)
         .map(|n| service.seed_page("OPS", &format!("Other {n}"), "Other body."))
         .collect();
-    let gatekeeper = Arc::new(
-        ConfluenceGatekeeper::open(
-            "confluence",
-            service,
-            Arc::new(MemoryKv::new()),
-            Arc::new(StepClock::default()),
-            policy,
-        )
-        .expect("empty store"),
-    );
-    let session = gatekeeper.session(Arc::new(NullQueue::default()));
+    let (gatekeeper, session) = driver(service, Arc::new(MemoryKv::new()), policy);
     let page = ContentHandle::Real(100);
     rt.block_on(async {
         // Interleave, so the page's actions are spread through the id space.

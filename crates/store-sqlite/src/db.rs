@@ -981,7 +981,16 @@ impl Database {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let db = Connection::open_with_flags(&path, flags).map_err(|e| open_error(e, &path))?;
+        // Through the layer that writes each commit's log frames in one write (see
+        // `vfs.rs`); should SQLite refuse to register it, through its own.
+        let db = match crate::vfs::register() {
+            Ok(layer) => Connection::open_with_flags_and_vfs(&path, flags, layer),
+            Err(why) => {
+                warn!(%why, "log frames are written one by one");
+                Connection::open_with_flags(&path, flags)
+            }
+        }
+        .map_err(|e| open_error(e, &path))?;
         let sorted = |e: rusqlite::Error| StoreError::from_sqlite(e, Some(&path));
         db.busy_timeout(BUSY_TIMEOUT).map_err(sorted)?;
         let version = inspect_file(&db, &path)?;

@@ -103,6 +103,7 @@ mod reader;
 mod recover;
 mod schema;
 mod session;
+mod vfs;
 
 use std::sync::Arc;
 

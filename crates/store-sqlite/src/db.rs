@@ -144,7 +144,8 @@ pub(crate) struct Conn {
     batch: Option<Batch>,
     closed: bool,
     /// The flusher waits with no deadline and must be woken for the next batch. While it
-    /// waits on a deadline it needs no wake-up: it looks again when the deadline passes.
+    /// waits on a deadline it needs no wake-up: it looks again when the deadline passes
+    /// (see [`FLUSHER_WATCHES`]).
     flusher_idle: bool,
     /// Per gatekeeper, the highest action id handed out by a transaction that was lost:
     /// the next id must be above it.
@@ -255,7 +256,11 @@ struct Syncer {
     /// The `-wal` file, opened by this module (SQLite keeps it while a connection is open).
     log: File,
     state: Mutex<SyncState>,
+    /// Wakes the callers waiting for a sync to complete (or their transaction to be lost).
     done: Condvar,
+    /// Wakes the one caller gathering writes before it syncs, and only it: a write that
+    /// commits or joins would otherwise wake every caller waiting for the sync as well.
+    nudged: Condvar,
     /// Commits made by this handle, counted after each `COMMIT` returns (under the
     /// connection's mutex, so their frames are written before the count moves).
     committed: AtomicU64,
@@ -299,6 +304,7 @@ impl Syncer {
             log,
             state: Mutex::new(SyncState::default()),
             done: Condvar::new(),
+            nudged: Condvar::new(),
             committed: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
@@ -325,7 +331,7 @@ impl Syncer {
     /// Wake a sync waiting for writes to join or commit.
     fn nudge(&self) {
         if self.state().gathering {
-            self.done.notify_all();
+            self.nudged.notify_one();
         }
     }
 
@@ -381,7 +387,7 @@ impl Syncer {
                 }
                 state.gathering = true;
                 state = self
-                    .done
+                    .nudged
                     .wait_timeout(state, gather_until - now)
                     .map(|(g, _)| g)
                     .unwrap_or_else(|p| p.into_inner().0);
@@ -826,21 +832,44 @@ impl Shared {
     }
 }
 
+/// How many windows in a row without a new transaction the flusher keeps watching on a
+/// deadline before it waits to be woken instead (about a second). While transactions keep
+/// opening, as they do in a busy process, it looks every [`DEFERRED_COMMIT_WINDOW`] and
+/// nobody has to wake it: waking it for each transaction cost a system call, and often a
+/// contended connection mutex, per stage.
+const FLUSHER_WATCHES: u32 = 100;
+
 /// The flusher: commits a deferred transaction nobody else committed in time.
 fn flusher(shared: Arc<Shared>) {
     let mut guard = shared.lock();
+    // The last transaction seen opened, and windows since one was.
+    let mut seen = guard.batches;
+    let mut quiet = 0;
     loop {
         if guard.closed {
             return;
+        }
+        if guard.batches != seen {
+            seen = guard.batches;
+            quiet = 0;
         }
         let due = guard
             .batch
             .as_ref()
             .map(|b| b.opened + DEFERRED_COMMIT_WINDOW);
         match due {
-            None => {
+            None if quiet >= FLUSHER_WATCHES => {
                 guard.flusher_idle = true;
                 guard = shared.wake.wait(guard).unwrap_or_else(|p| p.into_inner());
+                quiet = 0;
+            }
+            None => {
+                quiet += 1;
+                guard = shared
+                    .wake
+                    .wait_timeout(guard, DEFERRED_COMMIT_WINDOW)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
             }
             Some(due) => {
                 let now = Instant::now();

@@ -35,6 +35,10 @@
 //!   later write in it failed, the disk is full), every write that joined it is told
 //!   so ([`StoreError::NotCommitted`]), never that it was recorded.
 //!
+//! The connection opens the file through the file-system layer of `vfs.rs`, which hands
+//! each commit's log frames to the file in two writes (SQLite's own layer makes two per
+//! page); what is committed and synced, and when, is as described here.
+//!
 //! A failed sync is sticky: the caller is told its write failed, and every later write
 //! is refused ([`StoreError::NotDurable`]), since a disk that failed to sync cannot be
 //! trusted to have kept what the next sync would report.
@@ -222,6 +226,8 @@ struct SyncState {
     gathering: bool,
     /// A sync failed: what the operating system said.
     failed: Option<String>,
+    /// Callers waiting on [`Syncer::done`] (a wake-up with none is a wasted system call).
+    waiting: u32,
     /// How many writes joined the transaction the last leader committed.
     joined_last: u64,
     /// Transactions that durable writes had joined and that were lost instead of
@@ -372,7 +378,9 @@ impl Syncer {
                 return Ok(());
             }
             if state.syncing {
+                state.waiting += 1;
                 state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
+                state.waiting -= 1;
                 continue;
             }
             state.syncing = true;
@@ -408,7 +416,9 @@ impl Syncer {
                 }
                 Err(error) => state.failed = Some(error.to_string()),
             }
-            self.done.notify_all();
+            if state.waiting > 0 {
+                self.done.notify_all();
+            }
         }
     }
 
@@ -430,8 +440,9 @@ impl Syncer {
             state.lost.pop_front();
         }
         state.lost.push_back((batch, why.to_owned()));
-        drop(state);
-        self.done.notify_all();
+        if state.waiting > 0 {
+            self.done.notify_all();
+        }
     }
 }
 

@@ -63,6 +63,33 @@ use support::{Rig, TempDir};
 type Tally = (&'static str, Duration, u64, u64, u64);
 static TALLY: Mutex<Vec<Tally>> = Mutex::new(Vec::new());
 
+/// Processor time used by the whole process (every thread, living or ended), from
+/// `/proc/self/stat`, in ticks of 10 ms: close enough over a benchmark's seconds.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime and stime are the
+    // 12th and 13th of them.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|t| t.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+/// Processor time per benchmark, for the summary.
+static CPU: Mutex<Vec<(&'static str, Duration)>> = Mutex::new(Vec::new());
+
+fn tally_cpu(name: &'static str, cpu: Duration) {
+    let mut all = CPU.lock().unwrap();
+    match all.iter_mut().find(|t| t.0 == name) {
+        Some(t) => t.1 += cpu,
+        None => all.push((name, cpu)),
+    }
+}
+
 fn tally(name: &'static str, elapsed: Duration, iterations: u64, commits: u64) {
     tally_syncs(name, elapsed, iterations, commits, 0);
 }
@@ -121,6 +148,7 @@ fn durable_cycle(c: &mut Criterion, dir: &TempDir) {
         b.iter_custom(|iters| {
             rt.block_on(async {
                 let (commits, syncs) = (rig.db.commits(), rig.db.syncs());
+                let cpu = cpu_time();
                 let start = Instant::now();
                 for n in 0..iters {
                     let queued = rig
@@ -135,6 +163,7 @@ fn durable_cycle(c: &mut Criterion, dir: &TempDir) {
                     rig.overseer.settle().await;
                 }
                 let elapsed = start.elapsed();
+                tally_cpu("durable_cycle", cpu_time().saturating_sub(cpu));
                 tally_syncs(
                     "durable_cycle",
                     elapsed,
@@ -161,6 +190,7 @@ fn concurrent_cycles(c: &mut Criterion, dir: &TempDir, name: &'static str, sessi
             // Enough per session that the sessions overlap for most of the sample.
             let each = iters.div_ceil(sessions).max(8);
             let (commits, syncs) = (rig.db.commits(), rig.db.syncs());
+            let cpu = cpu_time();
             let start = Instant::now();
             std::thread::scope(|scope| {
                 for session in 0..sessions {
@@ -186,6 +216,7 @@ fn concurrent_cycles(c: &mut Criterion, dir: &TempDir, name: &'static str, sessi
                 }
             });
             let elapsed = start.elapsed();
+            tally_cpu(name, cpu_time().saturating_sub(cpu));
             let done = each * sessions;
             tally_syncs(
                 name,
@@ -589,6 +620,13 @@ fn summary(_: &mut Criterion) {
             .find(|t| t.0 == name)
             .map(|t| t.4 as f64 / t.2.max(1) as f64)
     };
+    let cpu = CPU.lock().unwrap().clone();
+    let cpu_per = |name: &str| {
+        let iterations = tally.iter().find(|t| t.0 == name).map_or(0, |t| t.2);
+        cpu.iter().find(|t| t.0 == name).map_or(f64::NAN, |t| {
+            t.1.as_secs_f64() * 1e6 / iterations.max(1) as f64
+        })
+    };
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!("\nstore-sqlite summary (means over every timed iteration, warm-up included)");
     println!(
@@ -605,9 +643,11 @@ fn summary(_: &mut Criterion) {
         let ratio = us / (2.0 * raw_us);
         println!(
             "  durable cycle: {us:.1} µs = {ratio:.2} × 2 raw (target ≤ 1.20: {}); \
-             {syncs:.3} syncs/cycle (target exactly 2.0: {}); {commits:.3} commits/cycle",
+             {syncs:.3} syncs/cycle (target exactly 2.0: {}); {commits:.3} commits/cycle; \
+             processor time {:.1} µs/cycle",
             verdict(ratio <= 1.2),
-            verdict(syncs == 2.0)
+            verdict(syncs == 2.0),
+            cpu_per("durable_cycle")
         );
     }
     if let (Some((one_us, _)), Some((many_us, commits))) = (per("sessions_1"), per("sessions_16")) {
@@ -616,10 +656,13 @@ fn summary(_: &mut Criterion) {
         println!(
             "  16 sessions on one file: {many_us:.1} µs per action against {one_us:.1} µs from 1 \
              session (same run): throughput {speedup:.2} × (target ≥ 4: {}); {syncs:.3} syncs \
-             per action (target ≤ 0.3: {}; 1 session: {:.3}); {commits:.3} commits per action",
+             per action (target ≤ 0.3: {}; 1 session: {:.3}); {commits:.3} commits per action; \
+             processor time per action {:.1} µs (1 session: {:.1} µs)",
             verdict(speedup >= 4.0),
             verdict(syncs <= 0.3),
-            syncs_per("sessions_1").unwrap_or(f64::NAN)
+            syncs_per("sessions_1").unwrap_or(f64::NAN),
+            cpu_per("sessions_16"),
+            cpu_per("sessions_1")
         );
     }
     if let (Some((floor_us, _)), Some((raw_us, _))) = (per("sqlite_commit_floor"), raw) {

@@ -5,7 +5,7 @@
 //! [`Simulator`] and [`Reverter`]. To the kernel it is a [`Gatekeeper`]; to a person it
 //! mints [`Grant`]s, the only way an agent reaches the server.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -63,7 +63,13 @@ pub(crate) struct ToolEntry {
     pub(crate) result_title: Sanitized,
     /// Observation description when an applied result is handed over.
     pub(crate) result_description: Sanitized,
+    /// What the agent is told of a staged call, up to its action id (see
+    /// [`ToolEntry::pending_message`]).
+    pending_lead: Box<str>,
 }
+
+/// What the agent is told of a staged call after its action id.
+const PENDING_TAIL: &str = ") for the outcome.";
 
 impl ToolEntry {
     fn new(config: &GatekeeperConfig, tool: Tool) -> Self {
@@ -83,6 +89,11 @@ impl ToolEntry {
             &server,
             &Sanitized::literal("**."),
         ]);
+        let pending_lead = format!(
+            "Calling \"{}\" on {} needs approval. After approval, call get_action_result(",
+            tool.name, config.server_name
+        )
+        .into_boxed_str();
         Self {
             name: Arc::from(tool.name.as_str()),
             kind: action_kind_for(&config.scope, &tool.name),
@@ -90,16 +101,45 @@ impl ToolEntry {
             classified,
             result_title,
             result_description,
+            pending_lead,
             tool,
         }
     }
+
+    /// What the agent is told of a call of this tool staged as `action`: `Calling "<tool>"
+    /// on <server> needs approval. After approval, call get_action_result(<action>) for the
+    /// outcome.` Only the id changes from call to call, so the rest is written once, here.
+    pub(crate) fn pending_message(&self, action: DriverActionId) -> String {
+        // The id in decimal, as `DriverActionId` displays it, written without the
+        // formatting machinery: this message is made for every staged call.
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        let mut rest = action.0;
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let digits = std::str::from_utf8(&digits[start..]).expect("ASCII digits");
+        let mut message =
+            String::with_capacity(self.pending_lead.len() + digits.len() + PENDING_TAIL.len());
+        message.push_str(&self.pending_lead);
+        message.push_str(digits);
+        message.push_str(PENDING_TAIL);
+        message
+    }
 }
 
-/// A classified catalog: the entries in catalog order and an index by name.
+/// A classified catalog: the entries in catalog order and an index by name. The index is
+/// ordered: a catalog has at most [`MAX_TOOLS_PER_SERVER`] names, so a name is found in a
+/// few comparisons, which for names as short as tools have costs less than hashing it.
 #[derive(Default)]
 pub(crate) struct Entries {
     list: Vec<Arc<ToolEntry>>,
-    index: HashMap<Arc<str>, usize>,
+    index: BTreeMap<Arc<str>, usize>,
 }
 
 impl Entries {
@@ -112,7 +152,7 @@ impl Entries {
             );
         }
         let mut list = Vec::new();
-        let mut index = HashMap::new();
+        let mut index = BTreeMap::new();
         for tool in tools.into_iter().take(MAX_TOOLS_PER_SERVER) {
             if index.contains_key(tool.name.as_str()) {
                 warn!(
@@ -338,7 +378,12 @@ impl ToolGatekeeper {
     }
 
     pub(crate) fn entry(&self, tool: &str) -> Option<Arc<ToolEntry>> {
-        self.catalog().get(tool).cloned()
+        // Looked up under the lock: no need to hold the whole catalog for one entry.
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tool)
+            .cloned()
     }
 
     fn shown(&self) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
@@ -434,5 +479,34 @@ impl Gatekeeper for ToolGatekeeper {
 
     fn call_deadline(&self) -> Duration {
         self.call_deadline
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_pending_message_names_the_tool_the_server_and_the_id() {
+        let config = GatekeeperConfig {
+            name: "issues".into(),
+            server_name: "Issue \"tracker\"".into(),
+            endpoint: "https://issues.example/mcp".into(),
+            trust: ServerTrust::Vetted,
+            scope: "mcp:issues".into(),
+        };
+        let tool = Tool::from_json(json!({"name": "createIssue"})).expect("valid tool");
+        let entry = ToolEntry::new(&config, tool);
+        for id in [0, 7, 10, 1_234_567, u64::MAX] {
+            let action = DriverActionId(id);
+            assert_eq!(
+                entry.pending_message(action),
+                format!(
+                    "Calling \"createIssue\" on Issue \"tracker\" needs approval. After approval, call get_action_result({action}) for the outcome."
+                )
+            );
+        }
     }
 }

@@ -10,6 +10,8 @@
 //! [`CallError::Unknown`].
 
 use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -152,14 +154,26 @@ pub trait ToolService: Send + Sync {
     /// ([`Tool::definition`]) the call was classified and staged with. A service whose
     /// tools can change refuses, with [`CallError::NotDispatched`] and before sending, a
     /// call whose definition is no longer the current one. The default ignores the tag.
-    async fn call_defined(
-        &self,
-        tool: &str,
-        definition: Option<&str>,
-        args: &Value,
-    ) -> Result<ToolResult, CallError> {
+    ///
+    /// Implement it as an `async fn` under `#[async_trait]`, like the other methods: this
+    /// is the signature that attribute gives it. The default is written out only so that
+    /// it hands back the future of [`ToolService::call`] as it is, rather than boxing a
+    /// second future around it.
+    fn call_defined<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+        &'life0 self,
+        tool: &'life1 str,
+        definition: Option<&'life2 str>,
+        args: &'life3 Value,
+    ) -> Pin<Box<dyn Future<Output = Result<ToolResult, CallError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        Self: 'async_trait,
+    {
         let _ = definition;
-        self.call(tool, args).await
+        self.call(tool, args)
     }
 }
 

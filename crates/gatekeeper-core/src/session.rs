@@ -14,6 +14,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kernel::deadline::{Bounded, Ended, Human};
@@ -203,6 +204,10 @@ struct SessionInner {
     allowed: Vec<Arc<str>>,
     /// Pending actions some read of this session showed as done.
     shown: Mutex<BTreeSet<DriverActionId>>,
+    /// Whether `shown` holds any, set under its lock (it only grows): every action staged
+    /// asks, and until a read shows one (without a simulator, never) the answer takes no
+    /// lock.
+    any_shown: AtomicBool,
 }
 
 /// The agent's handle on one grant. Cheap to clone; clones share what reads have shown.
@@ -232,6 +237,7 @@ impl Session {
                 queue,
                 allowed,
                 shown: Mutex::new(BTreeSet::new()),
+                any_shown: AtomicBool::new(false),
             }),
         }
     }
@@ -252,6 +258,9 @@ impl Session {
     /// The pending actions earlier reads of this session showed as done; actions staged
     /// now depend on them.
     pub fn shown_actions(&self) -> Vec<DriverActionId> {
+        if !self.inner.any_shown.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         self.shown().iter().copied().collect()
     }
 
@@ -337,7 +346,10 @@ impl Session {
             .map_err(SessionError::Observation)?;
         // Only now has the agent seen the simulated actions.
         if !shown.is_empty() {
-            self.shown().extend(shown.iter().copied());
+            let mut all = self.shown();
+            all.extend(shown.iter().copied());
+            self.inner.any_shown.store(true, Ordering::Release);
+            drop(all);
             gk.note_shown(&shown);
         }
         Ok(CallOutcome::Data {
@@ -371,11 +383,7 @@ impl Session {
             Ok(ledger) => Ok(CallOutcome::Pending {
                 action,
                 ledger,
-                message: format!(
-                    "Calling \"{}\" on {} needs approval. After approval, call get_action_result({action}) for the outcome.",
-                    entry.name,
-                    gk.server_name()
-                ),
+                message: entry.pending_message(action),
             }),
             Err(refusal) => {
                 if let Err(error) = gk.store.discard(action).await {

@@ -67,6 +67,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -260,7 +261,39 @@ pub enum RejectStep {
     Refuse(RejectError),
 }
 
+/// Point `mine` at what `theirs` points at, unless it already does.
+fn share<T: ?Sized>(mine: &mut Arc<T>, theirs: &Arc<T>) {
+    if !Arc::ptr_eq(mine, theirs) {
+        *mine = Arc::clone(theirs);
+    }
+}
+
 impl ActionRecord {
+    /// Make every field but the state the same as in `other`, as `other.clone()` would,
+    /// without counting a reference again (and releasing it) where both records already
+    /// share the same data: a transition changes a record's state and claim, not what was
+    /// staged.
+    fn copy_staged_from(&mut self, other: &Self) {
+        let Self {
+            id,
+            tool,
+            definition,
+            args,
+            submitted_at,
+            claimed_at,
+            state: _,
+        } = other;
+        self.id = *id;
+        share(&mut self.tool, tool);
+        match (&mut self.definition, definition) {
+            (Some(mine), Some(theirs)) => share(mine, theirs),
+            (mine, theirs) => mine.clone_from(theirs),
+        }
+        share(&mut self.args, args);
+        self.submitted_at = *submitted_at;
+        self.claimed_at = *claimed_at;
+    }
+
     fn with_state(&self, state: ActionState) -> Self {
         Self {
             id: self.id,
@@ -275,14 +308,21 @@ impl ActionRecord {
 
     /// Step 2 of the protocol: may this record be sent, and what is its claim?
     pub fn begin_apply(&self, now: Timestamp) -> ApplyStep {
+        self.clone().into_claim(now)
+    }
+
+    /// [`ActionRecord::begin_apply`] of a record read for this apply alone: the claim is
+    /// made of the record itself, so its shared fields are moved rather than counted again.
+    fn into_claim(self, now: Timestamp) -> ApplyStep {
         let id = self.id;
-        match &self.state {
+        match self.state {
             ActionState::Pending
             | ActionState::Failed {
                 retryable: true, ..
             } => ApplyStep::Claim(Self {
                 claimed_at: Some(now),
-                ..self.with_state(ActionState::Applying)
+                state: ActionState::Applying,
+                ..self
             }),
             ActionState::Applied { .. } => ApplyStep::AlreadyApplied,
             ActionState::Applying => ApplyStep::Refuse(ApplyError::AlreadyApplying(id)),
@@ -290,20 +330,26 @@ impl ActionRecord {
             ActionState::Failed {
                 retryable: false,
                 message,
-            } => ApplyStep::Refuse(ApplyError::NotRetryable {
-                id,
-                message: message.clone(),
-            }),
+            } => ApplyStep::Refuse(ApplyError::NotRetryable { id, message }),
         }
     }
 
     /// Step 5 of the protocol: the record after the service answered (or did not).
     pub fn settle(&self, outcome: Result<ToolResult, CallError>) -> Settlement {
+        self.clone().into_settlement(outcome)
+    }
+
+    /// [`ActionRecord::settle`] of the claim an apply holds, which it no longer needs: the
+    /// settled record is made of the claim itself.
+    fn into_settlement(self, outcome: Result<ToolResult, CallError>) -> Settlement {
         debug_assert_eq!(self.state, ActionState::Applying, "settle a claimed record");
         match outcome {
-            Ok(result) => Settlement::Applied(self.with_state(ActionState::Applied {
-                result: Arc::new(retain_result(result)),
-            })),
+            Ok(result) => Settlement::Applied(Self {
+                state: ActionState::Applied {
+                    result: Arc::new(retain_result(result)),
+                },
+                ..self
+            }),
             Err(error) => {
                 let retryable = !error.may_have_landed();
                 let message = if retryable {
@@ -311,13 +357,17 @@ impl ActionRecord {
                 } else {
                     OUTCOME_UNKNOWN_MESSAGE.to_owned()
                 };
+                let id = self.id;
                 Settlement::Failed {
-                    record: self.with_state(ActionState::Failed {
-                        retryable,
-                        message: message.clone(),
-                    }),
+                    record: Self {
+                        state: ActionState::Failed {
+                            retryable,
+                            message: message.clone(),
+                        },
+                        ..self
+                    },
                     error: ApplyError::Failed {
-                        id: self.id,
+                        id,
                         message,
                         retryable,
                         kind: error.failure_kind(),
@@ -378,10 +428,62 @@ pub(crate) fn encoded_len<T: Serialize + ?Sized>(value: &T) -> Result<usize, ser
     Ok(count.0)
 }
 
+/// The most bytes JSON spends on one byte of a string (`\u001f`).
+const ESCAPED_BYTES: usize = 6;
+
+/// At least the size of `value` as compact UTF-8 JSON, counted without encoding its strings
+/// (a number is encoded: how long it is depends on serde_json's features), or `None` if
+/// the count overflows.
+fn json_size_bound(value: &Value) -> Option<usize> {
+    match value {
+        Value::Null | Value::Bool(_) => Some(5),
+        Value::Number(number) => encoded_len(number).ok(),
+        Value::String(text) => string_size_bound(text),
+        // `[` and `]`, and a comma after each item (one too many: a bound).
+        Value::Array(items) => items.iter().try_fold(2usize, |bound, item| {
+            bound.checked_add(json_size_bound(item)?.checked_add(1)?)
+        }),
+        // `{` and `}`, and a colon and a comma with each member.
+        Value::Object(members) => members.iter().try_fold(2usize, |bound, (key, item)| {
+            let member = string_size_bound(key)?.checked_add(json_size_bound(item)?)?;
+            bound.checked_add(member.checked_add(2)?)
+        }),
+    }
+}
+
+/// At least the size of `text` as a JSON string, quotes included.
+fn string_size_bound(text: &str) -> Option<usize> {
+    text.len().checked_mul(ESCAPED_BYTES)?.checked_add(2)
+}
+
 /// The reply as kept: itself, or a note if it is too large or cannot be encoded.
 fn retain_result(result: ToolResult) -> ToolResult {
+    // Most replies are a little text: no need to encode them to know they fit.
+    if result_size_bound(&result).is_some_and(|bound| bound <= MAX_RESULT_BYTES) {
+        return result;
+    }
     let size = encoded_len(&result);
     retain_measured(result, size)
+}
+
+/// At least the size of `result` as compact UTF-8 JSON, counted without encoding it, or
+/// `None` if it has structured content (which only encoding measures). Such a reply always
+/// encodes: text and flags cannot fail to.
+fn result_size_bound(result: &ToolResult) -> Option<usize> {
+    // `{"content":[],"isError":false}`, rounded up.
+    const FRAME: usize = 32;
+    // `{"type":"text","text":""},` or `{"type":"unsupported"},`, rounded up.
+    const BLOCK: usize = 32;
+    if result.structured_content.is_some() {
+        return None;
+    }
+    result.content.iter().try_fold(FRAME, |bound, block| {
+        let text = match block {
+            Content::Text { text } => text.len(),
+            Content::Unsupported => 0,
+        };
+        bound.checked_add(text.checked_mul(ESCAPED_BYTES)?.checked_add(BLOCK)?)
+    })
 }
 
 fn retain_measured(result: ToolResult, size: Result<usize, serde_json::Error>) -> ToolResult {
@@ -719,8 +821,9 @@ impl ActionStorage for MemoryActionStorage {
         if stored.state.tag() != from {
             return Ok(false);
         }
-        let old = std::mem::replace(stored, record.clone());
-        records.count(&old.state, -1);
+        let old = std::mem::replace(&mut stored.state, record.state.clone());
+        stored.copy_staged_from(record);
+        records.count(&old, -1);
         records.count(&record.state, 1);
         Ok(true)
     }
@@ -787,14 +890,50 @@ pub struct ActionStore {
     clock: Arc<dyn Clock>,
     /// Claims this store took whose attempt ended without settling them (see the module
     /// docs); settled as interrupted at the store's next use.
-    stranded: Arc<Mutex<BTreeSet<DriverActionId>>>,
+    stranded: Arc<Stranded>,
+}
+
+/// The claims of a store (and its clones) whose attempt ended without an outcome.
+#[derive(Debug, Default)]
+struct Stranded {
+    ids: Mutex<BTreeSet<DriverActionId>>,
+    /// Whether `ids` holds any, kept in step under its lock: every use of the store asks,
+    /// and while none is stranded (the usual case) the answer takes no lock.
+    any: AtomicBool,
+}
+
+impl Stranded {
+    fn lock(&self) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
+        // Inserting or removing one id cannot leave the set half-changed.
+        self.ids.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn insert(&self, id: DriverActionId) {
+        let mut ids = self.lock();
+        ids.insert(id);
+        self.any.store(true, Ordering::Release);
+    }
+
+    fn remove(&self, id: DriverActionId) {
+        let mut ids = self.lock();
+        ids.remove(&id);
+        self.any.store(!ids.is_empty(), Ordering::Release);
+    }
+
+    /// The stranded claims now, in ascending id.
+    fn ids(&self) -> Vec<DriverActionId> {
+        if !self.any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.lock().iter().copied().collect()
+    }
 }
 
 /// Held by an apply from its claim until its outcome is stored. Dropped earlier (the
 /// apply's future dropped or unwound, or the outcome not written), it marks the claim
 /// stranded.
 struct ClaimGuard<'a> {
-    stranded: &'a Mutex<BTreeSet<DriverActionId>>,
+    stranded: &'a Stranded,
     id: DriverActionId,
     settled: bool,
 }
@@ -803,14 +942,9 @@ impl Drop for ClaimGuard<'_> {
     fn drop(&mut self) {
         if !self.settled {
             warn!(action = %self.id, "action.apply.stranded: the attempt ended without an outcome; it will be recorded as interrupted");
-            lock_set(self.stranded).insert(self.id);
+            self.stranded.insert(self.id);
         }
     }
-}
-
-fn lock_set(set: &Mutex<BTreeSet<DriverActionId>>) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
-    // Inserting or removing one id cannot leave the set half-changed.
-    set.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl fmt::Debug for ActionStore {
@@ -857,14 +991,7 @@ impl ActionStore {
     /// Every public method calls this first; a claim that cannot be written now (the
     /// storage fails) stays stranded and is tried again next time.
     pub async fn settle_stranded(&self) {
-        let ids: Vec<DriverActionId> = {
-            let stranded = lock_set(&self.stranded);
-            if stranded.is_empty() {
-                return;
-            }
-            stranded.iter().copied().collect()
-        };
-        for id in ids {
+        for id in self.stranded.ids() {
             let settled = match self.storage.get(id).await {
                 Ok(Some(record)) => match record.interrupt() {
                     Some(failed) => {
@@ -895,7 +1022,7 @@ impl ActionStore {
                 }
             };
             if settled {
-                lock_set(&self.stranded).remove(&id);
+                self.stranded.remove(id);
             }
         }
     }
@@ -926,10 +1053,14 @@ impl ActionStore {
         if !args.is_object() {
             return Err(StageError::NotAnObject);
         }
-        // A `Value` always encodes; a failure here would mean it is not JSON at all.
-        let bytes = encoded_len(&args).map_err(|_| StageError::NotAnObject)?;
-        if bytes > MAX_ARGUMENT_BYTES {
-            return Err(StageError::TooLarge { bytes });
+        // Most arguments are far under the limit, and a bound says so without encoding
+        // them; only arguments that may be near it are counted exactly.
+        if json_size_bound(&args).is_none_or(|bound| bound > MAX_ARGUMENT_BYTES) {
+            // A `Value` always encodes; a failure here would mean it is not JSON at all.
+            let bytes = encoded_len(&args).map_err(|_| StageError::NotAnObject)?;
+            if bytes > MAX_ARGUMENT_BYTES {
+                return Err(StageError::TooLarge { bytes });
+            }
         }
         self.settle_stranded().await;
         let tool = tool.into();
@@ -970,18 +1101,15 @@ impl ActionStore {
         let claimed = loop {
             // Step 1.
             let record = self.storage.get(id).await?.ok_or(ApplyError::Unknown(id))?;
+            let was = record.state.tag();
             // Step 2.
-            let claimed = match record.begin_apply(self.clock.now()) {
+            let claimed = match record.into_claim(self.clock.now()) {
                 ApplyStep::Claim(claimed) => claimed,
                 ApplyStep::AlreadyApplied => return Ok(Applied::AlreadyApplied),
                 ApplyStep::Refuse(error) => return Err(error),
             };
             // Step 3: the claim is stored before anything is sent.
-            if self
-                .storage
-                .compare_and_set(record.state.tag(), &claimed)
-                .await?
-            {
+            if self.storage.compare_and_set(was, &claimed).await? {
                 break claimed;
             }
             attempts += 1;
@@ -1002,7 +1130,7 @@ impl ActionStore {
             .await;
 
         // Step 5.
-        let (settled, result) = match claimed.settle(outcome) {
+        let (settled, result) = match claimed.into_settlement(outcome) {
             Settlement::Applied(record) => (record, Ok(Applied::Sent)),
             Settlement::Failed { record, error } => (record, Err(error)),
         };
@@ -1233,6 +1361,140 @@ mod tests {
         let kept = retain_measured(result, Err(serde_json::Error::custom("broken")));
         assert_eq!(kept.text(), UNREADABLE_RESULT_MESSAGE);
         assert!(!kept.is_error);
+    }
+
+    #[test]
+    fn the_reply_bound_is_never_below_its_encoded_size() {
+        let texts = [
+            "",
+            "Done.",
+            "\u{1f}\u{0}\\\"\n\t",
+            "é漢🙂",
+            "\u{7f}\u{2028}`",
+        ];
+        for text in texts {
+            for result in [
+                ToolResult::from_text(text),
+                ToolResult::tool_error(text),
+                ToolResult {
+                    content: vec![
+                        Content::Text { text: text.into() },
+                        Content::Unsupported,
+                        Content::Text {
+                            text: text.repeat(3),
+                        },
+                    ],
+                    structured_content: None,
+                    is_error: false,
+                },
+                ToolResult::default(),
+            ] {
+                let bound = result_size_bound(&result).expect("no structured content");
+                assert!(
+                    bound >= encoded_len(&result).expect("encodes"),
+                    "{result:?}"
+                );
+            }
+        }
+        let structured = ToolResult::from_text("x").with_structured(json!({"a": 1}));
+        assert_eq!(result_size_bound(&structured), None);
+    }
+
+    #[test]
+    fn the_arguments_bound_is_never_below_their_encoded_size() {
+        let values = [
+            json!({}),
+            json!({"title": "Add dark mode"}),
+            json!({"issue": 1, "label": "bug", "ok": true, "none": null}),
+            json!({"\u{1f}k\"": ["\u{0}\\", -12, 1.5e300, u64::MAX, i64::MIN, [], {}]}),
+            json!({"nested": {"a": [{"b": "é漢🙂"}, false, 0.1]}}),
+            json!([1, 2, 3]),
+            json!("\n\t"),
+            json!(null),
+        ];
+        for value in values {
+            let bound = json_size_bound(&value).expect("no overflow");
+            assert!(bound >= encoded_len(&value).expect("encodes"), "{value}");
+        }
+    }
+
+    #[tokio::test]
+    async fn arguments_are_refused_by_their_exact_size_only() {
+        let store = ActionStore::in_memory(Arc::new(kernel::StepClock::default()));
+        // A bound over the limit, an exact size under it: staged.
+        let plain = json!({"text": "x".repeat(MAX_ARGUMENT_BYTES / 4)});
+        assert!(json_size_bound(&plain).expect("bound") > MAX_ARGUMENT_BYTES);
+        store.stage("t", plain).await.expect("within the limit");
+        let large = json!({"text": "x".repeat(MAX_ARGUMENT_BYTES)});
+        let bytes = encoded_len(&large).expect("encodes");
+        assert_eq!(
+            store.stage("t", large).await,
+            Err(StageError::TooLarge { bytes })
+        );
+    }
+
+    #[test]
+    fn a_reply_under_the_bound_is_kept_and_one_over_the_limit_is_not() {
+        let small = ToolResult::from_text("Done.");
+        assert_eq!(retain_result(small.clone()), small);
+        // Its bound is over the limit, its encoded size is not: measured, and kept.
+        let near = ToolResult::from_text("x".repeat(MAX_RESULT_BYTES / 2));
+        assert_eq!(retain_result(near.clone()), near);
+        let large = ToolResult::from_text("x".repeat(MAX_RESULT_BYTES));
+        assert!(retain_result(large).text().contains("too large to retain"));
+    }
+
+    #[tokio::test]
+    async fn compare_and_set_stores_the_record_as_given() {
+        let storage = MemoryActionStorage::new();
+        let id = storage
+            .insert_pending(Arc::from("t"), None, Arc::new(json!({})), Timestamp(1), 50)
+            .await
+            .expect("stored")
+            .expect("room");
+        let read = storage.get(id).await.expect("read").expect("present");
+        // The same staged data, in a new state.
+        let claimed = ActionRecord {
+            claimed_at: Some(Timestamp(2)),
+            ..read.with_state(ActionState::Applying)
+        };
+        assert!(
+            storage
+                .compare_and_set(StateTag::Pending, &claimed)
+                .await
+                .expect("cas")
+        );
+        assert_eq!(storage.get(id).await.expect("read"), Some(claimed.clone()));
+        // Other data altogether (as another backend's record could carry).
+        let other = ActionRecord {
+            tool: Arc::from("u"),
+            definition: Some(Arc::from("d1")),
+            args: Arc::new(json!({"a": 1})),
+            submitted_at: Timestamp(3),
+            claimed_at: None,
+            ..claimed.with_state(ActionState::Applied {
+                result: Arc::new(ToolResult::from_text("ok")),
+            })
+        };
+        assert!(
+            storage
+                .compare_and_set(StateTag::Applying, &other)
+                .await
+                .expect("cas")
+        );
+        assert_eq!(storage.get(id).await.expect("read"), Some(other.clone()));
+        let redefined = ActionRecord {
+            definition: Some(Arc::from("d2")),
+            ..other.with_state(ActionState::Rejected)
+        };
+        assert!(
+            storage
+                .compare_and_set(StateTag::Applied, &redefined)
+                .await
+                .expect("cas")
+        );
+        assert_eq!(storage.get(id).await.expect("read"), Some(redefined));
+        assert_eq!(storage.count_open().await.expect("count"), 0);
     }
 
     #[test]

@@ -121,6 +121,18 @@ struct Tables {
     rules: BTreeMap<String, BTreeMap<String, Arc<AutoApprovalRule>>>,
 }
 
+/// The value kept for `gatekeeper` in `map`, made empty if there is none yet. The name is
+/// taken (another reference counted) only then: most entries are not a gatekeeper's first.
+fn per_gatekeeper<'m, T: Default>(
+    map: &'m mut BTreeMap<Arc<str>, T>,
+    gatekeeper: &Arc<str>,
+) -> &'m mut T {
+    if !map.contains_key(gatekeeper) {
+        map.insert(gatekeeper.clone(), T::default());
+    }
+    map.get_mut(gatekeeper).expect("inserted above")
+}
+
 /// Where entry `id` sits in [`Tables::entries`].
 fn index_of(id: LedgerId) -> Option<usize> {
     usize::try_from(id.0.checked_sub(1)?).ok()
@@ -138,18 +150,13 @@ impl Tables {
     /// Index a new entry, the next in `entries`, and store it.
     fn push(&mut self, entry: LedgerEntry) {
         if let EntryBody::Action(action) = &entry.body {
-            self.by_driver
-                .entry(entry.gatekeeper.clone())
-                .or_default()
+            per_gatekeeper(&mut self.by_driver, &entry.gatekeeper)
                 .insert(action.driver_id, entry.id);
         }
         let is_open = entry.action().is_some_and(ActionEntry::is_open);
         if is_open {
             // Ids only grow, so pushing keeps the list ascending.
-            self.open
-                .entry(entry.gatekeeper.clone())
-                .or_default()
-                .push(entry.id);
+            per_gatekeeper(&mut self.open, &entry.gatekeeper).push(entry.id);
         }
         self.entries.push(entry);
         self.is_open.push(is_open);

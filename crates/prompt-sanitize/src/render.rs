@@ -5,7 +5,7 @@
 //! does not parse Markdown; it removes the few characters that would let text leave its slot.
 
 use crate::Sanitized;
-use crate::controls::{neutralize, neutralize_owned, push_visible};
+use crate::controls::{BLOCK_BYTES, neutralize, neutralize_owned, push_visible};
 
 /// The longest tool description shown in an approval prompt, in chars (then `…`).
 pub const MAX_DESCRIPTION_CHARS: usize = 600;
@@ -68,7 +68,7 @@ fn clip(mut text: String, max_chars: usize, suffix: &str) -> String {
 /// A run of three backticks is what opens or closes a fenced code block, so text passed through
 /// this cannot close the fence it is shown in, nor open one of its own. Shorter runs are kept.
 pub fn defuse_fences(text: &str) -> String {
-    if !text.contains("```") {
+    if !has_fence_run(text) {
         return text.to_owned();
     }
     defuse_runs(text)
@@ -76,11 +76,38 @@ pub fn defuse_fences(text: &str) -> String {
 
 /// [`defuse_fences`], keeping `text` itself when it has no run to replace.
 fn defuse_fences_owned(text: String) -> String {
-    if text.contains("```") {
+    if has_fence_run(&text) {
         defuse_runs(&text)
     } else {
         text
     }
+}
+
+/// Whether `text` holds a run of three backticks: `text.contains("```")`, by scanning its
+/// bytes instead of a substring search, which costs more to set up than a short text
+/// costs to scan.
+fn has_fence_run(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    // Most text has no backtick at all, which a scan a block at a time (see
+    // `nothing_to_neutralize`) says at less cost than counting runs byte by byte.
+    let any_backtick = bytes
+        .chunks(BLOCK_BYTES)
+        .any(|block| block.iter().fold(false, |found, &b| found | (b == b'`')));
+    if !any_backtick {
+        return false;
+    }
+    let mut run = 0;
+    for &b in bytes {
+        if b == b'`' {
+            run += 1;
+            if run == 3 {
+                return true;
+            }
+        } else {
+            run = 0;
+        }
+    }
+    false
 }
 
 /// The replacement behind [`defuse_fences`], for text that has a run of three.
@@ -394,6 +421,15 @@ mod tests {
         assert_eq!(defuse_fences("``"), "``");
         assert_eq!(defuse_fences("`````"), "'''");
         assert_eq!(defuse_fences(""), "");
+    }
+
+    #[test]
+    fn a_fence_run_is_three_backticks_in_a_row() {
+        for text in [
+            "", "`", "``", "a``b`c", "``é`", "```", "a```", "x````y", "`` ```",
+        ] {
+            assert_eq!(has_fence_run(text), text.contains("```"), "{text:?}");
+        }
     }
 
     #[test]

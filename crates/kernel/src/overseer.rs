@@ -35,7 +35,7 @@
 //!   ever sends an expired action, whenever the sweep ([`Overseer::expire_due`]) runs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use async_trait::async_trait;
@@ -204,8 +204,8 @@ struct Inner {
     /// than hashing the name at every decision.
     gatekeepers: RwLock<BTreeMap<Arc<str>, Arc<dyn Gatekeeper>>>,
     drains: Mutex<HashMap<Arc<str>, DrainGuard>>,
-    /// Actions being decided right now; a handful at most, so a vector beats a hash set.
-    in_flight: Mutex<Vec<LedgerId>>,
+    /// Actions being decided right now.
+    deciding: Deciding,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// How long a pending action may wait for a decision.
     ttl: RwLock<TimeToLive>,
@@ -249,38 +249,102 @@ pub struct Overseer {
     inner: Arc<Inner>,
 }
 
-/// Releases an action's in-flight slot when the decision ends, however it ends.
-struct InFlight<'a> {
-    inner: &'a Inner,
-    id: LedgerId,
+/// Which actions are being decided right now: one decision at a time per action.
+///
+/// A single decision (a person's, an expiry) claims its action in the table, under the
+/// lock. A drain decides one action after another: it keeps the one it is on in its own
+/// slot, an atomic listed in the table, so moving on to the next action takes no lock
+/// while nothing is claimed.
+///
+/// A claim and a drain may reach for the same action at once. Each first publishes what
+/// it takes (the claim by counting itself in `claims`, the drain in its slot), then looks
+/// for the other; all four accesses are sequentially consistent, so at least one of the
+/// two sees the other. A claim that sees a drain on its action gives up. A drain that
+/// sees a claim counted reads the claims under the lock, where each is either held or
+/// already given up, and gives up if one holds its action. So no action ever has two
+/// deciders.
+#[derive(Default)]
+struct Deciding {
+    table: Mutex<DecidingTable>,
+    /// How many claims are held or being made, for a drain to read without the lock.
+    claims: AtomicUsize,
 }
 
-impl InFlight<'_> {
-    /// Release this action's slot and take `next`'s, in one step: what a drain does
-    /// between one action and the next, with one lock instead of two. Fails, releasing
-    /// this slot all the same, if `next` is being decided.
-    fn pass_to(mut self, next: LedgerId) -> Result<Self, DecisionError> {
-        let mut in_flight = lock(&self.inner.in_flight);
-        if in_flight.contains(&next) {
-            drop(in_flight);
-            return Err(DecisionError::InFlight(next));
-        }
-        match in_flight.iter().position(|id| *id == self.id) {
-            Some(at) => in_flight[at] = next,
-            None => in_flight.push(next),
-        }
-        drop(in_flight);
-        self.id = next;
-        Ok(self)
-    }
+/// What [`Deciding`] keeps under its lock.
+#[derive(Default)]
+struct DecidingTable {
+    /// The claimed actions: a handful at most, so a vector beats a hash set.
+    claimed: Vec<LedgerId>,
+    /// Each running drain's slot: the id of the action it is deciding, 0 for none (ids
+    /// start at 1). Only its drain writes it.
+    drains: Vec<Arc<AtomicU64>>,
+}
+
+/// Releases an action's in-flight slot when the decision ends, however it ends.
+enum InFlight<'a> {
+    /// Claimed in [`DecidingTable::claimed`] ([`Inner::claim`]).
+    Claimed { inner: &'a Inner, id: LedgerId },
+    /// A drain's slot, on the action ([`DrainSlot::take`]).
+    Draining {
+        slot: &'a DrainSlot<'a>,
+        id: LedgerId,
+    },
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        let mut in_flight = lock(&self.inner.in_flight);
-        if let Some(at) = in_flight.iter().position(|id| *id == self.id) {
-            in_flight.swap_remove(at);
+        match self {
+            Self::Claimed { inner, id } => {
+                let mut table = lock(&inner.deciding.table);
+                if let Some(at) = table.claimed.iter().position(|c| c == id) {
+                    table.claimed.swap_remove(at);
+                    inner.deciding.claims.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            // The drain alone writes its slot, so no read-modify-write is needed; a claim
+            // that still sees the action taken gives up, as if it had come first.
+            Self::Draining { slot, id } => {
+                if slot.at.load(Ordering::Relaxed) == id.0 {
+                    slot.at.store(0, Ordering::Release);
+                }
+            }
         }
+    }
+}
+
+/// One drain pass's slot in [`Deciding`]: listed while the pass runs.
+struct DrainSlot<'a> {
+    inner: &'a Inner,
+    at: Arc<AtomicU64>,
+}
+
+impl<'a> DrainSlot<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        let at = Arc::new(AtomicU64::new(0));
+        lock(&inner.deciding.table).drains.push(at.clone());
+        Self { inner, at }
+    }
+
+    /// Take action `id`'s in-flight slot for the length of one decision, leaving the
+    /// action this drain was on. Fails, holding nothing, if a claim holds `id`.
+    fn take(&self, id: LedgerId) -> Result<InFlight<'_>, DecisionError> {
+        // Published before looking for claims: see `Deciding`.
+        self.at.store(id.0, Ordering::SeqCst);
+        let deciding = &self.inner.deciding;
+        if deciding.claims.load(Ordering::SeqCst) > 0 && lock(&deciding.table).claimed.contains(&id)
+        {
+            self.at.store(0, Ordering::Release);
+            return Err(DecisionError::InFlight(id));
+        }
+        Ok(InFlight::Draining { slot: self, id })
+    }
+}
+
+impl Drop for DrainSlot<'_> {
+    fn drop(&mut self) {
+        lock(&self.inner.deciding.table)
+            .drains
+            .retain(|at| !Arc::ptr_eq(at, &self.at));
     }
 }
 
@@ -382,7 +446,7 @@ impl Overseer {
                 clock,
                 gatekeepers: RwLock::new(BTreeMap::new()),
                 drains: Mutex::new(HashMap::new()),
-                in_flight: Mutex::new(Vec::new()),
+                deciding: Deciding::default(),
                 tasks: Mutex::new(Vec::new()),
                 ttl: RwLock::new(TimeToLive::default()),
                 any_ttl: AtomicBool::new(false),
@@ -1096,13 +1160,23 @@ impl Inner {
 
     /// Take the action's in-flight slot for the length of one decision.
     fn claim(&self, id: LedgerId) -> Result<InFlight<'_>, DecisionError> {
-        let mut in_flight = lock(&self.in_flight);
-        if in_flight.contains(&id) {
+        let deciding = &self.deciding;
+        let mut table = lock(&deciding.table);
+        if table.claimed.contains(&id) {
             return Err(DecisionError::InFlight(id));
         }
-        in_flight.push(id);
-        drop(in_flight);
-        Ok(InFlight { inner: self, id })
+        // Counted before looking at the drains: see `Deciding`.
+        deciding.claims.fetch_add(1, Ordering::SeqCst);
+        if table
+            .drains
+            .iter()
+            .any(|at| at.load(Ordering::SeqCst) == id.0)
+        {
+            deciding.claims.fetch_sub(1, Ordering::SeqCst);
+            return Err(DecisionError::InFlight(id));
+        }
+        table.claimed.push(id);
+        Ok(InFlight::Claimed { inner: self, id })
     }
 
     /// Check that an entry is an action a person may still decide.
@@ -1138,7 +1212,7 @@ impl Inner {
     /// the outcome touches no reference count.
     ///
     /// The slot is handed back with the result, however the attempt ended, for the caller
-    /// to release (or, in a drain, to pass on to the next action).
+    /// to release.
     async fn apply_claimed<'s>(
         &'s self,
         slot: InFlight<'s>,
@@ -1376,15 +1450,10 @@ impl Inner {
         let Ok(gatekeeper) = self.gatekeeper(name) else {
             return Ok(());
         };
-        // The slot of the action just applied, passed on to the next one in one step.
-        let mut applied: Option<InFlight<'_>> = None;
+        let drain_slot = DrainSlot::new(self);
         for id in self.store.open_action_ids(name)? {
             // A person deciding this very action holds it: it is a gate until they finish.
-            let claimed = match applied.take() {
-                Some(slot) => slot.pass_to(id),
-                None => self.claim(id),
-            };
-            let Ok(slot) = claimed else {
+            let Ok(slot) = drain_slot.take(id) else {
                 debug!(action = %id, "being decided by a person: drain stops");
                 return Ok(());
             };
@@ -1434,6 +1503,7 @@ impl Inner {
             let (result, slot) = self
                 .apply_claimed(slot, held, name, &*gatekeeper, decider)
                 .await;
+            drop(slot);
             match result {
                 Ok(()) => {}
                 // Another process decided it first: it no longer holds anything back.
@@ -1441,12 +1511,10 @@ impl Inner {
                     debug!(action = %id, "decided elsewhere: drain goes on");
                 }
                 Err(error) => {
-                    drop(slot);
                     warn!(action = %id, %error, "auto-approval stopped");
                     return Ok(());
                 }
             }
-            applied = Some(slot);
         }
         Ok(())
     }

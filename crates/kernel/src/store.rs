@@ -8,10 +8,11 @@
 //! backend that blocks (SQLite) is expected to be fast enough to call from a task. The
 //! Overseer never holds a store call across an `.await`.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::contract::DriverActionId;
@@ -118,7 +119,6 @@ struct Tables {
     /// So closing an action (every apply, rejection and expiry) costs nothing here.
     open: BTreeMap<Arc<str>, Vec<LedgerId>>,
     by_driver: BTreeMap<Arc<str>, BTreeMap<DriverActionId, LedgerId>>,
-    rules: BTreeMap<String, BTreeMap<String, Arc<AutoApprovalRule>>>,
 }
 
 /// The value kept for `gatekeeper` in `map`, made empty if there is none yet. The name is
@@ -182,10 +182,97 @@ impl Tables {
     }
 }
 
+/// The auto-approval rules, per gatekeeper then tag.
+type Rules = BTreeMap<String, BTreeMap<String, Arc<AutoApprovalRule>>>;
+
+/// A ledger's rules, read without a lock while they do not change.
+///
+/// The drain asks for a rule before every action it applies, and rules change rarely. So
+/// each thread keeps the rules it last read ([`RULES_READ`]) with their version, and reads
+/// them again, under the lock, only once the version has moved. The rules are never
+/// changed in place while a thread keeps them: a change makes its own copy. A change is
+/// seen by every read that starts after it returns, as with a lock around each read.
+struct RuleBook {
+    /// Tells this ledger's rules from another's in a thread's copy.
+    ledger: u64,
+    /// Bumped, under the lock, by every change of the rules.
+    version: AtomicU64,
+    rules: Mutex<Arc<Rules>>,
+}
+
+/// The rules of one ledger as one thread last read them.
+struct RulesRead {
+    ledger: u64,
+    version: u64,
+    rules: Arc<Rules>,
+}
+
+thread_local! {
+    /// This thread's copy of the rules of the ledger it last read rules from (one ledger
+    /// at a time: reading another's replaces it).
+    static RULES_READ: RefCell<Option<RulesRead>> = const { RefCell::new(None) };
+}
+
+impl Default for RuleBook {
+    fn default() -> Self {
+        static LEDGERS: AtomicU64 = AtomicU64::new(0);
+        Self {
+            ledger: LEDGERS.fetch_add(1, Ordering::Relaxed),
+            version: AtomicU64::new(0),
+            rules: Mutex::default(),
+        }
+    }
+}
+
+impl RuleBook {
+    fn lock(&self) -> MutexGuard<'_, Arc<Rules>> {
+        // Every change is one map operation, so a poisoned lock is still consistent.
+        self.rules
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Change the rules with `change`, and bump their version.
+    fn change<T>(&self, change: impl FnOnce(&mut Rules) -> T) -> T {
+        let mut rules = self.lock();
+        let changed = change(Arc::make_mut(&mut rules));
+        self.version.fetch_add(1, Ordering::Release);
+        changed
+    }
+
+    /// Read the rules with `read`: this thread's copy if their version has not moved since
+    /// it was taken, else the rules under the lock (kept as this thread's copy).
+    fn read<T>(&self, read: impl Fn(&Rules) -> T) -> T {
+        let version = self.version.load(Ordering::Acquire);
+        RULES_READ
+            .try_with(|kept| {
+                let mut kept = kept.borrow_mut();
+                match &*kept {
+                    Some(k) if k.ledger == self.ledger && k.version == version => read(&k.rules),
+                    _ => read(&kept.insert(self.take()).rules),
+                }
+            })
+            // The thread is ending and its copy is gone: read under the lock.
+            .unwrap_or_else(|_| read(&self.take().rules))
+    }
+
+    /// The rules and their version, as one (both under the lock).
+    fn take(&self) -> RulesRead {
+        let rules = self.lock();
+        RulesRead {
+            ledger: self.ledger,
+            version: self.version.load(Ordering::Relaxed),
+            rules: Arc::clone(&rules),
+        }
+    }
+}
+
 /// The default store: everything in memory, gone when the process ends.
 #[derive(Default)]
 pub struct MemoryLedger {
     tables: Mutex<Tables>,
+    /// Outside the tables' lock: the drain reads a rule before every apply.
+    rules: RuleBook,
     /// The lockdown latch, outside the tables' lock: it is read before every apply and
     /// submission, and only ever goes from `false` to `true`.
     locked_down: AtomicBool,
@@ -282,20 +369,22 @@ impl LedgerStore for MemoryLedger {
     }
 
     fn put_rule(&self, rule: &AutoApprovalRule) -> Result<(), StorageError> {
-        self.tables()
-            .rules
-            .entry(rule.gatekeeper.clone())
-            .or_default()
-            .insert(rule.kind.tag.clone(), Arc::new(rule.clone()));
+        let stored = Arc::new(rule.clone());
+        self.rules.change(|rules| {
+            rules
+                .entry(rule.gatekeeper.clone())
+                .or_default()
+                .insert(rule.kind.tag.clone(), stored);
+        });
         Ok(())
     }
 
     fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, StorageError> {
-        let mut tables = self.tables();
-        let Some(rules) = tables.rules.get_mut(gatekeeper) else {
-            return Ok(false);
-        };
-        Ok(rules.remove(tag).is_some())
+        Ok(self.rules.change(|rules| {
+            rules
+                .get_mut(gatekeeper)
+                .is_some_and(|rules| rules.remove(tag).is_some())
+        }))
     }
 
     fn rule(
@@ -303,21 +392,21 @@ impl LedgerStore for MemoryLedger {
         gatekeeper: &str,
         tag: &str,
     ) -> Result<Option<Arc<AutoApprovalRule>>, StorageError> {
-        let tables = self.tables();
-        Ok(tables
-            .rules
-            .get(gatekeeper)
-            .and_then(|rules| rules.get(tag))
-            .cloned())
+        Ok(self.rules.read(|rules| {
+            rules
+                .get(gatekeeper)
+                .and_then(|rules| rules.get(tag))
+                .cloned()
+        }))
     }
 
     fn rules(&self) -> Result<Vec<AutoApprovalRule>, StorageError> {
-        let tables = self.tables();
-        Ok(tables
-            .rules
-            .values()
-            .flat_map(|rules| rules.values().map(|rule| AutoApprovalRule::clone(rule)))
-            .collect())
+        Ok(self.rules.read(|rules| {
+            rules
+                .values()
+                .flat_map(|rules| rules.values().map(|rule| AutoApprovalRule::clone(rule)))
+                .collect()
+        }))
     }
 
     fn latch_lockdown(&self) -> Result<(), StorageError> {
@@ -327,5 +416,67 @@ impl LedgerStore for MemoryLedger {
 
     fn locked_down(&self) -> Result<bool, StorageError> {
         Ok(self.locked_down.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::contract::ActionKind;
+
+    fn rule(tag: &str, by: &str) -> AutoApprovalRule {
+        AutoApprovalRule {
+            gatekeeper: "issues".to_owned(),
+            kind: ActionKind::new(tag, tag),
+            enabled_by: by.to_owned(),
+        }
+    }
+
+    fn enabled_by(ledger: &MemoryLedger, tag: &str) -> Option<String> {
+        let rule = ledger.rule("issues", tag).unwrap();
+        rule.map(|rule| rule.enabled_by.clone())
+    }
+
+    #[test]
+    fn a_rule_change_is_seen_by_a_thread_that_read_the_rules_before() {
+        let ledger = MemoryLedger::new();
+        ledger.put_rule(&rule("addLabel", "alice")).unwrap();
+        let (seen, reads) = mpsc::channel();
+        let (changed, changes) = mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            let ledger = &ledger;
+            // Reads the rule, then again after each change.
+            scope.spawn(move || {
+                seen.send(enabled_by(ledger, "addLabel")).unwrap();
+                while changes.recv().is_ok() {
+                    seen.send(enabled_by(ledger, "addLabel")).unwrap();
+                }
+            });
+            assert_eq!(reads.recv().unwrap().as_deref(), Some("alice"));
+            ledger.put_rule(&rule("addLabel", "bob")).unwrap();
+            changed.send(()).unwrap();
+            assert_eq!(reads.recv().unwrap().as_deref(), Some("bob"));
+            assert!(ledger.remove_rule("issues", "addLabel").unwrap());
+            changed.send(()).unwrap();
+            assert_eq!(reads.recv().unwrap(), None);
+            drop(changed);
+        });
+        assert!(!ledger.remove_rule("issues", "addLabel").unwrap());
+        assert!(ledger.rules().unwrap().is_empty());
+    }
+
+    #[test]
+    fn two_ledgers_read_on_one_thread_keep_their_own_rules() {
+        let (one, two) = (MemoryLedger::new(), MemoryLedger::new());
+        one.put_rule(&rule("addLabel", "alice")).unwrap();
+        for _ in 0..2 {
+            assert_eq!(enabled_by(&one, "addLabel").as_deref(), Some("alice"));
+            assert_eq!(enabled_by(&two, "addLabel"), None);
+        }
+        two.put_rule(&rule("addLabel", "bob")).unwrap();
+        assert_eq!(enabled_by(&one, "addLabel").as_deref(), Some("alice"));
+        assert_eq!(enabled_by(&two, "addLabel").as_deref(), Some("bob"));
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kernel::{ActionState, GatekeeperError};
+use kernel::{ActionState, DecisionError, GatekeeperError};
 
 use crate::support::{label_kind, setup, state, submit};
 
@@ -137,6 +137,90 @@ async fn work_submitted_while_a_drain_is_parked_is_applied_by_the_rerun() {
     assert_eq!(state(&overseer, first), ActionState::Approved);
     assert_eq!(state(&overseer, second), ActionState::Approved);
     assert_eq!(gatekeeper.applied(), vec![1, 2]);
+}
+
+#[tokio::test]
+async fn a_person_cannot_decide_the_action_a_drain_is_applying() {
+    let (overseer, gatekeeper, queue) = setup();
+    let id = submit(&queue, 1, true).await;
+    let (entered, release) = gatekeeper.park(1);
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
+    entered.notified().await;
+    assert_eq!(
+        overseer.approve(id, "bob").await.unwrap_err(),
+        DecisionError::InFlight(id)
+    );
+    assert_eq!(
+        overseer.reject(id, "bob").await.unwrap_err(),
+        DecisionError::InFlight(id)
+    );
+    release.notify_one();
+    overseer.settle().await;
+    assert_eq!(state(&overseer, id), ActionState::Approved);
+    assert_eq!(gatekeeper.times_applied(1), 1);
+}
+
+#[tokio::test]
+async fn a_drain_stops_at_the_action_a_person_is_deciding_and_goes_on_after() {
+    let (overseer, gatekeeper, queue) = setup();
+    let first = submit(&queue, 1, true).await;
+    let second = submit(&queue, 2, true).await;
+    let (entered, release) = gatekeeper.park(1);
+    let person = {
+        let overseer = overseer.clone();
+        tokio::spawn(async move { overseer.approve(first, "bob").await })
+    };
+    entered.notified().await;
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
+    overseer.settle().await;
+    assert_eq!(state(&overseer, second), ActionState::Pending);
+    release.notify_one();
+    person.await.unwrap().unwrap();
+    overseer.settle().await;
+    let entry = overseer.entry(first).unwrap().unwrap();
+    let resolution = entry.action().unwrap().resolution.clone().unwrap();
+    assert_eq!((resolution.by.as_str(), resolution.auto), ("bob", false));
+    assert_eq!(state(&overseer, second), ActionState::Approved);
+    assert_eq!(gatekeeper.applied(), vec![1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_and_drains_reaching_for_the_same_actions_apply_each_once() {
+    let (overseer, gatekeeper, queue) = setup();
+    let mut ids = Vec::new();
+    for driver in 1..=200 {
+        ids.push(submit(&queue, driver, true).await);
+    }
+    // People approve every action, some in the drains' order, some against it, while
+    // the rule drains them (and each approval starts another drain).
+    let mut people = Vec::new();
+    for person in 0..4 {
+        let overseer = overseer.clone();
+        let mut ids = ids.clone();
+        if person % 2 == 1 {
+            ids.reverse();
+        }
+        people.push(tokio::spawn(async move {
+            for id in ids {
+                let _ = overseer.approve(id, "bob").await;
+            }
+        }));
+    }
+    overseer
+        .enable_rule("issues", label_kind(), "alice")
+        .unwrap();
+    for person in people {
+        person.await.unwrap();
+    }
+    overseer.settle().await;
+    for driver in 1..=200 {
+        assert_eq!(gatekeeper.times_applied(driver), 1, "action {driver}");
+    }
+    assert!(overseer.open_actions().unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

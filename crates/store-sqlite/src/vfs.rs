@@ -273,23 +273,6 @@ unsafe extern "C" fn log_close(file: *mut ffi::sqlite3_file) -> c_int {
     }
 }
 
-unsafe extern "C" fn log_read(
-    file: *mut ffi::sqlite3_file,
-    buf: *mut c_void,
-    amount: c_int,
-    offset: i64,
-) -> c_int {
-    // SAFETY: `file` is a log opened by `open`; the arguments are SQLite's, passed on.
-    unsafe {
-        let handed = LogFile::hand_over(file);
-        if handed != ffi::SQLITE_OK {
-            return handed;
-        }
-        let (real, read) = real_method!(file, xRead, ffi::SQLITE_IOERR_READ);
-        read(real, buf, amount, offset)
-    }
-}
-
 unsafe extern "C" fn log_write(
     file: *mut ffi::sqlite3_file,
     buf: *const c_void,
@@ -352,6 +335,7 @@ macro_rules! handed_over_then {
     };
 }
 
+handed_over_then!(log_read, xRead, ffi::SQLITE_IOERR_READ, (buf: *mut c_void, amount: c_int, offset: i64));
 handed_over_then!(log_truncate, xTruncate, ffi::SQLITE_IOERR_TRUNCATE, (size: i64));
 handed_over_then!(log_sync, xSync, ffi::SQLITE_IOERR_FSYNC, (flags: c_int));
 handed_over_then!(log_file_size, xFileSize, ffi::SQLITE_IOERR_FSTAT, (size: *mut i64));

@@ -5,7 +5,7 @@ use kernel::{
     LedgerId, ObservationDescription,
 };
 
-use crate::support::{setup, state, submit};
+use crate::support::{both_decisions_refused_in_flight, setup, state, submit};
 
 #[tokio::test]
 async fn approve_applies_once_and_records_who_and_when() {
@@ -304,14 +304,7 @@ async fn a_second_decision_while_one_is_in_flight_is_refused() {
         tokio::spawn(async move { overseer.approve(id, "alice").await })
     };
     entered.notified().await;
-    assert_eq!(
-        overseer.approve(id, "bob").await.unwrap_err(),
-        DecisionError::InFlight(id)
-    );
-    assert_eq!(
-        overseer.reject(id, "bob").await.unwrap_err(),
-        DecisionError::InFlight(id)
-    );
+    both_decisions_refused_in_flight(&overseer, id).await;
     release.notify_one();
     first.await.unwrap().unwrap();
     assert_eq!(gatekeeper.times_applied(1), 1);

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use kernel::{ActionState, DecisionError, GatekeeperError};
+use kernel::{ActionState, GatekeeperError};
 
-use crate::support::{label_kind, setup, state, submit};
+use crate::support::{both_decisions_refused_in_flight, label_kind, setup, state, submit};
 
 #[tokio::test]
 async fn each_key_alone_applies_nothing() {
@@ -148,14 +148,7 @@ async fn a_person_cannot_decide_the_action_a_drain_is_applying() {
         .enable_rule("issues", label_kind(), "alice")
         .unwrap();
     entered.notified().await;
-    assert_eq!(
-        overseer.approve(id, "bob").await.unwrap_err(),
-        DecisionError::InFlight(id)
-    );
-    assert_eq!(
-        overseer.reject(id, "bob").await.unwrap_err(),
-        DecisionError::InFlight(id)
-    );
+    both_decisions_refused_in_flight(&overseer, id).await;
     release.notify_one();
     overseer.settle().await;
     assert_eq!(state(&overseer, id), ActionState::Approved);

@@ -245,3 +245,16 @@ pub async fn submit(queue: &Arc<dyn ApprovalQueue>, driver: u64, auto: bool) -> 
 pub fn state(overseer: &Overseer, id: LedgerId) -> kernel::ActionState {
     overseer.entry(id).unwrap().unwrap().action().unwrap().state
 }
+
+/// Neither a person's approval nor their rejection of `id` is taken while another decision
+/// of it is under way.
+pub async fn both_decisions_refused_in_flight(overseer: &Overseer, id: LedgerId) {
+    assert_eq!(
+        overseer.approve(id, "bob").await.unwrap_err(),
+        kernel::DecisionError::InFlight(id)
+    );
+    assert_eq!(
+        overseer.reject(id, "bob").await.unwrap_err(),
+        kernel::DecisionError::InFlight(id)
+    );
+}

@@ -12,10 +12,8 @@
 //! The agent later asks [`Session::get_action_result`]; an applied result is itself an
 //! observation, authorized each time it is handed over.
 
-use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use kernel::deadline::{Bounded, Ended, Human};
 use kernel::{
@@ -31,7 +29,7 @@ use crate::classify::{ClassifiedBy, Mode};
 use crate::gatekeeper::{ToolEntry, ToolGatekeeper};
 use crate::service::{CallError, ToolResult};
 use crate::simulate::PendingCall;
-use crate::store::{ActionState, StageError, StorageError};
+use crate::store::{ActionState, IdSet, StageError, StorageError};
 
 /// What a call returned.
 #[derive(Debug, Clone, PartialEq)]
@@ -202,12 +200,9 @@ struct SessionInner {
     /// gatekeeper's current catalog at every call, so a session follows a catalog a person
     /// accepted later; a granted tool that catalog lacks is not callable.
     allowed: Vec<Arc<str>>,
-    /// Pending actions some read of this session showed as done.
-    shown: Mutex<BTreeSet<DriverActionId>>,
-    /// Whether `shown` holds any, set under its lock (it only grows): every action staged
-    /// asks, and until a read shows one (without a simulator, never) the answer takes no
-    /// lock.
-    any_shown: AtomicBool,
+    /// Pending actions some read of this session showed as done. Every action staged
+    /// asks; until a read shows one (without a simulator, never) it is empty.
+    shown: IdSet,
 }
 
 /// The agent's handle on one grant. Cheap to clone; clones share what reads have shown.
@@ -236,8 +231,7 @@ impl Session {
                 gatekeeper,
                 queue,
                 allowed,
-                shown: Mutex::new(BTreeSet::new()),
-                any_shown: AtomicBool::new(false),
+                shown: IdSet::default(),
             }),
         }
     }
@@ -251,17 +245,10 @@ impl Session {
         self.inner.allowed.iter().map(|name| &**name).collect()
     }
 
-    fn shown(&self) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
-        self.inner.shown.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// The pending actions earlier reads of this session showed as done; actions staged
     /// now depend on them.
     pub fn shown_actions(&self) -> Vec<DriverActionId> {
-        if !self.inner.any_shown.load(Ordering::Acquire) {
-            return Vec::new();
-        }
-        self.shown().iter().copied().collect()
+        self.inner.shown.ids()
     }
 
     fn granted(&self, tool: &str) -> Option<Arc<ToolEntry>> {
@@ -346,10 +333,7 @@ impl Session {
             .map_err(SessionError::Observation)?;
         // Only now has the agent seen the simulated actions.
         if !shown.is_empty() {
-            let mut all = self.shown();
-            all.extend(shown.iter().copied());
-            self.inner.any_shown.store(true, Ordering::Release);
-            drop(all);
+            self.inner.shown.extend(shown.iter().copied());
             gk.note_shown(&shown);
         }
         Ok(CallOutcome::Data {

@@ -890,28 +890,34 @@ pub struct ActionStore {
     clock: Arc<dyn Clock>,
     /// Claims this store took whose attempt ended without settling them (see the module
     /// docs); settled as interrupted at the store's next use.
-    stranded: Arc<Stranded>,
+    stranded: Arc<IdSet>,
 }
 
-/// The claims of a store (and its clones) whose attempt ended without an outcome.
+/// A set of action ids that is asked far more often than it holds any: the stranded
+/// claims of a store (and its clones), the actions a session's reads showed. Whether it
+/// holds any is kept in step under its lock, so while it is empty (the usual case) asking
+/// takes no lock.
 #[derive(Debug, Default)]
-struct Stranded {
+pub(crate) struct IdSet {
     ids: Mutex<BTreeSet<DriverActionId>>,
-    /// Whether `ids` holds any, kept in step under its lock: every use of the store asks,
-    /// and while none is stranded (the usual case) the answer takes no lock.
     any: AtomicBool,
 }
 
-impl Stranded {
+impl IdSet {
     fn lock(&self) -> MutexGuard<'_, BTreeSet<DriverActionId>> {
-        // Inserting or removing one id cannot leave the set half-changed.
+        // Inserting or removing ids cannot leave the set half-changed.
         self.ids.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn insert(&self, id: DriverActionId) {
-        let mut ids = self.lock();
-        ids.insert(id);
-        self.any.store(true, Ordering::Release);
+        self.extend([id]);
+    }
+
+    /// Add `ids`.
+    pub(crate) fn extend(&self, ids: impl IntoIterator<Item = DriverActionId>) {
+        let mut set = self.lock();
+        set.extend(ids);
+        self.any.store(!set.is_empty(), Ordering::Release);
     }
 
     fn remove(&self, id: DriverActionId) {
@@ -920,8 +926,8 @@ impl Stranded {
         self.any.store(!ids.is_empty(), Ordering::Release);
     }
 
-    /// The stranded claims now, in ascending id.
-    fn ids(&self) -> Vec<DriverActionId> {
+    /// The ids now, ascending.
+    pub(crate) fn ids(&self) -> Vec<DriverActionId> {
         if !self.any.load(Ordering::Acquire) {
             return Vec::new();
         }
@@ -933,7 +939,7 @@ impl Stranded {
 /// apply's future dropped or unwound, or the outcome not written), it marks the claim
 /// stranded.
 struct ClaimGuard<'a> {
-    stranded: &'a Stranded,
+    stranded: &'a IdSet,
     id: DriverActionId,
     settled: bool,
 }

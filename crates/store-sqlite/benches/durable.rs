@@ -59,8 +59,8 @@ use serde_json::json;
 use store_sqlite::Database;
 use support::{Rig, TempDir};
 
-/// (total time, iterations, commits, syncs) per benchmark, for the summary.
-type Tally = (&'static str, Duration, u64, u64, u64);
+/// (total time, iterations, commits, syncs, processor time) per benchmark, for the summary.
+type Tally = (&'static str, Duration, u64, u64, u64, Duration);
 static TALLY: Mutex<Vec<Tally>> = Mutex::new(Vec::new());
 
 /// Processor time used by the whole process (every thread, living or ended), from
@@ -79,15 +79,19 @@ fn cpu_time() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// Processor time per benchmark, for the summary.
-static CPU: Mutex<Vec<(&'static str, Duration)>> = Mutex::new(Vec::new());
+/// The entry of `name` in the tally, made empty if there is none yet.
+fn entry<'t>(tally: &'t mut Vec<Tally>, name: &'static str) -> &'t mut Tally {
+    match tally.iter().position(|t| t.0 == name) {
+        Some(at) => &mut tally[at],
+        None => {
+            tally.push((name, Duration::ZERO, 0, 0, 0, Duration::ZERO));
+            tally.last_mut().expect("pushed above")
+        }
+    }
+}
 
 fn tally_cpu(name: &'static str, cpu: Duration) {
-    let mut all = CPU.lock().unwrap();
-    match all.iter_mut().find(|t| t.0 == name) {
-        Some(t) => t.1 += cpu,
-        None => all.push((name, cpu)),
-    }
+    entry(&mut TALLY.lock().unwrap(), name).5 += cpu;
 }
 
 fn tally(name: &'static str, elapsed: Duration, iterations: u64, commits: u64) {
@@ -96,15 +100,11 @@ fn tally(name: &'static str, elapsed: Duration, iterations: u64, commits: u64) {
 
 fn tally_syncs(name: &'static str, elapsed: Duration, iterations: u64, commits: u64, syncs: u64) {
     let mut tally = TALLY.lock().unwrap();
-    match tally.iter_mut().find(|t| t.0 == name) {
-        Some(t) => {
-            t.1 += elapsed;
-            t.2 += iterations;
-            t.3 += commits;
-            t.4 += syncs;
-        }
-        None => tally.push((name, elapsed, iterations, commits, syncs)),
-    }
+    let t = entry(&mut tally, name);
+    t.1 += elapsed;
+    t.2 += iterations;
+    t.3 += commits;
+    t.4 += syncs;
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -620,12 +620,11 @@ fn summary(_: &mut Criterion) {
             .find(|t| t.0 == name)
             .map(|t| t.4 as f64 / t.2.max(1) as f64)
     };
-    let cpu = CPU.lock().unwrap().clone();
     let cpu_per = |name: &str| {
-        let iterations = tally.iter().find(|t| t.0 == name).map_or(0, |t| t.2);
-        cpu.iter().find(|t| t.0 == name).map_or(f64::NAN, |t| {
-            t.1.as_secs_f64() * 1e6 / iterations.max(1) as f64
-        })
+        tally
+            .iter()
+            .find(|t| t.0 == name)
+            .map_or(f64::NAN, |t| t.5.as_secs_f64() * 1e6 / t.2.max(1) as f64)
     };
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!("\nstore-sqlite summary (means over every timed iteration, warm-up included)");

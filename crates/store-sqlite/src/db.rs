@@ -1534,9 +1534,7 @@ mod tests {
     }
 
     fn temp_db(label: &str) -> (PathBuf, Database) {
-        let dir = std::env::temp_dir().join(format!("store-sqlite-{label}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::temp_dir(label);
         let db = Database::open(dir.join("gate.db")).unwrap();
         (dir, db)
     }

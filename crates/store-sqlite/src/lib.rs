@@ -105,6 +105,15 @@ mod schema;
 mod session;
 mod vfs;
 
+/// A fresh, empty directory for one unit test, named after `label` and this process.
+#[cfg(test)]
+fn temp_dir(label: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("store-sqlite-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 use std::sync::Arc;
 
 pub use actions::SqliteActionStorage;

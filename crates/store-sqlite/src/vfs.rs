@@ -32,13 +32,13 @@
 
 #![allow(unsafe_code)]
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::sync::OnceLock;
 
 use rusqlite::ffi;
 
 /// The name this layer is registered under.
-pub(crate) const NAME: &str = "gatekeeper-wal-gather";
+pub(crate) const NAME: &CStr = c"gatekeeper-wal-gather";
 
 /// The most bytes gathered before they are written anyway.
 const GATHERED_MAX: usize = 1 << 20;
@@ -72,7 +72,7 @@ static REGISTERED: OnceLock<Result<Registered, String>> = OnceLock::new();
 
 /// Register this layer with SQLite (once per process); returns its name to open a
 /// connection with, or why it could not be registered.
-pub(crate) fn register() -> Result<&'static str, String> {
+pub(crate) fn register() -> Result<&'static CStr, String> {
     REGISTERED
         .get_or_init(|| {
             // SAFETY: `sqlite3_vfs_find(NULL)` returns the default layer, which SQLite keeps
@@ -85,7 +85,7 @@ pub(crate) fn register() -> Result<&'static str, String> {
                 }
                 let mut ours = *real;
                 ours.pNext = std::ptr::null_mut();
-                ours.zName = c"gatekeeper-wal-gather".as_ptr();
+                ours.zName = NAME.as_ptr();
                 ours.szOsFile = c_int::try_from(LogFile::REAL_AT)
                     .expect("the wrapper is small")
                     .saturating_add((*real).szOsFile.max(0));
@@ -292,7 +292,7 @@ unsafe extern "C" fn log_write(
         let contiguous = this.gathered.is_empty()
             || i64::try_from(this.gathered.len())
                 .is_ok_and(|gathered| this.start.checked_add(gathered) == Some(offset));
-        if this.completes_commit || !contiguous {
+        if !contiguous {
             let handed = LogFile::hand_over(file);
             if handed != ffi::SQLITE_OK {
                 return handed;
@@ -300,7 +300,8 @@ unsafe extern "C" fn log_write(
         }
         if std::mem::take(&mut this.completes_commit) {
             // The page of a commit frame whose header (and everything before it) is
-            // written: straight through, so the commit is whole before SQLite publishes it.
+            // written, so nothing is gathered: straight through, so the commit is whole
+            // before SQLite publishes it.
             let (real, write) = real_method!(file, xWrite, ffi::SQLITE_IOERR_WRITE);
             counted();
             return write(real, buf, amount, offset);
@@ -366,16 +367,9 @@ passed_on!(log_device_characteristics, xDeviceCharacteristics, 0, ());
 mod tests {
     use super::*;
     use rusqlite::{Connection, OpenFlags};
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
-    /// A fresh directory for one test.
-    fn temp_dir(label: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("store-sqlite-vfs-{label}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
+    use crate::temp_dir;
 
     /// A connection through this layer, in WAL mode as the store runs it.
     fn gathering(path: &Path) -> Connection {
@@ -420,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_commit_of_many_pages_reaches_the_log_in_two_writes() {
-        let dir = temp_dir("two-writes");
+        let dir = temp_dir("vfs-two-writes");
         let db = gathering(&dir.join("t.db"));
         insert(&db, 0, 10);
         let before = writes();
@@ -440,7 +434,7 @@ mod tests {
 
     #[test]
     fn every_commit_is_seen_at_once_by_a_connection_of_the_default_layer() {
-        let dir = temp_dir("seen");
+        let dir = temp_dir("vfs-seen");
         let path = dir.join("t.db");
         let db = gathering(&path);
         let other = Connection::open(&path).unwrap();
@@ -456,7 +450,7 @@ mod tests {
 
     #[test]
     fn large_spilled_and_rewritten_transactions_commit_whole_and_roll_back_clean() {
-        let dir = temp_dir("spilled");
+        let dir = temp_dir("vfs-spilled");
         let path = dir.join("t.db");
         let db = gathering(&path);
         // A tiny page cache: a large transaction writes frames to the log before its

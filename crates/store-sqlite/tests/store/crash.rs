@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -151,6 +151,15 @@ fn soak_and_seed(what: &str, default: u64) -> (u64, Rng) {
     (kills_wanted, Rng(seed))
 }
 
+/// A fresh directory with the database path in it, and both as the worker's arguments.
+fn worker_files(label: &str) -> (TempDir, PathBuf, String, String) {
+    let dir = TempDir::new(label);
+    let db = dir.join("gate.db");
+    let db_arg = db.to_str().unwrap().to_owned();
+    let dir_arg = dir.join("").to_str().unwrap().to_owned();
+    (dir, db, db_arg, dir_arg)
+}
+
 #[test]
 fn killed_workers_never_send_twice_and_lose_nothing() {
     let (kills_wanted, mut rng) = soak_and_seed("crash test", 60);
@@ -158,12 +167,7 @@ fn killed_workers_never_send_twice_and_lose_nothing() {
     // work left to be killed in.
     let mut total = 2 * kills_wanted + 20;
 
-    let dir = TempDir::new("crash");
-    let db = dir.join("gate.db");
-    let (db_arg, dir_arg) = (
-        db.to_str().unwrap().to_owned(),
-        dir.join("").to_str().unwrap().to_owned(),
-    );
+    let (dir, db, db_arg, dir_arg) = worker_files("crash");
     let mut kills: BTreeMap<String, u64> = BTreeMap::new();
     let mut lives = 0;
     let started = Instant::now();
@@ -318,12 +322,7 @@ fn one_process_stages_while_another_decides() {
 fn killed_concurrent_agents_never_send_twice_and_lose_nothing() {
     let (kills_wanted, mut rng) = soak_and_seed("concurrent crash test", 20);
     let mut total = 8 * kills_wanted + 40;
-    let dir = TempDir::new("crash-agents");
-    let db = dir.join("gate.db");
-    let (db_arg, dir_arg) = (
-        db.to_str().unwrap().to_owned(),
-        dir.join("").to_str().unwrap().to_owned(),
-    );
+    let (dir, db, db_arg, dir_arg) = worker_files("crash-agents");
     let started = Instant::now();
     let (mut killed, mut lives) = (0, 0);
     while killed < kills_wanted {

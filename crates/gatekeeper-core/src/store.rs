@@ -21,7 +21,10 @@
 //! - At most [`MAX_OPEN_ACTIONS`] calls are open per store: pending, applying, or failed
 //!   in a way a person may retry (the same "open" as the kernel's ledger: such a call still
 //!   waits for a person). The newest [`RETAINED_FINAL_ACTIONS`] final records are kept;
-//!   open records are never pruned. So a store holds at most 150 records per gatekeeper.
+//!   older ones are pruned when a store opens and then at every [`PRUNE_EVERY`]th call it
+//!   settles, so at most `PRUNE_EVERY - 1` more wait for the next prune. Open records are
+//!   never pruned. So a store written by one process holds at most 165 records per
+//!   gatekeeper.
 //!
 //! This is *at most once*, not exactly once: when the outcome is unknown, the store prefers
 //! losing a result to repeating a write.
@@ -67,7 +70,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -92,6 +95,11 @@ pub const MAX_OPEN_ACTIONS: usize = 50;
 pub const MAX_RESULT_BYTES: usize = 128 * 1024;
 /// How many final records (applied, rejected, failed for good) are kept, newest by id.
 pub const RETAINED_FINAL_ACTIONS: usize = 100;
+/// How many calls a store settles between two prunes of its final records (see the
+/// module docs). A prune looks at the store and deletes; doing it once per call settled
+/// cost a durable store one more read and one more write per action, and touched the
+/// pages of the oldest record each time.
+pub const PRUNE_EVERY: usize = 16;
 
 /// The failure text of a call whose outcome is unknown after it was sent.
 pub const OUTCOME_UNKNOWN_MESSAGE: &str = "This call failed after it had been sent, so it may or may not have taken effect. Check the service before staging it again.";
@@ -891,6 +899,8 @@ pub struct ActionStore {
     /// Claims this store took whose attempt ended without settling them (see the module
     /// docs); settled as interrupted at the store's next use.
     stranded: Arc<IdSet>,
+    /// Calls settled by this store and its clones (see [`PRUNE_EVERY`]).
+    settled: Arc<AtomicUsize>,
 }
 
 /// A set of action ids that is asked far more often than it holds any: the stranded
@@ -978,6 +988,7 @@ impl ActionStore {
             storage,
             clock,
             stranded: Arc::default(),
+            settled: Arc::default(),
         };
         store.prune().await?;
         Ok(store)
@@ -989,6 +1000,7 @@ impl ActionStore {
             storage: Arc::new(MemoryActionStorage::new()),
             clock,
             stranded: Arc::default(),
+            settled: Arc::default(),
         }
     }
 
@@ -1167,9 +1179,7 @@ impl ActionStore {
         }
 
         // Step 6.
-        if let Err(error) = self.prune().await {
-            warn!(%error, "action.prune.failed");
-        }
+        self.settled().await;
         result
     }
 
@@ -1188,9 +1198,7 @@ impl ActionStore {
             let was = record.state.tag();
             if self.storage.compare_and_set(was, &rejected).await? {
                 info!(action = %id, %was, "action.rejected");
-                if let Err(error) = self.prune().await {
-                    warn!(%error, "action.prune.failed");
-                }
+                self.settled().await;
                 return Ok(Rejection::Rejected { was });
             }
         }
@@ -1213,6 +1221,17 @@ impl ActionStore {
     pub async fn count_open(&self) -> Result<usize, StorageError> {
         self.settle_stranded().await;
         self.storage.count_open().await
+    }
+
+    /// A call was settled: every [`PRUNE_EVERY`]th time, prune. A failed prune is logged;
+    /// the next one finishes the job.
+    async fn settled(&self) {
+        let settled = self.settled.fetch_add(1, Ordering::Relaxed) + 1;
+        if settled.is_multiple_of(PRUNE_EVERY)
+            && let Err(error) = self.prune().await
+        {
+            warn!(%error, "action.prune.failed");
+        }
     }
 
     async fn prune(&self) -> Result<(), StorageError> {

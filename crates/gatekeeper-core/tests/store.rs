@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use common::{FakeService, FaultyStorage, clock};
 use gatekeeper_core::store::{
-    INTERRUPTED_MESSAGE, MAX_ARGUMENT_BYTES, OUTCOME_UNKNOWN_MESSAGE, RETAINED_FINAL_ACTIONS,
+    INTERRUPTED_MESSAGE, MAX_ARGUMENT_BYTES, OUTCOME_UNKNOWN_MESSAGE, PRUNE_EVERY,
+    RETAINED_FINAL_ACTIONS,
 };
 use gatekeeper_core::{
     ActionState, ActionStorage, ActionStore, Applied, ApplyError, CallError, Discard,
@@ -248,7 +249,7 @@ async fn a_result_over_128_kib_is_replaced_by_a_note_and_still_applied() {
 }
 
 #[tokio::test]
-async fn retention_prunes_only_final_records_beyond_the_newest_hundred() {
+async fn retention_prunes_only_final_records_beyond_the_newest_hundred_every_sixteenth_settle() {
     let storage = MemoryActionStorage::new();
     let store = open(&storage).await;
     let service = FakeService::new();
@@ -256,19 +257,44 @@ async fn retention_prunes_only_final_records_beyond_the_newest_hundred() {
     let retryable = store.stage("write", json!({})).await.expect("staged");
     service.reply_next(Err(CallError::Declined("no".into())));
     let _ = store.apply(retryable, service.as_ref()).await.unwrap_err();
+    // The failed apply was the first call settled; each rejection below is one more.
+    let mut settled = 1;
     let mut finals = Vec::new();
-    for _ in 0..(RETAINED_FINAL_ACTIONS + 20) {
+    let mut pruned_to_the_limit = 0;
+    for _ in 0..(RETAINED_FINAL_ACTIONS + 3 * PRUNE_EVERY) {
         let id = store.stage("write", json!({})).await.expect("staged");
         let _ = store.reject(id).await.expect("rejected");
         finals.push(id);
+        settled += 1;
+        let kept: Vec<DriverActionId> = storage.records().iter().map(|r| r.id).collect();
+        assert_eq!(
+            kept[..2],
+            [pending, retryable],
+            "open and retryable records survive"
+        );
+        let kept_finals = &kept[2..];
+        // Always the newest, never fewer than the limit, and the limit after each prune.
+        assert_eq!(kept_finals, &finals[finals.len() - kept_finals.len()..]);
+        assert!(kept_finals.len() >= finals.len().min(RETAINED_FINAL_ACTIONS));
+        if settled % PRUNE_EVERY == 0 && finals.len() >= RETAINED_FINAL_ACTIONS {
+            assert_eq!(
+                kept_finals.len(),
+                RETAINED_FINAL_ACTIONS,
+                "after {settled} settled"
+            );
+            pruned_to_the_limit += 1;
+        } else if finals.len() > RETAINED_FINAL_ACTIONS + PRUNE_EVERY {
+            // Nothing is pruned between two prunes: no look, no write.
+            let since = settled % PRUNE_EVERY;
+            assert_eq!(
+                kept_finals.len(),
+                RETAINED_FINAL_ACTIONS + since,
+                "after {settled} settled"
+            );
+        }
     }
-    let kept: Vec<DriverActionId> = storage.records().iter().map(|r| r.id).collect();
-    let mut expected = vec![pending, retryable];
-    expected.extend(&finals[20..]);
-    assert_eq!(
-        kept, expected,
-        "open and retryable records survive, 100 newest final ones stay"
-    );
+    // At 112, 128 and 144 calls settled.
+    assert_eq!(pruned_to_the_limit, 3);
     assert_eq!(
         store.apply(finals[0], service.as_ref()).await,
         Err(ApplyError::Unknown(finals[0]))

@@ -482,7 +482,8 @@ impl LedgerStore for SqliteLedger {
         &self,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
     ) -> Result<LedgerId, StorageError> {
-        self.db
+        let (id, description) = self
+            .db
             .shared()
             .write(Durability::Now, Steps::One, |conn| {
                 let last = match conn.known.ledger.last_id {
@@ -498,6 +499,7 @@ impl LedgerStore for SqliteLedger {
                 let id = LedgerId(last + 1);
                 let next = i64_of(id.0);
                 let entry = make(id);
+                let description = entry.action().map(|action| action.description.clone());
                 if entry.id != id {
                     return Err(StoreError::Missing(format!(
                         "entry built for {id} carries id {}",
@@ -534,9 +536,19 @@ impl LedgerStore for SqliteLedger {
                 }
                 conn.known.ledger.last_id = Some(id.0);
                 conn.known.ledger.remember(entry);
-                Ok(id)
+                Ok((id, description))
             })
-            .map_err(port)
+            .map_err(port)?;
+        // Committed and synced: the id is this description's for good (a lost transaction
+        // could have handed it out again), so a later read need not parse it.
+        if let Some(description) = description {
+            let mut descriptions = self.descriptions();
+            if descriptions.len() >= DESCRIPTION_CACHE {
+                descriptions.clear();
+            }
+            descriptions.insert(id.0, description);
+        }
+        Ok(id)
     }
 
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {

@@ -480,17 +480,18 @@ fn retain_result(result: ToolResult) -> ToolResult {
 fn result_size_bound(result: &ToolResult) -> Option<usize> {
     // `{"content":[],"isError":false}`, rounded up.
     const FRAME: usize = 32;
-    // `{"type":"text","text":""},` or `{"type":"unsupported"},`, rounded up.
+    // `{"type":"text","text":},` (the text's quotes are in its own bound) or
+    // `{"type":"unsupported"},`, rounded up.
     const BLOCK: usize = 32;
     if result.structured_content.is_some() {
         return None;
     }
     result.content.iter().try_fold(FRAME, |bound, block| {
         let text = match block {
-            Content::Text { text } => text.len(),
+            Content::Text { text } => string_size_bound(text)?,
             Content::Unsupported => 0,
         };
-        bound.checked_add(text.checked_mul(ESCAPED_BYTES)?.checked_add(BLOCK)?)
+        bound.checked_add(text.checked_add(BLOCK)?)
     })
 }
 

@@ -28,9 +28,10 @@
 //!   transaction and waits. The next sync's leader (the first waiter to find no sync
 //!   running) waits up to `GATHER` while durable writes are under way or until as many
 //!   writes have joined as joined the last synced transaction (never when there are
-//!   none), commits the transaction they all joined, then syncs once for all of them. A lone writer commits and syncs at once, as before. A write committed now
-//!   without a sync joins on the same terms and waits for the commit only. No caller of
-//!   a durable write returns before its transaction is committed and a sync that began
+//!   none), commits the transaction they all joined, then syncs once for all of them. A
+//!   lone writer commits and syncs at once. A write committed now without a sync joins
+//!   on the same terms and waits for the commit only. No caller of a durable write
+//!   returns before its transaction is committed and a sync that began
 //!   after that commit has completed; if the shared transaction is lost instead (a
 //!   later write in it failed, the disk is full), every write that joined it is told
 //!   so ([`StoreError::NotCommitted`]), never that it was recorded.
@@ -644,8 +645,8 @@ impl Shared {
             .map_or(0, |s| s.joined.load(Ordering::Acquire))
     }
 
-    /// Commit the open transaction if durable writes joined it and wait for it; returns
-    /// how many joined it. A failure is theirs to report (their waits find the
+    /// Commit the open transaction if durable writes joined it (without syncing it);
+    /// returns how many joined it. A failure is theirs to report (their waits find the
     /// transaction lost); it is logged here once.
     fn commit_awaited(&self) -> u64 {
         let mut conn = self.lock();
@@ -1502,14 +1503,6 @@ fn upgrade(db: &Connection) -> rusqlite::Result<()> {
 mod tests {
     use super::*;
 
-    /// A durable write made while a sync is under way, on its own thread; returns its
-    /// result once it has waited. `ready` is set once the write sits in the open batch.
-    fn joined_write(db: &Database, key: &str) -> std::thread::JoinHandle<Result<(), StoreError>> {
-        let db = db.clone();
-        let key = key.to_owned();
-        std::thread::spawn(move || durable_insert(&db, &key))
-    }
-
     /// One durable write: a row of scope `t` under `key`.
     fn durable_insert(db: &Database, key: &str) -> Result<(), StoreError> {
         db.shared().write(Durability::Now, Steps::One, |conn| {
@@ -1531,7 +1524,11 @@ mod tests {
         let shared = db.shared();
         let syncer = shared.syncer.as_ref().unwrap();
         syncer.state().syncing = true;
-        let writer = joined_write(db, key);
+        // A durable write on its own thread, made while the sync is under way.
+        let writer = {
+            let (db, key) = (db.clone(), key.to_owned());
+            std::thread::spawn(move || durable_insert(&db, &key))
+        };
         // Wait until the write sits in the open transaction, waiting for a sync.
         let deadline = Instant::now() + Duration::from_secs(10);
         while shared.joined() == 0 {

@@ -59,6 +59,18 @@ pub(crate) type Descriptions = HashMap<u64, Arc<ActionDescription>>;
 /// Past this many entries the cache starts over.
 const DESCRIPTION_CACHE: usize = 4096;
 
+/// Keep the description of ledger entry `id` (the cache starts over when full).
+fn remember_description(
+    descriptions: &mut Descriptions,
+    id: u64,
+    description: Arc<ActionDescription>,
+) {
+    if descriptions.len() >= DESCRIPTION_CACHE {
+        descriptions.clear();
+    }
+    descriptions.insert(id, description);
+}
+
 impl SqliteLedger {
     pub(crate) fn new(db: Database) -> Self {
         Self {
@@ -183,11 +195,8 @@ pub(crate) fn entry_of(
                                 )
                             },
                         );
-                    if descriptions.len() >= DESCRIPTION_CACHE {
-                        descriptions.clear();
-                    }
                     let parsed = Arc::new(parsed);
-                    descriptions.insert(id.0, parsed.clone());
+                    remember_description(descriptions, id.0, parsed.clone());
                     parsed
                 }
             };
@@ -542,11 +551,7 @@ impl LedgerStore for SqliteLedger {
         // Committed and synced: the id is this description's for good (a lost transaction
         // could have handed it out again), so a later read need not parse it.
         if let Some(description) = description {
-            let mut descriptions = self.descriptions();
-            if descriptions.len() >= DESCRIPTION_CACHE {
-                descriptions.clear();
-            }
-            descriptions.insert(id.0, description);
+            remember_description(&mut self.descriptions(), id.0, description);
         }
         Ok(id)
     }

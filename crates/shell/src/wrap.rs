@@ -95,6 +95,11 @@ impl Word {
 
 /// The line's indentation (with the description's gutter, if any) and its words; `None`
 /// when a label is left open, which no renderer writes: such a line is not cut.
+///
+/// Behind the gutter everything is the driver's text as written, so a `«` or `[` there is
+/// plain text, not a mark of the shell's: read as a label, it would be cut and reopened
+/// on a continuation line without the gutter, and the text after it would read as the
+/// shell's own.
 fn parse(line: &str) -> Option<(String, Vec<Word>)> {
     let chars: Vec<char> = line.chars().collect();
     let mut i = chars.iter().take_while(|c| **c == ' ').count();
@@ -105,6 +110,7 @@ fn parse(line: &str) -> Option<(String, Vec<Word>)> {
         }
     }
     let lead: String = chars[..i].iter().collect();
+    let marks = !lead.contains('┆');
     let mut words: Vec<Word> = Vec::new();
     let mut gap = 0;
     let mut current: Option<Word> = None;
@@ -131,7 +137,7 @@ fn parse(line: &str) -> Option<(String, Vec<Word>)> {
             col: i,
             units: Vec::new(),
         });
-        if c == '«' {
+        if c == '«' && marks {
             let close = chars[i + 1..].iter().position(|c| *c == '»')? + i + 1;
             flush_text(&mut text, word);
             word.units
@@ -139,7 +145,7 @@ fn parse(line: &str) -> Option<(String, Vec<Word>)> {
             i = close + 1;
             continue;
         }
-        if c == '[' {
+        if c == '[' && marks {
             // Whichever mark opens first holds until it closes: a `«` inside brackets is
             // part of the name, as a `[` inside a label is part of the label.
             let close = chars[i + 1..].iter().position(|c| *c == ']');
@@ -363,6 +369,24 @@ fn split(out: &mut Lines, word: &Word, width: usize, prefix: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn marks_behind_the_gutter_are_the_drivers_text_and_every_line_keeps_the_gutter() {
+        let line = "  ┆ a « b c d e f g h i j k l m n o p q r s t u v w x y z » failed, outcome unknown [x y]";
+        let wrapped = wrap(line, 40);
+        for piece in wrapped.lines() {
+            assert!(piece.starts_with("  ┆ "), "{piece:?} in\n{wrapped}");
+            assert!(piece.chars().count() <= 40, "{piece:?}");
+        }
+        let words = |text: &str| -> Vec<String> {
+            text.lines()
+                .flat_map(|l| l.trim_start_matches("  ┆ ").split(' '))
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(words(&wrapped), words(line), "no mark added or lost");
+    }
 
     #[test]
     fn a_short_line_is_left_as_it_is() {

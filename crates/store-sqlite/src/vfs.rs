@@ -24,6 +24,9 @@
 //! - when a write is not contiguous with what is gathered, or more than [`GATHERED_MAX`]
 //!   bytes are gathered (frames of a large transaction spilled before its commit).
 //!
+//! What is gathered reaches the default layer in writes of at most [`WRITE_MAX`] bytes
+//! (one for a commit of a few dozen pages): it takes no longer write.
+//!
 //! Frames that are not yet handed over were never published and belong to no commit, so
 //! losing them in a crash is what losing them in SQLite's own layer would be: the
 //! transaction never committed. Nothing about what is synced, and when, changes.
@@ -42,6 +45,11 @@ pub(crate) const NAME: &CStr = c"gatekeeper-wal-gather";
 
 /// The most bytes gathered before they are written anyway.
 const GATHERED_MAX: usize = 1 << 20;
+
+/// The most bytes handed to the default layer in one write. Its `unixWrite` masks a
+/// write's length to 17 bits (it never writes more than a page or two at once itself), so
+/// a longer write would come back short and be reported as a full disk.
+const WRITE_MAX: usize = 1 << 16;
 
 /// The size of a frame header in the write-ahead log.
 const FRAME_HEADER: usize = 24;
@@ -156,12 +164,23 @@ impl LogFile {
                 this.gathered.clear();
                 return ffi::SQLITE_IOERR_WRITE;
             };
-            let Ok(len) = c_int::try_from(this.gathered.len()) else {
-                this.gathered.clear();
-                return ffi::SQLITE_IOERR_WRITE;
-            };
-            counted();
-            let code = write(real, this.gathered.as_ptr().cast(), len, this.start);
+            let mut code = ffi::SQLITE_OK;
+            let mut at = this.start;
+            for chunk in this.gathered.chunks(WRITE_MAX) {
+                // Both fit: a chunk is at most `WRITE_MAX` bytes.
+                let (Ok(len), Ok(step)) =
+                    (c_int::try_from(chunk.len()), i64::try_from(chunk.len()))
+                else {
+                    code = ffi::SQLITE_IOERR_WRITE;
+                    break;
+                };
+                counted();
+                code = write(real, chunk.as_ptr().cast(), len, at);
+                if code != ffi::SQLITE_OK {
+                    break;
+                }
+                at += step;
+            }
             this.gathered.clear();
             code
         }

@@ -1,7 +1,8 @@
 //! gatekeeper-confluence's key-value port on SQLite: the same answers as the in-memory
 //! map for any sequence of operations, namespaces that do not leak, and a wiki driver
 //! whose staged pages survive a restart and are then approved; two handles on one file
-//! applying the same wiki actions send each at most once (the claim is a compare-and-set).
+//! applying the same wiki actions send each at most once (the claim is a compare-and-set);
+//! a value of several megabytes (a large page) is stored whole.
 
 use std::sync::Arc;
 
@@ -286,4 +287,22 @@ fn two_handles_applying_the_same_actions_at_once_send_each_once() {
             100 + n
         );
     }
+}
+
+#[test]
+fn a_value_larger_than_one_write_is_stored_whole() {
+    // SQLite's own file layer writes at most 128 KiB at once; a commit of several MiB
+    // reaches the log through the store's layer in pieces it takes.
+    let dir = TempDir::new("large-value");
+    let db = Database::open(dir.join("gate.db")).unwrap();
+    let kv = db.kv("wiki");
+    for i in 0..3u8 {
+        kv.put(&format!("k{i}"), vec![i; 6 << 20].into()).unwrap();
+    }
+    drop(kv);
+    drop(db);
+    let db = Database::open(dir.join("gate.db")).unwrap();
+    let value = db.kv("wiki").get("k2").unwrap().unwrap();
+    assert_eq!(value.len(), 6 << 20);
+    assert!(value.iter().all(|b| *b == 2));
 }

@@ -7,7 +7,7 @@
 //!   downstream over stdio, as `gate init` configures one), with the same client. The
 //!   summary gives the ratio and the microseconds the gate adds to a call.
 //! - `staged_write`: one `write_note` staged and answered to the agent, on the daemon's
-//!   SQLite file (WAL, `synchronous=FULL`).
+//!   SQLite file behind its redo journal.
 //! - `staging_16_agents`: 16 agents, each with its own session and token, staging at
 //!   once: one iteration is a round of 48 actions (3 from each agent), and criterion's
 //!   throughput line reads actions per second.
@@ -15,12 +15,10 @@
 //! The action store keeps at most 50 calls open per server, so writes are staged in
 //! rounds of 48 and the person's socket rejects each round outside the measurement.
 //!
-//! Commits are counted from outside the daemon's process, in its write-ahead log: a
-//! commit is a WAL frame whose header carries the database size (SQLite writes it only on
-//! the last frame of a transaction, and with `synchronous=FULL` syncs the log at each
-//! one). While counting, the benchmark holds a read transaction on the file, so SQLite
-//! cannot restart the log under the count (a restart needs no reader in the log); counts
-//! are taken on separate rounds of 48 writes, not during the timed ones.
+//! The store's writes are counted from outside the daemon's process, as records in its
+//! redo journal (`<database>-redo`: the daemon owns its SQLite file and makes each write
+//! durable as one record there; a submission's and a claim's are synced before they
+//! return); counts are taken on separate rounds of 48 writes, not during the timed ones.
 //!
 //! The idle memory (`VmRSS` in `/proc/PID/status`) of a fresh daemon with two downstream
 //! fixture servers connected, the servers' own processes not counted, is printed with the
@@ -299,97 +297,53 @@ where
     out.into_iter().map(|(_, o)| o).collect()
 }
 
-/// Commit frames in the daemon's write-ahead log, counted under a read snapshot that
-/// keeps SQLite from restarting the log.
-struct CommitCounter {
-    wal: PathBuf,
-    snapshot: rusqlite::Connection,
+/// Records in the daemon's redo journal (`<database>-redo`, see store-sqlite's
+/// `journal.rs`), read from outside: frames of `len: u32 LE`, `seq: u64 LE`, `crc: u32 LE`
+/// and the payload, numbered in one sequence across the journal's restarts. Every write
+/// of the store is one record; submissions and claims are synced before they return.
+struct RecordCounter {
+    journal: PathBuf,
 }
 
-impl CommitCounter {
+impl RecordCounter {
     fn open(data: &Path) -> Self {
-        let db = data.join(DATABASE_FILE);
-        let snapshot = rusqlite::Connection::open_with_flags(
-            &db,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .expect("the daemon's file opens read-only");
-        snapshot
-            .execute_batch("BEGIN")
-            .expect("a read transaction begins");
-        let _: i64 = snapshot
-            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
-            .expect("the schema reads");
-        let mut wal = db.into_os_string();
-        wal.push("-wal");
+        let mut journal = data.join(DATABASE_FILE).into_os_string();
+        journal.push("-redo");
         Self {
-            wal: wal.into(),
-            snapshot,
+            journal: journal.into(),
         }
     }
 
-    /// (salts, commit frames) of the log as it is now.
-    fn count(&self) -> ([u8; 8], u64) {
-        let log = std::fs::read(&self.wal).expect("the write-ahead log reads");
-        assert!(log.len() >= 32, "the write-ahead log has no header");
-        let page = u32::from_be_bytes(log[8..12].try_into().expect("4 bytes")) as usize;
-        let salts: [u8; 8] = log[16..24].try_into().expect("8 bytes");
-        let mut commits = 0;
-        let mut at = 32;
-        while at + 24 + page <= log.len() {
-            let frame = &log[at..at + 24];
-            if frame[8..16] != salts {
-                break; // a frame of an earlier generation of the log
+    /// The number of the last record written to the journal (0 if none).
+    fn last(&self) -> u64 {
+        let journal = std::fs::read(&self.journal).expect("the redo journal reads");
+        let (mut at, mut last) = (0, None::<u64>);
+        while at + 16 <= journal.len() {
+            let len = u32::from_le_bytes(journal[at..at + 4].try_into().expect("4 bytes")) as usize;
+            let seq = u64::from_le_bytes(journal[at + 4..at + 12].try_into().expect("8 bytes"));
+            let crc = u32::from_le_bytes(journal[at + 12..at + 16].try_into().expect("4 bytes"));
+            let Some(payload) = journal.get(at + 16..at + 16 + len).filter(|_| len > 0) else {
+                break;
+            };
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&seq.to_le_bytes());
+            hasher.update(payload);
+            if hasher.finalize() != crc || last.is_some_and(|last| seq != last + 1) {
+                break;
             }
-            if frame[4..8] != [0; 4] {
-                commits += 1;
-            }
-            at += 24 + page;
+            last = Some(seq);
+            at += 16 + len;
         }
-        (salts, commits)
+        last.unwrap_or(0)
     }
 
-    /// Commits made while `work` ran (and until the store's deferred commits are done).
+    /// Records written while `work` ran (and until the daemon wrote what it deferred).
     fn during(&self, work: impl FnOnce()) -> u64 {
-        let (salts, before) = self.count();
+        let before = self.last();
         work();
         std::thread::sleep(Duration::from_millis(200));
-        let (after_salts, after) = self.count();
-        assert_eq!(salts, after_salts, "the log restarted under the count");
-        after - before
+        self.last() - before
     }
-}
-
-impl Drop for CommitCounter {
-    fn drop(&mut self) {
-        let _ = self.snapshot.execute_batch("ROLLBACK");
-    }
-}
-
-/// Check the count on a file of our own first: five transactions of a second connection,
-/// each writing several pages (a 20 KB blob), are five commits, not one per frame.
-fn check_commit_counter() {
-    let dir = std::env::temp_dir().join(format!("gate-bench-{}-wal", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    let writer = rusqlite::Connection::open(dir.join(DATABASE_FILE)).expect("a scratch file");
-    writer
-        .execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t(x INTEGER, b BLOB);",
-        )
-        .expect("a WAL file");
-    let counter = CommitCounter::open(&dir);
-    let commits = counter.during(|| {
-        for x in 0..5 {
-            writer
-                .execute("INSERT INTO t VALUES (?1, zeroblob(20000))", [x])
-                .expect("an insert commits");
-        }
-    });
-    assert_eq!(commits, 5, "the WAL commit count is off");
-    drop(counter);
-    drop(writer);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Figures that are not timings, for the summary.
@@ -405,7 +359,6 @@ fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let mut counts = Counts::default();
-    check_commit_counter();
 
     let daemon = Daemon::start("load", 1, AGENTS);
     let direct = DirectServer::start();
@@ -482,8 +435,8 @@ fn main() {
     });
     group.finish();
 
-    // Commits, on rounds of their own.
-    let counter = CommitCounter::open(&daemon.data());
+    // Journal records, on rounds of their own.
+    let counter = RecordCounter::open(&daemon.data());
     let reads = counter.during(|| {
         rt.block_on(async {
             for _ in 0..ROUND {
@@ -536,19 +489,19 @@ fn summary(counts: &Counts) {
             gated - direct
         );
     }
-    if let Some((commits, reads)) = counts.reads {
+    if let Some((records, reads)) = counts.reads {
         println!(
-            "  read through the gate: {commits} commits for {reads} reads ({:.2} per read)",
-            commits as f64 / reads as f64
+            "  read through the gate: {records} journal records for {reads} reads ({:.2} per read)",
+            records as f64 / reads as f64
         );
     }
     if let Some(write) = mean_micros("staged_write") {
         println!("  staged write, answered: {write:.1} µs");
     }
-    if let Some((commits, writes)) = counts.writes {
+    if let Some((records, writes)) = counts.writes {
         println!(
-            "  staged write: {commits} commits for {writes} writes ({:.2} per write)",
-            commits as f64 / writes as f64
+            "  staged write: {records} journal records for {writes} writes ({:.2} per write)",
+            records as f64 / writes as f64
         );
     }
     if let Some(per_action) = mean_micros("staging_16_agents") {
@@ -557,10 +510,10 @@ fn summary(counts: &Counts) {
             1e6 / per_action
         );
     }
-    if let Some((commits, actions)) = counts.concurrent {
+    if let Some((records, actions)) = counts.concurrent {
         println!(
-            "  {AGENTS} agents staging at once: {commits} commits for {actions} actions ({:.2} per action)",
-            commits as f64 / actions as f64
+            "  {AGENTS} agents staging at once: {records} journal records for {actions} actions ({:.2} per action)",
+            records as f64 / actions as f64
         );
     }
     if let Some(rss) = counts.idle_rss_kib {

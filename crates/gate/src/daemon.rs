@@ -28,7 +28,7 @@ use crate::paths::{CATALOGS_DIR, DATABASE_FILE, WORKSPACES_DIR, socket_in};
 /// The store behind every port: one machine's SQLite file, or a team's PostgreSQL.
 #[derive(Clone)]
 enum Store {
-    Sqlite(store_sqlite::Database),
+    Sqlite(store_sqlite::Journaled),
     Postgres(store_postgres::Database),
 }
 
@@ -47,7 +47,7 @@ impl Store {
                     .map(Store::Postgres)
                     .map_err(|e| StartError(format!("could not open the team's database: {e}")))
             }
-            None => store_sqlite::Database::open(data_dir.join(DATABASE_FILE))
+            None => store_sqlite::Journaled::open(data_dir.join(DATABASE_FILE))
                 .map(Store::Sqlite)
                 .map_err(|e| {
                     StartError(format!(

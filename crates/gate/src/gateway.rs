@@ -352,9 +352,9 @@ pub struct Gateway {
     accepting: Mutex<()>,
     /// The agents' MCP connections, told when their tool list changes.
     peers: std::sync::Mutex<Vec<Peer<RoleServer>>>,
-    /// The SQLite database behind the kernel, whose file is read page by page for the
-    /// person's `gate ledger`.
-    database: Option<store_sqlite::Database>,
+    /// The SQLite database behind the kernel (this daemon's alone, behind its journal),
+    /// whose file is read page by page for the person's `gate ledger`.
+    database: Option<store_sqlite::Journaled>,
     /// The gateway's time (lifts of lockdown, expiry).
     clock: Arc<dyn Clock>,
     /// Told of every newly staged action, to tell the person.
@@ -457,7 +457,7 @@ impl Gateway {
     }
 
     /// Read the ledger for the person from this database's file.
-    pub fn with_database(mut self, database: store_sqlite::Database) -> Self {
+    pub fn with_database(mut self, database: store_sqlite::Journaled) -> Self {
         self.database = Some(database);
         self
     }
@@ -469,14 +469,14 @@ impl Gateway {
     }
 
     /// The ledger's SQLite file, if it has one, once every write so far is committed to
-    /// it (the store defers some commits: a drain's last outcome, for one), so a reader
-    /// of the file sees what the kernel knows.
+    /// it (the store writes the file behind its journal, a moment after each write), so
+    /// a reader of the file sees what the kernel knows.
     pub fn ledger_file(&self) -> Result<Option<&Path>, String> {
         let Some(database) = &self.database else {
             return Ok(None);
         };
         database.flush().map_err(|e| e.to_string())?;
-        Ok(database.path())
+        Ok(Some(database.path()))
     }
 
     /// The gateway's clock.

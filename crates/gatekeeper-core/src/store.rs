@@ -776,6 +776,24 @@ impl MemoryActionStorage {
         self.records.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Storage holding `records` as a durable backend last left them, the next id to hand
+    /// out above `last_id` (and above every record's id: ids are never reused). A store
+    /// that keeps its hot copy in memory and its records elsewhere starts from this.
+    pub fn restore(records: impl IntoIterator<Item = ActionRecord>, last_id: u64) -> Self {
+        let mut restored = Records {
+            last_id,
+            ..Records::default()
+        };
+        for record in records {
+            restored.last_id = restored.last_id.max(record.id.0);
+            restored.count(&record.state, 1);
+            restored.rows.insert(record.id, record);
+        }
+        Self {
+            records: Arc::new(Mutex::new(restored)),
+        }
+    }
+
     /// Every record, in ascending id (for tests and lectures).
     pub fn records(&self) -> Vec<ActionRecord> {
         self.lock().rows.values().cloned().collect()

@@ -155,7 +155,7 @@ fn record_of(row: &Row<'_>, staged: &mut Staged) -> Result<ActionRecord, Error> 
 }
 
 /// Whether a record is the one recovery makes of a leftover claim.
-fn is_interruption(record: &ActionRecord) -> bool {
+pub(crate) fn is_interruption(record: &ActionRecord) -> bool {
     matches!(
         &record.state,
         ActionState::Failed { retryable: false, message } if message == INTERRUPTED_MESSAGE

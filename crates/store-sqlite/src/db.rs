@@ -169,6 +169,9 @@ pub(crate) struct Conn {
     coalesce: bool,
     /// In memory: no other connection exists.
     in_memory: bool,
+    /// Behind a redo journal (`journaled.rs`): every write is deferred, and only the
+    /// journal's applier commits, together with the journal position it reached.
+    behind: bool,
     /// What this connection already knows of the database (see `known.rs`).
     pub(crate) known: Known,
     /// The number of the last transaction opened (see [`Batch::id`]).
@@ -724,6 +727,7 @@ impl Shared {
                     batch.writes
                 });
                 let durability = match durability {
+                    _ if conn.behind => Durability::Deferred,
                     Durability::Now | Durability::Lazy
                         if conn.coalesce && writes < MEMORY_BATCH =>
                     {
@@ -921,6 +925,12 @@ impl Drop for Handle {
     fn drop(&mut self) {
         let commit = {
             let mut conn = self.shared.lock();
+            if conn.behind && conn.batch.is_some() {
+                // Only the journal's applier commits (with the journal position it
+                // reached); whatever it left uncommitted is still in the journal.
+                let _ = run(&conn.db, "ROLLBACK");
+                conn.batch = None;
+            }
             let commit = match self.shared.commit(&mut conn) {
                 Ok(commit) => commit,
                 Err(error) => {
@@ -981,7 +991,23 @@ impl Database {
     /// handle after every durable commit: see the module docs), the schema if the file
     /// is new, and the ledger reconciled with the action stores (see the crate docs).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_as(path.as_ref(), false)
+    }
+
+    /// [`Database::open`] for a store behind a redo journal (`journaled.rs`): the same
+    /// checks and schema, but every write is deferred and nothing is committed except by
+    /// [`Database::commit_behind`] and [`Database::flush`]; no flusher thread, and the
+    /// ledger is not reconciled (the journal's replay comes first).
+    pub(crate) fn open_behind(path: &Path) -> Result<Self, StoreError> {
+        Self::open_as(path, true)
+    }
+
+    fn open_as(path: &Path, behind: bool) -> Result<Self, StoreError> {
+        let path = path.to_path_buf();
+        let journal = crate::journaled::journal_path(&path);
+        if !behind && journal.exists() {
+            return Err(StoreError::HasJournal { path, journal });
+        }
         // Before SQLite touches anything: a directory, a device or a pipe is refused
         // here, so nothing (a journal, the session locks) is created next to it.
         check_regular_file(&path, true)?;
@@ -1005,7 +1031,7 @@ impl Database {
         .into_iter()
         .filter(|p| !p.exists())
         .collect();
-        match Self::open_checked(path) {
+        match Self::open_checked(path, behind) {
             Ok(database) => Ok(database),
             Err(error) => {
                 // Another process may have opened the file meanwhile (its session lock
@@ -1028,7 +1054,7 @@ impl Database {
         }
     }
 
-    fn open_checked(path: PathBuf) -> Result<Self, StoreError> {
+    fn open_checked(path: PathBuf, behind: bool) -> Result<Self, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -1087,7 +1113,7 @@ impl Database {
         // the module docs). A claim is still on disk before its call is sent.
         db.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sorted)?;
-        let database = Self::start(db, Some(path), Some(session), version)?;
+        let database = Self::start(db, Some(path), Some(session), version, behind)?;
         Ok(database)
     }
 
@@ -1097,7 +1123,7 @@ impl Database {
     /// process.
     pub fn open_in_memory() -> Result<Self, StoreError> {
         let db = Connection::open_in_memory().map_err(|e| StoreError::from_sqlite(e, None))?;
-        Self::start(db, None, None, 0)
+        Self::start(db, None, None, 0, false)
     }
 
     fn start(
@@ -1105,6 +1131,7 @@ impl Database {
         path: Option<PathBuf>,
         session: Option<Session>,
         version: i64,
+        behind: bool,
     ) -> Result<Self, StoreError> {
         let sorted = |e: rusqlite::Error| StoreError::from_sqlite(e, path.as_deref());
         db.set_prepared_statement_cache_capacity(128);
@@ -1148,6 +1175,7 @@ impl Database {
                 floors: HashMap::new(),
                 coalesce: !file_backed,
                 in_memory: !file_backed,
+                behind,
                 known: Known::default(),
                 batches: 0,
             }),
@@ -1158,7 +1186,7 @@ impl Database {
             session,
             locked_down: AtomicBool::new(false),
         });
-        let flusher = if file_backed {
+        let flusher = if file_backed && !behind {
             let for_thread = shared.clone();
             Some(
                 std::thread::Builder::new()
@@ -1175,7 +1203,7 @@ impl Database {
         let database = Self {
             handle: Arc::new(Handle { shared, flusher }),
         };
-        if file_backed {
+        if file_backed && !behind {
             let reconciled = crate::recover::reconcile(&database)?;
             if reconciled > 0 {
                 info!(
@@ -1214,6 +1242,15 @@ impl Database {
             Some(commit) => shared.wait_durable(Ticket::Commit(commit), true),
             None => Ok(()),
         }
+    }
+
+    /// Commit the open transaction without syncing it (behind a redo journal, the
+    /// applier's commit: see `journaled.rs`).
+    pub(crate) fn commit_behind(&self) -> Result<(), StoreError> {
+        let shared = self.shared();
+        let mut conn = shared.lock();
+        shared.commit(&mut conn).map_err(|e| shared.sorted(e))?;
+        Ok(())
     }
 
     /// How many times this handle has synced the write-ahead log (0 in memory). A durable

@@ -200,6 +200,37 @@ pub enum StoreError {
         /// Why the transaction was lost.
         detail: String,
     },
+    /// Another process has the database open, and this open needs it alone (a
+    /// [`crate::Journaled`] store), or it is open through its journal in another process.
+    #[error(
+        "the database at {path} is in use by another process (another `gate serve` on the same data directory?); stop it first, or open another file"
+    )]
+    InUse {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The database's redo journal could not be read, written or synced, or the file
+    /// could not keep up with it (see [`crate::Journaled`]). Whatever the journal held is
+    /// still in it.
+    #[error(
+        "the redo journal {path} failed ({detail}); writes are refused from now on: check the disk, then open the database again, which brings what the journal holds into the file"
+    )]
+    Journal {
+        /// The journal file.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A shared open of a file whose redo journal may hold writes the file does not.
+    #[error(
+        "the database at {path} has a redo journal ({journal}) that may hold writes not yet in the file; open it once through its journal (for example, start `gate serve` on it and stop it), which brings them in and removes the journal"
+    )]
+    HasJournal {
+        /// The database file.
+        path: PathBuf,
+        /// The journal file.
+        journal: PathBuf,
+    },
     /// The database was closed while a write was starting.
     #[error("the database was closed while a write was starting; open it again to write")]
     Closed,

@@ -452,7 +452,7 @@ fn record_attempt_if(
 /// the next sync; an automatic one is deferred to ride with the drain's next claim.
 /// Everything else (a rejection, a revert, a flag) is a decision or a fact nothing else
 /// records: durable before the call returns.
-fn put_durability(entry: &LedgerEntry) -> Durability {
+pub(crate) fn put_durability(entry: &LedgerEntry) -> Durability {
     match entry.action() {
         Some(action) if matches!(action.state, ActionState::Approved | ActionState::Failed) => {
             if action.resolution.as_ref().is_some_and(|r| r.auto) {

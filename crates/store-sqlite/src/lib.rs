@@ -76,10 +76,25 @@
 //! transaction (it compared `PRAGMA data_version` when the transaction began, and forgot
 //! everything if another connection had committed since); otherwise readers ask SQLite.
 //!
+//! # One process's file, behind a redo journal
+//!
+//! [`Journaled`] is the same file owned by one process (the daemon's): every guarantee
+//! above holds, with a redo journal next to the file as the commit log. A write changes
+//! a copy in memory and appends one record to the journal, synced where the table above
+//! syncs; an applier thread writes the records into SQLite a moment later, through the
+//! same adapters, in transactions that are never synced on their own. Opening replays
+//! what the file had not taken. So an action waits for its two syncs and little else;
+//! see `journaled.rs`. Another process may read the file meanwhile ([`LedgerReader`], an
+//! `sqlite3` shell), about a millisecond behind; none may write it, and
+//! [`Database::open`] refuses a file whose journal may hold writes it lacks. It serves
+//! the kernel's ledger and gatekeeper-core's action stores; the wiki driver's key-value
+//! records stay on [`Database`].
+//!
 //! # The pieces
 //!
 //! - [`Database`]: opens and checks a file (or memory), owns the one connection per
 //!   process, counts commits, and commits deferred writes ([`db`](Database) docs).
+//! - [`Journaled`]: a file for one process, behind its redo journal.
 //! - [`SqliteLedger`]: the kernel's [`kernel::LedgerStore`].
 //! - [`SqliteActionStorage`]: gatekeeper-core's [`gatekeeper_core::ActionStorage`], one
 //!   namespace per gatekeeper.
@@ -95,6 +110,8 @@
 mod actions;
 mod db;
 mod error;
+mod journal;
+mod journaled;
 mod json;
 mod known;
 mod kv;
@@ -119,6 +136,7 @@ use std::sync::Arc;
 pub use actions::SqliteActionStorage;
 pub use db::{DEFERRED_COMMIT_WINDOW, Database};
 pub use error::{BUSY_TIMEOUT, StoreError};
+pub use journaled::Journaled;
 pub use json::MAX_JSON_DEPTH;
 pub use kv::SqliteKv;
 pub use ledger::SqliteLedger;

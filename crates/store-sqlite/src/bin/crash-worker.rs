@@ -3,9 +3,9 @@
 //! The test kills it with SIGKILL at chosen points, restarts it, and checks the logs.
 //!
 //! ```text
-//! crash-worker work   <db> <dir> <total> [--kill POINT:SCOPE:N]
-//! crash-worker agents <db> <dir> <total>
-//! crash-worker stage  <db> <dir> <count>
+//! [CRASH_STORE=journaled] crash-worker work   <db> <dir> <total> [--kill POINT:SCOPE:N]
+//! [CRASH_STORE=journaled] crash-worker agents <db> <dir> <total>
+//!                         crash-worker stage  <db> <dir> <count>
 //! ```
 //!
 //! `work` stages actions 1..=total (every fifth manual, the rest auto-approvable under a
@@ -19,8 +19,8 @@
 //! `abandoned`: the apply ended without an answer, by the deadline or a panic, and the
 //! kernel has not recorded it yet; `decided`: a person's approval returned, its outcome
 //! committed without a sync of its own and not yet made durable by a later sync, which
-//! the worker checks) within SCOPE (`any`, or `drain`: only inside an
-//! auto-approval drain), it prints `KILLPOINT ...` and waits to be killed.
+//! the worker checks with the store's sync counts) within SCOPE (`any`, or `drain`: only
+//! inside an auto-approval drain), it prints `KILLPOINT ...` and waits to be killed.
 //!
 //! Faults the service injects by `seq`: a multiple of [`HANG_EVERY`] is delivered and then
 //! never answered (the gatekeeper's deadline, [`DEADLINE`], ends the wait); a multiple of
@@ -34,6 +34,16 @@
 //!
 //! `stage` (the two-process test) stages `count` manual actions, slowly, while another
 //! process decides them; it waits until all are decided and prints what it saw.
+//!
+//! The store: `work` and `agents` open the shared file (`Database`) by default, and the
+//! file behind its redo journal (`Journaled`, `<db>-redo`) with `CRASH_STORE=journaled`;
+//! everything else is the same code on either. Behind a journal a person's outcome is
+//! written to the journal file without a sync, so `decided` checks the journal's syncs,
+//! and is not reached if the applier synced the file meanwhile (the journal started
+//! over, which makes every earlier record durable). A killed life leaves the journal,
+//! which the next life replays; a life that finishes removes it. `stage` runs beside
+//! another process on one file, which only a shared file allows: it refuses
+//! `CRASH_STORE=journaled`.
 //!
 //! Files in `<dir>`: `deliveries.log` (the service's own log: `deliver <seq>` per call)
 //! and `journal.log` (`submitted <seq> <ledger id>`, `attempt <seq>`, `settled <seq>`),
@@ -56,11 +66,11 @@ use gatekeeper_core::{
     ToolService,
 };
 use kernel::{
-    ActionKind, Clock, DriverActionId, Gatekeeper, GatekeeperError, Overseer, RejectOutcome,
-    RevertOutcome, SystemClock,
+    ActionKind, Clock, DriverActionId, Gatekeeper, GatekeeperError, LedgerStore, Overseer,
+    RejectOutcome, RevertOutcome, SystemClock,
 };
 use serde_json::{Value, json};
-use store_sqlite::Database;
+use store_sqlite::{Database, Journaled};
 
 use durable_log::DurableLog;
 use prompt_seq::seq_in_prompt;
@@ -79,6 +89,88 @@ const DEADLINE: Duration = Duration::from_millis(60);
 const AGENTS: u64 = 8;
 /// The start of every panic the service injects (the panic hook stays quiet about them).
 const PLANNED_PANIC: &str = "crash-worker: planned panic";
+
+/// The store the worker runs on: `CRASH_STORE` unset (or `shared`) for the shared file,
+/// `journaled` for a file this process owns behind its redo journal.
+#[derive(Clone)]
+enum Store {
+    Shared(Database),
+    Journaled(Journaled),
+}
+
+impl Store {
+    /// Open the database at `path` as `CRASH_STORE` says.
+    fn open(path: &Path) -> Self {
+        match std::env::var("CRASH_STORE").as_deref() {
+            Err(_) | Ok("" | "shared") => Self::shared(path),
+            Ok("journaled") => Self::Journaled(
+                Journaled::open(path).expect("open the database behind its journal"),
+            ),
+            Ok(other) => panic!("CRASH_STORE={other:?}: want `shared` or `journaled`"),
+        }
+    }
+
+    /// Open the database at `path` as a shared file, whatever `CRASH_STORE` says.
+    fn shared(path: &Path) -> Self {
+        Self::Shared(Database::open(path).expect("open the database"))
+    }
+
+    fn ledger(&self) -> Arc<dyn LedgerStore> {
+        match self {
+            Self::Shared(db) => db.ledger(),
+            Self::Journaled(db) => db.ledger(),
+        }
+    }
+
+    async fn action_store(&self, clock: Arc<dyn Clock>) -> gatekeeper_core::ActionStore {
+        match self {
+            Self::Shared(db) => db.action_store(GATEKEEPER, clock).await,
+            Self::Journaled(db) => db.action_store(GATEKEEPER, clock).await,
+        }
+        .expect("open the action store")
+    }
+
+    fn flush(&self) {
+        match self {
+            Self::Shared(db) => db.flush(),
+            Self::Journaled(db) => db.flush(),
+        }
+        .expect("flush");
+    }
+
+    /// The syncs a write waits for: of the write-ahead log on a shared file, of the redo
+    /// journal behind one.
+    fn syncs(&self) -> u64 {
+        match self {
+            Self::Shared(db) => db.syncs(),
+            Self::Journaled(db) => db.syncs(),
+        }
+    }
+
+    /// Behind a journal, the syncs of the file itself (the applier's, each time the
+    /// journal starts over), which make every record before them durable too. None on a
+    /// shared file: its syncs are [`Store::syncs`].
+    fn file_syncs(&self) -> u64 {
+        match self {
+            Self::Shared(_) => 0,
+            Self::Journaled(db) => db.file_syncs(),
+        }
+    }
+
+    /// What `agents` reports: how many writes reached the disk (commits on a shared
+    /// file, writes of the journal file behind one) and how many syncs (behind a journal:
+    /// of the journal, and of the file when the journal started over).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        match self {
+            Self::Shared(db) => vec![("commits", db.commits()), ("syncs", db.syncs())],
+            Self::Journaled(db) => vec![
+                ("journal writes", db.writes()),
+                ("journal syncs", db.syncs()),
+                ("file syncs", db.file_syncs()),
+            ],
+        }
+    }
+}
 
 /// Where the worker stops to be killed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,9 +195,11 @@ static IN_DRAIN: AtomicBool = AtomicBool::new(false);
 
 struct Hooks {
     plan: Option<KillPlan>,
-    db: Database,
-    /// The database's sync count when the last call was delivered.
+    store: Store,
+    /// The store's sync count ([`Store::syncs`]) when the last call was delivered.
     synced_at_send: AtomicU64,
+    /// Its [`Store::file_syncs`] then.
+    file_synced_at_send: AtomicU64,
 }
 
 impl Hooks {
@@ -151,13 +245,17 @@ impl ToolService for LogService {
         let seq = seq_of(args);
         self.hooks.reached(Point::Claimed, seq);
         self.log.line(&format!("deliver {seq}"));
-        self.hooks
+        let hooks = &self.hooks;
+        hooks
             .synced_at_send
-            .store(self.hooks.db.syncs(), Ordering::SeqCst);
-        self.hooks.reached(Point::Sent, seq);
+            .store(hooks.store.syncs(), Ordering::SeqCst);
+        hooks
+            .file_synced_at_send
+            .store(hooks.store.file_syncs(), Ordering::SeqCst);
+        hooks.reached(Point::Sent, seq);
         if seq.is_multiple_of(HANG_EVERY) {
             // Never answers: only the gatekeeper's deadline ends the wait.
-            self.hooks.reached(Point::Hung, seq);
+            hooks.reached(Point::Hung, seq);
             std::future::pending::<()>().await;
         }
         if seq.is_multiple_of(PANIC_EVERY) {
@@ -177,14 +275,14 @@ fn catalog() -> Vec<Tool> {
 }
 
 /// The real gatekeeper, with the journal lines and the `settled` kill point around apply.
-struct Journaled {
+struct Recorded {
     inner: Arc<ToolGatekeeper>,
     journal: Arc<DurableLog>,
     hooks: Arc<Hooks>,
 }
 
 #[async_trait]
-impl Gatekeeper for Journaled {
+impl Gatekeeper for Recorded {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -255,19 +353,17 @@ struct World {
     hooks: Arc<Hooks>,
 }
 
-async fn world(db: &Database, dir: &Path, plan: Option<KillPlan>) -> World {
+async fn world(db: &Store, dir: &Path, plan: Option<KillPlan>) -> World {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let hooks = Arc::new(Hooks {
         plan,
-        db: db.clone(),
+        store: db.clone(),
         synced_at_send: AtomicU64::new(0),
+        file_synced_at_send: AtomicU64::new(0),
     });
     let journal = Arc::new(DurableLog::open(&dir.join("journal.log")));
     let overseer = Overseer::with_store(db.ledger(), clock.clone());
-    let store = db
-        .action_store(GATEKEEPER, clock)
-        .await
-        .expect("open the action store");
+    let store = db.action_store(clock).await;
     let service = Arc::new(LogService {
         log: DurableLog::open(&dir.join("deliveries.log")),
         hooks: hooks.clone(),
@@ -289,7 +385,7 @@ async fn world(db: &Database, dir: &Path, plan: Option<KillPlan>) -> World {
     );
     let auto_kind = inner.action_kind("deliverAuto").expect("in the catalog");
     overseer
-        .register(Arc::new(Journaled {
+        .register(Arc::new(Recorded {
             inner: inner.clone(),
             journal: journal.clone(),
             hooks: hooks.clone(),
@@ -333,22 +429,27 @@ async fn person(world: &World, everything: bool) {
             };
             let approved = world.overseer.approve(entry.id, "person").await;
             if approved.is_ok() {
-                // The outcome is committed, and no sync has run since the claim's (nothing
-                // is awaited between the approval's return and here).
+                // The outcome is committed (behind a journal: written to the journal
+                // file), and no sync has run since the claim's (nothing is awaited between
+                // the approval's return and here).
                 let hooks = &world.hooks;
                 assert_eq!(
-                    hooks.db.syncs(),
+                    hooks.store.syncs(),
                     hooks.synced_at_send.load(Ordering::SeqCst),
                     "a person's outcome was synced on its own"
                 );
-                hooks.reached(Point::Decided, seq);
+                // Behind a journal, the applier may have synced the file meanwhile (the
+                // journal started over), which makes the outcome durable: not this point.
+                if hooks.store.file_syncs() == hooks.file_synced_at_send.load(Ordering::SeqCst) {
+                    hooks.reached(Point::Decided, seq);
+                }
             }
         }
     }
 }
 
 async fn work(db_path: &Path, dir: &Path, total: u64, plan: Option<KillPlan>) {
-    let db = Database::open(db_path).expect("open the database");
+    let db = Store::open(db_path);
     let world = world(&db, dir, plan).await;
     // Enabling the rule again (same person) drains whatever an earlier life left pending.
     world
@@ -389,7 +490,7 @@ async fn work(db_path: &Path, dir: &Path, total: u64, plan: Option<KillPlan>) {
 
 /// Approve whatever is left, check that no claim is left applying and no staged call
 /// lacks its ledger entry, make everything durable and print `done`.
-async fn finish(world: &World, db: &Database) {
+async fn finish(world: &World, db: &Store) {
     decide_everything_open(world).await;
     // Calls that hung or panicked in this life are settled without a restart: nothing is
     // left claimed.
@@ -432,7 +533,7 @@ async fn finish(world: &World, db: &Database) {
         unrecorded.is_empty(),
         "staged but never recorded by the kernel: {unrecorded:?}"
     );
-    db.flush().expect("flush");
+    db.flush();
     println!("done");
 }
 
@@ -453,7 +554,7 @@ fn agents(db_path: &Path, dir: &Path, total: u64) {
             .build()
             .expect("runtime")
     };
-    let db = Database::open(db_path).expect("open the database");
+    let db = Store::open(db_path);
     let world = runtime().block_on(world(&db, dir, None));
     // What earlier lives left open first: the store holds a bounded number of open calls.
     runtime().block_on(decide_everything_open(&world));
@@ -465,7 +566,7 @@ fn agents(db_path: &Path, dir: &Path, total: u64) {
         .filter_map(|e| e.action())
         .filter_map(|a| seq_in_prompt(&a.description.description))
         .collect();
-    let (commits, syncs) = (db.commits(), db.syncs());
+    let before = db.counters();
     std::thread::scope(|scope| {
         for agent in 0..AGENTS {
             let (world, staged) = (&world, &staged);
@@ -489,16 +590,22 @@ fn agents(db_path: &Path, dir: &Path, total: u64) {
         }
     });
     let left = total - staged.len() as u64;
+    let spent: Vec<String> = db
+        .counters()
+        .iter()
+        .zip(&before)
+        .map(|((what, now), (_, then))| format!("{} {what}", now - then))
+        .collect();
     eprintln!(
-        "agents: {left} actions staged and approved by {AGENTS} agents in {} commits and {} syncs",
-        db.commits() - commits,
-        db.syncs() - syncs
+        "agents: {left} actions staged and approved by {AGENTS} agents in {}",
+        spent.join(", ")
     );
     runtime().block_on(finish(&world, &db));
 }
 
 async fn stage(db_path: &Path, dir: &Path, count: u64) {
-    let db = Database::open(db_path).expect("open the database");
+    // Two processes on one file: only a shared file allows it.
+    let db = Store::shared(db_path);
     let world = world(&db, dir, None).await;
     for seq in 1..=count {
         let outcome = world
@@ -568,7 +675,7 @@ fn parse_plan(spec: &str) -> KillPlan {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: crash-worker work <db> <dir> <total> [--kill POINT:SCOPE:N] | agents <db> <dir> <total> | stage <db> <dir> <count>";
+    let usage = "usage: [CRASH_STORE=journaled] crash-worker work <db> <dir> <total> [--kill POINT:SCOPE:N] | [CRASH_STORE=journaled] crash-worker agents <db> <dir> <total> | crash-worker stage <db> <dir> <count>";
     if args.len() < 4 {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -595,6 +702,12 @@ fn main() {
         .enable_time()
         .build()
         .expect("runtime");
+    if args[0] == "stage" && std::env::var("CRASH_STORE").is_ok_and(|v| v == "journaled") {
+        eprintln!(
+            "crash-worker: `stage` shares its file with another process, which a journaled store refuses; unset CRASH_STORE"
+        );
+        std::process::exit(2);
+    }
     match args[0].as_str() {
         "work" => runtime.block_on(work(&db, &dir, n, plan)),
         "agents" => agents(&db, &dir, n),

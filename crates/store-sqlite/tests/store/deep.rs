@@ -2,10 +2,12 @@
 //! never staged as an action that could not be read back after a restart (which could be
 //! neither approved nor rejected, and would hold an open slot for good).
 
-use serde_json::{Value, json};
-use store_sqlite::{Database, MAX_JSON_DEPTH};
+use std::path::Path;
 
-use crate::support::{Rig, TempDir};
+use serde_json::{Value, json};
+use store_sqlite::{Database, Journaled, MAX_JSON_DEPTH};
+
+use crate::support::{Rig, Store, TempDir};
 
 /// `[[[…]]]`, `depth` levels deep (built without parsing: serde_json reads at most 128).
 fn nested(depth: usize) -> Value {
@@ -18,8 +20,18 @@ fn nested(depth: usize) -> Value {
 
 #[test]
 fn arguments_nested_too_deep_to_read_back_are_refused_at_staging_with_a_clear_message() {
-    // Values this deep are built, rendered for the prompt and dropped recursively; an
-    // unoptimized test build needs more stack for that than a test thread has.
+    on_a_big_stack(|| too_deep_is_refused(|path| Database::open(path).unwrap()));
+}
+
+#[test]
+fn behind_a_journal_too_deep_arguments_are_refused_at_staging_as_well() {
+    on_a_big_stack(|| too_deep_is_refused(|path| Journaled::open(path).unwrap()));
+}
+
+/// Run `test` on a thread with room for deep values: they are built, rendered for the
+/// prompt and dropped recursively, and an unoptimized test build needs more stack for
+/// that than a test thread has.
+fn on_a_big_stack<F: Future<Output = ()>>(test: impl FnOnce() -> F + Send + 'static) {
     std::thread::Builder::new()
         .stack_size(64 << 20)
         .spawn(|| {
@@ -27,20 +39,20 @@ fn arguments_nested_too_deep_to_read_back_are_refused_at_staging_with_a_clear_me
                 .enable_all()
                 .build()
                 .unwrap()
-                .block_on(too_deep_is_refused());
+                .block_on(test());
         })
         .unwrap()
         .join()
         .unwrap();
 }
 
-async fn too_deep_is_refused() {
+async fn too_deep_is_refused<D: Store>(open: impl Fn(&Path) -> D) {
     // 150: under 64 KiB and under SQLite's limit, over serde_json's (128): staged today,
     // unreadable after a restart. 1,500: over SQLite's JSON limit (1,000) as well.
     for depth in [150, 1_500] {
         let dir = TempDir::new("deep");
         let path = dir.join("gate.db");
-        let rig = Rig::new(Database::open(&path).unwrap()).await;
+        let rig = Rig::new(open(&path)).await;
         let error = rig
             .session
             .call_tool(
@@ -78,7 +90,7 @@ async fn too_deep_is_refused() {
             .expect("at the limit");
         let id = ok.ledger().expect("pending");
         drop(rig);
-        let rig = Rig::new(Database::open(&path).unwrap()).await;
+        let rig = Rig::new(open(&path)).await;
         assert_eq!(rig.overseer.open_actions().unwrap().len(), 1);
         rig.overseer
             .approve(id, "alice")

@@ -6,6 +6,7 @@ mod actions;
 mod bad_input;
 mod crash;
 mod deep;
+mod journaled;
 mod kv;
 mod ledger;
 mod opening;

@@ -55,7 +55,7 @@ fn cuts(synced: u64, end: u64) -> Vec<u64> {
     at
 }
 
-fn entry(entries: &[LedgerEntry], id: LedgerId) -> &LedgerEntry {
+pub(crate) fn entry(entries: &[LedgerEntry], id: LedgerId) -> &LedgerEntry {
     entries
         .iter()
         .find(|e| e.id == id)
@@ -63,7 +63,7 @@ fn entry(entries: &[LedgerEntry], id: LedgerId) -> &LedgerEntry {
 }
 
 /// An action that was sent: applied, or failed with its outcome unknown; never open.
-fn sent_and_settled(entries: &[LedgerEntry], id: LedgerId) -> bool {
+pub(crate) fn sent_and_settled(entries: &[LedgerEntry], id: LedgerId) -> bool {
     let action = entry(entries, id).action().unwrap();
     match action.state {
         LedgerState::Approved => true,

@@ -1,0 +1,349 @@
+//! A file behind its redo journal (`Journaled`): the same stack as on a shared file, two
+//! journal syncs per action, the file written behind, and everything there after a close,
+//! a crash or a power cut.
+//!
+//! Crashes and power cuts are copies taken while the writer is open, as in
+//! `power_cut.rs`. The file is synced only when it is opened and when the journal starts
+//! over, and the applier commits to it without a sync, so a power cut leaves it at any of
+//! its commits since the last sync: the copies take the two ends, its log cut back to
+//! where it stood when it was opened (`Wal::AtOpen`) and its log as it stands
+//! (`Wal::Whole`). The journal is cut anywhere past the length a sync covered. Opening
+//! the copy replays the journal into the file, past what the file holds.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use gatekeeper_core::{ActionState, CallOutcome};
+use kernel::ActionState as LedgerState;
+use serde_json::json;
+use store_sqlite::{Database, Journaled, StoreError};
+
+use crate::power_cut::{entry, sent_and_settled};
+use crate::support::{Rig, Store, TempDir};
+
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// How much of the file's write-ahead log a copy keeps.
+#[derive(Debug, Clone, Copy)]
+enum Wal {
+    /// As long as it was when the file was opened (and synced): every commit since lost.
+    AtOpen(u64),
+    /// All of it: every commit the applier made kept.
+    Whole,
+}
+
+impl Wal {
+    /// The log's length now, right after opening: what `AtOpen` keeps.
+    fn at_open(path: &Path) -> Self {
+        Self::AtOpen(std::fs::metadata(sidecar(path, "-wal")).map_or(0, |m| m.len()))
+    }
+}
+
+/// Copy the database at `path` into `into`, its log cut as `wal` says and its journal cut
+/// to `keep` bytes (`None`: whole).
+fn cut_copy(path: &Path, into: &Path, wal: Wal, keep: Option<u64>) -> PathBuf {
+    std::fs::create_dir_all(into).unwrap();
+    let copy = into.join("gate.db");
+    std::fs::copy(path, &copy).unwrap();
+    if sidecar(path, "-wal").exists() {
+        let log = std::fs::read(sidecar(path, "-wal")).unwrap();
+        let keep = match wal {
+            Wal::AtOpen(len) => (len as usize).min(log.len()),
+            Wal::Whole => log.len(),
+        };
+        std::fs::write(sidecar(&copy, "-wal"), &log[..keep]).unwrap();
+    }
+    let journal = std::fs::read(sidecar(path, "-redo")).unwrap();
+    let keep = keep.map_or(journal.len(), |keep| keep as usize);
+    std::fs::write(sidecar(&copy, "-redo"), &journal[..keep]).unwrap();
+    copy
+}
+
+/// Record the journal's synced length each time a call goes out: the claim was synced.
+fn note_synced_lengths(rig: &Rig<Journaled>) -> Arc<Mutex<Vec<u64>>> {
+    let synced = Arc::new(Mutex::new(Vec::new()));
+    let (db, notes) = (rig.db.clone(), synced.clone());
+    *rig.service.on_call.lock().unwrap() = Some(Box::new(move |_, _| {
+        notes.lock().unwrap().push(db.journal_synced_len());
+    }));
+    synced
+}
+
+/// Where to cut the journal from `synced` on: there, a few bytes in, and every 97 bytes
+/// (on and off record boundaries) for the next 4 KiB, and nowhere (all of it).
+fn cuts(synced: u64) -> Vec<Option<u64>> {
+    let mut at: Vec<Option<u64>> = (synced..synced + 4096).step_by(97).map(Some).collect();
+    at.extend([Some(synced + 1), Some(synced + 16), None]);
+    at
+}
+
+#[tokio::test]
+async fn many_cycles_reach_the_file_and_survive_a_reopen() {
+    let dir = TempDir::new("journaled-cycles");
+    let path = dir.join("gate.db");
+    let rig = Rig::new(Journaled::open(&path).unwrap()).await;
+    let (syncs, file_syncs) = (rig.db.syncs(), rig.db.file_syncs());
+    // Enough for the journal to start over a few times (it does every half megabyte).
+    for n in 0..1500 {
+        let queued = rig
+            .session
+            .call_tool("createIssue", json!({"title": "Add dark mode", "n": n}))
+            .await
+            .unwrap();
+        rig.overseer
+            .approve(queued.ledger().unwrap(), "alice")
+            .await
+            .unwrap();
+        rig.overseer.settle().await;
+    }
+    assert_eq!(rig.service.calls().len(), 1500);
+    // Two journal syncs per cycle, the stage's and the claim's, except where a restart's
+    // sync of the file covered one instead.
+    let (syncs, file_syncs) = (rig.db.syncs() - syncs, rig.db.file_syncs() - file_syncs);
+    assert!(
+        file_syncs >= 2,
+        "the journal started over {file_syncs} times"
+    );
+    assert!(
+        syncs <= 3000 && syncs + file_syncs >= 3000,
+        "{syncs} journal syncs and {file_syncs} file syncs for 1,500 cycles"
+    );
+    drop(rig);
+    assert!(
+        !sidecar(&path, "-redo").exists(),
+        "a clean close removes the journal"
+    );
+    let db = Database::open(&path).unwrap();
+    let rows = db
+        .query_text("SELECT state, count(*) FROM ledger GROUP BY state")
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![vec![Some("approved".into()), Some("1500".into())]]
+    );
+    let rows = db
+        .query_text("SELECT state, count(*) FROM actions GROUP BY state")
+        .unwrap();
+    // Retention keeps the newest settled records only.
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][0].as_deref(), Some("applied"));
+}
+
+#[tokio::test]
+async fn a_second_open_is_refused_while_the_first_holds_the_file() {
+    let dir = TempDir::new("journaled-busy");
+    let path = dir.join("gate.db");
+    let first = Journaled::open(&path).unwrap();
+    assert!(matches!(
+        Journaled::open(&path),
+        Err(StoreError::InUse { .. })
+    ));
+    assert!(matches!(
+        Database::open(&path),
+        Err(StoreError::HasJournal { .. })
+    ));
+    drop(first);
+    // And the other way round: a file open through the shared handle is not taken.
+    let shared = Database::open(&path).unwrap();
+    assert!(matches!(
+        Journaled::open(&path),
+        Err(StoreError::InUse { .. })
+    ));
+    drop(shared);
+    drop(Journaled::open(&path).unwrap());
+}
+
+#[tokio::test]
+async fn a_crash_replays_every_write_the_file_had_not_taken() {
+    let dir = TempDir::new("journaled-crash");
+    let path = dir.join("gate.db");
+    let rig = Rig::new(Journaled::open(&path).unwrap()).await;
+    let waiting = rig.queue_issue("Add dark mode").await.ledger().unwrap();
+    let approved = rig.queue_issue("Fix the login").await.ledger().unwrap();
+    let rejected = rig.queue_issue("Close the wiki").await.ledger().unwrap();
+    rig.overseer.approve(approved, "alice").await.unwrap();
+    rig.overseer.reject(rejected, "alice").await.unwrap();
+    rig.overseer.settle().await;
+    // A process crash keeps what was written to the journal, synced or not.
+    let copy = cut_copy(&path, &dir.join("crash"), Wal::Whole, None);
+    let after = Rig::new(Journaled::open(&copy).unwrap()).await;
+    let entries = after.overseer.ledger().unwrap();
+    let state = |id| entry(&entries, id).action().unwrap().state;
+    assert_eq!(state(waiting), LedgerState::Pending);
+    assert_eq!(state(approved), LedgerState::Approved);
+    assert_eq!(state(rejected), LedgerState::Rejected);
+    // The replayed file agrees, and the next process goes on from it.
+    after.overseer.approve(waiting, "bob").await.unwrap();
+    assert_eq!(after.service.calls().len(), 1);
+    assert!(after.overseer.approve(approved, "bob").await.is_err());
+    assert_eq!(after.service.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn a_power_cut_after_an_unsynced_outcome_leaves_outcome_unknown_never_a_resend() {
+    let dir = TempDir::new("journaled-power-cut");
+    let path = dir.join("gate.db");
+    let db = Journaled::open(&path).unwrap();
+    let at_open = Wal::at_open(&path);
+    let rig = Rig::new(db).await;
+    let synced = note_synced_lengths(&rig);
+    let waiting = rig.queue_issue("Add dark mode").await.ledger().unwrap();
+    let approved = rig.queue_issue("Fix the login").await.ledger().unwrap();
+    rig.overseer.approve(approved, "alice").await.unwrap();
+    let at_send = synced.lock().unwrap()[0];
+
+    let (mut lost, mut kept) = (0, 0);
+    let copies = cuts(at_send)
+        .into_iter()
+        .flat_map(|keep| [(at_open, keep), (Wal::Whole, keep)]);
+    for (n, (wal, keep)) in copies.enumerate() {
+        let copy = cut_copy(&path, &dir.join(&format!("cut-{n}")), wal, keep);
+        let after = Rig::new(Journaled::open(&copy).unwrap()).await;
+        let entries = after.overseer.ledger().unwrap();
+        if sent_and_settled(&entries, approved) {
+            kept += 1;
+        } else {
+            lost += 1;
+        }
+        // The acknowledged submission that was still waiting is still waiting.
+        let action = entry(&entries, waiting).action().unwrap();
+        assert_eq!(
+            action.state,
+            LedgerState::Pending,
+            "{wal:?}, cut at {keep:?}"
+        );
+        let record = Store::action_storage(&after.db, "issues")
+            .get(action.driver_id)
+            .await
+            .unwrap()
+            .expect("its staged call was lost");
+        assert_eq!(record.state, ActionState::Pending);
+        // The next process sends the waiting one once, and refuses the other again.
+        after.overseer.approve(waiting, "bob").await.unwrap();
+        assert!(after.overseer.approve(approved, "bob").await.is_err());
+        let calls = after.service.calls();
+        assert_eq!(calls.len(), 1, "{wal:?}, cut at {keep:?}: {calls:?}");
+        assert_eq!(calls[0].1, json!({"title": "Add dark mode"}));
+    }
+    assert!(lost > 0, "no cut lost the unsynced outcome");
+    assert!(kept > 0, "no cut kept the written outcome");
+    assert_eq!(rig.service.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn a_power_cut_in_a_drain_keeps_every_outcome_a_later_claim_synced() {
+    const N: u64 = 5;
+    let dir = TempDir::new("journaled-power-cut-drain");
+    let path = dir.join("gate.db");
+    let db = Journaled::open(&path).unwrap();
+    let at_open = Wal::at_open(&path);
+    let rig = Rig::new(db).await;
+    let synced = note_synced_lengths(&rig);
+    let mut queued = Vec::new();
+    for n in 0..N {
+        let outcome = rig
+            .session
+            .call_tool("addLabel", json!({"issue": n, "label": "bug"}))
+            .await
+            .unwrap();
+        assert!(matches!(outcome, CallOutcome::Pending { .. }));
+        queued.push(outcome.ledger().unwrap());
+    }
+    rig.overseer
+        .enable_rule("issues", rig.label_kind(), "carol")
+        .unwrap();
+    rig.overseer.settle().await;
+    assert_eq!(rig.service.calls().len() as u64, N);
+    let at_sends = synced.lock().unwrap().clone();
+
+    // The file as of its last sync, and the journal cut just past each send's synced
+    // point: every earlier action's outcome was written before that send's claim, and
+    // synced with it; the one being sent is at worst unknown.
+    for (k, &keep) in at_sends.iter().enumerate() {
+        let copy = cut_copy(&path, &dir.join(&format!("cut-{k}")), at_open, Some(keep));
+        let after = Rig::new(Journaled::open(&copy).unwrap()).await;
+        let entries = after.overseer.ledger().unwrap();
+        for (i, &id) in queued.iter().enumerate() {
+            match i.cmp(&k) {
+                std::cmp::Ordering::Less => assert!(
+                    sent_and_settled(&entries, id),
+                    "cut at send {k}: the outcome of {i} was synced with the claim of {k}"
+                ),
+                std::cmp::Ordering::Equal => {
+                    let _ = sent_and_settled(&entries, id);
+                }
+                std::cmp::Ordering::Greater => {
+                    let action = entry(&entries, id).action().unwrap();
+                    assert!(action.is_open(), "cut at send {k}: {i} was never claimed");
+                }
+            }
+        }
+        // The rule is durable (enabling it again changes nothing), and the next process
+        // drains what was never claimed, once.
+        let rules = Store::ledger(&after.db).rules().unwrap();
+        assert_eq!(rules.len(), 1, "cut at send {k}: the rule was lost");
+        after
+            .overseer
+            .enable_rule("issues", after.label_kind(), "carol")
+            .unwrap();
+        after.overseer.settle().await;
+        assert_eq!(
+            after.service.calls().len(),
+            queued.len() - k - 1,
+            "cut at send {k}"
+        );
+    }
+    // The file with every commit the applier made: it may hold more than the cut journal
+    // (and then the journal adds nothing). Whatever it holds, nothing sent is open, and
+    // the next process sends what is open, once each.
+    for (k, &keep) in at_sends.iter().enumerate() {
+        let copy = cut_copy(
+            &path,
+            &dir.join(&format!("whole-{k}")),
+            Wal::Whole,
+            Some(keep),
+        );
+        let after = Rig::new(Journaled::open(&copy).unwrap()).await;
+        let entries = after.overseer.ledger().unwrap();
+        let mut open = 0;
+        for (i, &id) in queued.iter().enumerate() {
+            let action = entry(&entries, id).action().unwrap();
+            if action.is_open() {
+                assert!(i > k, "cut at send {k}: {i} was sent, and is open again");
+                open += 1;
+            } else {
+                let _ = sent_and_settled(&entries, id);
+            }
+        }
+        after
+            .overseer
+            .enable_rule("issues", after.label_kind(), "carol")
+            .unwrap();
+        after.overseer.settle().await;
+        assert_eq!(after.service.calls().len(), open, "cut at send {k}");
+    }
+}
+
+#[test]
+fn a_refused_open_leaves_no_journal_behind() {
+    let dir = TempDir::new("journaled-refused");
+    let path = dir.join("notes.db");
+    std::fs::write(&path, b"these are not the droids you are looking for").unwrap();
+    let refused = Journaled::open(&path).unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            StoreError::Corrupt { .. } | StoreError::Foreign { .. }
+        ),
+        "{refused}"
+    );
+    assert!(!sidecar(&path, "-redo").exists());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b"these are not the droids you are looking for"
+    );
+}

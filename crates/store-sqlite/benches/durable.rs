@@ -755,7 +755,7 @@ fn summary(_: &mut Criterion) {
         println!(
             "  16 sessions on one file: {many_us:.1} µs per action against {one_us:.1} µs from 1 \
              session (same run): throughput {speedup:.2} × (target ≥ 4: {}); {syncs:.3} syncs \
-             per action (target ≤ 0.3: {}; 1 session: {:.3}); {commits:.3} commits per action; \
+             per action (target ≤ 0.3: {}; 1 session: {:.3}); {commits:.3} writes per action; \
              processor time per action {:.1} µs (1 session: {:.1} µs)",
             verdict(speedup >= 4.0),
             verdict(syncs <= 0.3),

@@ -104,7 +104,7 @@ pub(crate) const APPLY_EVERY: std::time::Duration = std::time::Duration::from_mi
 /// the last sync began the next one waits, so that more records share it. A lone caller
 /// never waits. About two syncs of the disk the benchmarks ran on: sixteen sessions then
 /// share a sync between four actions or so, and each waits a little longer.
-pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(250);
+pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(300);
 
 /// How many queued records wake the applier before its next look.
 const WAKE_AT: usize = 256;

@@ -128,25 +128,46 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A 1 MiB file in `dir` that raw 4 KiB writes and syncs go to, one block after the other.
+struct RawFile {
+    file: std::fs::File,
+    block: Vec<u8>,
+    offset: u64,
+}
+
+impl RawFile {
+    fn new(dir: &TempDir, name: &str) -> Self {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(dir.join(name))
+            .unwrap();
+        file.set_len(1 << 20).unwrap();
+        file.sync_all().unwrap();
+        Self {
+            file,
+            block: vec![0xA5u8; 4096],
+            offset: 0,
+        }
+    }
+
+    /// One raw 4 KiB write + fsync.
+    fn write_and_sync(&mut self) {
+        self.file.write_all_at(&self.block, self.offset).unwrap();
+        self.file.sync_all().unwrap();
+        self.offset = (self.offset + 4096) % (1 << 20);
+    }
+}
+
 fn raw_fsync(c: &mut Criterion, dir: &TempDir) {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(dir.join("raw.bin"))
-        .unwrap();
-    file.set_len(1 << 20).unwrap();
-    file.sync_all().unwrap();
-    let block = vec![0xA5u8; 4096];
-    let mut offset = 0u64;
+    let mut raw = RawFile::new(dir, "raw.bin");
     c.bench_function("raw_fsync_4k", |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _ in 0..iters {
-                file.write_all_at(&block, offset).unwrap();
-                file.sync_all().unwrap();
-                offset = (offset + 4096) % (1 << 20);
+                raw.write_and_sync();
             }
             let elapsed = start.elapsed();
             tally("raw_fsync_4k", elapsed, iters, 0);
@@ -175,16 +196,7 @@ fn durable_cycle<D: Store>(c: &mut Criterion, name: &'static str, db: D) {
                 let cpu = cpu_time();
                 let start = Instant::now();
                 for n in 0..iters {
-                    let queued = rig
-                        .session
-                        .call_tool("createIssue", json!({"title": "Add dark mode", "n": n}))
-                        .await
-                        .unwrap();
-                    rig.overseer
-                        .approve(queued.ledger().unwrap(), "alice")
-                        .await
-                        .unwrap();
-                    rig.overseer.settle().await;
+                    rig.cycle(n).await;
                 }
                 let elapsed = start.elapsed();
                 tally_cpu(name, cpu_time().saturating_sub(cpu));
@@ -209,40 +221,18 @@ fn durable_cycle<D: Store>(c: &mut Criterion, name: &'static str, db: D) {
 fn interleaved_cycle(c: &mut Criterion, dir: &TempDir) {
     let rt = runtime();
     let rig = rt.block_on(Rig::new(journaled(dir, "interleaved")));
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(dir.join("raw-interleaved.bin"))
-        .unwrap();
-    file.set_len(1 << 20).unwrap();
-    file.sync_all().unwrap();
-    let block = vec![0xA5u8; 4096];
-    let mut offset = 0u64;
+    let mut raw = RawFile::new(dir, "raw-interleaved.bin");
     c.bench_function("interleaved", |b| {
         b.iter_custom(|iters| {
             let (mut cycles, mut raws) = (Duration::ZERO, Duration::ZERO);
             rt.block_on(async {
                 for n in 0..iters {
                     let start = Instant::now();
-                    let queued = rig
-                        .session
-                        .call_tool("createIssue", json!({"title": "Add dark mode", "n": n}))
-                        .await
-                        .unwrap();
-                    rig.overseer
-                        .approve(queued.ledger().unwrap(), "alice")
-                        .await
-                        .unwrap();
-                    rig.overseer.settle().await;
+                    rig.cycle(n).await;
                     cycles += start.elapsed();
                     let start = Instant::now();
-                    for _ in 0..2 {
-                        file.write_all_at(&block, offset).unwrap();
-                        file.sync_all().unwrap();
-                        offset = (offset + 4096) % (1 << 20);
-                    }
+                    raw.write_and_sync();
+                    raw.write_and_sync();
                     raws += start.elapsed();
                 }
             });

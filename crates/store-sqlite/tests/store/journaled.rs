@@ -18,7 +18,7 @@ use kernel::ActionState as LedgerState;
 use serde_json::json;
 use store_sqlite::{Database, Journaled, StoreError};
 
-use crate::power_cut::{entry, sent_and_settled};
+use crate::power_cut::{after_a_cut_at_send, entry, sent_and_settled};
 use crate::support::{Rig, Store, TempDir};
 
 fn sidecar(path: &Path, suffix: &str) -> PathBuf {
@@ -89,16 +89,7 @@ async fn many_cycles_reach_the_file_and_survive_a_reopen() {
     let (syncs, file_syncs) = (rig.db.syncs(), rig.db.file_syncs());
     // Enough for the journal to start over a few times (it does every half megabyte).
     for n in 0..1500 {
-        let queued = rig
-            .session
-            .call_tool("createIssue", json!({"title": "Add dark mode", "n": n}))
-            .await
-            .unwrap();
-        rig.overseer
-            .approve(queued.ledger().unwrap(), "alice")
-            .await
-            .unwrap();
-        rig.overseer.settle().await;
+        rig.cycle(n).await;
     }
     assert_eq!(rig.service.calls().len(), 1500);
     // Two journal syncs per cycle, the stage's and the claim's, except where a restart's
@@ -266,36 +257,7 @@ async fn a_power_cut_in_a_drain_keeps_every_outcome_a_later_claim_synced() {
     for (k, &keep) in at_sends.iter().enumerate() {
         let copy = cut_copy(&path, &dir.join(&format!("cut-{k}")), at_open, Some(keep));
         let after = Rig::new(Journaled::open(&copy).unwrap()).await;
-        let entries = after.overseer.ledger().unwrap();
-        for (i, &id) in queued.iter().enumerate() {
-            match i.cmp(&k) {
-                std::cmp::Ordering::Less => assert!(
-                    sent_and_settled(&entries, id),
-                    "cut at send {k}: the outcome of {i} was synced with the claim of {k}"
-                ),
-                std::cmp::Ordering::Equal => {
-                    let _ = sent_and_settled(&entries, id);
-                }
-                std::cmp::Ordering::Greater => {
-                    let action = entry(&entries, id).action().unwrap();
-                    assert!(action.is_open(), "cut at send {k}: {i} was never claimed");
-                }
-            }
-        }
-        // The rule is durable (enabling it again changes nothing), and the next process
-        // drains what was never claimed, once.
-        let rules = Store::ledger(&after.db).rules().unwrap();
-        assert_eq!(rules.len(), 1, "cut at send {k}: the rule was lost");
-        after
-            .overseer
-            .enable_rule("issues", after.label_kind(), "carol")
-            .unwrap();
-        after.overseer.settle().await;
-        assert_eq!(
-            after.service.calls().len(),
-            queued.len() - k - 1,
-            "cut at send {k}"
-        );
+        after_a_cut_at_send(&after, &queued, k).await;
     }
     // The file with every commit the applier made: it may hold more than the cut journal
     // (and then the journal adds nothing). Whatever it holds, nothing sent is open, and

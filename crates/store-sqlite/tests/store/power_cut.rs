@@ -15,7 +15,7 @@ use kernel::{ActionState as LedgerState, LedgerEntry, LedgerId};
 use serde_json::json;
 use store_sqlite::Database;
 
-use crate::support::{Rig, TempDir};
+use crate::support::{Rig, Store, TempDir};
 
 fn log_of(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -129,6 +129,42 @@ async fn a_power_cut_after_an_unsynced_outcome_leaves_outcome_unknown_never_a_re
     assert_eq!(rig.service.calls().len(), 1);
 }
 
+/// What the next process finds after a power cut just past the synced point of the `k`-th
+/// send of a drain of `queued`: every earlier action's outcome rode with that send's
+/// claim, so it survives; the action being sent is at worst unknown; the later ones were
+/// never claimed. The rule is on disk, and the next process drains what was never
+/// claimed, once.
+pub(crate) async fn after_a_cut_at_send<D: Store>(after: &Rig<D>, queued: &[LedgerId], k: usize) {
+    let entries = after.overseer.ledger().unwrap();
+    for (i, &id) in queued.iter().enumerate() {
+        match i.cmp(&k) {
+            std::cmp::Ordering::Less => assert!(
+                sent_and_settled(&entries, id),
+                "cut at send {k}: the outcome of {i} was synced with the claim of {k}"
+            ),
+            std::cmp::Ordering::Equal => {
+                let _ = sent_and_settled(&entries, id);
+            }
+            std::cmp::Ordering::Greater => {
+                let action = entry(&entries, id).action().unwrap();
+                assert!(action.is_open(), "cut at send {k}: {i} was never claimed");
+            }
+        }
+    }
+    let rules = after.db.ledger().rules().unwrap();
+    assert_eq!(rules.len(), 1, "cut at send {k}: the rule was lost");
+    after
+        .overseer
+        .enable_rule("issues", after.label_kind(), "carol")
+        .unwrap();
+    after.overseer.settle().await;
+    assert_eq!(
+        after.service.calls().len(),
+        queued.len() - k - 1,
+        "cut at send {k}"
+    );
+}
+
 #[tokio::test]
 async fn a_power_cut_in_a_drain_keeps_every_outcome_a_later_claim_synced() {
     const N: u64 = 5;
@@ -159,33 +195,7 @@ async fn a_power_cut_in_a_drain_keeps_every_outcome_a_later_claim_synced() {
     for (k, &keep) in at_sends.iter().enumerate() {
         let copy = cut_copy(&path, &dir.join(&format!("cut-{k}")), keep);
         let after = Rig::new(Database::open(&copy).unwrap()).await;
-        let entries = after.overseer.ledger().unwrap();
-        for (i, &id) in queued.iter().enumerate() {
-            match i.cmp(&k) {
-                std::cmp::Ordering::Less => assert!(
-                    sent_and_settled(&entries, id),
-                    "cut at send {k}: the outcome of {i} was synced with the claim of {k}"
-                ),
-                std::cmp::Ordering::Equal => {
-                    let _ = sent_and_settled(&entries, id);
-                }
-                std::cmp::Ordering::Greater => {
-                    let action = entry(&entries, id).action().unwrap();
-                    assert!(action.is_open(), "cut at send {k}: {i} was never claimed");
-                }
-            }
-        }
-        // The rule is on disk, and the next process drains what was never claimed, once.
-        after
-            .overseer
-            .enable_rule("issues", after.label_kind(), "carol")
-            .unwrap();
-        after.overseer.settle().await;
-        assert_eq!(
-            after.service.calls().len(),
-            queued.len() - k - 1,
-            "cut at send {k}"
-        );
+        after_a_cut_at_send(&after, &queued, k).await;
     }
     // And anywhere after the last send: nothing sent is open again.
     for (n, keep) in cuts(*at_sends.last().unwrap(), end).into_iter().enumerate() {

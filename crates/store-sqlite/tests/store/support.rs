@@ -280,6 +280,24 @@ impl<D: Store> Rig<D> {
         }
     }
 
+    /// One whole cycle: the agent asks to create issue `n`, a person approves it, and it is
+    /// sent, with everything it triggers settled.
+    pub async fn cycle(&self, n: u64) {
+        let queued = self
+            .session
+            .call_tool(
+                "createIssue",
+                serde_json::json!({"title": "Add dark mode", "n": n}),
+            )
+            .await
+            .expect("staged and submitted");
+        self.overseer
+            .approve(queued.ledger().expect("pending"), "alice")
+            .await
+            .expect("approved");
+        self.overseer.settle().await;
+    }
+
     /// The agent asks to create an issue titled `title`: staged and submitted, pending.
     pub async fn queue_issue(&self, title: &str) -> gatekeeper_core::CallOutcome {
         self.session

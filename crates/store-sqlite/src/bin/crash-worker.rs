@@ -37,17 +37,21 @@
 //!
 //! The store: `work` and `agents` open the shared file (`Database`) by default, and the
 //! file behind its redo journal (`Journaled`, `<db>-redo`) with `CRASH_STORE=journaled`;
-//! everything else is the same code on either. Behind a journal a person's outcome is
-//! written to the journal file without a sync, so `decided` checks the journal's syncs,
-//! and is not reached if the applier synced the file meanwhile (the journal started
-//! over, which makes every earlier record durable). A killed life leaves the journal,
-//! which the next life replays; a life that finishes removes it. `stage` runs beside
-//! another process on one file, which only a shared file allows: it refuses
-//! `CRASH_STORE=journaled`.
+//! everything else is the same code on either, except that behind a journal each call's
+//! arguments carry about 8 KB of filler besides `seq`, so that the journal starts over
+//! every dozen or so actions and kills land after it did too. Behind a journal a
+//! person's outcome is written to the journal file without a sync, so `decided` checks
+//! the journal's syncs, and is not reached if the applier synced the file meanwhile (the
+//! journal started over, which makes every earlier record durable). A killed life
+//! leaves the journal, which the next life replays; a life that finishes removes it.
+//! `stage` runs beside another process on one file, which only a shared file allows: it
+//! refuses `CRASH_STORE=journaled`.
 //!
 //! Files in `<dir>`: `deliveries.log` (the service's own log: `deliver <seq>` per call)
-//! and `journal.log` (`submitted <seq> <ledger id>`, `attempt <seq>`, `settled <seq>`),
-//! each line appended and fsync'd before the worker goes on.
+//! and `journal.log` (`submitted <seq> <ledger id>`, `attempt <seq>`, `settled <seq>`,
+//! and `restarted <n>` at the first delivery after the redo journal started over, `n`
+//! being how many times it did in this life), each line appended and fsync'd before the
+//! worker goes on.
 
 #[path = "support/durable_log.rs"]
 mod durable_log;
@@ -157,6 +161,16 @@ impl Store {
         }
     }
 
+    /// The arguments of call `seq`: behind a journal with about 8 KB of filler, so that
+    /// the journal starts over every dozen or so actions. (`stuffing` sorts after `seq`,
+    /// which the approval prompt's first 4000 characters then still show.)
+    fn args(&self, seq: u64) -> Value {
+        match self {
+            Self::Shared(_) => json!({"seq": seq}),
+            Self::Journaled(_) => json!({"seq": seq, "stuffing": "x".repeat(8192)}),
+        }
+    }
+
     /// What `agents` reports: how many writes reached the disk (commits on a shared
     /// file, writes of the journal file behind one) and how many syncs (behind a journal:
     /// of the journal, and of the file when the journal started over).
@@ -198,7 +212,7 @@ struct Hooks {
     store: Store,
     /// The store's sync count ([`Store::syncs`]) when the last call was delivered.
     synced_at_send: AtomicU64,
-    /// Its [`Store::file_syncs`] then.
+    /// Its [`Store::file_syncs`] then (the most seen, when agents send at once).
     file_synced_at_send: AtomicU64,
 }
 
@@ -232,6 +246,8 @@ fn seq_of(args: &Value) -> u64 {
 /// The service: every delivery appended, durably, to its own log.
 struct LogService {
     log: DurableLog,
+    /// The worker's `journal.log`, told when the redo journal started over.
+    journal: Arc<DurableLog>,
     hooks: Arc<Hooks>,
 }
 
@@ -249,9 +265,14 @@ impl ToolService for LogService {
         hooks
             .synced_at_send
             .store(hooks.store.syncs(), Ordering::SeqCst);
-        hooks
+        let file_syncs = hooks.store.file_syncs();
+        if hooks
             .file_synced_at_send
-            .store(hooks.store.file_syncs(), Ordering::SeqCst);
+            .fetch_max(file_syncs, Ordering::SeqCst)
+            < file_syncs
+        {
+            self.journal.line(&format!("restarted {file_syncs}"));
+        }
         hooks.reached(Point::Sent, seq);
         if seq.is_multiple_of(HANG_EVERY) {
             // Never answers: only the gatekeeper's deadline ends the wait.
@@ -359,13 +380,14 @@ async fn world(db: &Store, dir: &Path, plan: Option<KillPlan>) -> World {
         plan,
         store: db.clone(),
         synced_at_send: AtomicU64::new(0),
-        file_synced_at_send: AtomicU64::new(0),
+        file_synced_at_send: AtomicU64::new(db.file_syncs()),
     });
     let journal = Arc::new(DurableLog::open(&dir.join("journal.log")));
     let overseer = Overseer::with_store(db.ledger(), clock.clone());
     let store = db.action_store(clock).await;
     let service = Arc::new(LogService {
         log: DurableLog::open(&dir.join("deliveries.log")),
+        journal: journal.clone(),
         hooks: hooks.clone(),
     });
     let inner = Arc::new(
@@ -472,7 +494,7 @@ async fn work(db_path: &Path, dir: &Path, total: u64, plan: Option<KillPlan>) {
         };
         let outcome = world
             .session
-            .call_tool(tool, json!({"seq": seq}))
+            .call_tool(tool, db.args(seq))
             .await
             .expect("stage and submit");
         let ledger = outcome.ledger().expect("an action is pending");
@@ -569,14 +591,14 @@ fn agents(db_path: &Path, dir: &Path, total: u64) {
     let before = db.counters();
     std::thread::scope(|scope| {
         for agent in 0..AGENTS {
-            let (world, staged) = (&world, &staged);
+            let (world, staged, db) = (&world, &staged, &db);
             scope.spawn(move || {
                 runtime().block_on(async {
                     let mine = (1..=total).filter(|seq| seq % AGENTS == agent);
                     for seq in mine.filter(|seq| !staged.contains(seq)) {
                         let outcome = world
                             .session
-                            .call_tool("deliverManual", json!({"seq": seq}))
+                            .call_tool("deliverManual", db.args(seq))
                             .await
                             .expect("stage and submit");
                         let ledger = outcome.ledger().expect("an action is pending");

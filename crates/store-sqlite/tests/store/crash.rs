@@ -32,8 +32,13 @@
 //! leaves the journal (`<db>-redo`), and the next life's open replays it into the file;
 //! a person's outcome is written to the journal without a sync, so `decided` means the
 //! same. The invariants read the database through its journal if one is left (and 8
-//! says none may be). The two-process test runs on the shared file only: a journaled
-//! file refuses a second process.
+//! says none may be). There the worker pads each call's arguments with about 8 KB, so
+//! the journal starts over every dozen or so actions (the applier syncs the file and
+//! writes from the journal's beginning again) and kills land after that too; the first
+//! life goes on longer before its kill, so that the journal surely started over in a
+//! killed life, and the test checks that lives before the last saw it do so. The
+//! two-process test runs on the shared file only: a journaled file refuses a second
+//! process.
 //!
 //! `CRASH_SOAK=<kills>` runs a longer soak (for example `CRASH_SOAK=500`; the journaled
 //! ones alone with the filter `crash::journaled::`); `CRASH_SEED=<n>` replays a run.
@@ -108,18 +113,34 @@ fn redo_journal(db: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Check how many killed lives left a redo journal for the next to replay: some behind
-/// a journal (or the worker did not run on one), none on a shared file. Returns what the
-/// summary says about them.
-fn journals_left(store: StoreKind, left: u64) -> String {
+/// How many times the worker's lives so far saw the redo journal start over: its
+/// `restarted` lines in `journal.log`, written at the first delivery after.
+fn restarts_seen(dir: &TempDir) -> usize {
+    let journal = lines(&dir.join("journal.log"));
+    journal
+        .iter()
+        .filter(|l| l.starts_with("restarted "))
+        .count()
+}
+
+/// Check how many killed lives left a redo journal for the next to replay, and how many
+/// times the lives before the last saw it start over: some of each behind a journal (or
+/// the worker did not run on one, or did not fill it), none on a shared file. Returns
+/// what the summary says about them.
+fn journals_left(store: StoreKind, left: u64, restarts: usize) -> String {
     match store {
         StoreKind::Shared => {
             assert_eq!(left, 0, "a shared file was left with a redo journal");
+            assert_eq!(restarts, 0, "a shared file has no journal to start over");
             String::new()
         }
         StoreKind::Journaled => {
             assert!(left > 0, "no killed life left a journal: was it journaled?");
-            format!(", {left} of them leaving a journal to replay")
+            assert!(
+                restarts > 0,
+                "the journal never started over in a life before the last"
+            );
+            format!(", {left} of them leaving a journal to replay, {restarts} restarts seen")
         }
     }
 }
@@ -293,7 +314,14 @@ fn killed_workers(store: StoreKind) {
             } else {
                 4
             };
-            let plan = format!("{point}:{scope}:{}", 1 + rng.below(reach));
+            // Behind a journal the first life (a `sent` kill) sends 40 calls more, so the
+            // journal surely started over (every dozen or so actions) before a kill.
+            let first = if life == 1 && store == StoreKind::Journaled {
+                40
+            } else {
+                0
+            };
+            let plan = format!("{point}:{scope}:{}", first + 1 + rng.below(reach));
             run_to_point(
                 store,
                 &["work", &db_arg, &dir_arg, &total_arg, "--kill", &plan],
@@ -319,6 +347,7 @@ fn killed_workers(store: StoreKind) {
             End::Finished => total += 20,
         }
     }
+    let restarts = restarts_seen(&dir);
     // A fresh process finishes the work.
     assert_eq!(
         run_to_point(store, &["work", &db_arg, &dir_arg, &total.to_string()]),
@@ -343,7 +372,7 @@ fn killed_workers(store: StoreKind) {
          ({faulted} of them hung or panicked), {auto_applied} auto-applied, \
          {approvals_kept} approvals kept across a kill",
         started.elapsed(),
-        journals_left(store, journals),
+        journals_left(store, journals, restarts),
         actions,
         delivered,
     );
@@ -438,7 +467,14 @@ fn killed_concurrent_agents(store: StoreKind) {
     while killed < kills_wanted {
         lives += 1;
         assert!(lives < 20 * kills_wanted, "too few lives ended in a kill");
-        let after = Duration::from_millis(20 + rng.below(120));
+        // Behind a journal the first life runs a second longer, so the journal surely
+        // started over (every dozen or so actions) before a kill.
+        let first = if lives == 1 && store == StoreKind::Journaled {
+            1000
+        } else {
+            0
+        };
+        let after = Duration::from_millis(first + 20 + rng.below(120));
         let args = ["agents", &db_arg, &dir_arg, &total.to_string()];
         match run_and_kill_after(store, &args, after) {
             End::Killed(_) => {
@@ -448,6 +484,7 @@ fn killed_concurrent_agents(store: StoreKind) {
             End::Finished => total += 40,
         }
     }
+    let restarts = restarts_seen(&dir);
     assert_eq!(
         run_to_point(store, &["agents", &db_arg, &dir_arg, &total.to_string()]),
         End::Finished
@@ -465,7 +502,7 @@ fn killed_concurrent_agents(store: StoreKind) {
          {delivered} delivered, 0 duplicates, {unknown} outcome unknown ({faulted} of them \
          hung or panicked)",
         started.elapsed(),
-        journals_left(store, journals),
+        journals_left(store, journals, restarts),
     );
 }
 

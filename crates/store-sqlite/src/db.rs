@@ -186,10 +186,11 @@ impl Conn {
         }
     }
 
-    /// Whether [`Conn::known`] may be trusted now: in memory, or on a file while this
+    /// Whether [`Conn::known`] may be trusted now: in memory, behind a redo journal (no
+    /// other connection writes the file: see `journaled.rs`), or on a file while this
     /// connection holds the write transaction (see `known.rs`).
     pub(crate) fn trusted(&self) -> bool {
-        self.in_memory || self.batch.is_some()
+        self.in_memory || self.behind || self.batch.is_some()
     }
 
     /// After a write transaction opened on a file: forget what is known if another

@@ -49,6 +49,16 @@
 //! journal over. A crash at any point of that is a crash before the open finished: the
 //! next open replays the same records again from the same position.
 //!
+//! # When the journal fails
+//!
+//! A failed write or sync of the journal, or a record the file would not take, fails the
+//! journal for good: every later write is refused with [`StoreError::Journal`], which says
+//! to check the disk and open the database again. The ledger's copy changes only after
+//! its record was appended; an action store's copy changes just before, so a write
+//! refused at that moment may show in this process's reads of that store until it opens
+//! the file again. What the journal holds is what counts: opening reads the copy from
+//! the file after replaying it.
+//!
 //! # What is kept in memory
 //!
 //! Per gatekeeper, the whole action store (retention keeps it at about 150 records);
@@ -97,13 +107,34 @@ pub(crate) fn journal_path(database: &Path) -> PathBuf {
 }
 
 /// One write as the journal records it, and as the applier replays it through the SQLite
-/// adapters. Each carries what the copy in memory answered, so replay can check it.
+/// adapters. Each carries what the copy in memory answered, so replay can check it, and
+/// nothing that an earlier record of the same action already wrote: a staged call's
+/// tool and arguments and an entry's description are written once, when they are new,
+/// and a later change carries only what moves.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum Op {
     /// [`LedgerStore::insert`] of this entry (its id is the one handed out).
     LedgerInsert(LedgerEntry),
-    /// [`LedgerStore::put`].
+    /// [`LedgerStore::put`] of an observation.
     LedgerPut(LedgerEntry),
+    /// [`LedgerStore::put`] of an action: what moves (its description and dependencies
+    /// are the inserted entry's, never rewritten).
+    ActionPut {
+        /// The entry.
+        id: LedgerId,
+        /// Its state.
+        state: kernel::ActionState,
+        /// Who decided.
+        resolution: Option<Resolution>,
+        /// Why it failed.
+        failure: Option<kernel::Failure>,
+        /// What it waits for.
+        blocked_by: Option<LedgerId>,
+        /// Whether the agent was told to start over.
+        restart_requested: bool,
+        /// Its revert.
+        revert: Option<kernel::RevertRecord>,
+    },
     /// [`LedgerStore::record_attempt`] that returned `true`.
     LedgerAttempt {
         /// The entry.
@@ -131,14 +162,19 @@ pub(crate) enum Op {
         /// The cap the call was made with.
         max_open: usize,
     },
-    /// [`ActionStorage::compare_and_set`] that succeeded.
+    /// [`ActionStorage::compare_and_set`] that succeeded: what moves (the staged tool,
+    /// definition, arguments and time are the staged record's, never rewritten).
     ActionSet {
         /// The store's gatekeeper.
         gatekeeper: Arc<str>,
+        /// The record.
+        id: DriverActionId,
         /// The state it moved from.
         from: StateTag,
-        /// The record written.
-        record: ActionRecord,
+        /// The state it moved to.
+        state: ActionState,
+        /// When an apply last claimed it.
+        claimed_at: Option<Timestamp>,
     },
     /// [`ActionStorage::delete_pending`] that deleted one.
     ActionDelete {
@@ -244,6 +280,31 @@ impl Applier {
                 }
             }
             Op::LedgerPut(entry) => self.ledger.put(entry).map_err(|e| e.to_string())?,
+            Op::ActionPut {
+                id,
+                state,
+                resolution,
+                failure,
+                blocked_by,
+                restart_requested,
+                revert,
+            } => {
+                let mut entry = self
+                    .ledger
+                    .get(id)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("the file has no ledger entry {id}"))?;
+                let EntryBody::Action(action) = &mut entry.body else {
+                    return differs(&format!("ledger entry {id} is not an action"));
+                };
+                action.state = state;
+                action.resolution = resolution;
+                action.failure = failure;
+                action.blocked_by = blocked_by;
+                action.restart_requested = restart_requested;
+                action.revert = revert;
+                self.ledger.put(entry).map_err(|e| e.to_string())?;
+            }
             Op::LedgerAttempt { id, resolution } => {
                 if !self
                     .ledger
@@ -282,15 +343,23 @@ impl Applier {
             }
             Op::ActionSet {
                 gatekeeper,
+                id,
                 from,
-                record,
+                state,
+                claimed_at,
             } => {
-                if !ready(self.actions(&gatekeeper).compare_and_set(from, &record))
+                let store = self.actions(&gatekeeper);
+                let staged = ready(store.get(id))
                     .map_err(|e| e.to_string())?
-                {
+                    .ok_or_else(|| format!("the file has no action {id} of {gatekeeper}"))?;
+                let record = ActionRecord {
+                    state,
+                    claimed_at,
+                    ..staged
+                };
+                if !ready(store.compare_and_set(from, &record)).map_err(|e| e.to_string())? {
                     return differs(&format!(
-                        "{gatekeeper}'s action {} did not move from {from}",
-                        record.id
+                        "{gatekeeper}'s action {id} did not move from {from}"
                     ));
                 }
             }
@@ -863,8 +932,10 @@ impl ActionStorage for HotActions {
             self.shared
                 .append(Op::ActionSet {
                     gatekeeper: self.gatekeeper.clone(),
+                    id: record.id,
                     from,
-                    record: record.clone(),
+                    state: record.state.clone(),
+                    claimed_at: record.claimed_at,
                 })
                 .map_err(port)?
         };
@@ -1151,7 +1222,18 @@ impl LedgerStore for HotLedger {
 
     fn put(&self, entry: LedgerEntry) -> Result<(), kernel::StorageError> {
         let durability = put_durability(&entry);
-        let op = Op::LedgerPut(entry.clone());
+        let op = match &entry.body {
+            EntryBody::Action(action) => Op::ActionPut {
+                id: entry.id,
+                state: action.state,
+                resolution: action.resolution.clone(),
+                failure: action.failure.clone(),
+                blocked_by: action.blocked_by,
+                restart_requested: action.restart_requested,
+                revert: action.revert.clone(),
+            },
+            EntryBody::Observation(_) => Op::LedgerPut(entry.clone()),
+        };
         let payload = encode(&op).map_err(kernel_port)?;
         if !shallow(&payload) {
             check_readable(&entry, false)?;
@@ -1270,18 +1352,19 @@ impl LedgerStore for HotLedger {
     fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, kernel::StorageError> {
         let seq = {
             let mut rules = self.rules();
-            if rules
-                .remove(&(gatekeeper.to_owned(), tag.to_owned()))
-                .is_none()
-            {
+            let key = (gatekeeper.to_owned(), tag.to_owned());
+            if !rules.contains_key(&key) {
                 return Ok(false);
             }
-            self.shared
+            let seq = self
+                .shared
                 .append(Op::RuleRemove {
                     gatekeeper: gatekeeper.to_owned(),
                     tag: tag.to_owned(),
                 })
-                .map_err(kernel_port)?
+                .map_err(kernel_port)?;
+            rules.remove(&key);
+            seq
         };
         self.wait(seq, Durability::Now)?;
         Ok(true)

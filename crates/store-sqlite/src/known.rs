@@ -11,6 +11,8 @@
 //! while that cannot have happened unnoticed:
 //!
 //! - in memory, always: no other connection can reach the database;
+//! - behind a redo journal, always: the file belongs to one process, whose applier is
+//!   its only writer (`journaled.rs`);
 //! - on a file, while this connection holds the write transaction: when the transaction
 //!   opened, `PRAGMA data_version` was compared with the value seen at the previous one,
 //!   and everything was forgotten if another connection had committed in between. Until

@@ -39,7 +39,7 @@
 //! file behind its redo journal (`Journaled`, `<db>-redo`) with `CRASH_STORE=journaled`;
 //! everything else is the same code on either, except that behind a journal each call's
 //! arguments carry about 8 KB of filler besides `seq`, so that the journal starts over
-//! every dozen or so actions and kills land after it did too. Behind a journal a
+//! about every forty actions and kills land after it did too. Behind a journal a
 //! person's outcome is written to the journal file without a sync, so `decided` checks
 //! the journal's syncs, and is not reached if the applier synced the file meanwhile (the
 //! journal started over, which makes every earlier record durable). A killed life
@@ -162,7 +162,7 @@ impl Store {
     }
 
     /// The arguments of call `seq`: behind a journal with about 8 KB of filler, so that
-    /// the journal starts over every dozen or so actions. (`stuffing` sorts after `seq`,
+    /// the journal starts over about every forty actions. (`stuffing` sorts after `seq`,
     /// which the approval prompt's first 4000 characters then still show.)
     fn args(&self, seq: u64) -> Value {
         match self {

@@ -33,7 +33,7 @@
 //! a person's outcome is written to the journal without a sync, so `decided` means the
 //! same. The invariants read the database through its journal if one is left (and 8
 //! says none may be). There the worker pads each call's arguments with about 8 KB, so
-//! the journal starts over every dozen or so actions (the applier syncs the file and
+//! the journal starts over about every forty actions (the applier syncs the file and
 //! writes from the journal's beginning again) and kills land after that too; the first
 //! life goes on longer before its kill, so that the journal surely started over in a
 //! killed life, and the test checks that lives before the last saw it do so. The
@@ -314,10 +314,10 @@ fn killed_workers(store: StoreKind) {
             } else {
                 4
             };
-            // Behind a journal the first life (a `sent` kill) sends 40 calls more, so the
-            // journal surely started over (every dozen or so actions) before a kill.
+            // Behind a journal the first life (a `sent` kill) sends 100 calls more, so the
+            // journal surely started over (about every forty actions) before a kill.
             let first = if life == 1 && store == StoreKind::Journaled {
-                40
+                100
             } else {
                 0
             };
@@ -468,7 +468,7 @@ fn killed_concurrent_agents(store: StoreKind) {
         lives += 1;
         assert!(lives < 20 * kills_wanted, "too few lives ended in a kill");
         // Behind a journal the first life runs a second longer, so the journal surely
-        // started over (every dozen or so actions) before a kill.
+        // started over (about every forty actions) before a kill.
         let first = if lives == 1 && store == StoreKind::Journaled {
             1000
         } else {

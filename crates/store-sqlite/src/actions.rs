@@ -67,6 +67,20 @@ impl SqliteActionStorage {
         }
     }
 
+    /// The highest id this store has handed out, as staging computes it (the next stage
+    /// gets the one above). From what the connection knows, so only on a connection that
+    /// may trust it: behind a redo journal (see `known.rs`).
+    pub(crate) fn last_id(&self) -> Result<u64, StoreError> {
+        self.db.shared().read_conn(|conn| {
+            debug_assert!(
+                conn.trusted(),
+                "counts are read from what the connection knows"
+            );
+            let last = counts(conn, &self.gatekeeper)?.last_id;
+            Ok(last.max(conn.floor(&self.gatekeeper)))
+        })
+    }
+
     fn staged(&self) -> MutexGuard<'_, Staged> {
         // The cache holds only immutable facts; a poisoned lock still guards valid entries.
         self.staged.lock().unwrap_or_else(|p| p.into_inner())

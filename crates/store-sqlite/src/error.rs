@@ -231,6 +231,10 @@ pub enum StoreError {
         /// The journal file.
         journal: PathBuf,
     },
+    /// An adapter's error met through its storage port, passed on as the adapter worded
+    /// it (the words already say what to do).
+    #[error("{0}")]
+    Port(String),
     /// The database was closed while a write was starting.
     #[error("the database was closed while a write was starting; open it again to write")]
     Closed,

@@ -703,6 +703,14 @@ mod tests {
         }
     }
 
+    /// A new journal for one test, opened and started at record 1, and its path.
+    fn started<T: Send>(label: &str) -> (Journal<T>, PathBuf) {
+        let path = journal_path(label);
+        let (journal, _) = open(&path);
+        journal.start_round(1);
+        (journal, path)
+    }
+
     /// The detail of a [`JournalError::Failed`].
     fn failed_with(error: &JournalError) -> Option<&str> {
         match error {
@@ -748,9 +756,7 @@ mod tests {
 
     #[test]
     fn records_never_written_are_not_read_back() {
-        let path = journal_path("unwritten");
-        let (journal, _) = open::<()>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<()>("unwritten");
         journal.append(b"written", ()).unwrap();
         journal.write_through(1).unwrap();
         journal.append(b"buffered", ()).unwrap();
@@ -764,9 +770,7 @@ mod tests {
 
     #[test]
     fn a_damaged_record_ends_the_chain() {
-        let path = journal_path("torn");
-        let (journal, _) = open::<()>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<()>("torn");
         for n in 1..=5u8 {
             journal.append(&[n; 10], ()).unwrap();
         }
@@ -787,9 +791,7 @@ mod tests {
 
     #[test]
     fn a_restart_writes_a_new_round_from_offset_0_and_a_failed_one_fails_the_journal() {
-        let path = journal_path("restart");
-        let (journal, _) = open::<u64>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<u64>("restart");
         for n in 1..=10u64 {
             journal
                 .append(format!("record {n:02}").as_bytes(), n)
@@ -842,9 +844,7 @@ mod tests {
 
     #[test]
     fn a_restart_lets_buffered_records_waiting_for_a_sync_return() {
-        let path = journal_path("restart-buffer");
-        let (journal, _) = open::<()>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<()>("restart-buffer");
         journal.append(b"buffered", ()).unwrap();
         journal.restart(|_, _| Ok(())).unwrap();
         journal.write_through(1).unwrap();
@@ -856,9 +856,7 @@ mod tests {
 
     #[test]
     fn wants_restart_once_the_offset_passes_half_the_ring() {
-        let path = journal_path("wants-restart");
-        let (journal, _) = open::<()>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<()>("wants-restart");
         let payload = vec![7u8; 4096 - HEADER];
         let mut seq = 0;
         while !journal.wants_restart() {
@@ -896,9 +894,7 @@ mod tests {
     fn concurrent_syncs_share_fdatasyncs_and_every_record_is_kept() {
         const THREADS: u64 = 16;
         const EACH: u64 = 200;
-        let path = journal_path("group-commit");
-        let (journal, _) = open::<()>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<()>("group-commit");
         let journal = Arc::new(journal);
         let threads: Vec<_> = (0..THREADS)
             .map(|t| {
@@ -940,9 +936,7 @@ mod tests {
 
     #[test]
     fn wait_applied_returns_once_the_applier_marked_what_came_before() {
-        let path = journal_path("applied");
-        let (journal, _) = open::<&'static str>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<&'static str>("applied");
         let journal = Arc::new(journal);
         let (go, gate) = std::sync::mpsc::channel::<()>();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -997,9 +991,7 @@ mod tests {
 
     #[test]
     fn take_queued_returns_none_once_closed_and_empty() {
-        let path = journal_path("close");
-        let (journal, _) = open::<u32>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<u32>("close");
         journal.append(b"x", 7).unwrap();
         journal.close();
         assert_eq!(journal.take_queued(), Some(vec![(1, 7)]));
@@ -1009,9 +1001,7 @@ mod tests {
 
     #[test]
     fn a_failed_journal_refuses_everything() {
-        let path = journal_path("failed");
-        let (journal, _) = open::<()>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<()>("failed");
         let seq = journal.append(b"before", ()).unwrap();
         journal.fail("x".to_owned());
         let is_x = |result: Result<(), JournalError>| {
@@ -1030,9 +1020,7 @@ mod tests {
 
     #[test]
     fn a_failure_wakes_a_waiting_caller() {
-        let path = journal_path("failure-wakes");
-        let (journal, _) = open::<()>(&path);
-        journal.start_round(1);
+        let (journal, path) = started::<()>("failure-wakes");
         journal.append(b"never applied", ()).unwrap();
         let journal = Arc::new(journal);
         let waiter = {

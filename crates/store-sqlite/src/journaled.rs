@@ -75,6 +75,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
+use gatekeeper_confluence::KvStore;
 use gatekeeper_core::{
     ActionRecord, ActionState, ActionStorage, MemoryActionStorage, StateTag, StorageError,
 };
@@ -82,7 +83,6 @@ use kernel::{
     AutoApprovalRule, DriverActionId, EntryBody, LedgerEntry, LedgerId, LedgerStore, Resolution,
     Timestamp,
 };
-use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{error, info};
@@ -91,6 +91,7 @@ use crate::actions::{SqliteActionStorage, is_interruption};
 use crate::db::{Database, Durability, Steps, sidecar};
 use crate::error::StoreError;
 use crate::journal::{Journal, JournalError};
+use crate::kv::SqliteKv;
 use crate::ledger::{SqliteLedger, put_durability};
 
 /// How many settled ledger entries the copy in memory keeps besides the open ones.
@@ -197,28 +198,6 @@ pub(crate) enum Op {
 /// A record as the journal stores it.
 fn encode(op: &Op) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(op).map_err(|e| StoreError::decode("a journal record", e))
-}
-
-/// Whether no JSON inside `payload` can nest deeper than the file reads back: it has no
-/// more opening brackets than the limit (most records have a few dozen).
-fn shallow(payload: &[u8]) -> bool {
-    payload.iter().filter(|&&b| b == b'[' || b == b'{').count() <= crate::MAX_JSON_DEPTH
-}
-
-/// How deeply `value` nests arrays and objects, counted without recursion (a value
-/// built in code may nest deeper than any stack).
-fn depth(value: &Value) -> usize {
-    let (mut deepest, mut pending) = (0, vec![(value, 0usize)]);
-    while let Some((value, above)) = pending.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match value {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(fields) => Box::new(fields.values()),
-            _ => continue,
-        };
-        deepest = deepest.max(above + 1);
-        pending.extend(children.map(|child| (child, above + 1)));
-    }
-    deepest
 }
 
 /// The result of an async port call whose implementation never waits (the SQLite
@@ -387,6 +366,16 @@ impl Applier {
         Ok(())
     }
 
+    /// Apply `records` in order, advancing the position reached past each.
+    fn apply_all(&mut self, records: Vec<(u64, Op)>) -> Result<(), String> {
+        for (seq, op) in records {
+            self.apply(op)
+                .map_err(|why| format!("record {seq} could not be written to the file: {why}"))?;
+            self.applied = seq;
+        }
+        Ok(())
+    }
+
     /// Record the position reached and commit (without a sync).
     fn commit(&mut self) -> Result<(), StoreError> {
         if self.applied != self.committed {
@@ -398,39 +387,30 @@ impl Applier {
     }
 }
 
+/// Where SQLite keeps the journal position it holds: a key of the `kv` table, through its
+/// adapter (behind a journal its writes join the open transaction, as every write does).
+fn position_store(db: &Database) -> SqliteKv {
+    SqliteKv::new(db.clone(), POSITION_SCOPE)
+}
+
 /// The journal position SQLite holds (0 for a file never used behind a journal).
 fn read_position(db: &Database) -> Result<u64, StoreError> {
-    db.shared().read(|conn| {
-        let value: Option<Vec<u8>> = conn
-            .prepare_cached("SELECT value FROM kv WHERE scope = ?1 AND key = ?2")?
-            .query_row([POSITION_SCOPE, POSITION_KEY], |r| r.get(0))
-            .optional()?;
-        Ok(match value {
-            None => 0,
-            Some(bytes) => {
-                u64::from_le_bytes(bytes.try_into().map_err(|_| {
-                    StoreError::decode("journal position", "it is not 8 bytes long")
-                })?)
-            }
-        })
-    })
+    let stored = position_store(db)
+        .get(POSITION_KEY)
+        .map_err(|e| StoreError::Port(e.0))?;
+    match stored {
+        None => Ok(0),
+        Some(bytes) => Ok(u64::from_le_bytes((&bytes[..]).try_into().map_err(
+            |_| StoreError::decode("journal position", "it is not 8 bytes long"),
+        )?)),
+    }
 }
 
 /// Write the journal position into the open transaction.
 fn write_position(db: &Database, position: u64) -> Result<(), StoreError> {
-    db.shared().write(Durability::Deferred, Steps::One, |conn| {
-        conn.db
-            .prepare_cached(
-                "INSERT INTO kv (scope, key, value) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value",
-            )?
-            .execute(rusqlite::params![
-                POSITION_SCOPE,
-                POSITION_KEY,
-                position.to_le_bytes().to_vec()
-            ])?;
-        Ok(())
-    })
+    position_store(db)
+        .put(POSITION_KEY, position.to_le_bytes().to_vec().into())
+        .map_err(|e| StoreError::Port(e.0))
 }
 
 /// What the handle, the adapters and the applier share.
@@ -496,15 +476,10 @@ fn run_applier(shared: Arc<Shared>) {
     while let Some(batch) = shared.journal.take_queued() {
         let reached = {
             let mut applier = shared.applier();
-            for (seq, op) in batch {
-                if let Err(why) = applier.apply(op) {
-                    drop(applier);
-                    fail(format!(
-                        "record {seq} could not be written to the file: {why}"
-                    ));
-                    return;
-                }
-                applier.applied = seq;
+            if let Err(why) = applier.apply_all(batch) {
+                drop(applier);
+                fail(why);
+                return;
             }
             // Committed batch by batch (what was queued since the applier last looked, at
             // most a millisecond's worth), so another connection reading the file (an
@@ -520,14 +495,13 @@ fn run_applier(shared: Arc<Shared>) {
         if shared.journal.wants_restart() {
             let restarted = shared.journal.restart(|last, queued| {
                 let mut applier = shared.applier();
-                for (seq, op) in queued {
-                    applier
-                        .apply(op)
-                        .map_err(|why| format!("record {seq}: {why}"))?;
-                    applier.applied = seq;
+                applier.apply_all(queued)?;
+                if applier.applied != last {
+                    return Err(format!(
+                        "the file took records up to {}, not up to {last}",
+                        applier.applied
+                    ));
                 }
-                debug_assert_eq!(applier.applied, last);
-                applier.applied = last;
                 applier.commit().map_err(|e| e.to_string())?;
                 applier.db.flush().map_err(|e| e.to_string())
             });
@@ -660,18 +634,14 @@ impl Journaled {
         if db.shared().others_alive() {
             return Err(StoreError::InUse { path });
         }
-        let mut applier = Applier::new(db.clone());
+        let corrupt = |detail: String| StoreError::Journal {
+            path: journal_file.clone(),
+            detail,
+        };
         let held = read_position(&db)?;
-        let mut last = held;
-        let mut replayed = 0;
-        for (seq, payload) in records {
-            if seq <= held {
-                continue;
-            }
-            let corrupt = |detail: String| StoreError::Journal {
-                path: journal_file.clone(),
-                detail,
-            };
+        let mut missing = Vec::new();
+        for (seq, payload) in records.into_iter().filter(|(seq, _)| *seq > held) {
+            let last = missing.last().map_or(held, |(last, _)| *last);
             if seq != last + 1 {
                 return Err(corrupt(format!(
                     "its records jump from {last} to {seq}: records are missing; nothing was changed"
@@ -679,13 +649,14 @@ impl Journaled {
             }
             let op: Op = serde_json::from_slice(&payload)
                 .map_err(|e| corrupt(format!("record {seq} cannot be read ({e})")))?;
-            applier.apply(op).map_err(|why| {
-                corrupt(format!("record {seq} cannot be written to the file: {why}"))
-            })?;
-            last = seq;
-            replayed += 1;
+            missing.push((seq, op));
         }
-        applier.applied = last;
+        let replayed = missing.len();
+        let mut applier = Applier::new(db.clone());
+        applier.applied = held;
+        applier.committed = held;
+        applier.apply_all(missing).map_err(corrupt)?;
+        let last = applier.applied;
         // The claims just replayed are the dead process's, not this one's.
         disown_claims(&db)?;
         let reconciled = crate::recover::reconcile(&db)?;
@@ -726,10 +697,9 @@ impl Journaled {
                 StateTag::Failed,
                 StateTag::Rejected,
             ] {
-                records
-                    .extend(ready(sqlite.records_in(state)).map_err(|e| StoreError::Missing(e.0))?);
+                records.extend(ready(sqlite.records_in(state)).map_err(|e| StoreError::Port(e.0))?);
             }
-            MemoryActionStorage::restore(records, last_action_id(&applier.db, &gatekeeper)?)
+            MemoryActionStorage::restore(records, sqlite.last_id()?)
         };
         let store = Arc::new(HotActions {
             shared: shared.clone(),
@@ -818,19 +788,6 @@ fn disown_claims(db: &Database) -> Result<(), StoreError> {
     })
 }
 
-/// The highest action id `gatekeeper` ever handed out (as `insert_pending` computes it).
-fn last_action_id(db: &Database, gatekeeper: &str) -> Result<u64, StoreError> {
-    db.shared().read(|conn| {
-        let last: i64 = conn
-            .prepare_cached(
-                "SELECT max(COALESCE((SELECT max(id) FROM actions WHERE gatekeeper = ?1), 0),
-                            COALESCE((SELECT last_id FROM action_ids WHERE gatekeeper = ?1), 0))",
-            )?
-            .query_row([gatekeeper], |r| r.get(0))?;
-        Ok(u64::try_from(last).unwrap_or(0))
-    })
-}
-
 fn port(error: StoreError) -> StorageError {
     StorageError(error.to_string())
 }
@@ -867,19 +824,13 @@ impl ActionStorage for HotActions {
     ) -> Result<Option<DriverActionId>, StorageError> {
         // What the file would refuse is refused here, before anything changes.
         if !args.is_object() {
-            return Err(port(StoreError::decode(
-                "the call's arguments",
-                "they are not a JSON object",
-            )));
+            return Err(StorageError(
+                "the call's arguments are not a JSON object, and a store keeps only objects; \
+                 send the arguments as an object"
+                    .into(),
+            ));
         }
-        let nested = depth(&args);
-        if nested > crate::MAX_JSON_DEPTH {
-            return Err(port(StoreError::TooDeep {
-                what: "the call's arguments".into(),
-                depth: nested,
-                max: crate::MAX_JSON_DEPTH,
-            }));
-        }
+        crate::json::readable_value(&args, "the call's arguments").map_err(port)?;
         let _order = self.lock();
         let staged =
             ready(
@@ -1087,7 +1038,7 @@ impl HotLedger {
             if let Some(entry) = applier
                 .ledger
                 .get(LedgerId(id))
-                .map_err(|e| StoreError::Missing(e.0))?
+                .map_err(|e| StoreError::Port(e.0))?
             {
                 copy.keep(entry);
             }
@@ -1095,7 +1046,7 @@ impl HotLedger {
         let rules = applier
             .ledger
             .rules()
-            .map_err(|e| StoreError::Missing(e.0))?
+            .map_err(|e| StoreError::Port(e.0))?
             .into_iter()
             .map(|rule| {
                 (
@@ -1107,7 +1058,7 @@ impl HotLedger {
         let locked_down = applier
             .ledger
             .locked_down()
-            .map_err(|e| StoreError::Missing(e.0))?;
+            .map_err(|e| StoreError::Port(e.0))?;
         Ok(LedgerCopyParts {
             copy,
             rules,
@@ -1129,7 +1080,7 @@ impl HotLedger {
     }
 
     /// Run `change` on the current copy of entry `id` (read through if not held), under
-    /// the copy's lock; `Ok(None)` if there is no such entry.
+    /// the copy's lock; `change` is given `None` if there is no such entry.
     fn with_entry<T>(
         &self,
         id: LedgerId,
@@ -1192,7 +1143,7 @@ impl LedgerStore for HotLedger {
             }
             let op = Op::LedgerInsert(entry.clone());
             let payload = encode(&op).map_err(kernel_port)?;
-            if !shallow(&payload) {
+            if !crate::json::shallow(&payload) {
                 check_readable(&entry, true)?;
             }
             let seq = self
@@ -1235,7 +1186,7 @@ impl LedgerStore for HotLedger {
             EntryBody::Observation(_) => Op::LedgerPut(entry.clone()),
         };
         let payload = encode(&op).map_err(kernel_port)?;
-        if !shallow(&payload) {
+        if !crate::json::shallow(&payload) {
             check_readable(&entry, false)?;
         }
         let id = entry.id;

@@ -10,6 +10,7 @@
 //! refused at staging, with a message that says why.
 
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::error::StoreError;
 
@@ -44,15 +45,31 @@ fn depth(text: &str) -> usize {
     deepest
 }
 
-/// Refuse JSON that [`read`] would refuse for its depth. `what` names it in the message.
-pub(crate) fn readable(text: &str, what: &str) -> Result<(), StoreError> {
-    // Nesting never exceeds the number of opening brackets, which is quick to count
-    // (strings and all): most values have far fewer than the limit.
-    let opening = text.bytes().filter(|&b| b == b'[' || b == b'{').count();
-    if opening <= MAX_JSON_DEPTH {
-        return Ok(());
+/// How deeply `value` nests arrays and objects, counted without recursion (a value built
+/// in code may nest deeper than any stack).
+fn value_depth(value: &Value) -> usize {
+    let (mut deepest, mut pending) = (0, vec![(value, 0usize)]);
+    while let Some((value, above)) = pending.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(fields) => Box::new(fields.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(above + 1);
+        pending.extend(children.map(|child| (child, above + 1)));
     }
-    let depth = depth(text);
+    deepest
+}
+
+/// Whether no JSON in `bytes` can nest deeper than the limit: nesting never exceeds the
+/// number of opening brackets, which is quick to count (strings and all), and most values
+/// have far fewer than the limit.
+pub(crate) fn shallow(bytes: &[u8]) -> bool {
+    bytes.iter().filter(|&&b| b == b'[' || b == b'{').count() <= MAX_JSON_DEPTH
+}
+
+/// Refuse a nesting `depth` over the limit. `what` names the value in the message.
+fn within_limit(depth: usize, what: &str) -> Result<(), StoreError> {
     if depth > MAX_JSON_DEPTH {
         return Err(StoreError::TooDeep {
             what: what.to_owned(),
@@ -61,6 +78,19 @@ pub(crate) fn readable(text: &str, what: &str) -> Result<(), StoreError> {
         });
     }
     Ok(())
+}
+
+/// Refuse JSON that [`read`] would refuse for its depth. `what` names it in the message.
+pub(crate) fn readable(text: &str, what: &str) -> Result<(), StoreError> {
+    if shallow(text.as_bytes()) {
+        return Ok(());
+    }
+    within_limit(depth(text), what)
+}
+
+/// [`readable`] for a value not yet encoded, its nesting counted on the value itself.
+pub(crate) fn readable_value(value: &Value, what: &str) -> Result<(), StoreError> {
+    within_limit(value_depth(value), what)
 }
 
 /// Read stored JSON back: the depth limit first, then serde_json.

@@ -13,13 +13,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use gatekeeper_core::{ActionState, CallOutcome};
 use kernel::ActionState as LedgerState;
-use serde_json::json;
 use store_sqlite::{Database, Journaled, StoreError};
 
-use crate::power_cut::{after_a_cut_at_send, entry, sent_and_settled};
-use crate::support::{Rig, Store, TempDir};
+use crate::power_cut::{
+    after_a_cut_at_send, after_a_cut_past_an_outcome, drained, entry, sent_and_settled,
+};
+use crate::support::{Rig, TempDir};
 
 fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -194,31 +194,12 @@ async fn a_power_cut_after_an_unsynced_outcome_leaves_outcome_unknown_never_a_re
     for (n, (wal, keep)) in copies.enumerate() {
         let copy = cut_copy(&path, &dir.join(&format!("cut-{n}")), wal, keep);
         let after = Rig::new(Journaled::open(&copy).unwrap()).await;
-        let entries = after.overseer.ledger().unwrap();
-        if sent_and_settled(&entries, approved) {
+        let cut = format!("{wal:?}, cut at {keep:?}");
+        if after_a_cut_past_an_outcome(&after, waiting, approved, &cut).await {
             kept += 1;
         } else {
             lost += 1;
         }
-        // The acknowledged submission that was still waiting is still waiting.
-        let action = entry(&entries, waiting).action().unwrap();
-        assert_eq!(
-            action.state,
-            LedgerState::Pending,
-            "{wal:?}, cut at {keep:?}"
-        );
-        let record = Store::action_storage(&after.db, "issues")
-            .get(action.driver_id)
-            .await
-            .unwrap()
-            .expect("its staged call was lost");
-        assert_eq!(record.state, ActionState::Pending);
-        // The next process sends the waiting one once, and refuses the other again.
-        after.overseer.approve(waiting, "bob").await.unwrap();
-        assert!(after.overseer.approve(approved, "bob").await.is_err());
-        let calls = after.service.calls();
-        assert_eq!(calls.len(), 1, "{wal:?}, cut at {keep:?}: {calls:?}");
-        assert_eq!(calls[0].1, json!({"title": "Add dark mode"}));
     }
     assert!(lost > 0, "no cut lost the unsynced outcome");
     assert!(kept > 0, "no cut kept the written outcome");
@@ -234,21 +215,7 @@ async fn a_power_cut_in_a_drain_keeps_every_outcome_a_later_claim_synced() {
     let at_open = Wal::at_open(&path);
     let rig = Rig::new(db).await;
     let synced = note_synced_lengths(&rig);
-    let mut queued = Vec::new();
-    for n in 0..N {
-        let outcome = rig
-            .session
-            .call_tool("addLabel", json!({"issue": n, "label": "bug"}))
-            .await
-            .unwrap();
-        assert!(matches!(outcome, CallOutcome::Pending { .. }));
-        queued.push(outcome.ledger().unwrap());
-    }
-    rig.overseer
-        .enable_rule("issues", rig.label_kind(), "carol")
-        .unwrap();
-    rig.overseer.settle().await;
-    assert_eq!(rig.service.calls().len() as u64, N);
+    let queued = drained(&rig, N).await;
     let at_sends = synced.lock().unwrap().clone();
 
     // The file as of its last sync, and the journal cut just past each send's synced

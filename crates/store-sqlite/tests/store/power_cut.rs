@@ -103,30 +103,68 @@ async fn a_power_cut_after_an_unsynced_outcome_leaves_outcome_unknown_never_a_re
     for (n, keep) in cuts(at_send, end).into_iter().enumerate() {
         let copy = cut_copy(&path, &dir.join(&format!("cut-{n}")), keep);
         let after = Rig::new(Database::open(&copy).unwrap()).await;
-        let entries = after.overseer.ledger().unwrap();
-        if !sent_and_settled(&entries, approved) {
+        let cut = format!("cut at {keep} of {end}");
+        if !after_a_cut_past_an_outcome(&after, waiting, approved, &cut).await {
             lost += 1;
         }
-        // The acknowledged submission that was still waiting is still waiting.
-        let action = entry(&entries, waiting).action().unwrap();
-        assert_eq!(action.state, LedgerState::Pending, "cut at {keep} of {end}");
-        let record = after
-            .db
-            .action_storage("issues")
-            .get(action.driver_id)
-            .await
-            .unwrap()
-            .expect("its staged call was lost");
-        assert_eq!(record.state, ActionState::Pending);
-        // The next process sends the waiting one once, and refuses the other again.
-        after.overseer.approve(waiting, "bob").await.unwrap();
-        assert!(after.overseer.approve(approved, "bob").await.is_err());
-        let calls = after.service.calls();
-        assert_eq!(calls.len(), 1, "cut at {keep}: {calls:?}");
-        assert_eq!(calls[0].1, json!({"title": "Add dark mode"}));
     }
     assert!(lost > 0, "no cut lost the unsynced outcome");
     assert_eq!(rig.service.calls().len(), 1);
+}
+
+/// What the next process finds after a power cut past a person's approval of `approved`,
+/// whose outcome was not yet synced, while `waiting` ("Add dark mode") still waited: the
+/// acknowledged submission still waits, with its staged call; the next process sends it
+/// once and refuses `approved` again. Returns whether `approved`'s outcome survived (if
+/// not, it is unknown, never open). `cut` names the copy in messages.
+pub(crate) async fn after_a_cut_past_an_outcome<D: Store>(
+    after: &Rig<D>,
+    waiting: LedgerId,
+    approved: LedgerId,
+    cut: &str,
+) -> bool {
+    let entries = after.overseer.ledger().unwrap();
+    let kept = sent_and_settled(&entries, approved);
+    let action = entry(&entries, waiting).action().unwrap();
+    assert_eq!(action.state, LedgerState::Pending, "{cut}");
+    let record = after
+        .db
+        .action_storage("issues")
+        .get(action.driver_id)
+        .await
+        .unwrap()
+        .expect("its staged call was lost");
+    assert_eq!(record.state, ActionState::Pending, "{cut}");
+    after.overseer.approve(waiting, "bob").await.unwrap();
+    assert!(
+        after.overseer.approve(approved, "bob").await.is_err(),
+        "{cut}"
+    );
+    let calls = after.service.calls();
+    assert_eq!(calls.len(), 1, "{cut}: {calls:?}");
+    assert_eq!(calls[0].1, json!({"title": "Add dark mode"}), "{cut}");
+    kept
+}
+
+/// Stage `n` auto-approvable calls, enable their rule, and let the drain send them all;
+/// their ledger ids, in the order they were staged (and sent).
+pub(crate) async fn drained<D: Store>(rig: &Rig<D>, n: u64) -> Vec<LedgerId> {
+    let mut queued = Vec::new();
+    for n in 0..n {
+        let outcome = rig
+            .session
+            .call_tool("addLabel", json!({"issue": n, "label": "bug"}))
+            .await
+            .unwrap();
+        assert!(matches!(outcome, CallOutcome::Pending { .. }));
+        queued.push(outcome.ledger().unwrap());
+    }
+    rig.overseer
+        .enable_rule("issues", rig.label_kind(), "carol")
+        .unwrap();
+    rig.overseer.settle().await;
+    assert_eq!(rig.service.calls().len(), queued.len());
+    queued
 }
 
 /// What the next process finds after a power cut just past the synced point of the `k`-th
@@ -172,21 +210,7 @@ async fn a_power_cut_in_a_drain_keeps_every_outcome_a_later_claim_synced() {
     let path = dir.join("gate.db");
     let rig = Rig::new(Database::open(&path).unwrap()).await;
     let synced = note_synced_lengths(&rig, &path);
-    let mut queued = Vec::new();
-    for n in 0..N {
-        let outcome = rig
-            .session
-            .call_tool("addLabel", json!({"issue": n, "label": "bug"}))
-            .await
-            .unwrap();
-        assert!(matches!(outcome, CallOutcome::Pending { .. }));
-        queued.push(outcome.ledger().unwrap());
-    }
-    rig.overseer
-        .enable_rule("issues", rig.label_kind(), "carol")
-        .unwrap();
-    rig.overseer.settle().await;
-    assert_eq!(rig.service.calls().len() as u64, N);
+    let queued = drained(&rig, N).await;
     let end = std::fs::metadata(log_of(&path)).unwrap().len();
     let at_sends: Vec<u64> = synced.lock().unwrap().iter().map(|s| s.1).collect();
 

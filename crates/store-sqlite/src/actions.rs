@@ -495,6 +495,85 @@ fn counts<'c>(conn: &'c mut Conn, gatekeeper: &Arc<str>) -> Result<&'c ActionCou
         .get_or_insert_with(ActionCounts::default))
 }
 
+impl SqliteActionStorage {
+    /// Stage `record` (its id is ignored: the next one is handed out) as
+    /// [`ActionStorage::insert_pending`] does, with the same cap and id, but with its row
+    /// written as the record stands: a pending record is a plain stage, and a record in
+    /// another state is one staged and then moved to that state in the same transaction.
+    /// A redo journal's applier stages so when a call's later moves fell in the same batch
+    /// as its stage (`fold.rs`); the row is then written once.
+    pub(crate) fn stage(
+        &self,
+        record: ActionRecord,
+        max_open: usize,
+    ) -> Result<Option<DriverActionId>, StoreError> {
+        let args_json = serde_json::to_string(&*record.args)
+            .map_err(|e| StoreError::decode("tool arguments", e))?;
+        // Nothing is staged that could not be read back (after a restart it could be
+        // neither approved nor rejected): the same limit as the read, checked now.
+        crate::json::readable(&args_json, "the call's arguments")?;
+        let gatekeeper = &*self.gatekeeper;
+        let shared = self.db.shared();
+        shared
+            // One writing statement: the row itself. Its id is above every id still in
+            // the table and every id recorded as deleted (see `NEXT_ID`).
+            .write(Durability::Deferred, Steps::One, |conn| {
+                let counts = counts(conn, &self.gatekeeper)?;
+                if counts.open >= max_open {
+                    return Ok(None);
+                }
+                let id = counts.last_id.max(conn.floor(gatekeeper)) + 1;
+                let record = ActionRecord {
+                    id: DriverActionId(id),
+                    ..record
+                };
+                let StateColumns {
+                    state,
+                    retryable,
+                    error,
+                    result_json,
+                } = state_columns(&record)?;
+                // As a claim records its session (see `write_state`).
+                let claimed_by = if state == "applying" {
+                    shared.session_id()
+                } else {
+                    None
+                };
+                conn.db
+                    .prepare_cached(
+                        "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at,
+                            definition, claimed_at, claimed_by, retryable, error, result_json)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    )?
+                    .execute(params![
+                        gatekeeper,
+                        i64_of(id),
+                        &*record.tool,
+                        args_json,
+                        state,
+                        i64_of(record.submitted_at.0),
+                        record.definition.as_deref(),
+                        record.claimed_at.map(|t| i64_of(t.0)),
+                        claimed_by,
+                        retryable,
+                        error,
+                        result_json,
+                    ])?;
+                conn.hand_out(gatekeeper, id);
+                let known = conn.known.actions_of(&self.gatekeeper);
+                known.staged(&ActionRecord {
+                    state: ActionState::Pending,
+                    claimed_at: None,
+                    ..record.clone()
+                });
+                if record.state != ActionState::Pending {
+                    known.moved(StateTag::Pending, &record);
+                }
+                Ok(Some(DriverActionId(id)))
+            })
+    }
+}
+
 #[async_trait]
 impl ActionStorage for SqliteActionStorage {
     async fn insert_pending(
@@ -505,51 +584,16 @@ impl ActionStorage for SqliteActionStorage {
         submitted_at: Timestamp,
         max_open: usize,
     ) -> Result<Option<DriverActionId>, StorageError> {
-        let args_json = serde_json::to_string(&*args)
-            .map_err(|e| port(StoreError::decode("tool arguments", e)))?;
-        // Nothing is staged that could not be read back (after a restart it could be
-        // neither approved nor rejected): the same limit as the read, checked now.
-        crate::json::readable(&args_json, "the call's arguments").map_err(port)?;
-        let staged_args = args;
-        let gatekeeper = &*self.gatekeeper;
-        self.db
-            .shared()
-            // One writing statement: the row itself. Its id is above every id still in
-            // the table and every id recorded as deleted (see `NEXT_ID`).
-            .write(Durability::Deferred, Steps::One, |conn| {
-                let counts = counts(conn, &self.gatekeeper)?;
-                if counts.open >= max_open {
-                    return Ok(None);
-                }
-                let id = counts.last_id.max(conn.floor(gatekeeper)) + 1;
-                conn.db
-                    .prepare_cached(
-                        "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at, definition)
-                         VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
-                    )?
-                    .execute(params![
-                        gatekeeper,
-                        i64_of(id),
-                        &*tool,
-                        args_json,
-                        i64_of(submitted_at.0),
-                        definition.as_deref()
-                    ])?;
-                conn.hand_out(gatekeeper, id);
-                conn.known
-                    .actions_of(&self.gatekeeper)
-                    .staged(&ActionRecord {
-                        id: DriverActionId(id),
-                        tool,
-                        definition,
-                        args: staged_args,
-                        submitted_at,
-                        claimed_at: None,
-                        state: ActionState::Pending,
-                    });
-                Ok(Some(DriverActionId(id)))
-            })
-            .map_err(port)
+        let staged = ActionRecord {
+            id: DriverActionId(0),
+            tool,
+            definition,
+            args,
+            submitted_at,
+            claimed_at: None,
+            state: ActionState::Pending,
+        };
+        self.stage(staged, max_open).map_err(port)
     }
 
     async fn get(&self, id: DriverActionId) -> Result<Option<ActionRecord>, StorageError> {

@@ -28,20 +28,26 @@
 //!   reasons (see `actions.rs` and `ledger.rs`).
 //!
 //! The journal is one chain of records in order, so a sync makes every earlier record
-//! durable too, whoever appended it.
+//! durable too, whoever appended it. A caller waits on its own thread; on a worker of a
+//! multi-threaded tokio runtime the wait leaves the worker to the runtime's other tasks
+//! ([`off_workers`]), so that their writes can share the sync.
 //!
 //! # The journal and the file
 //!
 //! Every record is applied to SQLite by the applier, in the journal's order, through the
 //! same adapters a shared file uses ([`SqliteLedger`], [`SqliteActionStorage`]); the
 //! results are compared with what the copy in memory answered, and any difference stops
-//! all writes (the journal still holds every acknowledged one). The applier looks for
-//! records every millisecond (`journal.rs`, `APPLY_EVERY`) and commits each batch it
-//! applies, without a sync, writing the journal position it reached in the same
-//! transaction; another connection reading the file is at most that far behind, and
-//! [`Journaled::flush`] brings it up to date at once. Once the journal file passes
-//! half of its ring, the applier commits and syncs SQLite, and the journal starts over at
-//! its beginning: everything it held is now durable in the file.
+//! all writes (the journal still holds every acknowledged one). The applier takes the
+//! queued records every 5 ms (`journal.rs`, `APPLY_EVERY`; sooner for a long queue or a
+//! reader waiting for it) and folds each batch first (`fold.rs`): a later change of a row
+//! that an earlier record of the batch wrote is merged into that record, so a cycle whose
+//! six records fall in one batch reaches the file as two rows, its ledger entry and its
+//! staged call, each inserted once as it last stood, in the batch's one transaction. It
+//! commits each batch without a sync, writing the journal position it reached in the
+//! same transaction; another connection reading the file is at most that far behind, and
+//! [`Journaled::flush`] brings it up to date at once. Once the journal file passes half
+//! of its ring, the applier commits and syncs SQLite, and the journal starts over at its
+//! beginning: everything it held is now durable in the file.
 //!
 //! Opening replays every record past the position SQLite holds, through the same
 //! adapters, then settles claims whose process is gone (all of them: one process owns
@@ -90,6 +96,7 @@ use tracing::{error, info};
 use crate::actions::{SqliteActionStorage, is_interruption};
 use crate::db::{Database, Durability, Steps, sidecar};
 use crate::error::StoreError;
+use crate::fold::fold;
 use crate::journal::{Journal, JournalError};
 use crate::kv::SqliteKv;
 use crate::ledger::{SqliteLedger, put_durability};
@@ -200,6 +207,29 @@ fn encode(op: &Op) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(op).map_err(|e| StoreError::decode("a journal record", e))
 }
 
+impl Op {
+    /// Give `action` what an [`Op::ActionPut`] moves (nothing for any other record).
+    pub(crate) fn move_action(&self, action: &mut kernel::ActionEntry) {
+        if let Op::ActionPut {
+            id: _,
+            state,
+            resolution,
+            failure,
+            blocked_by,
+            restart_requested,
+            revert,
+        } = self
+        {
+            action.state = *state;
+            action.resolution.clone_from(resolution);
+            action.failure.clone_from(failure);
+            action.blocked_by = *blocked_by;
+            action.restart_requested = *restart_requested;
+            action.revert.clone_from(revert);
+        }
+    }
+}
+
 /// The result of an async port call whose implementation never waits (the SQLite
 /// adapters and the in-memory store do all their work when first polled).
 fn ready<T>(future: impl Future<Output = T>) -> T {
@@ -259,15 +289,7 @@ impl Applier {
                 }
             }
             Op::LedgerPut(entry) => self.ledger.put(entry).map_err(|e| e.to_string())?,
-            Op::ActionPut {
-                id,
-                state,
-                resolution,
-                failure,
-                blocked_by,
-                restart_requested,
-                revert,
-            } => {
+            put @ Op::ActionPut { id, .. } => {
                 let mut entry = self
                     .ledger
                     .get(id)
@@ -276,12 +298,7 @@ impl Applier {
                 let EntryBody::Action(action) = &mut entry.body else {
                     return differs(&format!("ledger entry {id} is not an action"));
                 };
-                action.state = state;
-                action.resolution = resolution;
-                action.failure = failure;
-                action.blocked_by = blocked_by;
-                action.restart_requested = restart_requested;
-                action.revert = revert;
+                put.move_action(action);
                 self.ledger.put(entry).map_err(|e| e.to_string())?;
             }
             Op::LedgerAttempt { id, resolution } => {
@@ -305,18 +322,14 @@ impl Applier {
                 record,
                 max_open,
             } => {
-                let staged = ready(self.actions(&gatekeeper).insert_pending(
-                    record.tool.clone(),
-                    record.definition.clone(),
-                    record.args.clone(),
-                    record.submitted_at,
-                    max_open,
-                ))
-                .map_err(|e| e.to_string())?;
-                if staged != Some(record.id) {
+                let id = record.id;
+                let staged = self
+                    .actions(&gatekeeper)
+                    .stage(record, max_open)
+                    .map_err(|e| e.to_string())?;
+                if staged != Some(id) {
                     return differs(&format!(
-                        "{gatekeeper}'s action {} was staged as {staged:?}",
-                        record.id
+                        "{gatekeeper}'s action {id} was staged as {staged:?}"
                     ));
                 }
             }
@@ -366,13 +379,19 @@ impl Applier {
         Ok(())
     }
 
-    /// Apply `records` in order, advancing the position reached past each.
+    /// Apply `records` in order, folded (`fold.rs`), and advance the position reached
+    /// past the last one. After an error the position is left where it was: the journal
+    /// then fails, and the open transaction is never committed.
     fn apply_all(&mut self, records: Vec<(u64, Op)>) -> Result<(), String> {
-        for (seq, op) in records {
-            self.apply(op)
-                .map_err(|why| format!("record {seq} could not be written to the file: {why}"))?;
-            self.applied = seq;
+        let Some(&(last, _)) = records.last() else {
+            return Ok(());
+        };
+        for (seq, op) in fold(records) {
+            self.apply(op).map_err(|why| {
+                format!("record {seq} (with any later change of the same row up to record {last}) could not be written to the file: {why}")
+            })?;
         }
+        self.applied = last;
         Ok(())
     }
 
@@ -413,6 +432,24 @@ fn write_position(db: &Database, position: u64) -> Result<(), StoreError> {
         .map_err(|e| StoreError::Port(e.0))
 }
 
+/// Run `wait`, which blocks the calling thread until the journal or the applier gets
+/// somewhere (the ports are called from async code but answer synchronously). On a worker
+/// of a multi-threaded tokio runtime (the daemon's) it runs inside
+/// [`tokio::task::block_in_place`], so the runtime moves its other tasks to another thread
+/// meanwhile: otherwise a runtime with two workers would have at most two callers waiting
+/// for syncs at a time, and sixteen agents could share a sync two at most. Elsewhere (a
+/// current-thread runtime, a plain thread) it just runs.
+fn off_workers<T>(wait: impl FnOnce() -> T) -> T {
+    let on_workers = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+        runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+    });
+    if on_workers {
+        tokio::task::block_in_place(wait)
+    } else {
+        wait()
+    }
+}
+
 /// What the handle, the adapters and the applier share.
 struct Shared {
     path: PathBuf,
@@ -447,11 +484,11 @@ impl Shared {
             .map_err(|e| self.journal_error(e))
     }
 
-    /// Wait until record `seq` is as durable as `durability` asks.
+    /// Wait until record `seq` is as durable as `durability` asks (see [`off_workers`]).
     fn wait(&self, seq: u64, durability: Durability) -> Result<(), StoreError> {
         match durability {
-            Durability::Now => self.journal.sync_through(seq),
-            Durability::Lazy => self.journal.write_through(seq),
+            Durability::Now => off_workers(|| self.journal.sync_through(seq)),
+            Durability::Lazy => off_workers(|| self.journal.write_through(seq)),
             Durability::Deferred => Ok(()),
         }
         .map_err(|e| self.journal_error(e))
@@ -460,9 +497,7 @@ impl Shared {
     /// A read barrier: every record appended so far is in SQLite's open transaction, which
     /// this process's connection reads.
     fn caught_up(&self) -> Result<(), StoreError> {
-        self.journal
-            .wait_applied()
-            .map_err(|e| self.journal_error(e))
+        off_workers(|| self.journal.wait_applied()).map_err(|e| self.journal_error(e))
     }
 }
 
@@ -944,9 +979,12 @@ struct LedgerCopy {
     settled: BTreeSet<u64>,
     /// Per gatekeeper and driver id, the ledger id of the entries in `entries`.
     by_driver: HashMap<(Arc<str>, u64), u64>,
-    /// Per gatekeeper, the highest driver id in the whole ledger: a submission's new id
-    /// is above it, so the duplicate check needs no read.
-    top_driver: HashMap<Arc<str>, u64>,
+    /// Per gatekeeper, the highest driver id of an action this copy may not hold: those
+    /// in the file when it was opened, and those evicted since. A driver id above it is
+    /// in the ledger only if `by_driver` holds it, so the duplicate check of a new
+    /// submission needs no read, even when concurrent sessions submit their staged ids
+    /// out of order.
+    unheld_top: HashMap<Arc<str>, u64>,
 }
 
 fn is_open(entry: &LedgerEntry) -> bool {
@@ -962,8 +1000,6 @@ impl LedgerCopy {
         if let EntryBody::Action(action) = &entry.body {
             self.by_driver
                 .insert((gatekeeper.clone(), action.driver_id.0), id);
-            let top = self.top_driver.entry(gatekeeper.clone()).or_default();
-            *top = (*top).max(action.driver_id.0);
         }
         if is_open(&entry) {
             self.open.entry(gatekeeper).or_default().insert(id);
@@ -984,6 +1020,11 @@ impl LedgerCopy {
             {
                 self.by_driver
                     .remove(&(evicted.gatekeeper.clone(), action.driver_id.0));
+                let top = self
+                    .unheld_top
+                    .entry(evicted.gatekeeper.clone())
+                    .or_default();
+                *top = (*top).max(action.driver_id.0);
             }
         }
     }
@@ -1002,11 +1043,11 @@ impl HotLedger {
     /// `shared` field is filled in by the caller.
     fn load(applier: &Applier) -> Result<LedgerCopyParts, StoreError> {
         let db = &applier.db;
-        let (last_id, open, top_driver) = db.shared().read(|conn| {
+        let (last_id, open, unheld_top) = db.shared().read(|conn| {
             let last: i64 = conn
                 .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM ledger")?
                 .query_row([], |r| r.get(0))?;
-            let top_driver = conn
+            let unheld_top = conn
                 .prepare(
                     "SELECT gatekeeper, max(driver_id) FROM ledger WHERE kind = 'action'
                      GROUP BY gatekeeper",
@@ -1027,11 +1068,11 @@ impl HotLedger {
                 .query_map([], |r| r.get::<_, i64>(0))?
                 .map(|id| id.map(|id| u64::try_from(id).unwrap_or(0)))
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok((u64::try_from(last).unwrap_or(0), open, top_driver))
+            Ok((u64::try_from(last).unwrap_or(0), open, unheld_top))
         })?;
         let mut copy = LedgerCopy {
             last_id,
-            top_driver,
+            unheld_top,
             ..LedgerCopy::default()
         };
         for id in open {
@@ -1272,7 +1313,7 @@ impl LedgerStore for HotLedger {
                 return Ok(Some(LedgerId(*id)));
             }
             if copy
-                .top_driver
+                .unheld_top
                 .get(&gatekeeper)
                 .is_none_or(|top| driver_id.0 > *top)
             {

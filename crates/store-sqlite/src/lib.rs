@@ -85,7 +85,7 @@
 //! same adapters, in transactions that are never synced on their own. Opening replays
 //! what the file had not taken. So an action waits for its two syncs and little else;
 //! see `journaled.rs`. Another process may read the file meanwhile ([`LedgerReader`], an
-//! `sqlite3` shell), about a millisecond behind; none may write it, and
+//! `sqlite3` shell), a few milliseconds behind; none may write it, and
 //! [`Database::open`] refuses a file whose journal may hold writes it lacks. It serves
 //! the kernel's ledger and gatekeeper-core's action stores; the wiki driver's key-value
 //! records stay on [`Database`].
@@ -110,6 +110,7 @@
 mod actions;
 mod db;
 mod error;
+mod fold;
 mod journal;
 mod journaled;
 mod json;

@@ -276,3 +276,128 @@ fn a_refused_open_leaves_no_journal_behind() {
         b"these are not the droids you are looking for"
     );
 }
+
+/// The same work on a shared file and behind a journal leaves the same rows. Behind a
+/// journal, the applier folds each batch (a cycle's six records become two rows, each
+/// inserted once as it last stood, when they fall in one batch, as they do here): that changes how the file is written, not
+/// what it holds. `claimed_by` and `deciding_session` name process sessions, which only
+/// a shared file's processes read and which differ between any two files; they are left
+/// out.
+#[tokio::test]
+async fn the_file_behind_a_journal_holds_what_a_shared_file_holds() {
+    async fn work<D: crate::support::Store>(rig: &Rig<D>) {
+        for n in 0..40 {
+            rig.cycle(n).await;
+        }
+        let rejected = rig.queue_issue("Close the wiki").await.ledger().unwrap();
+        rig.queue_issue("Add dark mode").await.ledger().unwrap();
+        rig.overseer.reject(rejected, "alice").await.unwrap();
+        let failing = rig.queue_issue("Fix the login").await.ledger().unwrap();
+        rig.service.fail_next();
+        rig.overseer.approve(failing, "bob").await.unwrap_err();
+        rig.overseer.settle().await;
+    }
+    const LEDGER: &str = "SELECT id, kind, gatekeeper, caller, created_at, description_json,
+        driver_id, state, resolved_by, auto_approved, resolved_at, resolution_cause, failure,
+        failure_retryable, depends_on_json, blocked_by, restart_requested, revert_by, revert_at,
+        revert_refused, failure_kind FROM ledger ORDER BY id";
+    const ACTIONS: &str = "SELECT gatekeeper, id, tool, args_json, state, submitted_at, claimed_at,
+        retryable, error, result_json, definition FROM actions ORDER BY gatekeeper, id";
+    let dir = TempDir::new("journaled-same-rows");
+    let (shared, behind) = (dir.join("shared.db"), dir.join("behind.db"));
+    work(&Rig::new(Database::open(&shared).unwrap()).await).await;
+    work(&Rig::new(Journaled::open(&behind).unwrap()).await).await;
+    let (shared, behind) = (
+        Database::open(&shared).unwrap(),
+        Database::open(&behind).unwrap(),
+    );
+    for query in [LEDGER, ACTIONS] {
+        let rows = shared.query_text(query).unwrap();
+        let behind = behind.query_text(query).unwrap();
+        assert!(rows.len() > 40, "{query}: {} rows", rows.len());
+        assert_eq!(behind.len(), rows.len(), "{query}");
+        for (row, (theirs, ours)) in rows.iter().zip(&behind).enumerate() {
+            assert_eq!(ours, theirs, "{query}: row {row}");
+        }
+    }
+}
+
+/// The duplicate check of a submission reads the file only for a driver id the copy in
+/// memory may not hold: an entry in the file when it was opened, or one evicted since.
+/// Both are still found.
+#[tokio::test]
+async fn an_action_the_copy_no_longer_holds_is_still_found_by_its_driver_id() {
+    let dir = TempDir::new("journaled-find");
+    let path = dir.join("gate.db");
+    let db = Journaled::open(&path).unwrap();
+    let ledger = db.ledger();
+    let settled = |id: kernel::LedgerId| kernel::LedgerEntry {
+        id,
+        gatekeeper: Arc::from("issues"),
+        caller: Arc::from("agent"),
+        created_at: kernel::Timestamp(id.0),
+        body: kernel::EntryBody::Action(kernel::ActionEntry {
+            driver_id: kernel::DriverActionId(id.0 * 10),
+            description: Arc::new(kernel::ActionDescription::new("Add dark mode", "")),
+            state: LedgerState::Rejected,
+            resolution: Some(kernel::Resolution {
+                by: "alice".into(),
+                auto: false,
+                at: kernel::Timestamp(id.0),
+                cause: None,
+            }),
+            failure: None,
+            depends_on: Vec::new(),
+            blocked_by: None,
+            restart_requested: false,
+            revert: None,
+        }),
+    };
+    // More settled entries than the copy keeps: the first ones are evicted.
+    for _ in 0..4200 {
+        ledger.insert(&mut |id| settled(id)).unwrap();
+    }
+    let find = |ledger: &Arc<dyn kernel::LedgerStore>, driver: u64| {
+        ledger
+            .find_action("issues", kernel::DriverActionId(driver))
+            .unwrap()
+    };
+    assert_eq!(find(&ledger, 10), Some(kernel::LedgerId(1)));
+    assert_eq!(find(&ledger, 42_000), Some(kernel::LedgerId(4200)));
+    assert_eq!(find(&ledger, 15), None);
+    assert_eq!(find(&ledger, 42_010), None);
+    drop(ledger);
+    drop(db);
+    // Opened again, the copy holds no settled entry; the file has them all.
+    let db = Journaled::open(&path).unwrap();
+    let ledger = db.ledger();
+    assert_eq!(find(&ledger, 20), Some(kernel::LedgerId(2)));
+    assert_eq!(find(&ledger, 42_000), Some(kernel::LedgerId(4200)));
+    assert_eq!(find(&ledger, 42_010), None);
+}
+
+/// On a multi-threaded runtime (the daemon's), a caller waiting for its sync does not
+/// hold its worker: the runtime runs other tasks meanwhile, whose writes share the sync.
+/// With one worker, a wait that held it would leave every synced write its own sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn callers_waiting_for_a_sync_leave_the_runtime_to_others_who_share_it() {
+    let dir = TempDir::new("journaled-workers");
+    let rig = Arc::new(Rig::new(Journaled::open(dir.join("gate.db")).unwrap()).await);
+    let syncs = rig.db.syncs();
+    let mut tasks = tokio::task::JoinSet::new();
+    for agent in 0..16 {
+        let rig = rig.clone();
+        tasks.spawn(async move {
+            for n in 0..4 {
+                rig.cycle(agent * 100 + n).await;
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    assert_eq!(rig.service.calls().len(), 64);
+    // Two synced writes per cycle (the stage and the claim): 128 if none shared a sync.
+    let syncs = rig.db.syncs() - syncs;
+    assert!(syncs < 128, "{syncs} syncs for 128 synced writes");
+}

@@ -122,6 +122,7 @@ pub struct RecordingService {
     pub calls: Mutex<Vec<(String, serde_json::Value)>>,
     pub hold: Mutex<Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>>,
     pub on_call: Mutex<Option<CallCheck>>,
+    pub fail: Mutex<Option<gatekeeper_core::CallError>>,
 }
 
 impl RecordingService {
@@ -135,6 +136,13 @@ impl RecordingService {
 
     pub fn calls(&self) -> Vec<(String, serde_json::Value)> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// Fail the next call as one that never left (retryable).
+    pub fn fail_next(&self) {
+        *self.fail.lock().unwrap() = Some(gatekeeper_core::CallError::NotDispatched(
+            "the tracker refused the credentials".into(),
+        ));
     }
 }
 
@@ -151,6 +159,9 @@ impl gatekeeper_core::ToolService for RecordingService {
     ) -> Result<gatekeeper_core::ToolResult, gatekeeper_core::CallError> {
         if let Some(check) = &*self.on_call.lock().unwrap() {
             check(tool, args);
+        }
+        if let Some(error) = self.fail.lock().unwrap().take() {
+            return Err(error);
         }
         let hold = self.hold.lock().unwrap().take();
         if let Some((entered, release)) = hold {

@@ -19,6 +19,9 @@
 //! - `sessions_1`, `sessions_16`: the same cycle from 1 and from 16 sessions at once on
 //!   one file (a thread each). Targets for 16: ≤ 0.3 syncs per action (group commit),
 //!   and throughput ≥ 4 × that of 1 session measured in the same run.
+//! - `tasks_1`, `tasks_16`: the same again as the daemon runs its agents: tasks on one
+//!   multi-threaded tokio runtime with a worker per processor, where a caller's wait for
+//!   its sync leaves the worker to the other tasks (`block_in_place`). Same targets.
 //! - `drain_1000`: one drain of 1,000 auto-approved actions. Target: ≤ 1.05 synced
 //!   commits per applied action (plus one per stage). The action store caps a store at
 //!   50 open calls, so the 1,000 are staged straight through the storage port with a
@@ -277,6 +280,64 @@ fn concurrent_cycles<D: Store + Sync>(c: &mut Criterion, name: &'static str, ses
                             }
                         })
                     });
+                }
+            });
+            let elapsed = start.elapsed();
+            tally_cpu(name, cpu_time().saturating_sub(cpu));
+            let done = each * sessions;
+            tally_syncs(
+                name,
+                elapsed,
+                done,
+                rig.db.commits() - commits,
+                rig.db.syncs() - syncs,
+            );
+            elapsed.mul_f64(iters as f64 / done as f64)
+        })
+    });
+}
+
+/// The cycle from `sessions` sessions at once on one file as the daemon runs them: tasks
+/// on one multi-threaded tokio runtime with a worker per processor (`gate serve`'s), not
+/// a thread each; every sample spreads its iterations over them.
+fn concurrent_tasks(c: &mut Criterion, name: &'static str, sessions: u64, db: Journaled) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rig = Arc::new(rt.block_on(Rig::new(db)));
+    let mut round = 0u64;
+    c.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            round += 1;
+            let each = iters.div_ceil(sessions).max(8);
+            let (commits, syncs) = (rig.db.commits(), rig.db.syncs());
+            let cpu = cpu_time();
+            let start = Instant::now();
+            rt.block_on(async {
+                let tasks: Vec<_> = (0..sessions)
+                    .map(|session| {
+                        let rig = rig.clone();
+                        tokio::spawn(async move {
+                            for n in 0..each {
+                                let queued = rig
+                                    .session
+                                    .call_tool(
+                                        "createIssue",
+                                        json!({"title": "Add dark mode", "n": [round, session, n]}),
+                                    )
+                                    .await
+                                    .unwrap();
+                                rig.overseer
+                                    .approve(queued.ledger().unwrap(), "alice")
+                                    .await
+                                    .unwrap();
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.unwrap();
                 }
             });
             let elapsed = start.elapsed();
@@ -663,6 +724,8 @@ fn file_benches(c: &mut Criterion) {
     interleaved_cycle(c, &dir);
     concurrent_cycles(c, "sessions_1", 1, journaled(&dir, "sessions_1"));
     concurrent_cycles(c, "sessions_16", 16, journaled(&dir, "sessions_16"));
+    concurrent_tasks(c, "tasks_1", 1, journaled(&dir, "tasks_1"));
+    concurrent_tasks(c, "tasks_16", 16, journaled(&dir, "tasks_16"));
     drain_1000(c, &dir);
     durable_cycle(c, "shared_cycle", shared(&dir, "shared_cycle"));
     concurrent_cycles(c, "shared_sessions_1", 1, shared(&dir, "shared_sessions_1"));
@@ -753,6 +816,22 @@ fn summary(_: &mut Criterion) {
             syncs_per("sessions_1").unwrap_or(f64::NAN),
             cpu_per("sessions_16"),
             cpu_per("sessions_1")
+        );
+    }
+    if let (Some((one_us, _)), Some((many_us, commits))) = (per("tasks_1"), per("tasks_16")) {
+        let syncs = syncs_per("tasks_16").unwrap_or(f64::NAN);
+        let speedup = one_us / many_us;
+        println!(
+            "  16 sessions as the daemon runs them (tasks on its runtime): {many_us:.1} µs per \
+             action against {one_us:.1} µs from 1 (same run): throughput {speedup:.2} × (target \
+             ≥ 4: {}); {syncs:.3} syncs per action (target ≤ 0.3: {}; 1 session: {:.3}); \
+             {commits:.3} writes per action; processor time per action {:.1} µs (1 session: \
+             {:.1} µs)",
+            verdict(speedup >= 4.0),
+            verdict(syncs <= 0.3),
+            syncs_per("tasks_1").unwrap_or(f64::NAN),
+            cpu_per("tasks_16"),
+            cpu_per("tasks_1")
         );
     }
     if let (Some((floor_us, _)), Some((raw_us, _))) = (per("sqlite_commit_floor"), raw) {

@@ -99,17 +99,21 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 pub(crate) const RING: u64 = 1 << 20;
 
 /// How long the applier lets records queue between two batches when nothing calls for
-/// it sooner (see [`Journal::take_queued`]). At 1 ms, sixteen sessions' cycles rarely
-/// fell in one batch (a quarter of their records folded); at 5 ms most do, and the
-/// applier's share of the processor falls by about a third. A reader of the file on
-/// another connection is at most this far behind ([`crate::Journaled::flush`] catches up).
+/// it sooner (see [`Journal::take_queued`]). With sixteen sessions, a quarter of the
+/// records folded away at 1 ms (`fold.rs`; a cycle folded whole loses two thirds of its)
+/// and 40% at 5–6 ms, and the processor time per action fell by a fifth. A reader of the
+/// file on another connection is at most this far behind ([`crate::Journaled::flush`]
+/// catches up).
 pub(crate) const APPLY_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// While callers sync concurrently (the last sync was for more than one), how long after
 /// the last sync began the next one waits, so that more records share it. A lone caller
 /// never waits. About two syncs of the disk the benchmarks ran on: sixteen sessions then
-/// share a sync between about six actions, and each waits a little longer.
-pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(300);
+/// share a sync between five or six actions, and each waits a little longer. On that disk
+/// (a raw 4 KiB write and sync in about 100 µs), 200 µs gave sixteen sessions 67 µs per
+/// action at 0.17 syncs per action, 300 µs gave 74 µs at 0.15, and 100 µs 75 µs at 0.33:
+/// shorter, the syncs and the wake-ups they cost outgrow what the waits save.
+pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// How many queued records wake the applier before its next batch is due (about three
 /// hundred actions' records: a bound on the queue, well past what [`APPLY_EVERY`] gathers

@@ -34,4 +34,6 @@ pub use ledger::{
     LedgerId, Resolution, RevertRecord,
 };
 pub use overseer::{DecisionError, EXPIRY_DECIDER, Overseer, RejectReport, RevertReport};
-pub use store::{DrainLease, DrainLeaseFuture, LedgerStore, MemoryLedger, StorageError};
+pub use store::{
+    DrainLease, DrainLeaseFuture, DurableFuture, LedgerStore, MemoryLedger, StorageError,
+};

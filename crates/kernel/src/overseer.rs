@@ -905,7 +905,7 @@ impl Overseer {
         }
     }
 
-    fn submit(
+    async fn submit(
         &self,
         gatekeeper: &Arc<str>,
         caller: &Arc<str>,
@@ -954,9 +954,9 @@ impl Overseer {
         let auto_candidate = description.auto_approvable && blocked_by.is_none();
         let description = Arc::new(description);
         let mut depends_on = Some(depends_on);
-        let id = inner
+        let (id, durable) = inner
             .store
-            .insert(&mut |id| LedgerEntry {
+            .insert_durable_later(&mut |id| LedgerEntry {
                 id,
                 gatekeeper: gatekeeper.clone(),
                 caller: caller.clone(),
@@ -974,6 +974,9 @@ impl Overseer {
                 }),
             })
             .map_err(storage)?;
+        // The caller learns of the action only once it is durable; meanwhile this task
+        // holds no thread, and other submissions can share the store's sync.
+        durable.await.map_err(storage)?;
         let will_auto = auto_candidate
             && match &description.action_kind {
                 Some(kind) => inner
@@ -990,7 +993,7 @@ impl Overseer {
         Ok(id)
     }
 
-    fn observe(
+    async fn observe(
         &self,
         gatekeeper: &Arc<str>,
         caller: &Arc<str>,
@@ -1004,9 +1007,9 @@ impl Overseer {
         }
         let now = inner.clock.now();
         let mut description = Some(description);
-        let id = inner
+        let (id, durable) = inner
             .store
-            .insert(&mut |id| LedgerEntry {
+            .insert_durable_later(&mut |id| LedgerEntry {
                 id,
                 gatekeeper: gatekeeper.clone(),
                 caller: caller.clone(),
@@ -1014,6 +1017,8 @@ impl Overseer {
                 body: EntryBody::Observation(description.take().unwrap_or_default()),
             })
             .map_err(storage)?;
+        // The data is handed over only once its observation is durable, as a submission.
+        durable.await.map_err(storage)?;
         debug!(observation = %id, gatekeeper = %gatekeeper, "observation authorized");
         Ok(id)
     }
@@ -1535,6 +1540,7 @@ impl ObservationAuthorizer for CallerQueue {
     ) -> Result<LedgerId, QueueError> {
         self.overseer
             .observe(&self.gatekeeper, &self.caller, description)
+            .await
     }
 }
 
@@ -1547,5 +1553,6 @@ impl ApprovalQueue for CallerQueue {
     ) -> Result<LedgerId, QueueError> {
         self.overseer
             .submit(&self.gatekeeper, &self.caller, action, description)
+            .await
     }
 }

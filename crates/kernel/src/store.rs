@@ -6,7 +6,10 @@
 //!
 //! The port is synchronous on purpose: each call is one small read or one write, and a
 //! backend that blocks (SQLite) is expected to be fast enough to call from a task. The
-//! Overseer never holds a store call across an `.await`.
+//! Overseer never holds a store call across an `.await`. One wait is worth a future: a
+//! submission's or an observation's wait for its entry to become durable
+//! ([`LedgerStore::insert_durable_later`]), which a store that groups many callers' writes
+//! into one sync may answer later, without holding a thread meanwhile.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -30,6 +33,10 @@ pub type DrainLease = Box<dyn std::any::Any + Send>;
 /// What [`LedgerStore::drain_lease`] returns: resolves once the lease is held.
 pub type DrainLeaseFuture = Pin<Box<dyn Future<Output = Result<DrainLease, StorageError>> + Send>>;
 
+/// What [`LedgerStore::insert_durable_later`] returns beside the id: resolves once the
+/// entry is durable (or with the error that kept it from becoming so).
+pub type DurableFuture = Pin<Box<dyn Future<Output = Result<(), StorageError>> + Send>>;
+
 /// Where the Overseer keeps what it must not forget.
 ///
 /// Implementations must make each call atomic: a reader never sees half of a `put`.
@@ -40,6 +47,21 @@ pub trait LedgerStore: Send + Sync {
         &self,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
     ) -> Result<LedgerId, StorageError>;
+
+    /// [`LedgerStore::insert`] for a caller that can wait without holding a thread (the
+    /// Overseer's submissions and observations, answered from a task): the entry is stored when this
+    /// returns, but it may become durable only when the returned future resolves, and the
+    /// caller tells nobody of the id before. A store that groups many callers' writes
+    /// into one sync lets tasks wait for it this way instead of each holding a thread.
+    ///
+    /// The default is [`LedgerStore::insert`], durable when it returns.
+    fn insert_durable_later(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<(LedgerId, DurableFuture), StorageError> {
+        let id = self.insert(make)?;
+        Ok((id, Box::pin(std::future::ready(Ok(())))))
+    }
 
     /// One entry by id.
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError>;

@@ -93,6 +93,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::task::Waker;
 
 /// The size the file is preallocated to, in bytes; a round starts over at offset 0 once
 /// its writes pass half of it (see [`Journal::wants_restart`]).
@@ -191,6 +192,9 @@ struct State<T> {
     failed: Option<JournalError>,
     /// Callers waiting on [`Journal::sync_done`] (a wake-up with none is a wasted system call).
     sync_waiting: u32,
+    /// Tasks waiting for the running sync to end ([`Journal::wait_synced`]), woken when it
+    /// does, after the lock is let go.
+    sync_wakers: Vec<Waker>,
     /// The applier waits on [`Journal::queued`].
     applier_waiting: bool,
     /// Callers waiting on [`Journal::applied`].
@@ -201,6 +205,17 @@ struct State<T> {
     last_sync: Option<(std::time::Instant, u32)>,
     /// How many bytes from the start of the file the last sync covered.
     synced_len: u64,
+}
+
+/// What [`Journal::wait_synced`] found.
+#[derive(Debug)]
+pub(crate) enum SyncWait {
+    /// The record is synced (`Ok`), or the journal failed.
+    Done(Result<(), JournalError>),
+    /// A sync is running; the waker given is woken when it ends.
+    Waiting,
+    /// No sync is running: the caller should run one.
+    Lead,
 }
 
 /// The redo journal (see the module docs). Items of type `T` go to the applier's queue.
@@ -296,6 +311,7 @@ impl<T: Send> Journal<T> {
                 closing: false,
                 failed: None,
                 sync_waiting: 0,
+                sync_wakers: Vec::new(),
                 applier_waiting: false,
                 applied_waiting: 0,
                 last_take: std::time::Instant::now(),
@@ -429,7 +445,8 @@ impl<T: Send> Journal<T> {
                 return Err(error);
             }
             let (target, target_len) = (state.written, state.offset);
-            state.last_sync = Some((std::time::Instant::now(), state.sync_waiting + 1));
+            let waiting = state.sync_waiting + state.sync_wakers.len() as u32;
+            state.last_sync = Some((std::time::Instant::now(), waiting + 1));
             drop(state);
             let synced = self.file.sync_data();
             state = self.state();
@@ -442,10 +459,42 @@ impl<T: Send> Journal<T> {
                     if state.sync_waiting > 0 {
                         self.sync_done.notify_all();
                     }
+                    if !state.sync_wakers.is_empty() {
+                        // Woken with the lock let go: a woken task may run at once on
+                        // another thread, and its first step is to take the lock.
+                        let wakers = std::mem::take(&mut state.sync_wakers);
+                        drop(state);
+                        wakers.into_iter().for_each(Waker::wake);
+                        state = self.state();
+                    }
                 }
                 Err(error) => self.fail_with(&mut state, self.io("syncing", error)),
             }
         }
+    }
+
+    /// For a task that must not block its thread while a sync runs: whether record `seq`
+    /// is synced ([`SyncWait::Done`], also with the journal's failure), or a sync is
+    /// running, in which case `waker` is woken when it ends ([`SyncWait::Waiting`]; then
+    /// ask again), or nobody syncs and the caller should ([`SyncWait::Lead`]: call
+    /// [`Journal::sync_through`], which shares the sync with every caller as usual).
+    ///
+    /// A `seq` not yet appended is taken as the last one appended.
+    pub(crate) fn wait_synced(&self, seq: u64, waker: &Waker) -> SyncWait {
+        let mut state = self.state();
+        if let Err(error) = self.check(&state) {
+            return SyncWait::Done(Err(error));
+        }
+        if state.synced >= seq.min(state.next_seq - 1) {
+            return SyncWait::Done(Ok(()));
+        }
+        if !state.syncing {
+            return SyncWait::Lead;
+        }
+        if !state.sync_wakers.iter().any(|w| w.will_wake(waker)) {
+            state.sync_wakers.push(waker.clone());
+        }
+        SyncWait::Waiting
     }
 
     /// For the applier thread: wait until something is queued and it is time to apply it,
@@ -577,6 +626,7 @@ impl<T: Send> Journal<T> {
         if state.sync_waiting > 0 {
             self.sync_done.notify_all();
         }
+        state.sync_wakers.drain(..).for_each(Waker::wake);
         if state.applied_waiting > 0 {
             self.applied.notify_all();
         }
@@ -659,6 +709,7 @@ impl<T: Send> Journal<T> {
         state.failed.get_or_insert(error);
         self.queued.notify_all();
         self.sync_done.notify_all();
+        state.sync_wakers.drain(..).for_each(Waker::wake);
         self.applied.notify_all();
     }
 
@@ -1066,6 +1117,69 @@ mod tests {
         journal.fail("the applier stopped".to_owned());
         let error = waiter.join().unwrap().unwrap_err();
         assert!(matches!(error, JournalError::Failed { .. }), "{error}");
+        remove(&path);
+    }
+
+    /// A waker that counts its wake-ups.
+    struct Counted(AtomicU64);
+
+    impl std::task::Wake for Counted {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_task_leads_when_nobody_syncs_waits_while_somebody_does_and_is_woken_after() {
+        let (journal, path) = started::<()>("task-waits");
+        let counted = Arc::new(Counted(AtomicU64::new(0)));
+        let waker = Waker::from(Arc::clone(&counted));
+        let first = journal.append(b"first", ()).unwrap();
+        assert!(matches!(journal.wait_synced(first, &waker), SyncWait::Lead));
+        journal.sync_through(first).unwrap();
+        assert!(matches!(
+            journal.wait_synced(first, &waker),
+            SyncWait::Done(Ok(()))
+        ));
+
+        // A sync is running (the flag stands for another caller's): the task waits, once
+        // however often it asks, and is not told its record is synced.
+        let second = journal.append(b"second", ()).unwrap();
+        journal.state().syncing = true;
+        assert!(matches!(
+            journal.wait_synced(second, &waker),
+            SyncWait::Waiting
+        ));
+        assert!(matches!(
+            journal.wait_synced(second, &waker),
+            SyncWait::Waiting
+        ));
+        assert_eq!(counted.0.load(Ordering::SeqCst), 0);
+        // That sync ends, and the next one (led by a thread here) wakes the task once,
+        // after which its record is synced.
+        journal.state().syncing = false;
+        journal.sync_through(second).unwrap();
+        assert_eq!(counted.0.load(Ordering::SeqCst), 1);
+        assert!(matches!(
+            journal.wait_synced(second, &waker),
+            SyncWait::Done(Ok(()))
+        ));
+
+        // A failure wakes a waiting task too, and it is then told of the failure.
+        let third = journal.append(b"third", ()).unwrap();
+        journal.state().syncing = true;
+        assert!(matches!(
+            journal.wait_synced(third, &waker),
+            SyncWait::Waiting
+        ));
+        journal.fail("the disk went away".to_owned());
+        assert_eq!(counted.0.load(Ordering::SeqCst), 2);
+        match journal.wait_synced(third, &waker) {
+            SyncWait::Done(Err(error)) => {
+                assert_eq!(failed_with(&error), Some("the disk went away"))
+            }
+            other => panic!("{other:?}"),
+        }
         remove(&path);
     }
 

@@ -86,8 +86,8 @@ use gatekeeper_core::{
     ActionRecord, ActionState, ActionStorage, MemoryActionStorage, StateTag, StorageError,
 };
 use kernel::{
-    AutoApprovalRule, DriverActionId, EntryBody, LedgerEntry, LedgerId, LedgerStore, Resolution,
-    Timestamp,
+    AutoApprovalRule, DriverActionId, DurableFuture, EntryBody, LedgerEntry, LedgerId, LedgerStore,
+    Resolution, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -97,7 +97,7 @@ use crate::actions::{SqliteActionStorage, is_interruption};
 use crate::db::{Database, Durability, Steps, sidecar};
 use crate::error::StoreError;
 use crate::fold::fold;
-use crate::journal::{Journal, JournalError};
+use crate::journal::{Journal, JournalError, SyncWait};
 use crate::kv::SqliteKv;
 use crate::ledger::{SqliteLedger, put_durability};
 
@@ -440,14 +440,17 @@ fn write_position(db: &Database, position: u64) -> Result<(), StoreError> {
 /// for syncs at a time, and sixteen agents could share a sync two at most. Elsewhere (a
 /// current-thread runtime, a plain thread) it just runs.
 fn off_workers<T>(wait: impl FnOnce() -> T) -> T {
-    let on_workers = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
-        runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-    });
-    if on_workers {
+    if on_workers() {
         tokio::task::block_in_place(wait)
     } else {
         wait()
     }
+}
+
+/// Whether this thread is a worker of a multi-threaded tokio runtime.
+fn on_workers() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|runtime| runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// What the handle, the adapters and the applier share.
@@ -491,6 +494,25 @@ impl Shared {
             Durability::Lazy => off_workers(|| self.journal.write_through(seq)),
             Durability::Deferred => Ok(()),
         }
+        .map_err(|e| self.journal_error(e))
+    }
+
+    /// [`Shared::wait`] for a task: on a worker of a multi-threaded runtime, a task whose
+    /// record waits for a sync somebody else runs gives its worker back to the runtime
+    /// until that sync ends (the journal wakes it), instead of holding a thread; only the
+    /// task that runs the sync holds one ([`off_workers`]). Sixteen agents waiting for
+    /// one sync are then sixteen parked tasks, not sixteen sleeping threads each woken by
+    /// the system. Elsewhere, as [`Shared::wait`].
+    async fn wait_task(&self, seq: u64, durability: Durability) -> Result<(), StoreError> {
+        if durability != Durability::Now || !on_workers() {
+            return self.wait(seq, durability);
+        }
+        std::future::poll_fn(|cx| match self.journal.wait_synced(seq, cx.waker()) {
+            SyncWait::Done(result) => Poll::Ready(result),
+            SyncWait::Waiting => Poll::Pending,
+            SyncWait::Lead => Poll::Ready(off_workers(|| self.journal.sync_through(seq))),
+        })
+        .await
         .map_err(|e| self.journal_error(e))
     }
 
@@ -925,7 +947,7 @@ impl ActionStorage for HotActions {
                 })
                 .map_err(port)?
         };
-        self.shared.wait(seq, durability).map_err(port)?;
+        self.shared.wait_task(seq, durability).await.map_err(port)?;
         Ok(true)
     }
 
@@ -1167,12 +1189,14 @@ impl HotLedger {
     }
 }
 
-impl LedgerStore for HotLedger {
-    fn insert(
+impl HotLedger {
+    /// Keep the entry `make` builds for the next id in the copy and append its record;
+    /// returns the id and the record's sequence number, not yet synced.
+    fn append_insert(
         &self,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
-    ) -> Result<LedgerId, kernel::StorageError> {
-        let (id, seq) = {
+    ) -> Result<(LedgerId, u64), kernel::StorageError> {
+        Ok({
             let mut copy = self.copy();
             let id = LedgerId(copy.last_id + 1);
             let entry = make(id);
@@ -1194,9 +1218,33 @@ impl LedgerStore for HotLedger {
             copy.last_id = id.0;
             copy.keep(entry);
             (id, seq)
-        };
+        })
+    }
+}
+
+impl LedgerStore for HotLedger {
+    fn insert(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<LedgerId, kernel::StorageError> {
+        let (id, seq) = self.append_insert(make)?;
         self.wait(seq, Durability::Now)?;
         Ok(id)
+    }
+
+    fn insert_durable_later(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<(LedgerId, DurableFuture), kernel::StorageError> {
+        let (id, seq) = self.append_insert(make)?;
+        let shared = self.shared.clone();
+        let durable = async move {
+            shared
+                .wait_task(seq, Durability::Now)
+                .await
+                .map_err(kernel_port)
+        };
+        Ok((id, Box::pin(durable)))
     }
 
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, kernel::StorageError> {

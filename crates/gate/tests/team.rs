@@ -556,6 +556,11 @@ async fn a_drain_held_up_by_a_dead_daemons_claim_goes_on_once_the_claim_is_settl
         team.deliveries().iter().any(|d| d.contains("t1"))
     })
     .await;
+    // The server receives the call before B records its outcome.
+    eventually("the drained call's outcome recorded", || {
+        team.decided(&later.to_string()).1.as_deref() != Some("pending")
+    })
+    .await;
     assert_eq!(
         team.decided(&hang.to_string()),
         (Some(me()), Some("failed".into()))

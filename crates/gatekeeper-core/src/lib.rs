@@ -72,8 +72,8 @@ pub use service::{CallError, Content, ToolResult, ToolService};
 pub use session::{ActionResult, CallOutcome, Session, SessionError, ToolInfo};
 pub use simulate::{Overlay, PendingCall, Simulator};
 pub use store::{
-    ActionRecord, ActionState, ActionStorage, ActionStore, Applied, ApplyError, Discard,
-    MemoryActionStorage, RejectError, Rejection, StageError, StateTag, StorageError,
+    ActionRecord, ActionState, ActionStorage, ActionStore, Applied, ApplyError, ClaimDurable,
+    Discard, MemoryActionStorage, RejectError, Rejection, StageError, StateTag, StorageError,
 };
 pub use tool::Tool;
 

@@ -692,6 +692,11 @@ pub enum Discard {
     NotPending,
 }
 
+/// What [`ActionStorage::claim`] returns for a claim it wrote: resolves once the claim is
+/// durable (or with the error that kept it from becoming so).
+pub type ClaimDurable =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StorageError>> + Send>>;
+
 /// Where an [`ActionStore`] keeps its records.
 ///
 /// A durable backend (SQLite) implements the same port. Each method must be atomic: a
@@ -721,6 +726,23 @@ pub trait ActionStorage: Send + Sync {
         from: StateTag,
         record: &ActionRecord,
     ) -> Result<bool, StorageError>;
+
+    /// The claim ([`ActionStorage::compare_and_set`] to `applying`) in two steps: `None`
+    /// if it was not written; else a future that resolves once the written claim is
+    /// durable. Between the two the store guards the claim, so an apply dropped while it
+    /// waits (the kernel's deadline) is recorded as interrupted rather than left applying.
+    /// A backend that groups many callers' syncs lets tasks wait for one this way
+    /// without holding a thread.
+    ///
+    /// The default is [`ActionStorage::compare_and_set`], durable when it returns.
+    async fn claim(
+        &self,
+        from: StateTag,
+        record: &ActionRecord,
+    ) -> Result<Option<ClaimDurable>, StorageError> {
+        let written = self.compare_and_set(from, record).await?;
+        Ok(written.then(|| Box::pin(std::future::ready(Ok(()))) as ClaimDurable))
+    }
 
     /// How many records are open ([`ActionState::is_open`]: pending, applying, or failed
     /// and retryable).
@@ -1135,7 +1157,7 @@ impl ActionStore {
     ) -> Result<Applied, ApplyError> {
         self.settle_stranded().await;
         let mut attempts = 0;
-        let claimed = loop {
+        let (claimed, durable) = loop {
             // Step 1.
             let record = self.storage.get(id).await?.ok_or(ApplyError::Unknown(id))?;
             let was = record.state.tag();
@@ -1146,8 +1168,8 @@ impl ActionStore {
                 ApplyStep::Refuse(error) => return Err(error),
             };
             // Step 3: the claim is stored before anything is sent.
-            if self.storage.compare_and_set(was, &claimed).await? {
-                break claimed;
+            if let Some(durable) = self.storage.claim(was, &claimed).await? {
+                break (claimed, durable);
             }
             attempts += 1;
             if attempts >= MAX_TRANSITION_ATTEMPTS {
@@ -1160,6 +1182,9 @@ impl ActionStore {
             id,
             settled: false,
         };
+        // Written, and guarded from here: a claim that then fails to become durable, or
+        // whose wait is dropped, is recorded as interrupted; nothing is sent before.
+        durable.await?;
 
         // Step 4: the only send.
         let outcome = service

@@ -26,6 +26,44 @@ async fn state(store: &ActionStore, id: DriverActionId) -> ActionState {
     store.get(id).await.expect("get").expect("exists").state
 }
 
+/// An apply dropped while its written claim waits to become durable (the kernel's deadline
+/// drops one) sent nothing, but its claim may be durable: it is recorded as interrupted
+/// at the store's next use, never left applying and never sent.
+#[tokio::test]
+async fn an_apply_dropped_while_its_claim_waits_to_be_durable_is_recorded_as_interrupted() {
+    let memory = MemoryActionStorage::new();
+    let store = ActionStore::open(
+        Arc::new(FaultyStorage::hanging_claims(memory.clone())),
+        clock(),
+    )
+    .await
+    .expect("open");
+    let service = FakeService::new();
+    let id = store.stage("write", json!({})).await.expect("staged");
+    let apply = store.apply(id, service.as_ref());
+    let waited = tokio::time::timeout(std::time::Duration::from_millis(50), apply).await;
+    assert!(waited.is_err(), "the claim never became durable");
+    assert_eq!(
+        service.calls(),
+        0,
+        "nothing is sent before the claim is durable"
+    );
+    assert_eq!(
+        memory.get(id).await.expect("get").expect("exists").state,
+        ActionState::Applying,
+        "the claim was written"
+    );
+    assert_eq!(
+        store.apply(id, service.as_ref()).await,
+        Err(ApplyError::NotRetryable {
+            id,
+            message: INTERRUPTED_MESSAGE.into()
+        })
+    );
+    assert_eq!(service.calls(), 0);
+    assert_eq!(store.count_open().await.expect("count"), 0);
+}
+
 #[tokio::test]
 async fn stage_refuses_what_is_not_an_object_or_too_large_with_its_message() {
     let store = ActionStore::in_memory(clock());

@@ -83,7 +83,8 @@ use std::thread::JoinHandle;
 use async_trait::async_trait;
 use gatekeeper_confluence::KvStore;
 use gatekeeper_core::{
-    ActionRecord, ActionState, ActionStorage, MemoryActionStorage, StateTag, StorageError,
+    ActionRecord, ActionState, ActionStorage, ClaimDurable, MemoryActionStorage, StateTag,
+    StorageError,
 };
 use kernel::{
     AutoApprovalRule, DriverActionId, DurableFuture, EntryBody, LedgerEntry, LedgerId, LedgerStore,
@@ -864,6 +865,45 @@ struct HotActions {
 }
 
 impl HotActions {
+    /// The move of [`ActionStorage::compare_and_set`], in the copy and the journal:
+    /// `None` if the stored state is not `from`; else the record's sequence number and
+    /// how durable it must be before anything acts on it (the claim and its recovery at
+    /// once, as on a shared file; every other move rides with the next record written).
+    fn append_set(
+        &self,
+        from: StateTag,
+        record: &ActionRecord,
+    ) -> Result<Option<(u64, Durability)>, StorageError> {
+        if record.state == ActionState::Applying && record.args.is_null() {
+            return Err(port(StoreError::Unsendable {
+                id: record.id.0,
+                reason: format!("the arguments of action {} were not readable", record.id),
+            }));
+        }
+        let durability = if record.state == ActionState::Applying
+            || (from == StateTag::Applying && is_interruption(record))
+        {
+            Durability::Now
+        } else {
+            Durability::Deferred
+        };
+        let _order = self.lock();
+        if !ready(self.memory.compare_and_set(from, record))? {
+            return Ok(None);
+        }
+        let seq = self
+            .shared
+            .append(Op::ActionSet {
+                gatekeeper: self.gatekeeper.clone(),
+                id: record.id,
+                from,
+                state: record.state.clone(),
+                claimed_at: record.claimed_at,
+            })
+            .map_err(port)?;
+        Ok(Some((seq, durability)))
+    }
+
     fn lock(&self) -> MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -917,38 +957,26 @@ impl ActionStorage for HotActions {
         from: StateTag,
         record: &ActionRecord,
     ) -> Result<bool, StorageError> {
-        if record.state == ActionState::Applying && record.args.is_null() {
-            return Err(port(StoreError::Unsendable {
-                id: record.id.0,
-                reason: format!("the arguments of action {} were not readable", record.id),
-            }));
-        }
-        // As on a shared file: the claim and its recovery are durable before anything
-        // acts on them; every other move rides with the next record written.
-        let durability = if record.state == ActionState::Applying
-            || (from == StateTag::Applying && is_interruption(record))
-        {
-            Durability::Now
-        } else {
-            Durability::Deferred
+        let Some((seq, durability)) = self.append_set(from, record)? else {
+            return Ok(false);
         };
-        let seq = {
-            let _order = self.lock();
-            if !ready(self.memory.compare_and_set(from, record))? {
-                return Ok(false);
-            }
-            self.shared
-                .append(Op::ActionSet {
-                    gatekeeper: self.gatekeeper.clone(),
-                    id: record.id,
-                    from,
-                    state: record.state.clone(),
-                    claimed_at: record.claimed_at,
-                })
-                .map_err(port)?
-        };
-        self.shared.wait_task(seq, durability).await.map_err(port)?;
+        self.shared.wait(seq, durability).map_err(port)?;
         Ok(true)
+    }
+
+    async fn claim(
+        &self,
+        from: StateTag,
+        record: &ActionRecord,
+    ) -> Result<Option<ClaimDurable>, StorageError> {
+        let Some((seq, durability)) = self.append_set(from, record)? else {
+            return Ok(None);
+        };
+        // The store guards the written claim before it awaits this: on the daemon's
+        // runtime the wait is a future that holds no thread (`Shared::wait_task`).
+        let shared = self.shared.clone();
+        let durable = async move { shared.wait_task(seq, durability).await.map_err(port) };
+        Ok(Some(Box::pin(durable)))
     }
 
     async fn count_open(&self) -> Result<usize, StorageError> {

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use gatekeeper_core::{
-    ActionRecord, ActionStorage, ActionStore, CallError, GatekeeperConfig, MemoryActionStorage,
-    ServerTrust, StateTag, StorageError, Tool, ToolGatekeeper, ToolResult, ToolService,
+    ActionRecord, ActionStorage, ActionStore, CallError, ClaimDurable, GatekeeperConfig,
+    MemoryActionStorage, ServerTrust, StateTag, StorageError, Tool, ToolGatekeeper, ToolResult,
+    ToolService,
 };
 use kernel::{Clock, DriverActionId, Overseer, StepClock, Timestamp};
 use serde_json::{Value, json};
@@ -71,6 +72,8 @@ pub struct FaultyStorage {
     pub inner: MemoryActionStorage,
     fail_cas_at: usize,
     cas_seen: AtomicUsize,
+    /// Whether a written claim never becomes durable (a sync that never ends).
+    claims_hang: bool,
 }
 
 impl FaultyStorage {
@@ -79,6 +82,15 @@ impl FaultyStorage {
             inner,
             fail_cas_at: n,
             cas_seen: AtomicUsize::new(0),
+            claims_hang: false,
+        }
+    }
+
+    /// Memory storage whose claims are written but never become durable.
+    pub fn hanging_claims(inner: MemoryActionStorage) -> Self {
+        Self {
+            claims_hang: true,
+            ..Self::failing_cas(inner, 0)
         }
     }
 }
@@ -111,6 +123,18 @@ impl ActionStorage for FaultyStorage {
             return Err(StorageError("disk full".into()));
         }
         self.inner.compare_and_set(from, record).await
+    }
+
+    async fn claim(
+        &self,
+        from: StateTag,
+        record: &ActionRecord,
+    ) -> Result<Option<ClaimDurable>, StorageError> {
+        let written = self.compare_and_set(from, record).await?;
+        Ok(written.then(|| match self.claims_hang {
+            true => Box::pin(std::future::pending()) as ClaimDurable,
+            false => Box::pin(std::future::ready(Ok(()))),
+        }))
     }
 
     async fn count_open(&self) -> Result<usize, StorageError> {

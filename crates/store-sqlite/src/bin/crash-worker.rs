@@ -26,10 +26,12 @@
 //! never answered (the gatekeeper's deadline, [`DEADLINE`], ends the wait); a multiple of
 //! [`PANIC_EVERY`] is delivered and then panics. Both must end as "outcome unknown".
 //!
-//! `agents` runs [`AGENTS`] agents at once, a thread each, on one database handle: each
+//! `agents` runs [`AGENTS`] agents at once on one database handle, half of them a thread
+//! each (on a runtime of its own) and half as tasks on one two-worker multi-threaded
+//! runtime, as the daemon runs its agents (there a wait for a sync is a future): each
 //! stages its share of 1..=total (all needing a person) and approves each as soon as it
-//! is staged, so durable writes from several threads share transactions and syncs
-//! (group commit). The test kills it at random moments; it resumes from what the ledger
+//! is staged, so durable writes from several threads and tasks share transactions and
+//! syncs (group commit). The test kills it at random moments; it resumes from what the ledger
 //! holds and finishes like `work`.
 //!
 //! `stage` (the two-process test) stages `count` manual actions, slowly, while another
@@ -589,27 +591,45 @@ fn agents(db_path: &Path, dir: &Path, total: u64) {
         .filter_map(|a| seq_in_prompt(&a.description.description))
         .collect();
     let before = db.counters();
-    std::thread::scope(|scope| {
-        for agent in 0..AGENTS {
-            let (world, staged, db) = (&world, &staged, &db);
-            scope.spawn(move || {
-                runtime().block_on(async {
-                    let mine = (1..=total).filter(|seq| seq % AGENTS == agent);
-                    for seq in mine.filter(|seq| !staged.contains(seq)) {
-                        let outcome = world
-                            .session
-                            .call_tool("deliverManual", db.args(seq))
-                            .await
-                            .expect("stage and submit");
-                        let ledger = outcome.ledger().expect("an action is pending");
-                        world.journal.line(&format!("submitted {seq} {}", ledger.0));
-                        // A refusal (a hung call's deadline, a panic) is the ledger's to
-                        // record; the check at the end reads it there.
-                        let _ = world.overseer.approve(ledger, "person").await;
-                    }
-                })
-            });
+    let (world, staged, db) = (Arc::new(world), Arc::new(staged), Arc::new(db));
+    // One agent's work: stage its share, approving each as soon as it is staged.
+    let agent_work = |agent: u64| {
+        let (world, staged, db) = (world.clone(), staged.clone(), db.clone());
+        async move {
+            let mine = (1..=total).filter(|seq| seq % AGENTS == agent);
+            for seq in mine.filter(|seq| !staged.contains(seq)) {
+                let outcome = world
+                    .session
+                    .call_tool("deliverManual", db.args(seq))
+                    .await
+                    .expect("stage and submit");
+                let ledger = outcome.ledger().expect("an action is pending");
+                world.journal.line(&format!("submitted {seq} {}", ledger.0));
+                // A refusal (a hung call's deadline, a panic) is the ledger's to record;
+                // the check at the end reads it there.
+                let _ = world.overseer.approve(ledger, "person").await;
+            }
         }
+    };
+    std::thread::scope(|scope| {
+        for agent in 0..AGENTS / 2 {
+            let work = agent_work(agent);
+            scope.spawn(move || runtime().block_on(work));
+        }
+        let tasks: Vec<_> = (AGENTS / 2..AGENTS).map(agent_work).collect();
+        scope.spawn(move || {
+            let workers = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_time()
+                .build()
+                .expect("runtime");
+            workers.block_on(async {
+                let handles: Vec<_> = tasks.into_iter().map(|work| tokio::spawn(work)).collect();
+                for handle in handles {
+                    handle.await.expect("an agent's task");
+                }
+            })
+        });
     });
     let left = total - staged.len() as u64;
     let spent: Vec<String> = db

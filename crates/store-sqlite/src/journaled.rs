@@ -1224,29 +1224,27 @@ impl HotLedger {
         &self,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
     ) -> Result<(LedgerId, u64), kernel::StorageError> {
-        Ok({
-            let mut copy = self.copy();
-            let id = LedgerId(copy.last_id + 1);
-            let entry = make(id);
-            if entry.id != id {
-                return Err(kernel_port(StoreError::Missing(format!(
-                    "entry built for {id} carries id {}",
-                    entry.id
-                ))));
-            }
-            let op = Op::LedgerInsert(entry.clone());
-            let payload = encode(&op).map_err(kernel_port)?;
-            if !crate::json::shallow(&payload) {
-                check_readable(&entry, true)?;
-            }
-            let seq = self
-                .shared
-                .append_encoded(&payload, op)
-                .map_err(kernel_port)?;
-            copy.last_id = id.0;
-            copy.keep(entry);
-            (id, seq)
-        })
+        let mut copy = self.copy();
+        let id = LedgerId(copy.last_id + 1);
+        let entry = make(id);
+        if entry.id != id {
+            return Err(kernel_port(StoreError::Missing(format!(
+                "entry built for {id} carries id {}",
+                entry.id
+            ))));
+        }
+        let op = Op::LedgerInsert(entry.clone());
+        let payload = encode(&op).map_err(kernel_port)?;
+        if !crate::json::shallow(&payload) {
+            check_readable(&entry, true)?;
+        }
+        let seq = self
+            .shared
+            .append_encoded(&payload, op)
+            .map_err(kernel_port)?;
+        copy.last_id = id.0;
+        copy.keep(entry);
+        Ok((id, seq))
     }
 }
 

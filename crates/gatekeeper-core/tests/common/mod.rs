@@ -86,6 +86,14 @@ impl FaultyStorage {
         }
     }
 
+    /// The injected failure, if this compare-and-set (a claim counts as one) is the n-th.
+    fn cas_fault(&self) -> Result<(), StorageError> {
+        if self.cas_seen.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_cas_at {
+            return Err(StorageError("disk full".into()));
+        }
+        Ok(())
+    }
+
     /// Memory storage whose claims are written but never become durable.
     pub fn hanging_claims(inner: MemoryActionStorage) -> Self {
         Self {
@@ -119,9 +127,7 @@ impl ActionStorage for FaultyStorage {
         from: StateTag,
         record: &ActionRecord,
     ) -> Result<bool, StorageError> {
-        if self.cas_seen.fetch_add(1, Ordering::SeqCst) + 1 == self.fail_cas_at {
-            return Err(StorageError("disk full".into()));
-        }
+        self.cas_fault()?;
         self.inner.compare_and_set(from, record).await
     }
 
@@ -130,11 +136,12 @@ impl ActionStorage for FaultyStorage {
         from: StateTag,
         record: &ActionRecord,
     ) -> Result<Option<ClaimDurable>, StorageError> {
-        let written = self.compare_and_set(from, record).await?;
-        Ok(written.then(|| match self.claims_hang {
-            true => Box::pin(std::future::pending()) as ClaimDurable,
-            false => Box::pin(std::future::ready(Ok(()))),
-        }))
+        self.cas_fault()?;
+        let claimed = self.inner.claim(from, record).await?;
+        Ok(match self.claims_hang {
+            true => claimed.map(|_| Box::pin(std::future::pending()) as ClaimDurable),
+            false => claimed,
+        })
     }
 
     async fn count_open(&self) -> Result<usize, StorageError> {

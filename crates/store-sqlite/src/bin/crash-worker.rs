@@ -31,8 +31,8 @@
 //! runtime, as the daemon runs its agents (there a wait for a sync is a future): each
 //! stages its share of 1..=total (all needing a person) and approves each as soon as it
 //! is staged, so durable writes from several threads and tasks share transactions and
-//! syncs (group commit). The test kills it at random moments; it resumes from what the ledger
-//! holds and finishes like `work`.
+//! syncs (group commit). The test kills it at random moments; it resumes from what the
+//! ledger holds and finishes like `work`.
 //!
 //! `stage` (the two-process test) stages `count` manual actions, slowly, while another
 //! process decides them; it waits until all are decided and prints what it saw.
@@ -624,7 +624,7 @@ fn agents(db_path: &Path, dir: &Path, total: u64) {
                 .build()
                 .expect("runtime");
             workers.block_on(async {
-                let handles: Vec<_> = tasks.into_iter().map(|work| tokio::spawn(work)).collect();
+                let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
                 for handle in handles {
                     handle.await.expect("an agent's task");
                 }

@@ -78,6 +78,14 @@
 //! leader waits until [`GATHER`] after the last sync began, so that concurrent sessions
 //! share syncs between several actions instead of each syncing alone.
 //!
+//! Tasks on an async runtime need not block a thread to wait ([`Journal::wait_synced`]):
+//! a task is woken by the first sync that covers its record. A lone task leads its own
+//! sync; a task that finds others waiting leaves the sync to the syncer
+//! ([`Journal::run_syncer`], on a thread of the store's), which starts the next sync as
+//! soon as one ends with tasks still waiting. The runtime's workers then never block in
+//! a sync that many tasks share, and no time passes electing the next leader among tasks
+//! that wait for a processor.
+//!
 //! Appending makes no system call: the applier takes the queued records at most every
 //! [`APPLY_EVERY`], and earlier only for a long queue, a journal past half its ring, or a
 //! caller waiting for it ([`Journal::wait_applied`]). Taking several milliseconds' records
@@ -192,9 +200,13 @@ struct State<T> {
     failed: Option<JournalError>,
     /// Callers waiting on [`Journal::sync_done`] (a wake-up with none is a wasted system call).
     sync_waiting: u32,
-    /// Tasks waiting for the running sync to end ([`Journal::wait_synced`]), woken when it
-    /// does, after the lock is let go.
-    sync_wakers: Vec<Waker>,
+    /// Tasks waiting for a record to be synced ([`Journal::wait_synced`]), each with the
+    /// record's number: woken, after the lock is let go, by the first sync that covers it.
+    sync_wakers: Vec<(u64, Waker)>,
+    /// A thread runs [`Journal::run_syncer`]: tasks leave their syncs to it.
+    syncer: bool,
+    /// The syncer waits on [`Journal::sync_wanted`].
+    syncer_waiting: bool,
     /// The applier waits on [`Journal::queued`].
     applier_waiting: bool,
     /// Callers waiting on [`Journal::applied`].
@@ -205,6 +217,9 @@ struct State<T> {
     last_sync: Option<(std::time::Instant, u32)>,
     /// How many bytes from the start of the file the last sync covered.
     synced_len: u64,
+    /// How many times [`Journal::restart`] started over: a sync that began in an earlier
+    /// round covered offsets of that round, not of this one.
+    round: u64,
 }
 
 /// What [`Journal::wait_synced`] found.
@@ -230,6 +245,8 @@ pub(crate) struct Journal<T> {
     queued: Condvar,
     /// Wakes the callers waiting for a sync to complete, and a restart waiting for one.
     sync_done: Condvar,
+    /// Wakes the syncer ([`Journal::run_syncer`]) when a task waits for a sync.
+    sync_wanted: Condvar,
     /// Wakes the callers of [`Journal::wait_applied`].
     applied: Condvar,
     /// Syncs that succeeded, for tests and benchmarks.
@@ -312,14 +329,18 @@ impl<T: Send> Journal<T> {
                 failed: None,
                 sync_waiting: 0,
                 sync_wakers: Vec::new(),
+                syncer: false,
+                syncer_waiting: false,
                 applier_waiting: false,
                 applied_waiting: 0,
                 last_take: std::time::Instant::now(),
                 last_sync: None,
                 synced_len: 0,
+                round: 0,
             }),
             queued: Condvar::new(),
             sync_done: Condvar::new(),
+            sync_wanted: Condvar::new(),
             applied: Condvar::new(),
             syncs: AtomicU64::new(0),
             writes: AtomicU64::new(0),
@@ -406,6 +427,12 @@ impl<T: Send> Journal<T> {
     ///
     /// A `seq` not yet appended is taken as the last one appended.
     pub(crate) fn sync_through(&self, seq: u64) -> Result<(), JournalError> {
+        self.lead_through(seq, true)
+    }
+
+    /// [`Journal::sync_through`] for a caller whose own record is `seq` (`caller`), or for
+    /// the syncer, which syncs for the tasks that wait.
+    fn lead_through(&self, seq: u64, caller: bool) -> Result<(), JournalError> {
         let mut state = self.state();
         debug_assert!(seq < state.next_seq, "syncing a record not yet appended");
         let seq = seq.min(state.next_seq - 1);
@@ -444,9 +471,15 @@ impl<T: Send> Journal<T> {
                 self.sync_done.notify_all();
                 return Err(error);
             }
-            let (target, target_len) = (state.written, state.offset);
-            let waiting = state.sync_waiting + state.sync_wakers.len() as u32;
-            state.last_sync = Some((std::time::Instant::now(), waiting + 1));
+            let (target, target_len, round) = (state.written, state.offset, state.round);
+            let waiting = state.sync_waiting
+                + state
+                    .sync_wakers
+                    .iter()
+                    .filter(|(seq, _)| *seq <= target)
+                    .count() as u32
+                + u32::from(caller);
+            state.last_sync = Some((std::time::Instant::now(), waiting));
             drop(state);
             let synced = self.file.sync_data();
             state = self.state();
@@ -454,17 +487,30 @@ impl<T: Send> Journal<T> {
             match synced {
                 Ok(()) => {
                     state.synced = state.synced.max(target);
-                    state.synced_len = state.synced_len.max(target_len);
+                    if state.round == round {
+                        state.synced_len = state.synced_len.max(target_len);
+                    }
                     self.syncs.fetch_add(1, Ordering::Relaxed);
                     if state.sync_waiting > 0 {
                         self.sync_done.notify_all();
                     }
                     if !state.sync_wakers.is_empty() {
                         // Woken with the lock let go: a woken task may run at once on
-                        // another thread, and its first step is to take the lock.
-                        let wakers = std::mem::take(&mut state.sync_wakers);
+                        // another thread, and its first step is to take the lock. Those
+                        // this sync did not cover wait on for the syncer's next one; with
+                        // no syncer, they are woken too, and one of them leads it.
+                        let (synced, syncer) = (state.synced, state.syncer);
+                        let (covered, rest) = std::mem::take(&mut state.sync_wakers)
+                            .into_iter()
+                            .partition(|(seq, _)| *seq <= synced || !syncer);
+                        state.sync_wakers = rest;
+                        if !state.sync_wakers.is_empty() && state.syncer_waiting {
+                            self.sync_wanted.notify_one();
+                        }
                         drop(state);
-                        wakers.into_iter().for_each(Waker::wake);
+                        covered
+                            .into_iter()
+                            .for_each(|(_, waker): (u64, Waker)| waker.wake());
                         state = self.state();
                     }
                 }
@@ -474,10 +520,12 @@ impl<T: Send> Journal<T> {
     }
 
     /// For a task that must not block its thread while a sync runs: whether record `seq`
-    /// is synced ([`SyncWait::Done`], also with the journal's failure), or a sync is
-    /// running, in which case `waker` is woken when it ends ([`SyncWait::Waiting`]; then
-    /// ask again), or nobody syncs and the caller should ([`SyncWait::Lead`]: call
-    /// [`Journal::sync_through`], which shares the sync with every caller as usual).
+    /// is synced ([`SyncWait::Done`], also with the journal's failure), or it is not yet,
+    /// in which case `waker` is woken by the first sync that covers it
+    /// ([`SyncWait::Waiting`]; then ask again): the running one, or the next, which the
+    /// syncer ([`Journal::run_syncer`]) runs. Without a syncer, if nobody syncs, the caller
+    /// should ([`SyncWait::Lead`]: call [`Journal::sync_through`], which shares the sync
+    /// with every caller as usual).
     ///
     /// A `seq` not yet appended is taken as the last one appended.
     pub(crate) fn wait_synced(&self, seq: u64, waker: &Waker) -> SyncWait {
@@ -485,16 +533,64 @@ impl<T: Send> Journal<T> {
         if let Err(error) = self.check(&state) {
             return SyncWait::Done(Err(error));
         }
-        if state.synced >= seq.min(state.next_seq - 1) {
+        let seq = seq.min(state.next_seq - 1);
+        if state.synced >= seq {
             return SyncWait::Done(Ok(()));
         }
-        if !state.syncing {
+        // A lone caller syncs at once itself: handing its sync to the syncer would cost it
+        // two wake-ups of other threads for nothing.
+        if !state.syncing && (!state.syncer || state.sync_wakers.is_empty()) {
             return SyncWait::Lead;
         }
-        if !state.sync_wakers.iter().any(|w| w.will_wake(waker)) {
-            state.sync_wakers.push(waker.clone());
+        match state
+            .sync_wakers
+            .iter_mut()
+            .find(|(_, w)| w.will_wake(waker))
+        {
+            Some(waiting) => waiting.0 = waiting.0.max(seq),
+            None => state.sync_wakers.push((seq, waker.clone())),
+        }
+        if !state.syncing && state.syncer_waiting {
+            self.sync_wanted.notify_one();
         }
         SyncWait::Waiting
+    }
+
+    /// The syncer's loop, for a thread of its own: sync whenever a task waits for a
+    /// record not yet synced ([`Journal::wait_synced`]), sharing each sync with every
+    /// caller as [`Journal::sync_through`] does, so that no task's worker thread blocks in
+    /// a sync. Returns once the journal failed, or was closed and no task waits; tasks
+    /// waiting then are woken and lead their syncs themselves.
+    pub(crate) fn run_syncer(&self) {
+        let mut state = self.state();
+        state.syncer = true;
+        loop {
+            if state.failed.is_some() {
+                break;
+            }
+            let wanted = state.sync_wakers.iter().map(|(seq, _)| *seq).max();
+            match wanted {
+                Some(seq) if seq > state.synced && !state.syncing => {
+                    drop(state);
+                    // A failure fails the journal and wakes every waiter; the loop ends.
+                    let _ = self.lead_through(seq, false);
+                    state = self.state();
+                    continue;
+                }
+                None if state.closing => break,
+                _ => {}
+            }
+            state.syncer_waiting = true;
+            state = self
+                .sync_wanted
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+            state.syncer_waiting = false;
+        }
+        state.syncer = false;
+        let wakers = std::mem::take(&mut state.sync_wakers);
+        drop(state);
+        wakers.into_iter().for_each(|(_, waker)| waker.wake());
     }
 
     /// For the applier thread: wait until something is queued and it is time to apply it,
@@ -535,6 +631,14 @@ impl<T: Send> Journal<T> {
                 .0;
             state.applier_waiting = false;
         }
+    }
+
+    /// For the applier: take everything queued now, in order, without waiting (empty if
+    /// nothing is).
+    pub(crate) fn take_now(&self) -> Vec<(u64, T)> {
+        let mut state = self.state();
+        state.last_take = std::time::Instant::now();
+        std::mem::take(&mut state.queue)
     }
 
     /// Whether the applier should take the queue before its time: it is long, or the
@@ -586,7 +690,7 @@ impl<T: Send> Journal<T> {
     }
 
     /// Start over at offset 0 without losing anything. Under the lock (appenders wait),
-    /// once no sync is running, takes what is still queued and calls
+    /// takes what is still queued and calls
     /// `make_durable(last_seq, queued)`, which must apply the queued items and make every
     /// record through `last_seq` durable elsewhere before it returns (and must not call
     /// this journal). If it succeeds, the buffer is dropped (its records are durable
@@ -598,15 +702,9 @@ impl<T: Send> Journal<T> {
         make_durable: impl FnOnce(u64, Vec<(u64, T)>) -> Result<(), String>,
     ) -> Result<(), JournalError> {
         let mut state = self.state();
-        while state.syncing && state.failed.is_none() {
-            state.sync_waiting += 1;
-            state = self
-                .sync_done
-                .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
-            state.sync_waiting -= 1;
-        }
         self.check(&state)?;
+        // A sync may be running: it covers frames of this round, which are about to be
+        // durable in the database anyway, and finds the next round begun when it ends.
         let last = state.next_seq - 1;
         let queued = std::mem::take(&mut state.queue);
         if let Err(detail) = make_durable(last, queued) {
@@ -620,13 +718,17 @@ impl<T: Send> Journal<T> {
         state.buffer.clear();
         state.offset = 0;
         state.synced_len = 0;
+        state.round += 1;
         state.written = last;
         state.synced = last;
         state.applied = last;
         if state.sync_waiting > 0 {
             self.sync_done.notify_all();
         }
-        state.sync_wakers.drain(..).for_each(Waker::wake);
+        state
+            .sync_wakers
+            .drain(..)
+            .for_each(|(_, waker)| waker.wake());
         if state.applied_waiting > 0 {
             self.applied.notify_all();
         }
@@ -650,6 +752,7 @@ impl<T: Send> Journal<T> {
         let mut state = self.state();
         state.closing = true;
         self.queued.notify_all();
+        self.sync_wanted.notify_all();
     }
 
     /// The number of the last record appended (0 before the first round starts).
@@ -709,7 +812,11 @@ impl<T: Send> Journal<T> {
         state.failed.get_or_insert(error);
         self.queued.notify_all();
         self.sync_done.notify_all();
-        state.sync_wakers.drain(..).for_each(Waker::wake);
+        self.sync_wanted.notify_all();
+        state
+            .sync_wakers
+            .drain(..)
+            .for_each(|(_, waker)| waker.wake());
         self.applied.notify_all();
     }
 
@@ -1180,6 +1287,71 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        remove(&path);
+    }
+
+    #[test]
+    fn with_a_syncer_a_lone_task_leads_and_a_task_among_others_leaves_its_sync_to_it() {
+        let (journal, path) = started::<()>("syncer");
+        let journal = Arc::new(journal);
+        let syncer = {
+            let journal = Arc::clone(&journal);
+            std::thread::spawn(move || journal.run_syncer())
+        };
+        while !journal.state().syncer_waiting {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (one, two) = (
+            Arc::new(Counted(AtomicU64::new(0))),
+            Arc::new(Counted(AtomicU64::new(0))),
+        );
+        let (waker_one, waker_two) = (Waker::from(Arc::clone(&one)), Waker::from(Arc::clone(&two)));
+
+        // Alone, a task syncs itself: handing over would cost it two wake-ups.
+        let first = journal.append(b"first", ()).unwrap();
+        assert!(matches!(
+            journal.wait_synced(first, &waker_one),
+            SyncWait::Lead
+        ));
+        journal.sync_through(first).unwrap();
+
+        // One task waits (for a sync that was running and ended without its record);
+        // the next task to wait, though nobody syncs, leaves the sync to the syncer,
+        // which syncs both records and wakes each task once.
+        let second = journal.append(b"second", ()).unwrap();
+        journal.state().syncing = true;
+        assert!(matches!(
+            journal.wait_synced(second, &waker_one),
+            SyncWait::Waiting
+        ));
+        journal.state().syncing = false;
+        let third = journal.append(b"third", ()).unwrap();
+        assert!(matches!(
+            journal.wait_synced(third, &waker_two),
+            SyncWait::Waiting
+        ));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while one.0.load(Ordering::SeqCst) + two.0.load(Ordering::SeqCst) < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the syncer did not sync"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(one.0.load(Ordering::SeqCst), 1);
+        assert_eq!(two.0.load(Ordering::SeqCst), 1);
+        for (seq, waker) in [(second, &waker_one), (third, &waker_two)] {
+            assert!(matches!(
+                journal.wait_synced(seq, waker),
+                SyncWait::Done(Ok(()))
+            ));
+        }
+        assert_eq!(journal.syncs(), 2);
+
+        // Closed with nobody waiting, the syncer returns; a task then leads again.
+        journal.close();
+        syncer.join().unwrap();
+        assert!(!journal.state().syncer);
         remove(&path);
     }
 

@@ -80,7 +80,8 @@
 //!
 //! Tasks on an async runtime need not block a thread to wait ([`Journal::wait_synced`]):
 //! a task is woken by the first sync that covers its record. A lone task leads its own
-//! sync; a task that finds others waiting leaves the sync to the syncer
+//! sync; a task that finds others waiting, or comes after a sync that was for several
+//! callers, leaves the sync to the syncer
 //! ([`Journal::run_syncer`], on a thread of the store's), which starts the next sync as
 //! soon as one ends with tasks still waiting. The runtime's workers then never block in
 //! a sync that many tasks share, and no time passes electing the next leader among tasks
@@ -538,8 +539,10 @@ impl<T: Send> Journal<T> {
             return SyncWait::Done(Ok(()));
         }
         // A lone caller syncs at once itself: handing its sync to the syncer would cost it
-        // two wake-ups of other threads for nothing.
-        if !state.syncing && (!state.syncer || state.sync_wakers.is_empty()) {
+        // two wake-ups of other threads for nothing. A caller is taken as lone when nobody
+        // else waits and the last sync was for one caller only.
+        let lone = state.sync_wakers.is_empty() && !matches!(state.last_sync, Some((_, 2..)));
+        if !state.syncing && (!state.syncer || lone) {
             return SyncWait::Lead;
         }
         match state

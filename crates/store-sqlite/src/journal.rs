@@ -78,14 +78,16 @@
 //! leader waits until [`GATHER`] after the last sync began, so that concurrent sessions
 //! share syncs between several actions instead of each syncing alone.
 //!
-//! Tasks on an async runtime need not block a thread to wait ([`Journal::wait_synced`]):
-//! a task is woken by the first sync that covers its record. A lone task leads its own
-//! sync; a task that finds others waiting, or comes after a sync that was for several
-//! callers, leaves the sync to the syncer
-//! ([`Journal::run_syncer`], on a thread of the store's), which starts the next sync as
-//! soon as one ends with tasks still waiting. The runtime's workers then never block in
-//! a sync that many tasks share, and no time passes electing the next leader among tasks
-//! that wait for a processor.
+//! With a syncer ([`Journal::run_syncer`], on a thread of the store's), a caller that is
+//! not alone (others wait, or the last sync was for several callers) leaves its sync to
+//! it and is woken by the first sync that covers its record: a task on an async runtime
+//! without blocking a thread ([`Journal::wait_synced`]), a thread parked. The syncer
+//! starts the next sync as soon as one ends with callers still waiting, and wakes only
+//! those each sync covered. A lone caller still leads its own sync: handing it over
+//! would cost it two wake-ups of another thread. So no worker of a runtime blocks in a
+//! sync that many share, no time passes electing the next leader among callers that wait
+//! for a processor, and a sync's end does not wake every waiter to find most of them
+//! still waiting.
 //!
 //! Appending makes no system call: the applier takes the queued records at most every
 //! [`APPLY_EVERY`], and earlier only for a long queue, a journal past half its ring, or a
@@ -221,6 +223,19 @@ struct State<T> {
     /// How many times [`Journal::restart`] started over: a sync that began in an earlier
     /// round covered offsets of that round, not of this one.
     round: u64,
+}
+
+/// A waker that unparks a thread waiting in [`Journal::sync_through`].
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
 }
 
 /// What [`Journal::wait_synced`] found.
@@ -426,9 +441,23 @@ impl<T: Send> Journal<T> {
     /// covered by it; callers arriving meanwhile wait and then sync once for all of them.
     /// A failed sync fails the journal (sticky), and every waiter gets the error.
     ///
+    /// With a syncer ([`Journal::run_syncer`]), a caller that is not alone waits for it as
+    /// a task does ([`Journal::wait_synced`]), parked until the first sync that covers its
+    /// record: the syncer starts the next sync as soon as one ends with callers still
+    /// waiting, and wakes only those each sync covered.
+    ///
     /// A `seq` not yet appended is taken as the last one appended.
     pub(crate) fn sync_through(&self, seq: u64) -> Result<(), JournalError> {
-        self.lead_through(seq, true)
+        let waker = Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+        loop {
+            match self.wait_synced(seq, &waker) {
+                SyncWait::Done(result) => return result,
+                SyncWait::Lead => return self.lead_through(seq, true),
+                // A wake-up that comes first makes `park` return at once; a spurious one
+                // asks again.
+                SyncWait::Waiting => std::thread::park(),
+            }
+        }
     }
 
     /// [`Journal::sync_through`] for a caller whose own record is `seq` (`caller`), or for
@@ -1294,7 +1323,7 @@ mod tests {
     }
 
     #[test]
-    fn with_a_syncer_a_lone_task_leads_and_a_task_among_others_leaves_its_sync_to_it() {
+    fn with_a_syncer_a_lone_caller_leads_and_one_among_others_leaves_its_sync_to_it() {
         let (journal, path) = started::<()>("syncer");
         let journal = Arc::new(journal);
         let syncer = {
@@ -1351,7 +1380,21 @@ mod tests {
         }
         assert_eq!(journal.syncs(), 2);
 
-        // Closed with nobody waiting, the syncer returns; a task then leads again.
+        // A thread among others waiting leaves its sync to the syncer too, parked until
+        // a sync covers its record; the task waiting with it is woken by the same sync.
+        let fourth = journal.append(b"fourth", ()).unwrap();
+        journal.state().syncing = true;
+        assert!(matches!(
+            journal.wait_synced(fourth, &waker_one),
+            SyncWait::Waiting
+        ));
+        journal.state().syncing = false;
+        let fifth = journal.append(b"fifth", ()).unwrap();
+        journal.sync_through(fifth).unwrap();
+        assert_eq!(journal.syncs(), 3);
+        assert_eq!(one.0.load(Ordering::SeqCst), 2);
+
+        // Closed with nobody waiting, the syncer returns (tasks and threads lead again).
         journal.close();
         syncer.join().unwrap();
         assert!(!journal.state().syncer);

@@ -31,9 +31,9 @@
 //! durable too, whoever appended it. A caller waits on its own thread; on a worker of a
 //! multi-threaded tokio runtime the wait leaves the worker to the runtime's other tasks
 //! ([`off_workers`]), so that their writes can share the sync. A task there waits as a
-//! future that holds no thread ([`Shared::wait_task`]): alone, it runs its sync itself;
-//! among others waiting, it leaves the sync to the store's syncer thread, which runs one
-//! sync after another for as long as tasks wait (`journal.rs`).
+//! future that holds no thread ([`Shared::wait_task`]). Alone, a caller runs its sync
+//! itself; among others, it leaves the sync to the store's syncer thread, which runs one
+//! sync after another for as long as callers wait (`journal.rs`).
 //!
 //! # The journal and the file
 //!

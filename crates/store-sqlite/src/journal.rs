@@ -588,11 +588,12 @@ impl<T: Send> Journal<T> {
         SyncWait::Waiting
     }
 
-    /// The syncer's loop, for a thread of its own: sync whenever a task waits for a
-    /// record not yet synced ([`Journal::wait_synced`]), sharing each sync with every
-    /// caller as [`Journal::sync_through`] does, so that no task's worker thread blocks in
-    /// a sync. Returns once the journal failed, or was closed and no task waits; tasks
-    /// waiting then are woken and lead their syncs themselves.
+    /// The syncer's loop, for a thread of its own: sync whenever a task or a thread waits
+    /// for a record not yet synced ([`Journal::wait_synced`]; every waiter on the list
+    /// waits for one, since a sync takes off the list those it covered), sharing each sync
+    /// with every caller as [`Journal::sync_through`] does, so that no worker of a runtime
+    /// blocks in a sync that many share. Returns once the journal failed, or was closed
+    /// and nobody waits; callers waiting then are woken and lead their syncs themselves.
     pub(crate) fn run_syncer(&self) {
         let mut state = self.state();
         state.syncer = true;

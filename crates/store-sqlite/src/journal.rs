@@ -203,10 +203,11 @@ struct State<T> {
     failed: Option<JournalError>,
     /// Callers waiting on [`Journal::sync_done`] (a wake-up with none is a wasted system call).
     sync_waiting: u32,
-    /// Tasks waiting for a record to be synced ([`Journal::wait_synced`]), each with the
-    /// record's number: woken, after the lock is let go, by the first sync that covers it.
+    /// Tasks and parked threads waiting for a record to be synced ([`Journal::wait_synced`]),
+    /// each with the record's number: woken by the first sync that covers it.
     sync_wakers: Vec<(u64, Waker)>,
-    /// A thread runs [`Journal::run_syncer`]: tasks leave their syncs to it.
+    /// A thread runs [`Journal::run_syncer`]: callers that are not alone leave their syncs
+    /// to it.
     syncer: bool,
     /// The syncer waits on [`Journal::sync_wanted`].
     syncer_waiting: bool,
@@ -232,10 +233,6 @@ impl std::task::Wake for Unpark {
     fn wake(self: std::sync::Arc<Self>) {
         self.0.unpark();
     }
-
-    fn wake_by_ref(self: &std::sync::Arc<Self>) {
-        self.0.unpark();
-    }
 }
 
 /// What [`Journal::wait_synced`] found.
@@ -259,9 +256,9 @@ pub(crate) struct Journal<T> {
     state: Mutex<State<T>>,
     /// Wakes the applier in [`Journal::take_queued`].
     queued: Condvar,
-    /// Wakes the callers waiting for a sync to complete, and a restart waiting for one.
+    /// Wakes the callers waiting for a sync to complete.
     sync_done: Condvar,
-    /// Wakes the syncer ([`Journal::run_syncer`]) when a task waits for a sync.
+    /// Wakes the syncer ([`Journal::run_syncer`]) when a caller leaves its sync to it.
     sync_wanted: Condvar,
     /// Wakes the callers of [`Journal::wait_applied`].
     applied: Condvar,
@@ -461,7 +458,7 @@ impl<T: Send> Journal<T> {
     }
 
     /// [`Journal::sync_through`] for a caller whose own record is `seq` (`caller`), or for
-    /// the syncer, which syncs for the tasks that wait.
+    /// the syncer, which syncs for the callers that wait.
     fn lead_through(&self, seq: u64, caller: bool) -> Result<(), JournalError> {
         let mut state = self.state();
         debug_assert!(seq < state.next_seq, "syncing a record not yet appended");
@@ -1323,6 +1320,14 @@ mod tests {
         remove(&path);
     }
 
+    /// Put a task with `waker` on the list of those waiting for record `seq`, as if it
+    /// had waited for a sync that was running and ended without its record.
+    fn left_waiting(journal: &Journal<()>, seq: u64, waker: &Waker) {
+        journal.state().syncing = true;
+        assert!(matches!(journal.wait_synced(seq, waker), SyncWait::Waiting));
+        journal.state().syncing = false;
+    }
+
     #[test]
     fn with_a_syncer_a_lone_caller_leads_and_one_among_others_leaves_its_sync_to_it() {
         let (journal, path) = started::<()>("syncer");
@@ -1348,16 +1353,10 @@ mod tests {
         ));
         journal.sync_through(first).unwrap();
 
-        // One task waits (for a sync that was running and ended without its record);
-        // the next task to wait, though nobody syncs, leaves the sync to the syncer,
-        // which syncs both records and wakes each task once.
+        // One task waits; the next task to wait, though nobody syncs, leaves the sync to
+        // the syncer, which syncs both records and wakes each task once.
         let second = journal.append(b"second", ()).unwrap();
-        journal.state().syncing = true;
-        assert!(matches!(
-            journal.wait_synced(second, &waker_one),
-            SyncWait::Waiting
-        ));
-        journal.state().syncing = false;
+        left_waiting(&journal, second, &waker_one);
         let third = journal.append(b"third", ()).unwrap();
         assert!(matches!(
             journal.wait_synced(third, &waker_two),
@@ -1384,12 +1383,7 @@ mod tests {
         // A thread among others waiting leaves its sync to the syncer too, parked until
         // a sync covers its record; the task waiting with it is woken by the same sync.
         let fourth = journal.append(b"fourth", ()).unwrap();
-        journal.state().syncing = true;
-        assert!(matches!(
-            journal.wait_synced(fourth, &waker_one),
-            SyncWait::Waiting
-        ));
-        journal.state().syncing = false;
+        left_waiting(&journal, fourth, &waker_one);
         let fifth = journal.append(b"fifth", ()).unwrap();
         journal.sync_through(fifth).unwrap();
         assert_eq!(journal.syncs(), 3);

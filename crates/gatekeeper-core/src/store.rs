@@ -820,6 +820,29 @@ impl MemoryActionStorage {
     pub fn records(&self) -> Vec<ActionRecord> {
         self.lock().rows.values().cloned().collect()
     }
+
+    /// [`ActionStorage::prune_final`], answering which records it deleted, in descending
+    /// id: a store that keeps this copy in memory and its records elsewhere deletes the
+    /// same ones there.
+    pub fn prune_final_ids(&self, keep: usize) -> Vec<DriverActionId> {
+        let mut records = self.lock();
+        if records.finals <= keep {
+            return Vec::new();
+        }
+        let doomed: Vec<DriverActionId> = records
+            .rows
+            .values()
+            .rev()
+            .filter(|r| r.state.is_final())
+            .skip(keep)
+            .map(|r| r.id)
+            .collect();
+        for id in &doomed {
+            records.rows.remove(id);
+        }
+        records.finals -= doomed.len();
+        doomed
+    }
 }
 
 #[async_trait]
@@ -906,23 +929,7 @@ impl ActionStorage for MemoryActionStorage {
     }
 
     async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {
-        let mut records = self.lock();
-        if records.finals <= keep {
-            return Ok(0);
-        }
-        let doomed: Vec<DriverActionId> = records
-            .rows
-            .values()
-            .rev()
-            .filter(|r| r.state.is_final())
-            .skip(keep)
-            .map(|r| r.id)
-            .collect();
-        for id in &doomed {
-            records.rows.remove(id);
-        }
-        records.finals -= doomed.len();
-        Ok(doomed.len())
+        Ok(self.prune_final_ids(keep).len())
     }
 }
 

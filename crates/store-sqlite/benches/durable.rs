@@ -72,8 +72,17 @@ use store_sqlite::{Database, Journaled};
 use support::{Rig, Store, TempDir};
 
 /// (total time, iterations, commits, syncs, processor time, syncs of the file behind a
-/// journal) per benchmark, for the summary.
-type Tally = (&'static str, Duration, u64, u64, u64, Duration, u64);
+/// journal, the journal's applier's processor time) per benchmark, for the summary.
+type Tally = (
+    &'static str,
+    Duration,
+    u64,
+    u64,
+    u64,
+    Duration,
+    u64,
+    Duration,
+);
 static TALLY: Mutex<Vec<Tally>> = Mutex::new(Vec::new());
 
 /// Processor time used by the whole process (every thread, living or ended), from
@@ -92,12 +101,49 @@ fn cpu_time() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// Processor time used so far by the living threads named `name` (as `/proc` shows names:
+/// their first 15 bytes), in ticks of 10 ms.
+fn thread_cpu_time(name: &str) -> Duration {
+    let mut ticks = 0;
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if head.split_once('(').is_some_and(|(_, comm)| comm == name) {
+            ticks += rest
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|t| t.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+    }
+    Duration::from_millis(ticks * 10)
+}
+
+/// The applier's thread, as `/proc` names it.
+const APPLIER: &str = "store-sqlite-ap";
+
 /// The entry of `name` in the tally, made empty if there is none yet.
 fn entry<'t>(tally: &'t mut Vec<Tally>, name: &'static str) -> &'t mut Tally {
     match tally.iter().position(|t| t.0 == name) {
         Some(at) => &mut tally[at],
         None => {
-            tally.push((name, Duration::ZERO, 0, 0, 0, Duration::ZERO, 0));
+            tally.push((
+                name,
+                Duration::ZERO,
+                0,
+                0,
+                0,
+                Duration::ZERO,
+                0,
+                Duration::ZERO,
+            ));
             tally.last_mut().expect("pushed above")
         }
     }
@@ -109,6 +155,10 @@ fn tally_file_syncs(name: &'static str, syncs: u64) {
 
 fn tally_cpu(name: &'static str, cpu: Duration) {
     entry(&mut TALLY.lock().unwrap(), name).5 += cpu;
+}
+
+fn tally_applier_cpu(name: &'static str, cpu: Duration) {
+    entry(&mut TALLY.lock().unwrap(), name).7 += cpu;
 }
 
 fn tally(name: &'static str, elapsed: Duration, iterations: u64, commits: u64) {
@@ -257,7 +307,7 @@ fn concurrent_cycles<D: Store + Sync>(c: &mut Criterion, name: &'static str, ses
             // Enough per session that the sessions overlap for most of the sample.
             let each = iters.div_ceil(sessions).max(8);
             let (commits, syncs) = (rig.db.commits(), rig.db.syncs());
-            let cpu = cpu_time();
+            let (cpu, applier) = (cpu_time(), thread_cpu_time(APPLIER));
             let start = Instant::now();
             std::thread::scope(|scope| {
                 for session in 0..sessions {
@@ -284,6 +334,7 @@ fn concurrent_cycles<D: Store + Sync>(c: &mut Criterion, name: &'static str, ses
             });
             let elapsed = start.elapsed();
             tally_cpu(name, cpu_time().saturating_sub(cpu));
+            tally_applier_cpu(name, thread_cpu_time(APPLIER).saturating_sub(applier));
             let done = each * sessions;
             tally_syncs(
                 name,
@@ -312,7 +363,7 @@ fn concurrent_tasks(c: &mut Criterion, name: &'static str, sessions: u64, db: Jo
             round += 1;
             let each = iters.div_ceil(sessions).max(8);
             let (commits, syncs) = (rig.db.commits(), rig.db.syncs());
-            let cpu = cpu_time();
+            let (cpu, applier) = (cpu_time(), thread_cpu_time(APPLIER));
             let start = Instant::now();
             rt.block_on(async {
                 let tasks: Vec<_> = (0..sessions)
@@ -342,6 +393,7 @@ fn concurrent_tasks(c: &mut Criterion, name: &'static str, sessions: u64, db: Jo
             });
             let elapsed = start.elapsed();
             tally_cpu(name, cpu_time().saturating_sub(cpu));
+            tally_applier_cpu(name, thread_cpu_time(APPLIER).saturating_sub(applier));
             let done = each * sessions;
             tally_syncs(
                 name,
@@ -766,6 +818,12 @@ fn summary(_: &mut Criterion) {
             .find(|t| t.0 == name)
             .map_or(f64::NAN, |t| t.5.as_secs_f64() * 1e6 / t.2.max(1) as f64)
     };
+    let applier_per = |name: &str| {
+        tally
+            .iter()
+            .find(|t| t.0 == name)
+            .map_or(f64::NAN, |t| t.7.as_secs_f64() * 1e6 / t.2.max(1) as f64)
+    };
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!("\nstore-sqlite summary (means over every timed iteration, warm-up included)");
     println!(
@@ -810,12 +868,15 @@ fn summary(_: &mut Criterion) {
             "  16 sessions on one file: {many_us:.1} µs per action against {one_us:.1} µs from 1 \
              session (same run): throughput {speedup:.2} × (target ≥ 4: {}); {syncs:.3} syncs \
              per action (target ≤ 0.3: {}; 1 session: {:.3}); {commits:.3} writes per action; \
-             processor time per action {:.1} µs (1 session: {:.1} µs)",
+             processor time per action {:.1} µs, the applier's {:.1} µs (1 session: {:.1} µs, \
+             {:.1} µs)",
             verdict(speedup >= 4.0),
             verdict(syncs <= 0.3),
             syncs_per("sessions_1").unwrap_or(f64::NAN),
             cpu_per("sessions_16"),
-            cpu_per("sessions_1")
+            applier_per("sessions_16"),
+            cpu_per("sessions_1"),
+            applier_per("sessions_1")
         );
     }
     if let (Some((one_us, _)), Some((many_us, commits))) = (per("tasks_1"), per("tasks_16")) {
@@ -825,13 +886,15 @@ fn summary(_: &mut Criterion) {
             "  16 sessions as the daemon runs them (tasks on its runtime): {many_us:.1} µs per \
              action against {one_us:.1} µs from 1 (same run): throughput {speedup:.2} × (target \
              ≥ 4: {}); {syncs:.3} syncs per action (target ≤ 0.3: {}; 1 session: {:.3}); \
-             {commits:.3} writes per action; processor time per action {:.1} µs (1 session: \
-             {:.1} µs)",
+             {commits:.3} writes per action; processor time per action {:.1} µs, the \
+             applier's {:.1} µs (1 session: {:.1} µs, {:.1} µs)",
             verdict(speedup >= 4.0),
             verdict(syncs <= 0.3),
             syncs_per("tasks_1").unwrap_or(f64::NAN),
             cpu_per("tasks_16"),
-            cpu_per("tasks_1")
+            applier_per("tasks_16"),
+            cpu_per("tasks_1"),
+            applier_per("tasks_1")
         );
     }
     if let (Some((floor_us, _)), Some((raw_us, _))) = (per("sqlite_commit_floor"), raw) {

@@ -414,6 +414,13 @@ fn compare_and_set_in(
     Ok(written)
 }
 
+/// The condition of a settled row (the `actions_final` index's).
+macro_rules! settled {
+    () => {
+        "(state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0))"
+    };
+}
+
 /// `SELECT <what> FROM` the settled rows of gatekeeper `?1`, `<then>`. The condition is
 /// the one of the `actions_final` partial index, so these queries walk only that index.
 macro_rules! settled_rows {
@@ -421,8 +428,9 @@ macro_rules! settled_rows {
         concat!(
             "SELECT ",
             $what,
-            " FROM actions WHERE gatekeeper = ?1
-             AND (state IN ('applied', 'rejected') OR (state = 'failed' AND retryable = 0)) ",
+            " FROM actions WHERE gatekeeper = ?1 AND ",
+            settled!(),
+            " ",
             $then
         )
     };
@@ -457,6 +465,12 @@ const REMEMBER_PENDING_ID: &str = "INSERT INTO action_ids (gatekeeper, last_id)
      ON CONFLICT (gatekeeper) DO UPDATE SET last_id = max(last_id, excluded.last_id)";
 
 const DELETE_ONE: &str = "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2";
+
+/// [`DELETE_ONE`], only if the row is settled.
+const DELETE_FINAL: &str = concat!(
+    "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2 AND ",
+    settled!()
+);
 
 const SELECT_ONE: &str =
     "SELECT id, tool, args_json, state, submitted_at, claimed_at, retryable, error, result_json,
@@ -570,6 +584,34 @@ impl SqliteActionStorage {
                     known.moved(StateTag::Pending, &record);
                 }
                 Ok(Some(DriverActionId(id)))
+            })
+    }
+
+    /// Delete the settled records `ids`, as a prune that chose them did (recording the
+    /// highest first, as [`ActionStorage::prune_final`] does). Returns how many were
+    /// deleted: a record that is missing or not settled is left alone and not counted.
+    /// A redo journal's applier deletes so the records its copy in memory pruned: the
+    /// same records, wherever the batch's other moves were merged (`fold.rs`).
+    pub(crate) fn delete_final(&self, ids: &[DriverActionId]) -> Result<usize, StoreError> {
+        let gatekeeper = &*self.gatekeeper;
+        let Some(newest) = ids.iter().max() else {
+            return Ok(0);
+        };
+        self.db
+            .shared()
+            .write(Durability::Deferred, Steps::One, |conn| {
+                conn.db
+                    .prepare_cached(REMEMBER_ID)?
+                    .execute(params![gatekeeper, i64_of(newest.0)])?;
+                let mut delete = conn.db.prepare_cached(DELETE_FINAL)?;
+                let mut deleted = 0;
+                for id in ids {
+                    deleted += delete.execute(params![gatekeeper, i64_of(id.0)])?;
+                }
+                drop(delete);
+                let ids: Vec<i64> = ids.iter().map(|id| i64_of(id.0)).collect();
+                conn.known.actions_of(&self.gatekeeper).pruned(&ids);
+                Ok(deleted)
             })
     }
 }

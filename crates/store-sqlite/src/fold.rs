@@ -26,8 +26,10 @@
 //!   earlier in the batch than the later set did. Between the two, only a call staged in
 //!   the same store could see the difference, through its cap on open calls; a set never
 //!   reopens a settled call, so the file then counts at most as many open calls as the
-//!   copy in memory did, and takes the stage as the copy did. A prune counts settled
-//!   calls: it ends the merging of that store's calls.
+//!   copy in memory did, and takes the stage as the copy did. A prune names the settled
+//!   calls it deleted ([`Op::ActionPruned`]), so a move merged across it changes nothing
+//!   it deletes; a prune recorded by an earlier build ([`Op::ActionPrune`]) counts
+//!   settled calls instead, and ends the merging of that store's calls.
 //! - Everything else (rules, the lockdown, deletes, prunes) is kept as it is, in its
 //!   place.
 //!
@@ -138,6 +140,11 @@ pub(crate) fn fold(records: Vec<(u64, Op)>) -> Vec<(u64, Op)> {
             }
             Op::ActionPrune { gatekeeper, .. } => {
                 calls.retain(|(store, _), _| store != gatekeeper);
+            }
+            Op::ActionPruned { gatekeeper, ids } => {
+                for id in ids {
+                    calls.remove(&(gatekeeper.clone(), *id));
+                }
             }
             Op::RulePut(_) | Op::RuleRemove { .. } | Op::Lockdown => {}
         }
@@ -363,8 +370,46 @@ mod tests {
     }
 
     #[test]
+    fn a_prune_that_names_its_records_lets_the_calls_around_it_merge() {
+        let pruned = |ids: &[u64]| Op::ActionPruned {
+            gatekeeper: Arc::from("issues"),
+            ids: ids.iter().copied().map(DriverActionId).collect(),
+        };
+        let records = vec![
+            stage(2),
+            set(1, StateTag::Applying, applied()),
+            pruned(&[1]),
+            set(2, StateTag::Pending, ActionState::Applying),
+            pruned(&[3]),
+            set(2, StateTag::Applying, applied()),
+        ];
+        let folded = fold(numbered(records));
+        assert_eq!(
+            shape(&folded),
+            [
+                (1, "ActionInsert".to_owned()),
+                (2, "ActionSet".to_owned()),
+                (3, "ActionPruned".to_owned()),
+                (5, "ActionPruned".to_owned())
+            ]
+        );
+        let Op::ActionInsert { record, .. } = &folded[0].1 else {
+            unreachable!()
+        };
+        assert_eq!(record.state, applied());
+        // A later move of a pruned call (there is none: it was settled) starts anew.
+        let records = vec![
+            set(1, StateTag::Pending, ActionState::Applying),
+            pruned(&[1]),
+            set(1, StateTag::Applying, applied()),
+        ];
+        assert_eq!(fold(numbered(records)).len(), 3);
+    }
+
+    #[test]
     fn a_prune_stops_a_claim_and_its_outcome_from_merging() {
-        // Merged, the outcome would settle the call before the prune counted settled calls.
+        // A prune of an earlier build, which recorded only how many it deleted: merged,
+        // the outcome would settle the call before the prune counted settled calls.
         let records = vec![
             stage(1),
             prune("issues"),

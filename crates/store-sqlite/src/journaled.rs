@@ -197,7 +197,8 @@ pub(crate) enum Op {
         /// The record deleted.
         id: DriverActionId,
     },
-    /// [`ActionStorage::prune_final`] that deleted `pruned` records.
+    /// [`ActionStorage::prune_final`] that deleted `pruned` records, as builds before
+    /// [`Op::ActionPruned`] recorded it (replayed as it was: the same prune again).
     ActionPrune {
         /// The store's gatekeeper.
         gatekeeper: Arc<str>,
@@ -206,11 +207,52 @@ pub(crate) enum Op {
         /// How many it deleted.
         pruned: usize,
     },
+    /// [`ActionStorage::prune_final`] that deleted these settled records. Naming them,
+    /// not the prune's count, makes the record mean the same wherever the batch's other
+    /// records are merged (`fold.rs`).
+    ActionPruned {
+        /// The store's gatekeeper.
+        gatekeeper: Arc<str>,
+        /// The records deleted.
+        ids: Vec<DriverActionId>,
+    },
 }
 
-/// A record as the journal stores it.
-fn encode(op: &Op) -> Result<Vec<u8>, StoreError> {
-    serde_json::to_vec(op).map_err(|e| StoreError::decode("a journal record", e))
+/// A record as the journal stores it, in a buffer its thread uses again for the next one
+/// (the journal copies it): encoding into a new buffer grew it three or four times per
+/// record.
+fn encode(op: &Op) -> Result<Encoded, StoreError> {
+    let mut buffer = ENCODE_BUFFER.take();
+    buffer.clear();
+    match serde_json::to_writer(&mut buffer, op) {
+        Ok(()) => Ok(Encoded(buffer)),
+        Err(e) => Err(StoreError::decode("a journal record", e)),
+    }
+}
+
+thread_local! {
+    /// The buffer [`encode`] writes into, while no [`Encoded`] holds it.
+    static ENCODE_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// An encoded record; its buffer goes back to its thread's [`ENCODE_BUFFER`] when dropped
+/// (unless it grew past 64 KiB for one large record).
+struct Encoded(Vec<u8>);
+
+impl std::ops::Deref for Encoded {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Encoded {
+    fn drop(&mut self) {
+        if self.0.capacity() <= 64 * 1024 {
+            ENCODE_BUFFER.set(std::mem::take(&mut self.0));
+        }
+    }
 }
 
 impl Op {
@@ -378,6 +420,18 @@ impl Applier {
                 if deleted != pruned {
                     return differs(&format!(
                         "{gatekeeper} pruned {deleted} records, not {pruned}"
+                    ));
+                }
+            }
+            Op::ActionPruned { gatekeeper, ids } => {
+                let deleted = self
+                    .actions(&gatekeeper)
+                    .delete_final(&ids)
+                    .map_err(|e| e.to_string())?;
+                if deleted != ids.len() {
+                    return differs(&format!(
+                        "{gatekeeper} deleted {deleted} of the {} settled records pruned",
+                        ids.len()
                     ));
                 }
             }
@@ -1068,13 +1122,13 @@ impl ActionStorage for HotActions {
 
     async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {
         let _order = self.lock();
-        let pruned = ready(self.memory.prune_final(keep))?;
+        let ids = self.memory.prune_final_ids(keep);
+        let pruned = ids.len();
         if pruned > 0 {
             self.shared
-                .append(Op::ActionPrune {
+                .append(Op::ActionPruned {
                     gatekeeper: self.gatekeeper.clone(),
-                    keep,
-                    pruned,
+                    ids,
                 })
                 .map_err(port)?;
         }

@@ -134,6 +134,27 @@ async fn the_action_store_behaves_exactly_as_in_memory() {
     assert_eq!(first, DriverActionId(1));
 }
 
+#[tokio::test]
+async fn behind_a_journal_the_file_keeps_what_memory_keeps_after_its_prunes() {
+    // The script's calls fall in few of the applier's batches, so moves merge across the
+    // prunes (`fold.rs`): the file must still delete exactly the records memory pruned.
+    let memory = Arc::new(MemoryActionStorage::new());
+    let expected = script(memory.clone()).await;
+    let dir = TempDir::new("journaled-prunes");
+    let path = dir.join("gate.db");
+    let journaled = store_sqlite::Journaled::open(&path).unwrap();
+    assert_eq!(
+        script(journaled.action_storage("issues").unwrap()).await,
+        expected
+    );
+    drop(journaled);
+    let db = Database::open(&path).unwrap();
+    assert_eq!(
+        all_records(&*db.action_storage("issues")).await,
+        memory.records()
+    );
+}
+
 /// Stage and apply refused calls until the store says no; returns how many it took.
 async fn refused_until_full(storage: Arc<dyn ActionStorage>) -> usize {
     let store = ActionStore::open(storage, Arc::new(StepClock::default()))

@@ -256,21 +256,61 @@ fn a_missing_directory_is_cannot_open_not_read_only() {
     );
 }
 
-/// Turn a fresh file into what `version` (1 to 6) wrote: before 7, no state `expired`
-/// (in the state's CHECK and the trigger on final states); before 6, no
-/// `actions.definition`; before 5, no `failure_kind`; before 4, no `deciding_session`;
-/// before 3, the description's fields as generated columns of `ledger` and no
-/// `ledger_view`; version 1 also had an index on state.
+/// The lists of states and failure kinds as version 7 and older wrote them (`IN (...)`),
+/// and as version 8 writes them.
+const LISTS_BEFORE_8: [(&str, &str); 4] = [
+    (
+        "state IN ('pending', 'approved', 'rejected', 'failed', 'reverted', 'expired')",
+        "state = 'pending' OR state = 'approved' OR state = 'rejected'
+        OR state = 'failed' OR state = 'reverted' OR state = 'expired'",
+    ),
+    (
+        "failure_kind IN ('not_sent', 'outcome_unknown', 'service_error')",
+        "failure_kind = 'not_sent' OR failure_kind = 'outcome_unknown'
+            OR failure_kind = 'service_error'",
+    ),
+    (
+        "OLD.state IN ('rejected', 'reverted', 'expired')",
+        "OLD.state = 'rejected' OR OLD.state = 'reverted' OR OLD.state = 'expired'",
+    ),
+    (
+        "state IN ('pending', 'applying', 'applied', 'failed', 'rejected')",
+        "state = 'pending' OR state = 'applying'
+        OR state = 'applied' OR state = 'failed' OR state = 'rejected'",
+    ),
+];
+
+/// Turn a fresh file into what `version` (1 to 7) wrote: before 8, lists of states as
+/// `IN (...)`; before 7, no state `expired` (in the state's CHECK and the trigger on final
+/// states); before 6, no `actions.definition`; before 5, no `failure_kind`; before 4, no
+/// `deciding_session`; before 3, the description's fields as generated columns of
+/// `ledger` and no `ledger_view`; version 1 also had an index on state.
 fn make_version(raw: &rusqlite::Connection, version: i64) {
-    // Narrowing a CHECK in place, as SQLite documents for removing one: only to make an
+    // Changing a CHECK in place, as SQLite documents for removing one: only to make an
     // old file here; the store's upgrade rebuilds the table instead.
-    raw.execute_batch(
-        "PRAGMA writable_schema = ON;
-         UPDATE sqlite_schema SET sql = replace(sql, ', ''expired''', '')
-             WHERE name IN ('ledger', 'ledger_states_move_forward');
-         PRAGMA writable_schema = OFF;",
-    )
-    .unwrap();
+    raw.execute_batch("PRAGMA writable_schema = ON").unwrap();
+    for (old, new) in LISTS_BEFORE_8 {
+        let changed = raw
+            .execute(
+                "UPDATE sqlite_schema SET sql = replace(sql, ?2, ?1) WHERE instr(sql, ?2) > 0",
+                [old, new],
+            )
+            .unwrap();
+        assert!(changed > 0, "the schema has {new}");
+    }
+    if version <= 6 {
+        raw.execute(
+            "UPDATE sqlite_schema SET sql = replace(sql, ', ''expired''', '')
+                 WHERE name IN ('ledger', 'ledger_states_move_forward')",
+            [],
+        )
+        .unwrap();
+    }
+    raw.execute_batch("PRAGMA writable_schema = OFF").unwrap();
+    if version == 7 {
+        raw.pragma_update(None, "user_version", version).unwrap();
+        return;
+    }
     if version == 6 {
         raw.pragma_update(None, "user_version", version).unwrap();
         return;
@@ -346,7 +386,7 @@ fn old_failure(raw: &rusqlite::Connection, version: i64, id: i64, retryable: boo
     .unwrap();
 }
 
-/// Make a file of schema `version` (1 to 6) with three observations and two failed
+/// Make a file of schema `version` (1 to 7) with three observations and two failed
 /// actions, open it, and check that it was upgraded to the current version with every
 /// record kept and every failure given a kind.
 fn upgrades_from(version: i64) {
@@ -363,7 +403,24 @@ fn upgrades_from(version: i64) {
         // A new connection reads the schema as the old version wrote it.
         let raw = rusqlite::Connection::open(&path).unwrap();
         let refused = raw.execute("UPDATE ledger SET state = 'expired' WHERE id = 4", []);
-        assert!(refused.is_err(), "version {version} knows no expired state");
+        assert_eq!(
+            refused.is_err(),
+            version <= 6,
+            "version {version} knows the expired state from 7 on"
+        );
+        let refused = raw.execute("UPDATE ledger SET state = 'done' WHERE id = 4", []);
+        assert!(
+            refused.is_err(),
+            "version {version} checks the state's name"
+        );
+        // A settled staged call, which the upgrade keeps as it stands.
+        raw.execute(
+            "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at,
+                 result_json)
+             VALUES ('gk', 9, 'createIssue', '{}', 'applied', 0, '{\"content\":[]}')",
+            [],
+        )
+        .unwrap();
     }
     {
         let db = Database::open(&path).unwrap();
@@ -441,7 +498,37 @@ fn upgrades_from(version: i64) {
             .is_err(),
         "a kind goes with every failure"
     );
+    assert_eq!(
+        number("SELECT count(*) FROM actions WHERE id = 9 AND state = 'applied'"),
+        1,
+        "the upgrade keeps the staged calls"
+    );
+    assert!(
+        raw.execute("UPDATE actions SET state = 'pending' WHERE id = 9", [])
+            .is_err(),
+        "the rebuilt action store keeps a settled call settled"
+    );
+    assert!(
+        raw.execute("UPDATE actions SET state = 'done' WHERE id = 9", [])
+            .is_err(),
+        "and checks the state's name"
+    );
+    for (list, _) in LISTS_BEFORE_8 {
+        let left: i64 = raw
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE instr(sql, ?1) > 0",
+                [list],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, 0, "the upgrade leaves no {list}");
+    }
     assert_eq!(count(&path), 5);
+}
+
+#[test]
+fn a_version_7_file_is_upgraded_on_open_and_checks_its_states_without_lists() {
+    upgrades_from(7);
 }
 
 #[test]

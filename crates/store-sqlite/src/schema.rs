@@ -300,32 +300,32 @@ pub(crate) fn create(db: &rusqlite::Connection) -> rusqlite::Result<()> {
     db.execute_batch(LEDGER_VIEW)
 }
 
-/// Rebuild the ledger table with the current definition, keeping every row (SQLite's
-/// procedure for a change `ALTER TABLE` cannot make). Dropping a table fires no delete
-/// trigger, so the append-only trigger does not stand in the way; it is created again.
-fn rebuild_ledger(db: &rusqlite::Connection) -> rusqlite::Result<()> {
-    db.execute_batch("DROP VIEW IF EXISTS ledger_view")?;
-    db.execute_batch(&LEDGER_TABLE.replace("{name}", "ledger_next"))?;
+/// Rebuild table `name` with its current definition (`table`, with `{name}` in it), keeping
+/// every row of `columns` (SQLite's procedure for a change `ALTER TABLE` cannot make), then
+/// create its index and triggers again (`extras`): dropping the old table drops them.
+/// Dropping a table fires no delete trigger, so an append-only trigger does not stand in
+/// the way.
+fn rebuild(
+    db: &rusqlite::Connection,
+    name: &str,
+    table: &str,
+    columns: &str,
+    extras: &str,
+) -> rusqlite::Result<()> {
+    db.execute_batch(&table.replace("{name}", &format!("{name}_next")))?;
     db.execute_batch(&format!(
-        "INSERT INTO ledger_next ({LEDGER_COLUMNS}) SELECT {LEDGER_COLUMNS} FROM ledger;
-         DROP TABLE ledger;
-         ALTER TABLE ledger_next RENAME TO ledger;"
+        "INSERT INTO {name}_next ({columns}) SELECT {columns} FROM {name};
+         DROP TABLE {name};
+         ALTER TABLE {name}_next RENAME TO {name};"
     ))?;
-    db.execute_batch(LEDGER_EXTRAS)?;
-    db.execute_batch(LEDGER_VIEW)
+    db.execute_batch(extras)
 }
 
-/// Rebuild the action store's table with the current definition, keeping every row, as
-/// [`rebuild_ledger`] does; dropping the old table drops its index and triggers, which are
-/// created again.
-fn rebuild_actions(db: &rusqlite::Connection) -> rusqlite::Result<()> {
-    db.execute_batch(&ACTIONS_TABLE.replace("{name}", "actions_next"))?;
-    db.execute_batch(&format!(
-        "INSERT INTO actions_next ({ACTIONS_COLUMNS}) SELECT {ACTIONS_COLUMNS} FROM actions;
-         DROP TABLE actions;
-         ALTER TABLE actions_next RENAME TO actions;"
-    ))?;
-    db.execute_batch(ACTIONS_EXTRAS)
+/// Rebuild the ledger table, and the view over it.
+fn rebuild_ledger(db: &rusqlite::Connection) -> rusqlite::Result<()> {
+    db.execute_batch("DROP VIEW IF EXISTS ledger_view")?;
+    rebuild(db, "ledger", LEDGER_TABLE, LEDGER_COLUMNS, LEDGER_EXTRAS)?;
+    db.execute_batch(LEDGER_VIEW)
 }
 
 /// Bring a file at `version` up to [`SCHEMA_VERSION`] (run in one transaction).
@@ -383,7 +383,13 @@ pub(crate) fn upgrade(db: &rusqlite::Connection, version: i64) -> rusqlite::Resu
     }
     if version <= 7 {
         rebuild_ledger(db)?;
-        rebuild_actions(db)?;
+        rebuild(
+            db,
+            "actions",
+            ACTIONS_TABLE,
+            ACTIONS_COLUMNS,
+            ACTIONS_EXTRAS,
+        )?;
     }
     db.pragma_update(None, "user_version", SCHEMA_VERSION)
 }

@@ -85,45 +85,40 @@ type Tally = (
 );
 static TALLY: Mutex<Vec<Tally>> = Mutex::new(Vec::new());
 
-/// Processor time used by the whole process (every thread, living or ended), from
-/// `/proc/self/stat`, in ticks of 10 ms: close enough over a benchmark's seconds.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which is in parentheses): utime and stime are the
-    // 12th and 13th of them.
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+/// The name and the processor time (user and system) of a `/proc` `stat` file, in ticks
+/// of 10 ms: close enough over a benchmark's seconds.
+fn stat_cpu_time(stat: &str) -> Option<(&str, Duration)> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    let (_, name) = head.split_once('(')?;
+    // Fields after the name (which is in parentheses): utime and stime are the 12th and
+    // 13th of them.
     let ticks: u64 = rest
         .split_whitespace()
         .skip(11)
         .take(2)
         .filter_map(|t| t.parse::<u64>().ok())
         .sum();
-    Duration::from_millis(ticks * 10)
+    Some((name, Duration::from_millis(ticks * 10)))
+}
+
+/// Processor time used by the whole process (every thread, living or ended).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    stat_cpu_time(&stat).map_or(Duration::ZERO, |(_, time)| time)
 }
 
 /// Processor time used so far by the living threads named `name` (as `/proc` shows names:
-/// their first 15 bytes), in ticks of 10 ms.
+/// their first 15 bytes).
 fn thread_cpu_time(name: &str) -> Duration {
-    let mut ticks = 0;
-    for task in std::fs::read_dir("/proc/self/task")
+    std::fs::read_dir("/proc/self/task")
         .into_iter()
         .flatten()
         .flatten()
-    {
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        if head.split_once('(').is_some_and(|(_, comm)| comm == name) {
-            ticks += rest
-                .split_whitespace()
-                .skip(11)
-                .take(2)
-                .filter_map(|t| t.parse::<u64>().ok())
-                .sum::<u64>();
-        }
-    }
-    Duration::from_millis(ticks * 10)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+        .filter_map(|stat| {
+            stat_cpu_time(&stat).and_then(|(thread, time)| (thread == name).then_some(time))
+        })
+        .sum()
 }
 
 /// The applier's thread, as `/proc` names it.
@@ -812,18 +807,14 @@ fn summary(_: &mut Criterion) {
             .find(|t| t.0 == name)
             .map_or(f64::NAN, |t| t.6 as f64 / t.2.max(1) as f64)
     };
-    let cpu_per = |name: &str| {
-        tally
-            .iter()
-            .find(|t| t.0 == name)
-            .map_or(f64::NAN, |t| t.5.as_secs_f64() * 1e6 / t.2.max(1) as f64)
+    // Microseconds per iteration of the processor time `time` picks from a tally.
+    let time_per = |name: &str, time: fn(&Tally) -> Duration| {
+        tally.iter().find(|t| t.0 == name).map_or(f64::NAN, |t| {
+            time(t).as_secs_f64() * 1e6 / t.2.max(1) as f64
+        })
     };
-    let applier_per = |name: &str| {
-        tally
-            .iter()
-            .find(|t| t.0 == name)
-            .map_or(f64::NAN, |t| t.7.as_secs_f64() * 1e6 / t.2.max(1) as f64)
-    };
+    let cpu_per = |name: &str| time_per(name, |t| t.5);
+    let applier_per = |name: &str| time_per(name, |t| t.7);
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!("\nstore-sqlite summary (means over every timed iteration, warm-up included)");
     println!(

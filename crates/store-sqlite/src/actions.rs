@@ -464,10 +464,8 @@ const REMEMBER_PENDING_ID: &str = "INSERT INTO action_ids (gatekeeper, last_id)
          (SELECT 1 FROM actions WHERE gatekeeper = ?1 AND id = ?2 AND state = 'pending')
      ON CONFLICT (gatekeeper) DO UPDATE SET last_id = max(last_id, excluded.last_id)";
 
-const DELETE_ONE: &str = "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2";
-
-/// [`DELETE_ONE`], only if the row is settled.
-const DELETE_FINAL: &str = concat!(
+/// Delete one row of gatekeeper `?1`, if it is settled.
+const DELETE_SETTLED: &str = concat!(
     "DELETE FROM actions WHERE gatekeeper = ?1 AND id = ?2 AND ",
     settled!()
 );
@@ -593,27 +591,34 @@ impl SqliteActionStorage {
     /// A redo journal's applier deletes so the records its copy in memory pruned: the
     /// same records, wherever the batch's other moves were merged (`fold.rs`).
     pub(crate) fn delete_final(&self, ids: &[DriverActionId]) -> Result<usize, StoreError> {
-        let gatekeeper = &*self.gatekeeper;
-        let Some(newest) = ids.iter().max() else {
+        if ids.is_empty() {
             return Ok(0);
-        };
+        }
+        let ids: Vec<i64> = ids.iter().map(|id| i64_of(id.0)).collect();
         self.db
             .shared()
             .write(Durability::Deferred, Steps::One, |conn| {
-                conn.db
-                    .prepare_cached(REMEMBER_ID)?
-                    .execute(params![gatekeeper, i64_of(newest.0)])?;
-                let mut delete = conn.db.prepare_cached(DELETE_FINAL)?;
-                let mut deleted = 0;
-                for id in ids {
-                    deleted += delete.execute(params![gatekeeper, i64_of(id.0)])?;
-                }
-                drop(delete);
-                let ids: Vec<i64> = ids.iter().map(|id| i64_of(id.0)).collect();
-                conn.known.actions_of(&self.gatekeeper).pruned(&ids);
-                Ok(deleted)
+                delete_settled(conn, &self.gatekeeper, &ids)
             })
     }
+}
+
+/// Delete the settled rows `ids` of `gatekeeper`, recording the highest id first (see
+/// `NEXT_ID`); returns how many were deleted (a row missing or not settled is left).
+fn delete_settled(conn: &mut Conn, gatekeeper: &Arc<str>, ids: &[i64]) -> Result<usize, Error> {
+    if let Some(newest) = ids.iter().max() {
+        conn.db
+            .prepare_cached(REMEMBER_ID)?
+            .execute(params![&**gatekeeper, newest])?;
+    }
+    let mut delete = conn.db.prepare_cached(DELETE_SETTLED)?;
+    let mut deleted = 0;
+    for id in ids {
+        deleted += delete.execute(params![&**gatekeeper, id])?;
+    }
+    drop(delete);
+    conn.known.actions_of(gatekeeper).pruned(ids);
+    Ok(deleted)
 }
 
 #[async_trait]
@@ -782,19 +787,7 @@ impl ActionStorage for SqliteActionStorage {
                     .prepare_cached(OLDEST_FINAL)?
                     .query_map(params![gatekeeper, excess], |r| r.get(0))?
                     .collect::<Result<_, _>>()?;
-                if let Some(newest) = oldest.iter().max() {
-                    conn.db
-                        .prepare_cached(REMEMBER_ID)?
-                        .execute(params![gatekeeper, newest])?;
-                }
-                let mut delete = conn.db.prepare_cached(DELETE_ONE)?;
-                let mut pruned = 0;
-                for id in &oldest {
-                    pruned += delete.execute(params![gatekeeper, id])?;
-                }
-                drop(delete);
-                conn.known.actions_of(&self.gatekeeper).pruned(&oldest);
-                Ok(pruned)
+                delete_settled(conn, &self.gatekeeper, &oldest)
             })
             .map_err(port)
     }

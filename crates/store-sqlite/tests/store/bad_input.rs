@@ -503,15 +503,33 @@ fn upgrades_from(version: i64) {
         1,
         "the upgrade keeps the staged calls"
     );
+    // Each change below breaks one rule only: the first the trigger on settled calls, the
+    // second the state's CHECK (an insert fires no update trigger).
     assert!(
-        raw.execute("UPDATE actions SET state = 'pending' WHERE id = 9", [])
-            .is_err(),
+        raw.execute(
+            "UPDATE actions SET state = 'pending', result_json = NULL WHERE id = 9",
+            []
+        )
+        .is_err(),
         "the rebuilt action store keeps a settled call settled"
     );
     assert!(
-        raw.execute("UPDATE actions SET state = 'done' WHERE id = 9", [])
-            .is_err(),
+        raw.execute(
+            "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at)
+             VALUES ('gk', 10, 'createIssue', '{}', 'done', 0)",
+            []
+        )
+        .is_err(),
         "and checks the state's name"
+    );
+    assert!(
+        raw.execute(
+            "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at)
+             VALUES ('gk', 10, 'createIssue', '{}', 'pending', 0)",
+            []
+        )
+        .is_ok(),
+        "and takes a call staged as before"
     );
     for (list, _) in LISTS_BEFORE_8 {
         let left: i64 = raw

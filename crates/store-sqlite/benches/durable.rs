@@ -22,6 +22,11 @@
 //! - `tasks_1`, `tasks_16`: the same again as the daemon runs its agents: tasks on one
 //!   multi-threaded tokio runtime with a worker per processor, where a caller's wait for
 //!   its sync leaves the worker to the other tasks (`block_in_place`). Same targets.
+//! - `sessions_turns/turn_about`, `tasks_turns/turn_about`: one session and sixteen
+//!   taken turn about, each on a file of its own (32 actions from one, then 32 from each
+//!   of sixteen, in every iteration), on threads and as tasks: the throughput ratio of
+//!   the two benchmarks above compares runs seconds apart, and the disk's latency drifts
+//!   by tens of percent in that time; this one does not. Same targets.
 //! - `drain_1000`: one drain of 1,000 auto-approved actions. Target: ≤ 1.05 synced
 //!   commits per applied action (plus one per stage). The action store caps a store at
 //!   50 open calls, so the 1,000 are staged straight through the storage port with a
@@ -291,43 +296,95 @@ fn interleaved_cycle(c: &mut Criterion, dir: &TempDir) {
     });
 }
 
-/// The cycle from `sessions` sessions at once on one file, a thread each; every sample
-/// spreads its iterations over them.
-fn concurrent_cycles<D: Store + Sync>(c: &mut Criterion, name: &'static str, sessions: u64, db: D) {
-    let rig = runtime().block_on(Rig::new(db));
+/// One call staged by session `session` and approved (so sent): its `n`th of the sample
+/// `round`. What every benchmark of concurrent sessions times.
+async fn staged_and_approved<D: Store>(rig: &Rig<D>, round: u64, session: u64, n: u64) {
+    let queued = rig
+        .session
+        .call_tool(
+            "createIssue",
+            json!({"title": "Add dark mode", "n": [round, session, n]}),
+        )
+        .await
+        .unwrap();
+    rig.overseer
+        .approve(queued.ledger().unwrap(), "alice")
+        .await
+        .unwrap();
+}
+
+/// `each` actions from each of `sessions` sessions at once, a thread each; how long
+/// they took.
+fn on_threads<D: Store + Sync>(rig: &Rig<D>, sessions: u64, each: u64, round: u64) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for session in 0..sessions {
+            scope.spawn(move || {
+                runtime().block_on(async {
+                    for n in 0..each {
+                        staged_and_approved(rig, round, session, n).await;
+                    }
+                })
+            });
+        }
+    });
+    start.elapsed()
+}
+
+/// A runtime as the daemon's: multi-threaded, a worker per processor.
+fn daemon_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `each` actions from each of `sessions` sessions at once as the daemon runs them:
+/// tasks on `rt` (see [`daemon_runtime`]), not a thread each; how long they took.
+fn on_tasks(
+    rt: &tokio::runtime::Runtime,
+    rig: &Arc<Rig<Journaled>>,
+    sessions: u64,
+    each: u64,
+    round: u64,
+) -> Duration {
+    let start = Instant::now();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..sessions)
+            .map(|session| {
+                let rig = rig.clone();
+                tokio::spawn(async move {
+                    for n in 0..each {
+                        staged_and_approved(&rig, round, session, n).await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    start.elapsed()
+}
+
+/// Time `sessions` sessions at once on `rig`'s file, each sample's iterations spread over
+/// them, run by `run(each, round)` (with `each` actions per session, enough that the
+/// sessions overlap for most of the sample).
+fn concurrent<D: Store>(
+    c: &mut Criterion,
+    name: &'static str,
+    sessions: u64,
+    rig: &Rig<D>,
+    mut run: impl FnMut(u64, u64) -> Duration,
+) {
     let mut round = 0u64;
     c.bench_function(name, |b| {
         b.iter_custom(|iters| {
             round += 1;
-            // Enough per session that the sessions overlap for most of the sample.
             let each = iters.div_ceil(sessions).max(8);
             let (commits, syncs) = (rig.db.commits(), rig.db.syncs());
             let (cpu, applier) = (cpu_time(), thread_cpu_time(APPLIER));
-            let start = Instant::now();
-            std::thread::scope(|scope| {
-                for session in 0..sessions {
-                    let rig = &rig;
-                    scope.spawn(move || {
-                        runtime().block_on(async {
-                            for n in 0..each {
-                                let queued = rig
-                                    .session
-                                    .call_tool(
-                                        "createIssue",
-                                        json!({"title": "Add dark mode", "n": [round, session, n]}),
-                                    )
-                                    .await
-                                    .unwrap();
-                                rig.overseer
-                                    .approve(queued.ledger().unwrap(), "alice")
-                                    .await
-                                    .unwrap();
-                            }
-                        })
-                    });
-                }
-            });
-            let elapsed = start.elapsed();
+            let elapsed = run(each, round);
             tally_cpu(name, cpu_time().saturating_sub(cpu));
             tally_applier_cpu(name, thread_cpu_time(APPLIER).saturating_sub(applier));
             let done = each * sessions;
@@ -343,63 +400,83 @@ fn concurrent_cycles<D: Store + Sync>(c: &mut Criterion, name: &'static str, ses
     });
 }
 
+/// The cycle from `sessions` sessions at once on one file, a thread each.
+fn concurrent_cycles<D: Store + Sync>(c: &mut Criterion, name: &'static str, sessions: u64, db: D) {
+    let rig = runtime().block_on(Rig::new(db));
+    concurrent(c, name, sessions, &rig, |each, round| {
+        on_threads(&rig, sessions, each, round)
+    });
+}
+
 /// The cycle from `sessions` sessions at once on one file as the daemon runs them: tasks
-/// on one multi-threaded tokio runtime with a worker per processor (`gate serve`'s), not
-/// a thread each; every sample spreads its iterations over them.
+/// on one multi-threaded tokio runtime with a worker per processor (`gate serve`'s).
 fn concurrent_tasks(c: &mut Criterion, name: &'static str, sessions: u64, db: Journaled) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = daemon_runtime();
     let rig = Arc::new(rt.block_on(Rig::new(db)));
-    let mut round = 0u64;
-    c.bench_function(name, |b| {
+    concurrent(c, name, sessions, &rig, |each, round| {
+        on_tasks(&rt, &rig, sessions, each, round)
+    });
+}
+
+/// Actions per session in each turn of [`turn_about`].
+const TURN: u64 = 32;
+
+/// The tally names of [`turn_about`] with a thread per session: one session's, sixteen's.
+const SESSIONS_TURNS: [&str; 2] = ["sessions turn about: 1", "sessions turn about: 16"];
+
+/// The tally names of [`turn_about`] with tasks on the daemon's runtime.
+const TASKS_TURNS: [&str; 2] = ["tasks turn about: 1", "tasks turn about: 16"];
+
+/// One session and sixteen taken turn about, each on a journaled file of its own: every
+/// iteration runs [`TURN`] actions from one session, then [`TURN`] from each of sixteen
+/// at once, so that both see the disk as it is at that moment (its latency drifts by
+/// tens of percent between benchmarks a minute apart). `threads`: a thread per session;
+/// otherwise tasks on the daemon's runtime. The tally names are `names`: one session's,
+/// then sixteen's.
+fn turn_about(
+    c: &mut Criterion,
+    dir: &TempDir,
+    group: &str,
+    names: [&'static str; 2],
+    threads: bool,
+) {
+    let rt = daemon_runtime();
+    let [one, many] = names.map(|name| {
+        let file = name.replace([' ', ':'], "_");
+        Arc::new(rt.block_on(Rig::new(journaled(dir, &file))))
+    });
+    let run = |rig: &Arc<Rig<Journaled>>, sessions: u64, round: u64| {
+        if threads {
+            on_threads(rig, sessions, TURN, round)
+        } else {
+            on_tasks(&rt, rig, sessions, TURN, round)
+        }
+    };
+    let mut group = c.benchmark_group(group);
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(10));
+    let mut round = 0;
+    group.bench_function("turn_about", |b| {
         b.iter_custom(|iters| {
-            round += 1;
-            let each = iters.div_ceil(sessions).max(8);
-            let (commits, syncs) = (rig.db.commits(), rig.db.syncs());
-            let (cpu, applier) = (cpu_time(), thread_cpu_time(APPLIER));
-            let start = Instant::now();
-            rt.block_on(async {
-                let tasks: Vec<_> = (0..sessions)
-                    .map(|session| {
-                        let rig = rig.clone();
-                        tokio::spawn(async move {
-                            for n in 0..each {
-                                let queued = rig
-                                    .session
-                                    .call_tool(
-                                        "createIssue",
-                                        json!({"title": "Add dark mode", "n": [round, session, n]}),
-                                    )
-                                    .await
-                                    .unwrap();
-                                rig.overseer
-                                    .approve(queued.ledger().unwrap(), "alice")
-                                    .await
-                                    .unwrap();
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.unwrap();
-                }
-            });
-            let elapsed = start.elapsed();
-            tally_cpu(name, cpu_time().saturating_sub(cpu));
-            tally_applier_cpu(name, thread_cpu_time(APPLIER).saturating_sub(applier));
-            let done = each * sessions;
+            let (mut alone, mut together) = (Duration::ZERO, Duration::ZERO);
+            let syncs = many.db.syncs();
+            for _ in 0..iters {
+                round += 1;
+                alone += run(&one, 1, round);
+                together += run(&many, 16, round);
+            }
+            tally(names[0], alone, iters * TURN, 0);
             tally_syncs(
-                name,
-                elapsed,
-                done,
-                rig.db.commits() - commits,
-                rig.db.syncs() - syncs,
+                names[1],
+                together,
+                iters * TURN * 16,
+                0,
+                many.db.syncs() - syncs,
             );
-            elapsed.mul_f64(iters as f64 / done as f64)
+            alone + together
         })
     });
+    group.finish();
 }
 
 fn drain_1000(c: &mut Criterion, dir: &TempDir) {
@@ -773,6 +850,8 @@ fn file_benches(c: &mut Criterion) {
     concurrent_cycles(c, "sessions_16", 16, journaled(&dir, "sessions_16"));
     concurrent_tasks(c, "tasks_1", 1, journaled(&dir, "tasks_1"));
     concurrent_tasks(c, "tasks_16", 16, journaled(&dir, "tasks_16"));
+    turn_about(c, &dir, "sessions_turns", SESSIONS_TURNS, true);
+    turn_about(c, &dir, "tasks_turns", TASKS_TURNS, false);
     drain_1000(c, &dir);
     durable_cycle(c, "shared_cycle", shared(&dir, "shared_cycle"));
     concurrent_cycles(c, "shared_sessions_1", 1, shared(&dir, "shared_sessions_1"));
@@ -887,6 +966,22 @@ fn summary(_: &mut Criterion) {
             cpu_per("tasks_1"),
             applier_per("tasks_1")
         );
+    }
+    for (how, [one, many]) in [
+        ("a thread each", SESSIONS_TURNS),
+        ("tasks on the daemon's runtime", TASKS_TURNS),
+    ] {
+        if let (Some((one_us, _)), Some((many_us, _))) = (per(one), per(many)) {
+            let speedup = one_us / many_us;
+            println!(
+                "  16 sessions ({how}) taken turn about with 1, each on a file of its own: \
+                 {many_us:.1} µs per action against {one_us:.1} µs: throughput {speedup:.2} × \
+                 (target ≥ 4: {}); {:.3} syncs per action (target ≤ 0.3: {})",
+                verdict(speedup >= 4.0),
+                syncs_per(many).unwrap_or(f64::NAN),
+                verdict(syncs_per(many).is_some_and(|syncs| syncs <= 0.3))
+            );
+        }
     }
     if let (Some((floor_us, _)), Some((raw_us, _))) = (per("sqlite_commit_floor"), raw) {
         println!(

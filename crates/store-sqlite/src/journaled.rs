@@ -41,7 +41,7 @@
 //! same adapters a shared file uses ([`SqliteLedger`], [`SqliteActionStorage`]); the
 //! results are compared with what the copy in memory answered, and any difference stops
 //! all writes (the journal still holds every acknowledged one). The applier takes the
-//! queued records every 5 ms (`journal.rs`, `APPLY_EVERY`; sooner for a long queue or a
+//! queued records every 20 ms (`journal.rs`, `APPLY_EVERY`; sooner for a long queue or a
 //! reader waiting for it) and folds each batch first (`fold.rs`): a later change of a row
 //! that an earlier record of the batch wrote is merged into that record, so a cycle whose
 //! six records fall in one batch reaches the file as two rows, its ledger entry and its

@@ -299,18 +299,8 @@ fn interleaved_cycle(c: &mut Criterion, dir: &TempDir) {
 /// One call staged by session `session` and approved (so sent): its `n`th of the sample
 /// `round`. What every benchmark of concurrent sessions times.
 async fn staged_and_approved<D: Store>(rig: &Rig<D>, round: u64, session: u64, n: u64) {
-    let queued = rig
-        .session
-        .call_tool(
-            "createIssue",
-            json!({"title": "Add dark mode", "n": [round, session, n]}),
-        )
-        .await
-        .unwrap();
-    rig.overseer
-        .approve(queued.ledger().unwrap(), "alice")
-        .await
-        .unwrap();
+    rig.create_approved(json!({"title": "Add dark mode", "n": [round, session, n]}))
+        .await;
 }
 
 /// `each` actions from each of `sessions` sessions at once, a thread each; how long
@@ -579,15 +569,7 @@ async fn turn_once(rig: &Rig) -> Vec<kernel::LedgerId> {
 }
 
 async fn cycle_once(rig: &Rig) {
-    let queued = rig
-        .session
-        .call_tool("createIssue", json!({"title": "Add dark mode"}))
-        .await
-        .unwrap();
-    rig.overseer
-        .approve(queued.ledger().unwrap(), "alice")
-        .await
-        .unwrap();
+    rig.create_approved(json!({"title": "Add dark mode"})).await;
     rig.overseer.settle().await;
 }
 

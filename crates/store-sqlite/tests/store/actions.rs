@@ -552,18 +552,8 @@ fn sixteen_sessions_on_one_file_share_syncs_and_send_each_call_once() {
             scope.spawn(move || {
                 runtime().block_on(async {
                     for n in 0..EACH {
-                        let queued = rig
-                            .session
-                            .call_tool(
-                                "createIssue",
-                                json!({"title": format!("issue {session}-{n}")}),
-                            )
-                            .await
-                            .unwrap();
-                        rig.overseer
-                            .approve(queued.ledger().unwrap(), "alice")
-                            .await
-                            .unwrap();
+                        rig.create_approved(json!({"title": format!("issue {session}-{n}")}))
+                            .await;
                     }
                 })
             });

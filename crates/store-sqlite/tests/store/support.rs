@@ -294,19 +294,23 @@ impl<D: Store> Rig<D> {
     /// One whole cycle: the agent asks to create issue `n`, a person approves it, and it is
     /// sent, with everything it triggers settled.
     pub async fn cycle(&self, n: u64) {
+        self.create_approved(serde_json::json!({"title": "Add dark mode", "n": n}))
+            .await;
+        self.overseer.settle().await;
+    }
+
+    /// The agent asks to create an issue with `args`, and a person approves it, so it is
+    /// sent (what the approval triggers is left to run).
+    pub async fn create_approved(&self, args: serde_json::Value) {
         let queued = self
             .session
-            .call_tool(
-                "createIssue",
-                serde_json::json!({"title": "Add dark mode", "n": n}),
-            )
+            .call_tool("createIssue", args)
             .await
             .expect("staged and submitted");
         self.overseer
             .approve(queued.ledger().expect("pending"), "alice")
             .await
             .expect("approved");
-        self.overseer.settle().await;
     }
 
     /// The agent asks to create an issue titled `title`: staged and submitted, pending.

@@ -76,18 +76,38 @@ use serde_json::json;
 use store_sqlite::{Database, Journaled};
 use support::{Rig, Store, TempDir};
 
-/// (total time, iterations, commits, syncs, processor time, syncs of the file behind a
-/// journal, the journal's applier's processor time) per benchmark, for the summary.
-type Tally = (
-    &'static str,
-    Duration,
-    u64,
-    u64,
-    u64,
-    Duration,
-    u64,
-    Duration,
-);
+/// What one benchmark (or one side of one) added up, for the summary.
+#[derive(Default)]
+struct Tally {
+    name: &'static str,
+    /// Time measured.
+    elapsed: Duration,
+    /// Iterations (actions, for the concurrent ones) in that time.
+    iterations: u64,
+    /// Commits, or journal writes behind a journal.
+    commits: u64,
+    /// Syncs: of the log on a shared file, of the journal behind one.
+    syncs: u64,
+    /// The whole process's processor time.
+    cpu: Duration,
+    /// Syncs of the file behind a journal.
+    file_syncs: u64,
+    /// The journal's applier's processor time.
+    applier_cpu: Duration,
+}
+
+impl Tally {
+    /// `count` per iteration.
+    fn per_iteration(&self, count: u64) -> f64 {
+        count as f64 / self.iterations.max(1) as f64
+    }
+
+    /// Microseconds of `time` per iteration.
+    fn us_per_iteration(&self, time: Duration) -> f64 {
+        time.as_secs_f64() * 1e6 / self.iterations.max(1) as f64
+    }
+}
+
 static TALLY: Mutex<Vec<Tally>> = Mutex::new(Vec::new());
 
 /// The name and the processor time (user and system) of a `/proc` `stat` file, in ticks
@@ -131,34 +151,28 @@ const APPLIER: &str = "store-sqlite-ap";
 
 /// The entry of `name` in the tally, made empty if there is none yet.
 fn entry<'t>(tally: &'t mut Vec<Tally>, name: &'static str) -> &'t mut Tally {
-    match tally.iter().position(|t| t.0 == name) {
+    match tally.iter().position(|t| t.name == name) {
         Some(at) => &mut tally[at],
         None => {
-            tally.push((
+            tally.push(Tally {
                 name,
-                Duration::ZERO,
-                0,
-                0,
-                0,
-                Duration::ZERO,
-                0,
-                Duration::ZERO,
-            ));
+                ..Tally::default()
+            });
             tally.last_mut().expect("pushed above")
         }
     }
 }
 
 fn tally_file_syncs(name: &'static str, syncs: u64) {
-    entry(&mut TALLY.lock().unwrap(), name).6 += syncs;
+    entry(&mut TALLY.lock().unwrap(), name).file_syncs += syncs;
 }
 
 fn tally_cpu(name: &'static str, cpu: Duration) {
-    entry(&mut TALLY.lock().unwrap(), name).5 += cpu;
+    entry(&mut TALLY.lock().unwrap(), name).cpu += cpu;
 }
 
 fn tally_applier_cpu(name: &'static str, cpu: Duration) {
-    entry(&mut TALLY.lock().unwrap(), name).7 += cpu;
+    entry(&mut TALLY.lock().unwrap(), name).applier_cpu += cpu;
 }
 
 fn tally(name: &'static str, elapsed: Duration, iterations: u64, commits: u64) {
@@ -168,10 +182,10 @@ fn tally(name: &'static str, elapsed: Duration, iterations: u64, commits: u64) {
 fn tally_syncs(name: &'static str, elapsed: Duration, iterations: u64, commits: u64, syncs: u64) {
     let mut tally = TALLY.lock().unwrap();
     let t = entry(&mut tally, name);
-    t.1 += elapsed;
-    t.2 += iterations;
-    t.3 += commits;
-    t.4 += syncs;
+    t.elapsed += elapsed;
+    t.iterations += iterations;
+    t.commits += commits;
+    t.syncs += syncs;
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -848,34 +862,16 @@ fn file_benches(c: &mut Criterion) {
 
 fn summary(_: &mut Criterion) {
     let tally = TALLY.lock().unwrap();
+    let find = |name: &str| tally.iter().find(|t| t.name == name);
     let per = |name: &str| {
-        tally.iter().find(|t| t.0 == name).map(|t| {
-            (
-                t.1.as_secs_f64() * 1e6 / t.2.max(1) as f64,
-                t.3 as f64 / t.2.max(1) as f64,
-            )
-        })
+        find(name).map(|t| (t.us_per_iteration(t.elapsed), t.per_iteration(t.commits)))
     };
-    let syncs_per = |name: &str| {
-        tally
-            .iter()
-            .find(|t| t.0 == name)
-            .map(|t| t.4 as f64 / t.2.max(1) as f64)
-    };
-    let file_syncs_per = |name: &str| {
-        tally
-            .iter()
-            .find(|t| t.0 == name)
-            .map_or(f64::NAN, |t| t.6 as f64 / t.2.max(1) as f64)
-    };
-    // Microseconds per iteration of the processor time `time` picks from a tally.
-    let time_per = |name: &str, time: fn(&Tally) -> Duration| {
-        tally.iter().find(|t| t.0 == name).map_or(f64::NAN, |t| {
-            time(t).as_secs_f64() * 1e6 / t.2.max(1) as f64
-        })
-    };
-    let cpu_per = |name: &str| time_per(name, |t| t.5);
-    let applier_per = |name: &str| time_per(name, |t| t.7);
+    let syncs_per = |name: &str| find(name).map(|t| t.per_iteration(t.syncs));
+    let file_syncs_per =
+        |name: &str| find(name).map_or(f64::NAN, |t| t.per_iteration(t.file_syncs));
+    let cpu_per = |name: &str| find(name).map_or(f64::NAN, |t| t.us_per_iteration(t.cpu));
+    let applier_per =
+        |name: &str| find(name).map_or(f64::NAN, |t| t.us_per_iteration(t.applier_cpu));
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!("\nstore-sqlite summary (means over every timed iteration, warm-up included)");
     println!(

@@ -591,9 +591,6 @@ impl SqliteActionStorage {
     /// A redo journal's applier deletes so the records its copy in memory pruned: the
     /// same records, wherever the batch's other moves were merged (`fold.rs`).
     pub(crate) fn delete_final(&self, ids: &[DriverActionId]) -> Result<usize, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
         let ids: Vec<i64> = ids.iter().map(|id| i64_of(id.0)).collect();
         self.db
             .shared()

@@ -46,8 +46,9 @@
 ///   failure kinds in one `IN (…)` list names them in a chain of `=` instead. SQLite
 ///   builds a small table for such a list each time a statement evaluates it, on every
 ///   insert and update of `ledger` and `actions`: about 30% of the time of an update of
-///   `actions`, timed alone. The states are the same. The upgrade rebuilds `ledger` and `actions` (same columns,
-///   every row copied, then their indexes, triggers and `ledger_view` again).
+///   `actions`, timed alone. The states are the same. The upgrade rebuilds `ledger` and
+///   `actions` (same columns, every row copied, then their indexes, triggers and
+///   `ledger_view` again).
 ///
 /// An older file is upgraded on open, in one transaction; a build that knows only an older
 /// version then refuses it.

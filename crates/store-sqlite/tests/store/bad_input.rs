@@ -307,11 +307,7 @@ fn make_version(raw: &rusqlite::Connection, version: i64) {
         .unwrap();
     }
     raw.execute_batch("PRAGMA writable_schema = OFF").unwrap();
-    if version == 7 {
-        raw.pragma_update(None, "user_version", version).unwrap();
-        return;
-    }
-    if version == 6 {
+    if version >= 6 {
         raw.pragma_update(None, "user_version", version).unwrap();
         return;
     }

@@ -527,14 +527,11 @@ impl SqliteActionStorage {
         let gatekeeper = &*self.gatekeeper;
         let shared = self.db.shared();
         shared
-            // One writing statement: the row itself. Its id is above every id still in
-            // the table and every id recorded as deleted (see `NEXT_ID`).
+            // One writing statement: the row itself.
             .write(Durability::Deferred, Steps::One, |conn| {
-                let counts = counts(conn, &self.gatekeeper)?;
-                if counts.open >= max_open {
+                let Some(id) = self.next_id(conn, max_open)? else {
                     return Ok(None);
-                }
-                let id = counts.last_id.max(conn.floor(gatekeeper)) + 1;
+                };
                 let record = ActionRecord {
                     id: DriverActionId(id),
                     ..record
@@ -571,7 +568,6 @@ impl SqliteActionStorage {
                         error,
                         result_json,
                     ])?;
-                conn.hand_out(gatekeeper, id);
                 let known = conn.known.actions_of(&self.gatekeeper);
                 known.staged(&ActionRecord {
                     state: ActionState::Pending,
@@ -585,25 +581,68 @@ impl SqliteActionStorage {
             })
     }
 
-    /// Delete the settled records `ids`, as a prune that chose them did (recording the
-    /// highest first, as [`ActionStorage::prune_final`] does). Returns how many were
-    /// deleted: a record that is missing or not settled is left alone and not counted.
-    /// A redo journal's applier deletes so the records its copy in memory pruned: the
-    /// same records, wherever the batch's other moves were merged (`fold.rs`).
-    pub(crate) fn delete_final(&self, ids: &[DriverActionId]) -> Result<usize, StoreError> {
-        let ids: Vec<i64> = ids.iter().map(|id| i64_of(id.0)).collect();
+    /// The id a stage under the cap `max_open` gets (`None` at the cap), handed out in the
+    /// open transaction: above every id still in the table and every id recorded as
+    /// deleted (see `NEXT_ID`).
+    fn next_id(&self, conn: &mut Conn, max_open: usize) -> Result<Option<u64>, Error> {
+        let counts = counts(conn, &self.gatekeeper)?;
+        if counts.open >= max_open {
+            return Ok(None);
+        }
+        let id = counts.last_id.max(conn.floor(&self.gatekeeper)) + 1;
+        conn.hand_out(&self.gatekeeper, id);
+        Ok(Some(id))
+    }
+
+    /// Hand out the id that [`SqliteActionStorage::stage`] would give a call under the cap
+    /// `max_open`, without writing its row. A redo journal's applier does so for a call
+    /// that its batch both stages and prunes (`fold.rs`): the row would be deleted in the
+    /// same transaction that inserted it, and the prune records the id as handed out
+    /// ([`SqliteActionStorage::delete_final`]'s `newest`).
+    pub(crate) fn pass(&self, max_open: usize) -> Result<Option<DriverActionId>, StoreError> {
         self.db
             .shared()
             .write(Durability::Deferred, Steps::One, |conn| {
-                delete_settled(conn, &self.gatekeeper, &ids)
+                let id = self.next_id(conn, max_open)?;
+                if let Some(id) = id {
+                    conn.known.actions_of(&self.gatekeeper).passed(id);
+                }
+                Ok(id.map(DriverActionId))
+            })
+    }
+
+    /// Delete the settled records `ids`, as a prune that chose them did, recording
+    /// `newest` (at least the highest of `ids`) as handed out first, as
+    /// [`ActionStorage::prune_final`] does. Returns how many were deleted: a record that is
+    /// missing or not settled is left alone and not counted. A redo journal's applier
+    /// deletes so the records its copy in memory pruned: the same records, wherever the
+    /// batch's other moves were merged, less those whose stage the batch passed over
+    /// (`fold.rs`), which `newest` still covers.
+    pub(crate) fn delete_final(
+        &self,
+        ids: &[DriverActionId],
+        newest: Option<DriverActionId>,
+    ) -> Result<usize, StoreError> {
+        let ids: Vec<i64> = ids.iter().map(|id| i64_of(id.0)).collect();
+        let newest = newest.map(|id| i64_of(id.0));
+        self.db
+            .shared()
+            .write(Durability::Deferred, Steps::One, |conn| {
+                delete_settled(conn, &self.gatekeeper, &ids, newest)
             })
     }
 }
 
-/// Delete the settled rows `ids` of `gatekeeper`, recording the highest id first (see
-/// `NEXT_ID`); returns how many were deleted (a row missing or not settled is left).
-fn delete_settled(conn: &mut Conn, gatekeeper: &Arc<str>, ids: &[i64]) -> Result<usize, Error> {
-    if let Some(newest) = ids.iter().max() {
+/// Delete the settled rows `ids` of `gatekeeper`, recording `newest` (at least the
+/// highest of them) as handed out first (see `NEXT_ID`); returns how many were deleted (a
+/// row missing or not settled is left).
+fn delete_settled(
+    conn: &mut Conn,
+    gatekeeper: &Arc<str>,
+    ids: &[i64],
+    newest: Option<i64>,
+) -> Result<usize, Error> {
+    if let Some(newest) = ids.iter().copied().chain(newest).max() {
         conn.db
             .prepare_cached(REMEMBER_ID)?
             .execute(params![&**gatekeeper, newest])?;
@@ -784,7 +823,7 @@ impl ActionStorage for SqliteActionStorage {
                     .prepare_cached(OLDEST_FINAL)?
                     .query_map(params![gatekeeper, excess], |r| r.get(0))?
                     .collect::<Result<_, _>>()?;
-                delete_settled(conn, &self.gatekeeper, &oldest)
+                delete_settled(conn, &self.gatekeeper, &oldest, None)
             })
             .map_err(port)
     }

@@ -141,16 +141,61 @@ pub(crate) fn fold(records: Vec<(u64, Op)>) -> Vec<(u64, Op)> {
             Op::ActionPrune { gatekeeper, .. } => {
                 calls.retain(|(store, _), _| store != gatekeeper);
             }
-            Op::ActionPruned { gatekeeper, ids } => {
-                for id in ids {
-                    calls.remove(&(gatekeeper.clone(), *id));
-                }
+            Op::ActionPruned { .. } => {
+                let prune = pass_over(op, &mut out, &mut calls);
+                out.push((seq, prune));
+                continue;
             }
+            Op::ActionPassed { .. } => unreachable!("only `fold` makes ActionPassed"),
             Op::RulePut(_) | Op::RuleRemove { .. } | Op::Lockdown => {}
         }
         out.push((seq, op));
     }
     out
+}
+
+/// `prune` ([`Op::ActionPruned`]) as the file should take it: a pruned call whose stage
+/// `out` holds with every later move merged into it (settled, since the prune chose it) is
+/// passed over, its stage replaced by [`Op::ActionPassed`] and its id moved from the
+/// prune's `ids` to its `passed`; the file would insert the row and delete it in the same
+/// transaction. The others are deleted as named. None of the pruned calls merges again.
+fn pass_over(
+    prune: Op,
+    out: &mut [(u64, Op)],
+    calls: &mut HashMap<(Arc<str>, DriverActionId), usize>,
+) -> Op {
+    let Op::ActionPruned {
+        gatekeeper,
+        ids,
+        mut passed,
+    } = prune
+    else {
+        unreachable!("pass_over takes a prune that names its calls")
+    };
+    let mut deleted = Vec::with_capacity(ids.len());
+    for id in ids {
+        let staged = calls.remove(&(gatekeeper.clone(), id));
+        if let Some(stage) = staged.map(|at| &mut out[at].1)
+            && let Op::ActionInsert {
+                record, max_open, ..
+            } = stage
+            && !record.state.is_open()
+        {
+            *stage = Op::ActionPassed {
+                gatekeeper: gatekeeper.clone(),
+                id,
+                max_open: *max_open,
+            };
+            passed.push(id);
+        } else {
+            deleted.push(id);
+        }
+    }
+    Op::ActionPruned {
+        gatekeeper,
+        ids: deleted,
+        passed,
+    }
 }
 
 #[cfg(test)]
@@ -219,6 +264,14 @@ mod tests {
             from,
             state,
             claimed_at: Some(Timestamp(8)),
+        }
+    }
+
+    fn pruned(ids: &[u64]) -> Op {
+        Op::ActionPruned {
+            gatekeeper: Arc::from("issues"),
+            ids: ids.iter().copied().map(DriverActionId).collect(),
+            passed: Vec::new(),
         }
     }
 
@@ -371,10 +424,6 @@ mod tests {
 
     #[test]
     fn a_prune_that_names_its_records_lets_the_calls_around_it_merge() {
-        let pruned = |ids: &[u64]| Op::ActionPruned {
-            gatekeeper: Arc::from("issues"),
-            ids: ids.iter().copied().map(DriverActionId).collect(),
-        };
         let records = vec![
             stage(2),
             set(1, StateTag::Applying, applied()),
@@ -404,6 +453,65 @@ mod tests {
             set(1, StateTag::Applying, applied()),
         ];
         assert_eq!(fold(numbered(records)).len(), 3);
+    }
+
+    #[test]
+    fn a_call_staged_and_pruned_in_one_batch_is_passed_over_and_its_id_still_recorded() {
+        let mut records = cycle(1);
+        records.extend([
+            stage(2),
+            pruned(&[1]),
+            set(2, StateTag::Pending, ActionState::Rejected),
+        ]);
+        let folded = fold(numbered(records));
+        assert_eq!(
+            shape(&folded),
+            [
+                (1, "ActionPassed".to_owned()),
+                (2, "LedgerInsert".to_owned()),
+                (7, "ActionInsert".to_owned()),
+                (8, "ActionPruned".to_owned())
+            ]
+        );
+        let Op::ActionPassed { id, max_open, .. } = &folded[0].1 else {
+            unreachable!()
+        };
+        assert_eq!((*id, *max_open), (DriverActionId(1), 50));
+        let Op::ActionPruned { ids, passed, .. } = &folded[3].1 else {
+            unreachable!()
+        };
+        assert_eq!((&ids[..], &passed[..]), (&[][..], &[DriverActionId(1)][..]));
+        // The next call's moves still merge into its stage.
+        let Op::ActionInsert { record, .. } = &folded[2].1 else {
+            unreachable!()
+        };
+        assert_eq!(record.state, ActionState::Rejected);
+    }
+
+    #[test]
+    fn a_pruned_call_is_deleted_when_its_row_is_written_apart_from_its_stage() {
+        // Its stage came in an earlier batch; or a move could not merge into its stage; or
+        // (the file refuses this prune, as it would have unfolded) it is still open.
+        for records in [
+            vec![set(1, StateTag::Applying, applied()), pruned(&[1])],
+            vec![
+                stage(1),
+                set(1, StateTag::Applying, applied()),
+                pruned(&[1]),
+            ],
+            vec![stage(1), pruned(&[1])],
+        ] {
+            let folded = fold(numbered(records));
+            let Some((_, Op::ActionPruned { ids, passed, .. })) = folded.last() else {
+                panic!("{folded:?}")
+            };
+            assert_eq!((&ids[..], &passed[..]), (&[DriverActionId(1)][..], &[][..]));
+            assert!(
+                !folded
+                    .iter()
+                    .any(|(_, op)| matches!(op, Op::ActionPassed { .. }))
+            );
+        }
     }
 
     #[test]

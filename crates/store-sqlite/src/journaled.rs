@@ -215,6 +215,23 @@ pub(crate) enum Op {
         gatekeeper: Arc<str>,
         /// The records deleted.
         ids: Vec<DriverActionId>,
+        /// Records the prune deleted too, whose stage `fold` passed over (never in the
+        /// journal: only `fold` fills it, from `ids`).
+        #[serde(skip)]
+        passed: Vec<DriverActionId>,
+    },
+    /// Made by `fold` only, never journaled: in place of the [`Op::ActionInsert`] of a
+    /// call that a later [`Op::ActionPruned`] of the same batch deletes, settled. Its id
+    /// is handed out as the stage would have, under the same cap, and its row is never
+    /// written.
+    #[serde(skip)]
+    ActionPassed {
+        /// The store's gatekeeper.
+        gatekeeper: Arc<str>,
+        /// The call's id.
+        id: DriverActionId,
+        /// The cap its stage was made with.
+        max_open: usize,
     },
 }
 
@@ -423,10 +440,29 @@ impl Applier {
                     ));
                 }
             }
-            Op::ActionPruned { gatekeeper, ids } => {
+            Op::ActionPassed {
+                gatekeeper,
+                id,
+                max_open,
+            } => {
+                let handed = self
+                    .actions(&gatekeeper)
+                    .pass(max_open)
+                    .map_err(|e| e.to_string())?;
+                if handed != Some(id) {
+                    return differs(&format!(
+                        "{gatekeeper}'s action {id} was handed out as {handed:?}"
+                    ));
+                }
+            }
+            Op::ActionPruned {
+                gatekeeper,
+                ids,
+                passed,
+            } => {
                 let deleted = self
                     .actions(&gatekeeper)
-                    .delete_final(&ids)
+                    .delete_final(&ids, passed.iter().copied().max())
                     .map_err(|e| e.to_string())?;
                 if deleted != ids.len() {
                     return differs(&format!(
@@ -1129,6 +1165,7 @@ impl ActionStorage for HotActions {
                 .append(Op::ActionPruned {
                     gatekeeper: self.gatekeeper.clone(),
                     ids,
+                    passed: Vec::new(),
                 })
                 .map_err(port)?;
         }

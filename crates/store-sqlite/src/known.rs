@@ -154,6 +154,14 @@ impl ActionsKnown {
         self.remember(record);
     }
 
+    /// The id `id` was handed out to a call whose row is never written (see
+    /// `SqliteActionStorage::pass`).
+    pub(crate) fn passed(&mut self, id: u64) {
+        if let Some(counts) = &mut self.counts {
+            counts.last_id = counts.last_id.max(id);
+        }
+    }
+
     /// The row of `record.id` moved from `from` to `record.state`.
     pub(crate) fn moved(&mut self, from: StateTag, record: &ActionRecord) {
         if let Some(counts) = &mut self.counts {

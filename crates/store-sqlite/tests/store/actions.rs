@@ -137,7 +137,9 @@ async fn the_action_store_behaves_exactly_as_in_memory() {
 #[tokio::test]
 async fn behind_a_journal_the_file_keeps_what_memory_keeps_after_its_prunes() {
     // The script's calls fall in few of the applier's batches, so moves merge across the
-    // prunes (`fold.rs`): the file must still delete exactly the records memory pruned.
+    // prunes and most pruned calls are never written (`fold.rs`): the file must still
+    // delete exactly the records memory pruned, and record the ids it handed out as a
+    // file without a journal does.
     let memory = Arc::new(MemoryActionStorage::new());
     let expected = script(memory.clone()).await;
     let dir = TempDir::new("journaled-prunes");
@@ -148,10 +150,44 @@ async fn behind_a_journal_the_file_keeps_what_memory_keeps_after_its_prunes() {
         expected
     );
     drop(journaled);
+    let shared_path = dir.join("shared.db");
+    assert_eq!(
+        script(
+            Database::open(&shared_path)
+                .unwrap()
+                .action_storage("issues")
+        )
+        .await,
+        expected
+    );
+    let last_ids = |path: &std::path::Path| {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row(
+                "SELECT last_id FROM action_ids WHERE gatekeeper = 'issues'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(last_ids(&path), last_ids(&shared_path));
     let db = Database::open(&path).unwrap();
     assert_eq!(
         all_records(&*db.action_storage("issues")).await,
         memory.records()
+    );
+    // The next call gets the id it would have got in memory.
+    let next = |storage: Arc<dyn ActionStorage>| async move {
+        ActionStore::open(storage, Arc::new(StepClock::default()))
+            .await
+            .unwrap()
+            .stage("ok", json!({"after": "reopen"}))
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        next(db.action_storage("issues")).await,
+        next(memory.clone()).await
     );
 }
 

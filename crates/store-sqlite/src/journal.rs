@@ -125,12 +125,17 @@ pub(crate) const APPLY_EVERY: std::time::Duration = std::time::Duration::from_mi
 
 /// While callers sync concurrently (the last sync was for more than one), how long after
 /// the last sync began the next one waits, so that more records share it. A lone caller
-/// never waits. About two syncs of the disk the benchmarks ran on: sixteen sessions then
-/// share a sync between five or six actions, and each waits a little longer. On that disk
-/// (a raw 4 KiB write and sync in about 100 µs), 200 µs gave sixteen sessions 67 µs per
-/// action at 0.17 syncs per action, 300 µs gave 74 µs at 0.15, and 100 µs 75 µs at 0.33:
-/// shorter, the syncs and the wake-ups they cost outgrow what the waits save.
-pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(200);
+/// never waits. About one sync of a quiet disk the benchmarks ran on (a raw 4 KiB write
+/// and sync in 100–125 µs): a sync that took longer starts the next at once, and one
+/// that took less lets the next gather for the rest. Without the syncer thread, 200 µs
+/// had given sixteen threads 67 µs per action at 0.17 syncs per action, against 75 µs at
+/// 0.33 for 100 µs. With it, a probe under sixteen tasks found the syncer idle in the
+/// gathering 120 µs per sync (a timed wait overshoots by tens of µs), and in three
+/// alternations 100 µs gave sixteen tasks 4.84–5.10 × one task's throughput at 0.26–0.27
+/// syncs per action, against 4.56–4.62 × at 0.21–0.23 for 200 µs (threads 3.50–3.81 ×
+/// against 3.56–3.79 ×, at 0.24–0.25 and 0.21–0.23 syncs). With no gathering, sixteen
+/// tasks synced about 0.4 times per action.
+pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// How many queued records wake the applier before its next batch is due (about seven
 /// hundred actions' records: a bound on the queue, well past what [`APPLY_EVERY`] gathers

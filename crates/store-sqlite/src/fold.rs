@@ -30,6 +30,14 @@
 //!   calls it deleted ([`Op::ActionPruned`]), so a move merged across it changes nothing
 //!   it deletes; a prune recorded by an earlier build ([`Op::ActionPrune`]) counts
 //!   settled calls instead, and ends the merging of that store's calls.
+//! - A call that the batch stages and a later [`Op::ActionPruned`] of the same batch
+//!   deletes, with every move between merged into its stage (so it is settled), is
+//!   passed over: its stage becomes an [`Op::ActionPassed`], which hands out its id
+//!   under the same cap but writes no row, and the prune names it in `passed` instead
+//!   of `ids`, so the file still records its id as handed out (the highest of both
+//!   lists) and deletes only the others. The file would have inserted the row and
+//!   deleted it in the same transaction; a settled row counts for no cap in between.
+//!   Under sixteen sessions about a third of the pruned calls were passed over.
 //! - Everything else (rules, the lockdown, deletes, prunes) is kept as it is, in its
 //!   place.
 //!

@@ -125,17 +125,17 @@ pub(crate) const APPLY_EVERY: std::time::Duration = std::time::Duration::from_mi
 
 /// While callers sync concurrently (the last sync was for more than one), how long after
 /// the last sync began the next one waits, so that more records share it. A lone caller
-/// never waits. About one sync of a quiet disk the benchmarks ran on (a raw 4 KiB write
-/// and sync in 100–125 µs): a sync that took longer starts the next at once, and one
-/// that took less lets the next gather for the rest. Without the syncer thread, 200 µs
-/// had given sixteen threads 67 µs per action at 0.17 syncs per action, against 75 µs at
-/// 0.33 for 100 µs. With it, a probe under sixteen tasks found the syncer idle in the
-/// gathering 120 µs per sync (a timed wait overshoots by tens of µs), and in three
-/// alternations 100 µs gave sixteen tasks 4.84–5.10 × one task's throughput at 0.26–0.27
-/// syncs per action, against 4.56–4.62 × at 0.21–0.23 for 200 µs (threads 3.50–3.81 ×
-/// against 3.56–3.79 ×, at 0.24–0.25 and 0.21–0.23 syncs). With no gathering, sixteen
-/// tasks synced about 0.4 times per action.
-pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(100);
+/// never waits. About two syncs of a quiet disk the benchmarks ran on (a raw 4 KiB write
+/// and sync in 100–125 µs): sixteen sessions then share a sync between four or five
+/// actions, and each waits a little longer. Shorter is faster and syncs more: on one
+/// quiet day, taken turn about with one session, sixteen tasks reached 4.72–5.18 × one
+/// task's throughput at 0.26–0.30 syncs per action with 100 µs (fifteen runs),
+/// 4.39–4.84 × at 0.21–0.26 with 150 µs (eight), and 4.42–4.62 × at 0.19–0.23 with
+/// 200 µs (seven; alternated, threads 3.2–3.9 × throughout, at 0.21–0.31 syncs); with no
+/// gathering, about 0.4 syncs per action. 200 µs keeps both targets (at least four times
+/// one session's throughput, at most 0.3 syncs per action) with a margin; with 100 µs
+/// the syncs came within 2% of theirs.
+pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// How many queued records wake the applier before its next batch is due (about seven
 /// hundred actions' records: a bound on the queue, well past what [`APPLY_EVERY`] gathers

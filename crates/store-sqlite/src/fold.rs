@@ -63,6 +63,16 @@ pub(crate) fn fold(records: Vec<(u64, Op)>) -> Vec<(u64, Op)> {
     // The index in `out` of this staged call's stage or last move.
     let mut calls: HashMap<(Arc<str>, DriverActionId), usize> = HashMap::new();
     for (seq, op) in records {
+        if let Op::ActionPruned {
+            gatekeeper,
+            ids,
+            passed,
+        } = op
+        {
+            let prune = pass_over(gatekeeper, ids, passed, &mut out, &mut calls);
+            out.push((seq, prune));
+            continue;
+        }
         match &op {
             Op::LedgerInsert(entry) => {
                 entries.insert(entry.id, out.len());
@@ -149,11 +159,7 @@ pub(crate) fn fold(records: Vec<(u64, Op)>) -> Vec<(u64, Op)> {
             Op::ActionPrune { gatekeeper, .. } => {
                 calls.retain(|(store, _), _| store != gatekeeper);
             }
-            Op::ActionPruned { .. } => {
-                let prune = pass_over(op, &mut out, &mut calls);
-                out.push((seq, prune));
-                continue;
-            }
+            Op::ActionPruned { .. } => unreachable!("taken above"),
             Op::ActionPassed { .. } => unreachable!("only `fold` makes ActionPassed"),
             Op::RulePut(_) | Op::RuleRemove { .. } | Op::Lockdown => {}
         }
@@ -162,24 +168,19 @@ pub(crate) fn fold(records: Vec<(u64, Op)>) -> Vec<(u64, Op)> {
     out
 }
 
-/// `prune` ([`Op::ActionPruned`]) as the file should take it: a pruned call whose stage
-/// `out` holds with every later move merged into it (settled, since the prune chose it) is
-/// passed over, its stage replaced by [`Op::ActionPassed`] and its id moved from the
-/// prune's `ids` to its `passed`; the file would insert the row and delete it in the same
-/// transaction. The others are deleted as named. None of the pruned calls merges again.
+/// The prune ([`Op::ActionPruned`]) of `ids` of `gatekeeper` (with any calls already
+/// `passed`) as the file should take it: a pruned call whose stage `out` holds with every
+/// later move merged into it (settled, since the prune chose it) is passed over, its stage
+/// replaced by [`Op::ActionPassed`] and its id moved from the prune's `ids` to its
+/// `passed`; the file would insert the row and delete it in the same transaction. The
+/// others are deleted as named. None of the pruned calls merges again.
 fn pass_over(
-    prune: Op,
+    gatekeeper: Arc<str>,
+    ids: Vec<DriverActionId>,
+    mut passed: Vec<DriverActionId>,
     out: &mut [(u64, Op)],
     calls: &mut HashMap<(Arc<str>, DriverActionId), usize>,
 ) -> Op {
-    let Op::ActionPruned {
-        gatekeeper,
-        ids,
-        mut passed,
-    } = prune
-    else {
-        unreachable!("pass_over takes a prune that names its calls")
-    };
     let mut deleted = Vec::with_capacity(ids.len());
     for id in ids {
         let staged = calls.remove(&(gatekeeper.clone(), id));

@@ -15,7 +15,7 @@ use kernel::{ActionState as LedgerState, DriverActionId, Gatekeeper, StepClock};
 use serde_json::json;
 use store_sqlite::Database;
 
-use crate::support::{Rig, TempDir};
+use crate::support::{Rig, TempDir, staged_id};
 
 /// Answers by tool name: `ok`, `refused` (not dispatched), `timeout` (may have landed).
 struct Scripted;
@@ -125,13 +125,7 @@ async fn the_action_store_behaves_exactly_as_in_memory() {
     // Another gatekeeper's store in the same database is a separate namespace.
     let other = db.action_storage("wiki");
     assert!(all_records(&*other).await.is_empty());
-    let first = ActionStore::open(other, Arc::new(StepClock::default()))
-        .await
-        .unwrap()
-        .stage("ok", json!({}))
-        .await
-        .unwrap();
-    assert_eq!(first, DriverActionId(1));
+    assert_eq!(staged_id(other).await, DriverActionId(1));
 }
 
 #[tokio::test]
@@ -161,13 +155,9 @@ async fn behind_a_journal_the_file_keeps_what_memory_keeps_after_its_prunes() {
         expected
     );
     let last_ids = |path: &std::path::Path| {
-        rusqlite::Connection::open(path)
+        Database::open(path)
             .unwrap()
-            .query_row(
-                "SELECT last_id FROM action_ids WHERE gatekeeper = 'issues'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
+            .query_text("SELECT gatekeeper, last_id FROM action_ids")
             .unwrap()
     };
     assert_eq!(last_ids(&path), last_ids(&shared_path));
@@ -177,17 +167,9 @@ async fn behind_a_journal_the_file_keeps_what_memory_keeps_after_its_prunes() {
         memory.records()
     );
     // The next call gets the id it would have got in memory.
-    let next = |storage: Arc<dyn ActionStorage>| async move {
-        ActionStore::open(storage, Arc::new(StepClock::default()))
-            .await
-            .unwrap()
-            .stage("ok", json!({"after": "reopen"}))
-            .await
-            .unwrap()
-    };
     assert_eq!(
-        next(db.action_storage("issues")).await,
-        next(memory.clone()).await
+        staged_id(db.action_storage("issues")).await,
+        staged_id(memory.clone()).await
     );
 }
 

@@ -10,6 +10,16 @@ use kernel::{
     ActionKind, DriverActionId, Gatekeeper, GatekeeperError, RejectOutcome, RevertOutcome,
 };
 
+/// The id a call gets when it is staged through a new action store over `storage`.
+pub async fn staged_id(storage: Arc<dyn gatekeeper_core::ActionStorage>) -> DriverActionId {
+    gatekeeper_core::ActionStore::open(storage, Arc::new(kernel::StepClock::default()))
+        .await
+        .expect("the store opens")
+        .stage("ok", serde_json::json!({}))
+        .await
+        .expect("staged")
+}
+
 /// A directory under the system's temp dir, removed when dropped.
 pub struct TempDir(PathBuf);
 

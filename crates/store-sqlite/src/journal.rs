@@ -632,28 +632,24 @@ impl<T: Send> Journal<T> {
                     if state.parked_want > state.synced && state.syncer_waiting {
                         self.sync_wanted.notify_one();
                     }
-                    if released != [false; 2] {
-                        drop(state);
-                        self.wake_parked(released);
-                        state = self.state();
+                    // Tasks that this sync did not cover wait on for the syncer's next
+                    // one; with no syncer, they are woken too, and one of them leads it.
+                    let (synced, syncer) = (state.synced, state.syncer);
+                    let (covered, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut state.sync_wakers)
+                        .into_iter()
+                        .partition(|(seq, _)| *seq <= synced || !syncer);
+                    state.sync_wakers = rest;
+                    if !state.sync_wakers.is_empty() && state.syncer_waiting {
+                        self.sync_wanted.notify_one();
                     }
-                    if !state.sync_wakers.is_empty() {
+                    if !covered.is_empty() || released != [false; 2] {
                         // Woken with the lock let go: a woken task may run at once on
-                        // another thread, and its first step is to take the lock. Those
-                        // this sync did not cover wait on for the syncer's next one; with
-                        // no syncer, they are woken too, and one of them leads it.
-                        let (synced, syncer) = (state.synced, state.syncer);
-                        let (covered, rest) = std::mem::take(&mut state.sync_wakers)
-                            .into_iter()
-                            .partition(|(seq, _)| *seq <= synced || !syncer);
-                        state.sync_wakers = rest;
-                        if !state.sync_wakers.is_empty() && state.syncer_waiting {
-                            self.sync_wanted.notify_one();
-                        }
+                        // another thread, and its first step is to take the lock.
                         drop(state);
                         covered
                             .into_iter()
                             .for_each(|(_, waker): (u64, Waker)| waker.wake());
+                        self.wake_parked(released);
                         state = self.state();
                     }
                 }
@@ -1243,19 +1239,18 @@ mod tests {
         remove(&path);
     }
 
-    #[test]
-    fn concurrent_syncs_share_fdatasyncs_and_every_record_is_kept() {
-        const THREADS: u64 = 16;
-        const EACH: u64 = 200;
-        let (journal, path) = started::<()>("group-commit");
-        let journal = Arc::new(journal);
-        let threads: Vec<_> = (0..THREADS)
+    /// On each of `threads` threads, append `each` records ("thread/index") and sync each
+    /// one, checking that every sync returns only once its record is synced.
+    fn append_and_sync(journal: &Arc<Journal<()>>, threads: u64, each: u64) {
+        let threads: Vec<_> = (0..threads)
             .map(|t| {
-                let journal = Arc::clone(&journal);
+                let journal = Arc::clone(journal);
                 std::thread::spawn(move || {
-                    for i in 0..EACH {
+                    for i in 0..each {
                         let seq = journal.append(format!("{t}/{i}").as_bytes(), ()).unwrap();
                         journal.sync_through(seq).unwrap();
+                        let synced = journal.state().synced;
+                        assert!(synced >= seq, "record {seq} returned at {synced}");
                     }
                 })
             })
@@ -1263,6 +1258,15 @@ mod tests {
         for thread in threads {
             thread.join().unwrap();
         }
+    }
+
+    #[test]
+    fn concurrent_syncs_share_fdatasyncs_and_every_record_is_kept() {
+        const THREADS: u64 = 16;
+        const EACH: u64 = 200;
+        let (journal, path) = started::<()>("group-commit");
+        let journal = Arc::new(journal);
+        append_and_sync(&journal, THREADS, EACH);
         let syncs = journal.syncs();
         println!(
             "{} records, {syncs} syncs, {} writes",
@@ -1458,9 +1462,10 @@ mod tests {
         journal.state().syncing = false;
     }
 
-    #[test]
-    fn with_a_syncer_a_lone_caller_leads_and_one_among_others_leaves_its_sync_to_it() {
-        let (journal, path) = started::<()>("syncer");
+    /// A journal with a syncer running on a thread of its own, waiting for work; join the
+    /// handle after closing (or failing) the journal.
+    fn with_syncer(label: &str) -> (Arc<Journal<()>>, PathBuf, std::thread::JoinHandle<()>) {
+        let (journal, path) = started::<()>(label);
         let journal = Arc::new(journal);
         let syncer = {
             let journal = Arc::clone(&journal);
@@ -1469,6 +1474,12 @@ mod tests {
         while !journal.state().syncer_waiting {
             std::thread::sleep(Duration::from_millis(1));
         }
+        (journal, path, syncer)
+    }
+
+    #[test]
+    fn with_a_syncer_a_lone_caller_leads_and_one_among_others_leaves_its_sync_to_it() {
+        let (journal, path, syncer) = with_syncer("syncer");
         let (one, two) = (
             Arc::new(Counted(AtomicU64::new(0))),
             Arc::new(Counted(AtomicU64::new(0))),
@@ -1526,21 +1537,6 @@ mod tests {
         remove(&path);
     }
 
-    /// A journal with a syncer running on a thread of its own, waiting for work; join the
-    /// handle after closing (or failing) the journal.
-    fn with_syncer(label: &str) -> (Arc<Journal<()>>, PathBuf, std::thread::JoinHandle<()>) {
-        let (journal, path) = started::<()>(label);
-        let journal = Arc::new(journal);
-        let syncer = {
-            let journal = Arc::clone(&journal);
-            std::thread::spawn(move || journal.run_syncer())
-        };
-        while !journal.state().syncer_waiting {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        (journal, path, syncer)
-    }
-
     /// Wait until `count` threads are parked for syncs of `parity`.
     fn until_parked(journal: &Journal<()>, parity: usize, count: u32) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -1555,22 +1551,7 @@ mod tests {
         const THREADS: u64 = 16;
         const EACH: u64 = 200;
         let (journal, path, syncer) = with_syncer("syncer-threads");
-        let threads: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let journal = Arc::clone(&journal);
-                std::thread::spawn(move || {
-                    for i in 0..EACH {
-                        let seq = journal.append(format!("{t}/{i}").as_bytes(), ()).unwrap();
-                        journal.sync_through(seq).unwrap();
-                        let synced = journal.state().synced;
-                        assert!(synced >= seq, "record {seq} returned at {synced}");
-                    }
-                })
-            })
-            .collect();
-        for thread in threads {
-            thread.join().unwrap();
-        }
+        append_and_sync(&journal, THREADS, EACH);
         let syncs = journal.syncs();
         assert!(syncs < THREADS * EACH, "{syncs} syncs");
         assert_eq!(journal.state().parked, [0, 0]);

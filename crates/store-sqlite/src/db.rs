@@ -961,7 +961,7 @@ impl Drop for Handle {
 /// Cheap to clone; clones and the adapters made from it share one connection (behind a
 /// mutex) and one flusher thread. Several processes may open the same file: each sees
 /// the others' committed writes, and writers wait for each other (up to
-/// [`BUSY_TIMEOUT`](crate::BUSY_TIMEOUT)) instead of failing with "database is locked".
+/// [`BUSY_TIMEOUT`]) instead of failing with "database is locked".
 #[derive(Clone)]
 pub struct Database {
     handle: Arc<Handle>,

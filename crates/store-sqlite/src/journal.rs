@@ -84,11 +84,11 @@
 //! without blocking a thread ([`Journal::wait_synced`]), a thread parked on the word of
 //! that sync, which wakes every thread it covered in one system call
 //! ([`Journal::sync_through`]). The syncer starts the next sync as soon as one ends with
-//! callers still waiting, and wakes only those each sync covered. A lone caller still leads its own sync: handing it over
-//! would cost it two wake-ups of another thread. So no worker of a runtime blocks in a
-//! sync that many share, no time passes electing the next leader among callers that wait
-//! for a processor, and a sync's end does not wake every waiter to find most of them
-//! still waiting.
+//! callers still waiting, and wakes only those each sync covered. A lone caller still
+//! leads its own sync: handing it over would cost it two wake-ups of another thread. So
+//! no worker of a runtime blocks in a sync that many share, no time passes electing the
+//! next leader among callers that wait for a processor, and a sync's end does not wake
+//! every waiter to find most of them still waiting.
 //!
 //! Appending makes no system call: the applier takes the queued records at most every
 //! [`APPLY_EVERY`], and earlier only for a long queue, a journal past half its ring, or a

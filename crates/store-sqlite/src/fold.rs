@@ -63,16 +63,14 @@ pub(crate) fn fold(records: Vec<(u64, Op)>) -> Vec<(u64, Op)> {
     // The index in `out` of this staged call's stage or last move.
     let mut calls: HashMap<(Arc<str>, DriverActionId), usize> = HashMap::new();
     for (seq, op) in records {
-        if let Op::ActionPruned {
-            gatekeeper,
-            ids,
-            passed,
-        } = op
-        {
-            let prune = pass_over(gatekeeper, ids, passed, &mut out, &mut calls);
-            out.push((seq, prune));
-            continue;
-        }
+        let op = match op {
+            Op::ActionPruned {
+                gatekeeper,
+                ids,
+                passed,
+            } => pass_over(gatekeeper, ids, passed, &mut out, &mut calls),
+            op => op,
+        };
         match &op {
             Op::LedgerInsert(entry) => {
                 entries.insert(entry.id, out.len());
@@ -159,7 +157,8 @@ pub(crate) fn fold(records: Vec<(u64, Op)>) -> Vec<(u64, Op)> {
             Op::ActionPrune { gatekeeper, .. } => {
                 calls.retain(|(store, _), _| store != gatekeeper);
             }
-            Op::ActionPruned { .. } => unreachable!("taken above"),
+            // `pass_over` took its calls out of `calls`: none merges again.
+            Op::ActionPruned { .. } => {}
             Op::ActionPassed { .. } => unreachable!("only `fold` makes ActionPassed"),
             Op::RulePut(_) | Op::RuleRemove { .. } | Op::Lockdown => {}
         }

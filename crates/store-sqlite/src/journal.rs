@@ -487,9 +487,7 @@ impl<T: Send> Journal<T> {
             if state.synced >= seq {
                 return Ok(());
             }
-            // Alone, a caller syncs at once itself, as in `wait_synced`.
-            let lone = Self::nobody_waits(&state) && !matches!(state.last_sync, Some((_, 2..)));
-            if !state.syncer || (!state.syncing && lone) {
+            if !state.syncer || (!state.syncing && Self::lone(&state)) {
                 drop(state);
                 return self.lead_through(seq, true);
             }
@@ -525,19 +523,23 @@ impl<T: Send> Journal<T> {
         }
     }
 
-    /// Whether no task and no thread waits for a sync ([`Journal::wait_synced`],
-    /// [`Journal::sync_through`]).
-    fn nobody_waits(state: &State<T>) -> bool {
-        state.sync_wakers.is_empty() && state.parked == [0, 0]
+    /// Whether a caller that finds no sync running is alone, and so syncs at once itself
+    /// ([`Journal::wait_synced`], [`Journal::sync_through`]): handing its sync to the
+    /// syncer would cost it two wake-ups of other threads for nothing. It is when no task
+    /// and no thread waits, and the last sync was for one caller only.
+    fn lone(state: &State<T>) -> bool {
+        state.sync_wakers.is_empty()
+            && state.parked == [0, 0]
+            && !matches!(state.last_sync, Some((_, 2..)))
     }
 
-    /// Release the threads parked for syncs of the parities marked in `which`: under the
-    /// lock, each such word with threads parked on it moves on. Returns the words that did,
-    /// for [`Journal::wake_parked`] once the lock is let go.
-    fn release_parked(&self, state: &mut State<T>, which: [bool; 2]) -> [bool; 2] {
+    /// Release the threads parked for syncs of the `parities` given: under the lock, each
+    /// such word with threads parked on it moves on. Returns the words that did, for
+    /// [`Journal::wake_parked`] once the lock is let go.
+    fn release_parked(&self, state: &mut State<T>, parities: &[usize]) -> [bool; 2] {
         let mut released = [false; 2];
-        for parity in 0..2 {
-            if which[parity] && state.parked[parity] > 0 {
+        for &parity in parities {
+            if state.parked[parity] > 0 {
                 state.parked[parity] = 0;
                 self.parked[parity].fetch_add(1, Ordering::Release);
                 released[parity] = true;
@@ -618,9 +620,7 @@ impl<T: Send> Journal<T> {
                 Ok(()) => {
                     state.synced = state.synced.max(target);
                     self.synced_now.store(state.synced, Ordering::Release);
-                    let mut this = [false; 2];
-                    this[parity] = true;
-                    let released = self.release_parked(&mut state, this);
+                    let released = self.release_parked(&mut state, &[parity]);
                     if state.round == round {
                         state.synced_len = state.synced_len.max(target_len);
                     }
@@ -676,11 +676,7 @@ impl<T: Send> Journal<T> {
         if state.synced >= seq {
             return SyncWait::Done(Ok(()));
         }
-        // A lone caller syncs at once itself: handing its sync to the syncer would cost it
-        // two wake-ups of other threads for nothing. A caller is taken as lone when nobody
-        // else waits and the last sync was for one caller only.
-        let lone = Self::nobody_waits(&state) && !matches!(state.last_sync, Some((_, 2..)));
-        if !state.syncing && (!state.syncer || lone) {
+        if !state.syncing && (!state.syncer || Self::lone(&state)) {
             return SyncWait::Lead;
         }
         match state
@@ -736,7 +732,7 @@ impl<T: Send> Journal<T> {
         }
         state.syncer = false;
         // Parked threads wake to find no syncer, and lead their syncs themselves.
-        let released = self.release_parked(&mut state, [true; 2]);
+        let released = self.release_parked(&mut state, &[0, 1]);
         let wakers = std::mem::take(&mut state.sync_wakers);
         drop(state);
         self.wake_parked(released);
@@ -872,7 +868,7 @@ impl<T: Send> Journal<T> {
         state.written = last;
         state.synced = last;
         self.synced_now.store(last, Ordering::Release);
-        let released = self.release_parked(&mut state, [true; 2]);
+        let released = self.release_parked(&mut state, &[0, 1]);
         self.wake_parked(released);
         state.applied = last;
         if state.sync_waiting > 0 {
@@ -964,7 +960,7 @@ impl<T: Send> Journal<T> {
     fn fail_with(&self, state: &mut State<T>, error: JournalError) {
         state.failed.get_or_insert(error);
         self.failed_now.store(true, Ordering::Release);
-        let released = self.release_parked(state, [true; 2]);
+        let released = self.release_parked(state, &[0, 1]);
         self.wake_parked(released);
         self.queued.notify_all();
         self.sync_done.notify_all();

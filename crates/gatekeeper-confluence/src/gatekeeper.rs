@@ -237,15 +237,21 @@ pub(crate) enum StageRequest {
 /// staged before.
 pub(crate) struct Knowledge<'a> {
     /// The pending actions whose effect its reads showed.
-    pub(crate) seen: &'a BTreeSet<DriverActionId>,
+    pub(crate) seen: &'a IdSet,
     /// The actions it staged itself.
     pub(crate) staged: &'a BTreeSet<DriverActionId>,
     /// The actions it staged itself, in staging order, less some already decided: the
     /// decided ones at the end are dropped when its head is looked for.
     pub(crate) open: &'a mut Vec<DriverActionId>,
     /// The version of each content (by resolved key) its last read of it showed.
-    pub(crate) versions: &'a HashMap<ContentHandle, u64>,
+    pub(crate) versions: &'a Versions,
 }
+
+/// A set of action ids that a read adds to and a staging looks up, in no order.
+pub(crate) type IdSet = foldhash::HashSet<DriverActionId>;
+
+/// The version of each content (by resolved key) a session's last read of it showed.
+pub(crate) type Versions = foldhash::HashMap<ContentHandle, u64>;
 
 /// A staged record the kernel has not answered for yet.
 pub(crate) struct Prepared {
@@ -687,7 +693,7 @@ impl ConfluenceGatekeeper {
         &self,
         store: &ActionStore,
         action: &WikiAction,
-        versions: &HashMap<ContentHandle, u64>,
+        versions: &Versions,
     ) -> Result<(Staging, Option<u64>), WikiError> {
         let target = action.target();
         let key = store.resolve(target);

@@ -26,14 +26,16 @@
 //! [`Policy::track_dependencies`]: crate::Policy::track_dependencies
 //! [`Policy::refuse_stale`]: crate::Policy::refuse_stale
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kernel::{ApprovalQueue, DriverActionId};
 
 use crate::card;
 use crate::error::WikiError;
-use crate::gatekeeper::{ConfluenceGatekeeper, Knowledge, SeenFacets, StageRequest};
+use crate::gatekeeper::{
+    ConfluenceGatekeeper, IdSet, Knowledge, SeenFacets, StageRequest, Versions,
+};
 use crate::handle::ContentHandle;
 use crate::overlay::CommentView;
 use crate::record::{ContentKind, ContentStatus, WikiAction};
@@ -95,15 +97,18 @@ pub struct WikiSession {
 /// read).
 #[derive(Default)]
 struct Memory {
-    /// The pending actions whose effect its reads showed.
-    seen: BTreeSet<DriverActionId>,
+    /// The pending actions whose effect its reads showed. A hash set: every read adds
+    /// what it showed, mostly ids already there, and a lookup here costs a fraction of a
+    /// search of a B-tree (about a sixth of a read with 50 pending on the page was spent
+    /// in those searches).
+    seen: IdSet,
     /// The actions it staged itself.
     staged: BTreeSet<DriverActionId>,
     /// The actions it staged itself, in staging order, less those found decided at the
     /// end: the last one is the head of its chain (see the driver's `dependencies`).
     open: Vec<DriverActionId>,
     /// The version of each content (by resolved key) its last read of it showed.
-    versions: HashMap<ContentHandle, u64>,
+    versions: Versions,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -131,7 +136,9 @@ impl WikiSession {
 
     /// The pending actions whose effect this session's reads have shown, in id order.
     pub fn seen(&self) -> Vec<DriverActionId> {
-        lock(&self.memory).seen.iter().copied().collect()
+        let mut seen: Vec<DriverActionId> = lock(&self.memory).seen.iter().copied().collect();
+        seen.sort_unstable();
+        seen
     }
 
     /// The receipt of the last action this session staged (creates included).

@@ -96,3 +96,12 @@ fn concat_display_and_as_ref_agree() {
     assert!(!joined.is_empty());
     assert!(Markdown::new().build().is_empty());
 }
+
+#[test]
+fn a_number_is_its_decimal_digits_as_plain_inline_writes_them() {
+    for n in [0, 7, 1_234, u64::MAX] {
+        let number = Sanitized::number(n);
+        assert_eq!(number.as_str(), n.to_string());
+        assert_eq!(number, plain_inline(&n.to_string(), MAX_INLINE_CHARS));
+    }
+}

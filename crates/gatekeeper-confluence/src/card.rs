@@ -6,6 +6,8 @@
 //! bodies, plain inline text for titles, a code span for labels). Markdown bodies shown
 //! on a card are clipped to 2000 characters plus `…`, as in the reference.
 
+use std::sync::LazyLock;
+
 use kernel::{ActionDescription, ActionKind, ObservationDescription};
 use prompt_sanitize::{Markdown, Sanitized, code_span, plain_inline, quote_untrusted};
 
@@ -209,21 +211,40 @@ pub fn observation(
     page_title: &str,
     pending: usize,
 ) -> ObservationDescription {
+    let pieces = &*READ_PIECES;
     let mut md = Markdown::new();
-    md.line(&[&lit("Title: **"), &title(page_title), &lit("**")]);
+    md.line(&[&pieces.title_open, &title(page_title), &pieces.title_close]);
     if pending > 0 {
         md.line(&[
-            &lit("Includes "),
+            &pieces.includes,
             &Sanitized::number(pending as u64),
-            &lit(if pending == 1 {
-                " pending change that is not approved yet."
+            if pending == 1 {
+                &pieces.one_pending
             } else {
-                " pending changes that are not approved yet."
-            }),
+                &pieces.many_pending
+            },
         ]);
     }
     ObservationDescription::new(read_title(what, kind, handle), md.build().into_string())
 }
+
+/// The fixed pieces of a read's ledger line, sanitized once for the process rather than
+/// on every read (each [`lit`] is a scan and an allocation).
+struct ReadPieces {
+    title_open: Sanitized,
+    title_close: Sanitized,
+    includes: Sanitized,
+    one_pending: Sanitized,
+    many_pending: Sanitized,
+}
+
+static READ_PIECES: LazyLock<ReadPieces> = LazyLock::new(|| ReadPieces {
+    title_open: lit("Title: **"),
+    title_close: lit("**"),
+    includes: lit("Includes "),
+    one_pending: lit(" pending change that is not approved yet."),
+    many_pending: lit(" pending changes that are not approved yet."),
+});
 
 /// The ledger line's title of a read: `Read Confluence page 100`, or `Read the body of
 /// Confluence page 100`. Written piece by piece: every read builds one, and the two

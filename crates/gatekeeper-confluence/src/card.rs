@@ -22,9 +22,8 @@ fn lit(text: &'static str) -> Sanitized {
     Sanitized::literal(text)
 }
 
-/// Program-made text such as a handle or a number, still sanitized to keep the type's
-/// promise. A pass costs about a thousand instructions, so a read's ledger line, built on
-/// every read, writes its count with [`Sanitized::number`] instead.
+/// Program-made text such as a handle, still sanitized to keep the type's promise (a
+/// number is written with [`Sanitized::number`], which needs no pass).
 fn fact(text: impl std::fmt::Display) -> Sanitized {
     plain_inline(&text.to_string(), TITLE_CHARS)
 }
@@ -114,7 +113,7 @@ pub fn describe(action: &WikiAction, staging: &Staging, guarded: bool) -> Action
             if guarded && !target.is_provisional() {
                 md.line(&[
                     &lit("Staged against version "),
-                    &fact(staging.base_version),
+                    &Sanitized::number(staging.base_version),
                     &lit("; it will not be applied over a newer version."),
                 ]);
             }
@@ -194,7 +193,7 @@ pub fn note_unread(card: &mut ActionDescription, version: u64) {
     let mut md = Markdown::new();
     md.line(&[
         &lit("The agent did not read this page before staging this: it never saw version "),
-        &fact(version),
+        &Sanitized::number(version),
         &lit(", the version it is staged against."),
     ]);
     // A blank line first, so the note never reads as part of a quoted body above it.

@@ -405,8 +405,7 @@ impl<T: Send> Journal<T> {
         state.buffer.clear();
         state.offset = 0;
         state.written = next_seq - 1;
-        state.synced = next_seq - 1;
-        self.synced_now.store(state.synced, Ordering::Release);
+        self.set_synced(&mut state, next_seq - 1);
         state.applied = next_seq - 1;
     }
 
@@ -548,6 +547,20 @@ impl<T: Send> Journal<T> {
         released
     }
 
+    /// Release and wake every parked thread at once, the lock held (a restart, a failure):
+    /// each finds its answer in [`Journal::synced_now`] or [`Journal::failed_now`].
+    fn wake_all_parked(&self, state: &mut State<T>) {
+        let released = self.release_parked(state, &[0, 1]);
+        self.wake_parked(released);
+    }
+
+    /// Move the synced position to `synced`, and its copy that woken threads read without
+    /// the lock with it.
+    fn set_synced(&self, state: &mut State<T>, synced: u64) {
+        state.synced = synced;
+        self.synced_now.store(synced, Ordering::Release);
+    }
+
     /// Wake every thread parked on the words `released` names ([`Journal::release_parked`]).
     fn wake_parked(&self, released: [bool; 2]) {
         for (word, released) in self.parked.iter().zip(released) {
@@ -618,8 +631,8 @@ impl<T: Send> Journal<T> {
             state.syncing = false;
             match synced {
                 Ok(()) => {
-                    state.synced = state.synced.max(target);
-                    self.synced_now.store(state.synced, Ordering::Release);
+                    let synced = state.synced.max(target);
+                    self.set_synced(&mut state, synced);
                     let released = self.release_parked(&mut state, &[parity]);
                     if state.round == round {
                         state.synced_len = state.synced_len.max(target_len);
@@ -866,10 +879,8 @@ impl<T: Send> Journal<T> {
         state.synced_len = 0;
         state.round += 1;
         state.written = last;
-        state.synced = last;
-        self.synced_now.store(last, Ordering::Release);
-        let released = self.release_parked(&mut state, &[0, 1]);
-        self.wake_parked(released);
+        self.set_synced(&mut state, last);
+        self.wake_all_parked(&mut state);
         state.applied = last;
         if state.sync_waiting > 0 {
             self.sync_done.notify_all();
@@ -960,8 +971,7 @@ impl<T: Send> Journal<T> {
     fn fail_with(&self, state: &mut State<T>, error: JournalError) {
         state.failed.get_or_insert(error);
         self.failed_now.store(true, Ordering::Release);
-        let released = self.release_parked(state, &[0, 1]);
-        self.wake_parked(released);
+        self.wake_all_parked(state);
         self.queued.notify_all();
         self.sync_done.notify_all();
         self.sync_wanted.notify_all();
@@ -1585,7 +1595,7 @@ mod tests {
         {
             let mut state = journal.state();
             state.syncing = false;
-            state.synced = first;
+            journal.set_synced(&mut state, first);
             journal.sync_wanted.notify_one();
         }
         waiter.join().unwrap().unwrap();

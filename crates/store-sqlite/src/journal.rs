@@ -126,17 +126,21 @@ pub(crate) const APPLY_EVERY: std::time::Duration = std::time::Duration::from_mi
 
 /// While callers sync concurrently (the last sync was for more than one), how long after
 /// the last sync began the next one waits, so that more records share it. A lone caller
-/// never waits. About two syncs of a quiet disk the benchmarks ran on (a raw 4 KiB write
-/// and sync in 100–125 µs): sixteen sessions then share a sync between four or five
-/// actions, and each waits a little longer. Shorter is faster and syncs more: on one
-/// quiet day, taken turn about with one session, sixteen tasks reached 4.72–5.18 × one
-/// task's throughput at 0.26–0.30 syncs per action with 100 µs (fifteen runs),
-/// 4.39–4.84 × at 0.21–0.26 with 150 µs (eight), and 4.42–4.62 × at 0.19–0.23 with
+/// never waits. It bites only when a sync under load takes less than this (on a slow
+/// disk, the next sync is due as soon as the last ends). Shorter is faster and syncs
+/// more: on one quiet day, taken turn about with one session, sixteen tasks reached
+/// 4.72–5.18 × one task's throughput at 0.26–0.30 syncs per action with 100 µs (fifteen
+/// runs), 4.39–4.84 × at 0.21–0.26 with 150 µs (eight) and 4.42–4.62 × at 0.19–0.23 with
 /// 200 µs (seven; alternated, threads 3.2–3.9 × throughout, at 0.21–0.31 syncs); with no
-/// gathering, about 0.4 syncs per action. 200 µs keeps both targets (at least four times
-/// one session's throughput, at most 0.3 syncs per action) with a margin; with 100 µs
-/// the syncs came within 2% of theirs.
-pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(200);
+/// gathering, about 0.4 syncs per action. Those waits overshot by up to 50 µs (the
+/// system's default timer slack, which the syncer's thread now sets to 1 µs,
+/// `journaled.rs`). With that, on a day a raw 4 KiB write and sync took 100 µs, three
+/// alternations gave: 200 µs, tasks 4.56–4.62 ×, threads 3.73–3.90 ×, 0.16–0.19 syncs
+/// per action; 150 µs, 4.64–4.87 × and 3.82–4.10 × at 0.19–0.21; 120 µs, 4.79–4.88 × and
+/// 3.95–4.13 × (six runs) at 0.20–0.24; 100 µs, 4.97–5.16 × and 3.87–4.12 × at
+/// 0.21–0.26. 120 µs keeps both targets (at least four times one session's throughput,
+/// at most 0.3 syncs per action) with the fewest syncs that reach them.
+pub(crate) const GATHER: std::time::Duration = std::time::Duration::from_micros(120);
 
 /// How many queued records wake the applier before its next batch is due (about seven
 /// hundred actions' records: a bound on the queue, well past what [`APPLY_EVERY`] gathers

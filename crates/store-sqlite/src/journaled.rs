@@ -97,7 +97,7 @@ use kernel::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{error, info};
+use tracing::{debug, error, info};
 
 use crate::actions::{SqliteActionStorage, is_interruption};
 use crate::db::{Database, Durability, Steps, sidecar};
@@ -674,6 +674,25 @@ impl Shared {
     }
 }
 
+/// The timer slack of the syncer's thread, in nanoseconds: how late the system may end
+/// its timed waits, which are the gathering before a sync (`GATHER` in `journal.rs`).
+/// Linux gives a thread 50 µs by default, a quarter of that wait, so the gathering
+/// overshot by up to that much while the disk stood idle. With 1 µs, taken turn about
+/// with the default in three alternations (raw write+fsync about 100 µs), sixteen tasks
+/// reached 4.56–4.62 × one task's throughput against 4.26–4.30 ×, and sixteen threads
+/// 3.73–3.88 × against 3.45–3.81 ×.
+#[cfg(target_os = "linux")]
+const SYNCER_TIMER_SLACK_NS: std::ffi::c_ulong = 1_000;
+
+/// Let the calling thread's timed waits end on time (see [`SYNCER_TIMER_SLACK_NS`]). A
+/// refusal leaves the default slack, which costs speed, not correctness.
+fn precise_timers() {
+    #[cfg(target_os = "linux")]
+    if let Err(error) = nix::sys::prctl::set_timerslack(SYNCER_TIMER_SLACK_NS) {
+        debug!(%error, "the syncer keeps the default timer slack");
+    }
+}
+
 /// The applier's loop: apply what is queued, commit now and then, start the journal over
 /// when it has run half its ring; on close, commit and sync everything.
 fn run_applier(shared: &Shared) {
@@ -814,7 +833,10 @@ impl Journaled {
                     detail: format!("cannot start the {name} thread: {e}"),
                 })
         };
-        let syncer = spawn("syncer", |shared| shared.journal.run_syncer())?;
+        let syncer = spawn("syncer", |shared| {
+            precise_timers();
+            shared.journal.run_syncer()
+        })?;
         let applier = match spawn("applier", run_applier) {
             Ok(applier) => applier,
             Err(error) => {

@@ -97,7 +97,7 @@ use kernel::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{debug, error, info};
+use tracing::{error, info};
 
 use crate::actions::{SqliteActionStorage, is_interruption};
 use crate::db::{Database, Durability, Steps, sidecar};
@@ -689,7 +689,7 @@ const SYNCER_TIMER_SLACK_NS: std::ffi::c_ulong = 1_000;
 fn precise_timers() {
     #[cfg(target_os = "linux")]
     if let Err(error) = nix::sys::prctl::set_timerslack(SYNCER_TIMER_SLACK_NS) {
-        debug!(%error, "the syncer keeps the default timer slack");
+        tracing::debug!(%error, "the syncer keeps the default timer slack");
     }
 }
 
@@ -1659,4 +1659,24 @@ fn check_readable(entry: &LedgerEntry, inserted: bool) -> Result<(), kernel::Sto
         &format!("the description of ledger entry {}", entry.id),
     )
     .map_err(kernel_port)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precise_timers_sets_the_slack_of_the_calling_thread_only() {
+        let before = nix::sys::prctl::get_timerslack().unwrap();
+        let slack = std::thread::spawn(|| {
+            // Linux's default, whatever this process inherited.
+            nix::sys::prctl::set_timerslack(50_000).unwrap();
+            precise_timers();
+            nix::sys::prctl::get_timerslack().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(slack as std::ffi::c_ulong, SYNCER_TIMER_SLACK_NS);
+        assert_eq!(nix::sys::prctl::get_timerslack().unwrap(), before);
+    }
 }

@@ -502,8 +502,9 @@ fn turn_about(
     let mut group = c.benchmark_group(group);
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(10));
-    // `run(sessions, round)`: the round from one session or sixteen, on its file.
-    let mut measure = |run: &mut dyn FnMut(u64, u64) -> Duration| {
+    // `run_one(round)`, `run_many(round)`: the round from one session, from sixteen.
+    let mut measure = |run_one: &mut dyn FnMut(u64) -> Duration,
+                       run_many: &mut dyn FnMut(u64) -> Duration| {
         let mut round = 0;
         group.bench_function("turn_about", |b| {
             b.iter_custom(|iters| {
@@ -511,8 +512,8 @@ fn turn_about(
                 let syncs = many.db.syncs();
                 for _ in 0..iters {
                     round += 1;
-                    alone += run(1, round);
-                    together += run(16, round);
+                    alone += run_one(round);
+                    together += run_many(round);
                 }
                 tally(names[0], alone, iters * TURN, 0);
                 tally_syncs(
@@ -529,17 +530,16 @@ fn turn_about(
     if threads {
         on_threads(&one, 1, |alone| {
             on_threads(&many, 16, |together| {
-                measure(&mut |sessions, round| {
-                    let threads = if sessions == 1 { alone } else { together };
-                    threads.run(TURN, round)
+                measure(&mut |round| alone.run(TURN, round), &mut |round| {
+                    together.run(TURN, round)
                 })
             })
         });
     } else {
-        measure(&mut |sessions, round| {
-            let rig = if sessions == 1 { &one } else { &many };
-            on_tasks(&rt, rig, sessions, TURN, round)
-        });
+        measure(
+            &mut |round| on_tasks(&rt, &one, 1, TURN, round),
+            &mut |round| on_tasks(&rt, &many, 16, TURN, round),
+        );
     }
     group.finish();
 }

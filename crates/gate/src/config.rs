@@ -19,6 +19,8 @@ use toml::Spanned;
 
 /// Where the daemon listens for agents when the file names no address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7431";
+/// The largest `max_catalog_pages` a server may be given.
+pub const MAX_CATALOG_PAGES: usize = 100_000;
 /// The longest deadline a server may be given.
 pub const MAX_DEADLINE_SECONDS: u64 = 3600;
 /// The longest time to live a pending action may be given: 90 days.
@@ -72,6 +74,9 @@ pub struct ServerConfig {
     /// How long its pending actions wait for a decision before they expire; `None`
     /// takes the file's default ([`Config::pending_ttl`]).
     pub pending_ttl: Option<Duration>,
+    /// The most `tools/list` pages its catalog may have (`max_catalog_pages`); a longer
+    /// catalog is refused whole, never cut.
+    pub max_catalog_pages: usize,
 }
 
 /// The command run to tell the person that work waits.
@@ -172,6 +177,7 @@ struct RawServer {
     #[serde(default)]
     sensitive_reads: Vec<String>,
     pending_ttl_seconds: Option<Spanned<u64>>,
+    max_catalog_pages: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -415,6 +421,19 @@ impl Config {
                 server.pending_ttl_seconds.as_ref(),
                 &format!("server {name:?}: "),
             )?;
+            let max_catalog_pages = match &server.max_catalog_pages {
+                None => gatekeeper_mcp::DEFAULT_MAX_CATALOG_PAGES,
+                Some(pages) => match usize::try_from(*pages.get_ref()) {
+                    Ok(pages) if (1..=MAX_CATALOG_PAGES).contains(&pages) => pages,
+                    _ => {
+                        return Err(check.at(pages, format!(
+                            "server {name:?}: max_catalog_pages = {} is out of range; write a number of tools/list pages from 1 to {MAX_CATALOG_PAGES}, for example max_catalog_pages = {}",
+                            pages.get_ref(),
+                            gatekeeper_mcp::DEFAULT_MAX_CATALOG_PAGES
+                        )));
+                    }
+                },
+            };
             servers.push(ServerConfig {
                 pending_ttl,
                 name,
@@ -425,6 +444,7 @@ impl Config {
                 },
                 deadline,
                 sensitive_reads: server.sensitive_reads,
+                max_catalog_pages,
             });
         }
 
@@ -583,6 +603,7 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # deadline_seconds = 30          # every request to it has a deadline (default 60)
 # sensitive_reads = ["read_file"]  # reading one locks that agent down: no more of its writes
 # pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision
+# max_catalog_pages = 1000       # a catalog with more tools/list pages is refused, never cut
 
 # A downstream server over MCP streamable HTTP (http:// on this machine: this build has
 # no TLS). Header values come from environment variables of `gate serve`, so secrets
@@ -743,6 +764,12 @@ mod tests {
         let message = refused("[[server]]\nname = \"a\"\ncommand = \"sh\"\ndeadline_seconds = 0\n");
         assert!(
             message.starts_with("gate.toml:4: server \"a\": deadline_seconds = 0 is out of range"),
+            "{message}"
+        );
+        let message =
+            refused("[[server]]\nname = \"a\"\ncommand = \"sh\"\nmax_catalog_pages = 0\n");
+        assert!(
+            message.starts_with("gate.toml:4: server \"a\": max_catalog_pages = 0 is out of range"),
             "{message}"
         );
     }

@@ -197,7 +197,8 @@ impl Daemon {
             let mcp = McpServer::connect(
                 McpServerConfig::new(server.name.clone(), endpoint)
                     .trust(server.trust)
-                    .deadline(server.deadline),
+                    .deadline(server.deadline)
+                    .max_catalog_pages(server.max_catalog_pages),
             )
             .await
             .map_err(|e| StartError(e.to_string()))?;

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use gatekeeper_core::{ActionResult, CallOutcome, Content, Session, ToolGatekeeper, ToolResult};
+use gatekeeper_core::{ActionResult, CallOutcome, Session, ToolGatekeeper, ToolResult};
 use gatekeeper_mcp::{Catalog, CatalogTool, McpServer, canonical_json};
 use kernel::{ActionState, Clock, LedgerId, Overseer, SystemClock};
 use prompt_sanitize::{
@@ -157,13 +157,26 @@ pub enum ViewError {
     },
 }
 
-/// The listing of one tool: the downstream definition as gatekeeper-core keeps it (boolean
-/// hints only), under the agent-facing name, with the output schema only for reads.
+/// The listing of one tool: the downstream definition exactly as the server listed it
+/// (title, icons, `_meta`, `execution` and every other field), under the agent-facing
+/// name, with two changes the gate owns: the annotations are the ones the classifier
+/// believed (boolean hints only, so a client parses them), and the output schema is kept
+/// only for reads, since a gated tool answers with the gate's message, not its output.
 fn listing(exposed: &str, downstream: &CatalogTool, read: bool) -> Option<McpTool> {
-    let mut shown = serde_json::to_value(&downstream.tool).ok()?;
-    shown["name"] = Value::String(exposed.to_owned());
-    if read && let Some(schema) = downstream.raw.get("outputSchema") {
-        shown["outputSchema"] = schema.clone();
+    let mut shown = downstream.raw.clone();
+    let believed = serde_json::to_value(&downstream.tool).ok()?;
+    let fields = shown.as_object_mut()?;
+    fields.insert("name".to_owned(), Value::String(exposed.to_owned()));
+    match believed.get("annotations") {
+        Some(annotations) => {
+            fields.insert("annotations".to_owned(), annotations.clone());
+        }
+        None => {
+            fields.remove("annotations");
+        }
+    }
+    if !read {
+        fields.remove("outputSchema");
     }
     match serde_json::from_value(shown) {
         Ok(tool) => Some(tool),
@@ -220,10 +233,15 @@ impl AgentTools {
             let catalog = downstream.accepted();
             let mut chosen: Vec<&CatalogTool> = Vec::new();
             match tools {
-                None => chosen.extend(catalog.tools()),
+                // A tool the gate cannot run as it asks is withheld (`gate catalog` says
+                // why); one a grant names explicitly is left out the same way.
+                None => chosen.extend(catalog.tools().iter().filter(|t| t.withheld.is_none())),
                 Some(tools) => {
                     for tool in tools {
                         match catalog.get(tool) {
+                            Some(listed) if listed.withheld.is_some() => {
+                                warn!(agent = %name, %server, %tool, "grant.tool-withheld: see `gate catalog`");
+                            }
                             Some(listed) => chosen.push(listed),
                             None if strict => {
                                 return Err(ViewError::UnknownTool {
@@ -379,14 +397,19 @@ fn error_result(text: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
 }
 
-/// A downstream answer as the agent receives it. Blocks the toolkit does not keep (images,
-/// resources) are replaced by a note.
+/// A downstream answer as the agent receives it: every block as the server sent it
+/// (text, image, audio, resource link, embedded resource, with their annotations and
+/// `_meta`), its structured content and its `_meta`, after the gate's own text block when
+/// there is a `prefix`. A block the protocol library cannot carry (a type newer than it) is
+/// replaced by a note naming its type.
 fn downstream_result(result: &ToolResult, prefix: Option<String>) -> CallToolResult {
     let mut content: Vec<ContentBlock> = prefix.into_iter().map(ContentBlock::text).collect();
     for block in &result.content {
-        content.push(ContentBlock::text(match block {
-            Content::Text { text } => text.clone(),
-            Content::Unsupported => "(a block that is not text was left out)".to_owned(),
+        content.push(serde_json::from_value(block.to_json()).unwrap_or_else(|_| {
+            ContentBlock::text(format!(
+                "(a block of type {} that the gate cannot carry was left out)",
+                code_span(block.kind(), MAX_INLINE_CHARS)
+            ))
         }));
     }
     let mut answer = if result.is_error {
@@ -395,6 +418,10 @@ fn downstream_result(result: &ToolResult, prefix: Option<String>) -> CallToolRes
         CallToolResult::success(content)
     };
     answer.structured_content = result.structured_content.clone();
+    answer.meta = result
+        .extra
+        .get("_meta")
+        .and_then(|meta| serde_json::from_value(meta.clone()).ok());
     answer
 }
 
@@ -632,6 +659,7 @@ impl Gateway {
                     "{server}: {} tools, as accepted",
                     accepted.tools().len()
                 ));
+                lines.extend(withheld_lines(&current));
                 continue;
             }
             lines.push(format!("{server}:"));
@@ -653,6 +681,7 @@ impl Gateway {
                     code_span(name, MAX_INLINE_CHARS)
                 ));
             }
+            lines.extend(withheld_lines(&current));
             lines.push(format!(
                 "  to let agents use the catalog as it is now: gate catalog accept {}",
                 downstream.name
@@ -1042,6 +1071,10 @@ impl Gateway {
                 format!(
                     "Action {id} failed, and it may have reached the server: {message} It will not be sent again."
                 )
+            } else if failure.kind == kernel::FailureKind::ServiceError {
+                format!(
+                    "Action {id} was approved and sent, and the server refused it: {message} It will not be sent again."
+                )
             } else {
                 format!("Action {id} failed and was not sent: {message} It will not be sent again.")
             });
@@ -1111,6 +1144,18 @@ impl Gateway {
             format!("Waiting for a person:\n{}", mine.join("\n"))
         })
     }
+}
+
+/// For the person: each tool of `catalog` agents are not offered, with the reason (the
+/// gate's own words; the tool's name is the server's, shown as a code span).
+fn withheld_lines(catalog: &Catalog) -> impl Iterator<Item = String> + '_ {
+    catalog.tools().iter().filter_map(|tool| {
+        let reason = tool.withheld.as_deref()?;
+        Some(format!(
+            "  {} is not offered to agents: {reason}",
+            code_span(&tool.name, MAX_INLINE_CHARS),
+        ))
+    })
 }
 
 /// The file in which `server`'s accepted catalog is recorded, in the catalogs directory.

@@ -15,25 +15,112 @@ use std::pin::Pin;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::tool::Tool;
 
-/// One block of a tool's reply, shaped like MCP's content blocks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+/// One block of a tool's reply, as the server sent it.
+///
+/// A text block with nothing but its text is kept as [`Content::Text`], the common case
+/// and the one drivers write; every other block (image, audio, resource link, embedded
+/// resource, a text block with annotations or `_meta`, a block type newer than this
+/// toolkit) is kept exactly as received in [`Content::Other`], so a reply reaches the
+/// agent, and the action store, with nothing dropped.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Content {
-    /// Text for the agent to read.
+    /// Text for the agent to read, and nothing else.
     Text {
         /// The text.
         text: String,
     },
-    /// A block of a type this toolkit does not render (image, audio, resource, ...).
-    #[serde(other)]
-    Unsupported,
+    /// Any other block, as the server sent it (a JSON object with a `type`).
+    Other(Value),
+}
+
+/// The block older versions kept in place of anything but plain text.
+const LEGACY_UNSUPPORTED: &str = "unsupported";
+/// What a block stored by an older version, which kept no more than its type, reads as.
+pub const LEFT_OUT_BLOCK: &str = "(a block that is not text was left out)";
+
+impl Content {
+    /// A plain text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Text { text: text.into() }
+    }
+
+    /// The block's text, if it is a text block (with or without annotations).
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Self::Text { text } => Some(text),
+            Self::Other(block) if block.get("type").and_then(Value::as_str) == Some("text") => {
+                block.get("text").and_then(Value::as_str)
+            }
+            Self::Other(_) => None,
+        }
+    }
+
+    /// The block's `type` (`text`, `image`, `audio`, `resource_link`, `resource`, ...).
+    pub fn kind(&self) -> &str {
+        match self {
+            Self::Text { .. } => "text",
+            Self::Other(block) => block
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown"),
+        }
+    }
+
+    /// The block as JSON, exactly as it crosses the protocol.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::Text { text } => serde_json::json!({"type": "text", "text": text}),
+            Self::Other(block) => block.clone(),
+        }
+    }
+}
+
+impl Serialize for Content {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Text { text } => {
+                use serde::ser::SerializeMap as _;
+                let mut map = serializer.serialize_map(Some(2))?;
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", text)?;
+                map.end()
+            }
+            Self::Other(block) => block.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let block = Value::deserialize(deserializer)?;
+        let Value::Object(map) = &block else {
+            return Err(serde::de::Error::custom(
+                "a content block must be a JSON object",
+            ));
+        };
+        match (map.get("type").and_then(Value::as_str), map.get("text")) {
+            (Some("text"), Some(Value::String(text))) if map.len() == 2 => {
+                Ok(Self::Text { text: text.clone() })
+            }
+            (Some(LEGACY_UNSUPPORTED), _) if map.len() == 1 => Ok(Self::text(LEFT_OUT_BLOCK)),
+            (Some(_), _) => Ok(Self::Other(block)),
+            (None, _) => Err(serde::de::Error::custom(
+                "a content block needs a string `type`",
+            )),
+        }
+    }
 }
 
 /// A tool's reply, shaped like MCP's `CallToolResult`.
+///
+/// Every field the server sent is kept: the content blocks as they came ([`Content`]),
+/// `structuredContent`, `isError`, and anything else (such as `_meta`) in
+/// [`ToolResult::extra`]. Only the protocol era's framing (`resultType`) is dropped, since
+/// whoever hands the reply on frames it for its own peer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResult {
@@ -47,15 +134,18 @@ pub struct ToolResult {
     /// the call reached the tool.
     #[serde(default)]
     pub is_error: bool,
+    /// Every other field of the reply (`_meta`, fields of newer protocol versions), as
+    /// the server sent it.
+    #[serde(flatten, default, skip_serializing_if = "Map::is_empty")]
+    pub extra: Map<String, Value>,
 }
 
 impl ToolResult {
     /// A successful reply made of one text block.
     pub fn from_text(text: impl Into<String>) -> Self {
         Self {
-            content: vec![Content::Text { text: text.into() }],
-            structured_content: None,
-            is_error: false,
+            content: vec![Content::text(text)],
+            ..Self::default()
         }
     }
 
@@ -67,6 +157,15 @@ impl ToolResult {
         }
     }
 
+    /// A reply read from a `tools/call` result as JSON; the era's `resultType` framing is
+    /// left out.
+    pub fn from_json(mut reply: Value) -> Result<Self, serde_json::Error> {
+        if let Some(map) = reply.as_object_mut() {
+            map.remove("resultType");
+        }
+        serde_json::from_value(reply)
+    }
+
     /// The same reply with machine-readable data attached.
     pub fn with_structured(mut self, data: Value) -> Self {
         self.structured_content = Some(data);
@@ -76,13 +175,11 @@ impl ToolResult {
     /// Every text block, joined with `\n` (the reference's `text` field).
     pub fn text(&self) -> String {
         let mut out = String::new();
-        for block in &self.content {
-            if let Content::Text { text } = block {
-                if !out.is_empty() {
-                    out.push('\n');
-                }
-                let _ = out.write_str(text);
+        for text in self.content.iter().filter_map(Content::as_text) {
+            if !out.is_empty() {
+                out.push('\n');
             }
+            let _ = out.write_str(text);
         }
         out
     }
@@ -101,6 +198,12 @@ pub enum CallError {
     /// The service refused the request before running the tool (HTTP 403).
     #[error("{0}")]
     Declined(String),
+    /// The service answered the request with a protocol error instead of a result (for
+    /// MCP, a JSON-RPC error such as unknown tool or invalid arguments). The request
+    /// reached the service and was answered, so this is final: it is not retried, and the
+    /// person is told the service refused it rather than that it was applied.
+    #[error("{0}")]
+    Answered(String),
     /// Anything else: a timeout, a dropped connection, an unreadable or unexpected reply.
     /// The tool may have run.
     #[error("{0}")]
@@ -114,12 +217,18 @@ impl CallError {
         matches!(self, Self::Unknown(_))
     }
 
+    /// Whether the same approval may be spent again: only when the call is positively
+    /// known not to have been answered by the tool (not sent, or refused before it ran).
+    pub fn retryable(&self) -> bool {
+        matches!(self, Self::NotDispatched(_) | Self::Declined(_))
+    }
+
     /// What a failed call says about its effect, for the ledger: not sent, refused by
     /// the service, or outcome unknown.
     pub fn failure_kind(&self) -> kernel::FailureKind {
         match self {
             Self::NotDispatched(_) => kernel::FailureKind::NotSent,
-            Self::Declined(_) => kernel::FailureKind::ServiceError,
+            Self::Declined(_) | Self::Answered(_) => kernel::FailureKind::ServiceError,
             Self::Unknown(_) => kernel::FailureKind::OutcomeUnknown,
         }
     }
@@ -127,7 +236,7 @@ impl CallError {
     /// The service's message.
     pub fn message(&self) -> &str {
         match self {
-            Self::NotDispatched(m) | Self::Declined(m) | Self::Unknown(m) => m,
+            Self::NotDispatched(m) | Self::Declined(m) | Self::Answered(m) | Self::Unknown(m) => m,
         }
     }
 }
@@ -195,7 +304,42 @@ mod tests {
         }))
         .expect("MCP shaped");
         assert_eq!(result.text(), "one\ntwo");
-        assert_eq!(result.content[1], Content::Unsupported);
+        assert_eq!(result.content[1].kind(), "image");
+    }
+
+    #[test]
+    fn every_block_and_field_of_a_reply_is_kept_as_the_server_sent_it() {
+        let reply = json!({
+            "resultType": "complete",
+            "content": [
+                {"type": "text", "text": "plain"},
+                {"type": "text", "text": "noted", "annotations": {"audience": ["user"], "priority": 0.5}},
+                {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+                {"type": "audio", "data": "UklG", "mimeType": "audio/wav", "_meta": {"k": 1}},
+                {"type": "resource_link", "uri": "file:///a", "name": "a"},
+                {"type": "resource", "resource": {"uri": "test://x", "text": "embedded"}},
+                {"type": "hologram", "depth": 3}
+            ],
+            "structuredContent": {"n": 1},
+            "isError": false,
+            "_meta": {"trace": "t-1"}
+        });
+        let result = ToolResult::from_json(reply.clone()).expect("a tool result");
+        assert_eq!(result.content[0], Content::text("plain"));
+        assert_eq!(result.text(), "plain\nnoted");
+        let mut expected = reply;
+        expected
+            .as_object_mut()
+            .expect("object")
+            .remove("resultType");
+        assert_eq!(serde_json::to_value(&result).expect("serialises"), expected);
+    }
+
+    #[test]
+    fn a_block_stored_by_an_older_version_reads_as_a_note() {
+        let result: ToolResult =
+            serde_json::from_value(json!({"content": [{"type": "unsupported"}]})).expect("reads");
+        assert_eq!(result.text(), LEFT_OUT_BLOCK);
     }
 
     #[test]
@@ -203,5 +347,14 @@ mod tests {
         assert!(!CallError::NotDispatched("401".into()).may_have_landed());
         assert!(!CallError::Declined("403".into()).may_have_landed());
         assert!(CallError::Unknown("timeout".into()).may_have_landed());
+        assert!(!CallError::Answered("-32602".into()).may_have_landed());
+    }
+
+    #[test]
+    fn only_failures_known_to_precede_the_tool_are_retryable() {
+        assert!(CallError::NotDispatched("401".into()).retryable());
+        assert!(CallError::Declined("403".into()).retryable());
+        assert!(!CallError::Answered("-32602".into()).retryable());
+        assert!(!CallError::Unknown("timeout".into()).retryable());
     }
 }

@@ -76,7 +76,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use kernel::{Clock, DriverActionId, FailureKind, Timestamp};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tracing::{debug, info, warn};
 
 use crate::service::{CallError, Content, ToolResult, ToolService};
@@ -359,11 +359,11 @@ impl ActionRecord {
                 ..self
             }),
             Err(error) => {
-                let retryable = !error.may_have_landed();
-                let message = if retryable {
-                    error.message().to_owned()
-                } else {
+                let retryable = error.retryable();
+                let message = if error.may_have_landed() {
                     OUTCOME_UNKNOWN_MESSAGE.to_owned()
+                } else {
+                    error.message().to_owned()
                 };
                 let id = self.id;
                 Settlement::Failed {
@@ -464,7 +464,10 @@ fn string_size_bound(text: &str) -> Option<usize> {
     text.len().checked_mul(ESCAPED_BYTES)?.checked_add(2)
 }
 
-/// The reply as kept: itself, or a note if it is too large or cannot be encoded.
+/// The reply as kept: itself when it fits in [`MAX_RESULT_BYTES`]; otherwise with each
+/// block (and structured content) that does not fit in what is left replaced by a note
+/// that names its type and size, in order, so what is kept says what was not; a reply that
+/// cannot be encoded becomes [`UNREADABLE_RESULT_MESSAGE`].
 fn retain_result(result: ToolResult) -> ToolResult {
     // Most replies are a little text: no need to encode them to know they fit.
     if result_size_bound(&result).is_some_and(|bound| bound <= MAX_RESULT_BYTES) {
@@ -474,46 +477,94 @@ fn retain_result(result: ToolResult) -> ToolResult {
     retain_measured(result, size)
 }
 
-/// At least the size of `result` as compact UTF-8 JSON, counted without encoding it, or
-/// `None` if it has structured content (which only encoding measures). Such a reply always
-/// encodes: text and flags cannot fail to.
-fn result_size_bound(result: &ToolResult) -> Option<usize> {
-    // `{"content":[],"isError":false}`, rounded up.
-    const FRAME: usize = 32;
-    // `{"type":"text","text":},` (the text's quotes are in its own bound) or
-    // `{"type":"unsupported"},`, rounded up.
-    const BLOCK: usize = 32;
-    if result.structured_content.is_some() {
-        return None;
-    }
-    result.content.iter().try_fold(FRAME, |bound, block| {
-        let text = match block {
-            Content::Text { text } => string_size_bound(text)?,
-            Content::Unsupported => 0,
-        };
-        bound.checked_add(text.checked_add(BLOCK)?)
-    })
-}
-
 fn retain_measured(result: ToolResult, size: Result<usize, serde_json::Error>) -> ToolResult {
     match size {
         Ok(bytes) if bytes <= MAX_RESULT_BYTES => result,
         Ok(bytes) => {
             warn!(bytes, "action.result.too-large");
-            ToolResult {
-                content: vec![Content::Text {
-                    text: format!(
-                        "(The server's response was too large to retain: {bytes} bytes.)"
-                    ),
-                }],
-                structured_content: None,
-                is_error: result.is_error,
-            }
+            retain_parts(result)
         }
         Err(error) => {
             warn!(%error, "action.result.unreadable");
             ToolResult::from_text(UNREADABLE_RESULT_MESSAGE)
         }
+    }
+}
+
+/// At least the size of `result` as compact UTF-8 JSON, counted without encoding it, or
+/// `None` if it has structured content or other fields (which only encoding measures).
+fn result_size_bound(result: &ToolResult) -> Option<usize> {
+    // `{"content":[],"isError":false}`, rounded up.
+    const FRAME: usize = 32;
+    // `{"type":"text","text":},` (the text's quotes are in its own bound), rounded up;
+    // any other block is bounded as the JSON it is.
+    const BLOCK: usize = 32;
+    if result.structured_content.is_some() || !result.extra.is_empty() {
+        return None;
+    }
+    result.content.iter().try_fold(FRAME, |bound, block| {
+        let size = match block {
+            Content::Text { text } => string_size_bound(text)?,
+            Content::Other(block) => json_size_bound(block)?,
+        };
+        bound.checked_add(size.checked_add(BLOCK)?)
+    })
+}
+
+/// The room a reply's frame and its notes may take, besides its kept parts.
+const RESULT_FRAME_BYTES: usize = 4 * 1024;
+
+/// `result` with every part that does not fit in what is left of [`MAX_RESULT_BYTES`]
+/// replaced by a note saying so.
+fn retain_parts(result: ToolResult) -> ToolResult {
+    let mut room = MAX_RESULT_BYTES - RESULT_FRAME_BYTES;
+    let mut take = |bytes: usize| {
+        let fits = bytes <= room;
+        if fits {
+            room -= bytes;
+        }
+        fits
+    };
+    let note = |what: &str, bytes: usize| {
+        Content::text(format!(
+            "(The server's {what} was too large to retain: {bytes} bytes.)"
+        ))
+    };
+    let content = result
+        .content
+        .into_iter()
+        .map(|block| match encoded_len(&block) {
+            Ok(bytes) if take(bytes) => block,
+            Ok(bytes) => note(&format!("{} block", block.kind()), bytes),
+            Err(_) => Content::text(UNREADABLE_RESULT_MESSAGE),
+        })
+        .collect::<Vec<_>>();
+    let mut dropped = Vec::new();
+    let structured_content = result
+        .structured_content
+        .and_then(|data| match encoded_len(&data) {
+            Ok(bytes) if take(bytes) => Some(data),
+            Ok(bytes) => {
+                dropped.push(note("structured content", bytes));
+                None
+            }
+            Err(_) => None,
+        });
+    let extra = match encoded_len(&result.extra) {
+        Ok(bytes) if take(bytes) => result.extra,
+        Ok(bytes) => {
+            dropped.push(note("other fields of the response", bytes));
+            Map::new()
+        }
+        Err(_) => Map::new(),
+    };
+    let mut content = content;
+    content.extend(dropped);
+    ToolResult {
+        content,
+        structured_content,
+        is_error: result.is_error,
+        extra,
     }
 }
 
@@ -1369,6 +1420,12 @@ mod tests {
                 FailureKind::ServiceError,
             ),
             (
+                CallError::Answered("invalid arguments".into()),
+                false,
+                "invalid arguments",
+                FailureKind::ServiceError,
+            ),
+            (
                 CallError::Unknown("timeout".into()),
                 false,
                 OUTCOME_UNKNOWN_MESSAGE,
@@ -1455,13 +1512,14 @@ mod tests {
                 ToolResult {
                     content: vec![
                         Content::Text { text: text.into() },
-                        Content::Unsupported,
+                        Content::Other(
+                            json!({"type": "image", "data": text, "mimeType": "image/png"}),
+                        ),
                         Content::Text {
                             text: text.repeat(3),
                         },
                     ],
-                    structured_content: None,
-                    is_error: false,
+                    ..ToolResult::default()
                 },
                 ToolResult::default(),
             ] {
@@ -1518,6 +1576,32 @@ mod tests {
         assert_eq!(retain_result(near.clone()), near);
         let large = ToolResult::from_text("x".repeat(MAX_RESULT_BYTES));
         assert!(retain_result(large).text().contains("too large to retain"));
+    }
+
+    #[test]
+    fn a_reply_too_large_to_retain_keeps_what_fits_and_names_what_it_dropped() {
+        let image =
+            json!({"type": "image", "data": "A".repeat(MAX_RESULT_BYTES), "mimeType": "image/png"});
+        let link = json!({"type": "resource_link", "uri": "file:///a", "name": "a", "annotations": {"priority": 1.0}});
+        let reply = ToolResult {
+            content: vec![
+                Content::text("before"),
+                Content::Other(image),
+                Content::Other(link.clone()),
+            ],
+            ..ToolResult::default()
+        };
+        let kept = retain_result(reply);
+        assert_eq!(kept.content[0], Content::text("before"));
+        assert!(
+            kept.content[1].as_text().is_some_and(
+                |note| note.starts_with("(The server's image block was too large to retain:")
+            ),
+            "{:?}",
+            kept.content[1]
+        );
+        assert_eq!(kept.content[2], Content::Other(link));
+        assert!(encoded_len(&kept).expect("encodes") <= MAX_RESULT_BYTES);
     }
 
     #[tokio::test]

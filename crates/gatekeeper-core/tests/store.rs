@@ -263,12 +263,15 @@ async fn discard_deletes_only_a_pending_record() {
 }
 
 #[tokio::test]
-async fn a_result_over_128_kib_is_replaced_by_a_note_and_still_applied() {
+async fn a_result_over_128_kib_keeps_what_fits_names_what_it_dropped_and_is_still_applied() {
     let store = ActionStore::in_memory(clock());
     let service = FakeService::new();
     let id = store.stage("write", json!({})).await.expect("staged");
-    let big = ToolResult::from_text("x".repeat(128 * 1024)).with_structured(json!({"k": 1}));
-    let size = serde_json::to_vec(&big).expect("encodes").len();
+    let text = "x".repeat(128 * 1024);
+    let block = serde_json::to_vec(&json!({"type": "text", "text": text}))
+        .expect("encodes")
+        .len();
+    let big = ToolResult::from_text(text).with_structured(json!({"k": 1}));
     service.reply_next(Ok(big));
     assert_eq!(store.apply(id, service.as_ref()).await, Ok(Applied::Sent));
     let ActionState::Applied { result } = state(&store, id).await else {
@@ -276,9 +279,9 @@ async fn a_result_over_128_kib_is_replaced_by_a_note_and_still_applied() {
     };
     assert_eq!(
         result.text(),
-        format!("(The server's response was too large to retain: {size} bytes.)")
+        format!("(The server's text block was too large to retain: {block} bytes.)")
     );
-    assert_eq!(result.structured_content, None);
+    assert_eq!(result.structured_content, Some(json!({"k": 1})));
     assert_eq!(
         store.apply(id, service.as_ref()).await,
         Ok(Applied::AlreadyApplied)

@@ -159,7 +159,7 @@ impl Reverter for LabelReverter {
             Ok(_) => Ok(RevertOutcome::done()),
             Err(error) => Err(GatekeeperError {
                 message: error.message().to_owned(),
-                retryable: !error.may_have_landed(),
+                retryable: error.retryable(),
                 kind: error.failure_kind(),
             }),
         }
@@ -242,11 +242,9 @@ impl Simulator for CreateIssueSimulator {
         }
         Overlay {
             result: ToolResult {
-                content: vec![Content::Text {
-                    text: lines.join("\n"),
-                }],
+                content: vec![Content::text(lines.join("\n"))],
                 structured_content: Some(json!({ "issues": issues })),
-                is_error: false,
+                ..ToolResult::default()
             },
             shown,
         }

@@ -100,6 +100,23 @@ pub struct CatalogTool {
     pub tool: Tool,
     /// The tool exactly as the server listed it (for passing through to agents).
     pub raw: Value,
+    /// Why agents are not offered this tool, when they are not: a tool the gate cannot
+    /// run as it asks to be run ([`withheld_reason`]). A person sees the reason in
+    /// `gate catalog`.
+    pub withheld: Option<String>,
+}
+
+/// Why a tool listed as `raw` cannot be offered to agents, or `None` when it can.
+///
+/// A tool that must run as a task (`execution.taskSupport: "required"`, the protocol's
+/// tasks extension) would only fail after a person approved it: the gate sends an
+/// approved call as an ordinary `tools/call`. It is withheld rather than offered as a
+/// write that cannot succeed. (`"optional"` tools run as ordinary calls.)
+pub fn withheld_reason(raw: &Value) -> Option<String> {
+    let support = raw.pointer("/execution/taskSupport")?.as_str()?;
+    (support == "required").then(|| {
+        "it runs only as a task (execution.taskSupport = \"required\"), and the gate sends an approved call as an ordinary tools/call, which such a tool refuses".to_owned()
+    })
 }
 
 /// A downstream server's catalog, in the order the server listed it.
@@ -129,6 +146,7 @@ impl Catalog {
                     name,
                     tool: tool.with_definition(digest.clone()),
                     digest,
+                    withheld: withheld_reason(&raw),
                     raw,
                 }),
                 Err(error) => {
@@ -284,6 +302,29 @@ mod tests {
         assert_eq!(tool.tool.definition.as_deref(), Some(tool.digest.as_str()));
         let restored = Catalog::from_raw_tools("s", catalog.raw_tools());
         assert_eq!(restored, catalog, "a recorded catalog reads back the same");
+    }
+
+    #[test]
+    fn a_tool_that_runs_only_as_a_task_is_withheld_with_its_reason() {
+        let catalog = Catalog::from_raw_tools(
+            "s",
+            [
+                json!({"name": "plain"}),
+                json!({"name": "maybe", "execution": {"taskSupport": "optional"}}),
+                json!({"name": "task", "execution": {"taskSupport": "required"}}),
+            ],
+        );
+        let withheld: Vec<(&str, bool)> = catalog
+            .tools()
+            .iter()
+            .map(|t| (t.name.as_str(), t.withheld.is_some()))
+            .collect();
+        assert_eq!(
+            withheld,
+            [("plain", false), ("maybe", false), ("task", true)]
+        );
+        let reason = catalog.get("task").and_then(|t| t.withheld.clone());
+        assert!(reason.is_some_and(|r| r.contains("taskSupport")));
     }
 
     #[test]

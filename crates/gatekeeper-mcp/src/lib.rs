@@ -42,6 +42,10 @@ mod connection;
 mod server;
 
 pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};
-pub use catalog::{Catalog, CatalogChanges, CatalogTool, canonical_json, definition_digest};
+pub use catalog::{
+    Catalog, CatalogChanges, CatalogTool, canonical_json, definition_digest, withheld_reason,
+};
 pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, StdioCommand};
-pub use server::{DEFAULT_DEADLINE, MAX_LIST_PAGES, McpError, McpServer, McpServerConfig};
+pub use server::{
+    DEFAULT_DEADLINE, DEFAULT_MAX_CATALOG_PAGES, McpError, McpServer, McpServerConfig,
+};

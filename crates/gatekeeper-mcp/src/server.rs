@@ -12,8 +12,11 @@
 //!   - after it left (deadline passed, connection lost, the server crashed, an answer that
 //!     is not a tool result): [`CallError::Unknown`], so the action store never sends it
 //!     again;
-//!   - a tool error (`isError: true`) or a JSON-RPC error answer is the service's answer,
-//!     returned as a [`ToolResult`] with `is_error` set.
+//!   - a tool error (`isError: true`) is the tool's answer, returned as a [`ToolResult`]
+//!     with `is_error` set; a JSON-RPC error answer is the server's refusal of the request,
+//!     [`CallError::Answered`]: final, never retried, and never reported as applied.
+//! - **Every page of the catalog is read** (`tools/list` followed cursor by cursor); one
+//!   longer than [`McpServerConfig::max_catalog_pages`] is refused whole, never cut.
 //! - **A call runs only against the definition it was classified and staged with.** Each
 //!   tool of the gatekeeper carries the digest of its definition ([`crate::catalog`]),
 //!   which the action store keeps with a staged call and hands back on apply
@@ -57,8 +60,9 @@ use crate::connection::{self, Connection, Endpoint, Failure, seconds};
 /// The deadline of a downstream request when the configuration names none.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
 
-/// The most `tools/list` pages read from one server; a longer catalog is cut there.
-pub const MAX_LIST_PAGES: usize = 20;
+/// The most `tools/list` pages read from one server unless its configuration says
+/// otherwise. A catalog that goes on past its cap is an error, never cut short.
+pub const DEFAULT_MAX_CATALOG_PAGES: usize = 1000;
 
 /// How to reach and present one downstream server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +77,8 @@ pub struct McpServerConfig {
     pub trust: ServerTrust,
     /// The deadline of every request to it.
     pub deadline: Duration,
+    /// The most `tools/list` pages its catalog may have; one longer is refused whole.
+    pub max_catalog_pages: usize,
 }
 
 impl McpServerConfig {
@@ -85,7 +91,14 @@ impl McpServerConfig {
             endpoint: endpoint.into(),
             trust: ServerTrust::Byo,
             deadline: DEFAULT_DEADLINE,
+            max_catalog_pages: DEFAULT_MAX_CATALOG_PAGES,
         }
+    }
+
+    /// The same server with another cap on its catalog's pages (at least one).
+    pub fn max_catalog_pages(mut self, pages: usize) -> Self {
+        self.max_catalog_pages = pages.max(1);
+        self
     }
 
     /// The same server with another trust tier.
@@ -259,10 +272,14 @@ impl McpServer {
         Ok(catalog)
     }
 
+    /// Every page of `tools/list`, in order. A catalog that goes on past the configured
+    /// cap, or whose cursor comes back to a page already read, is refused whole: a
+    /// catalog cut short would hide tools without a word.
     async fn list_raw(&self, peer: &Peer<RoleClient>) -> Result<Vec<Value>, String> {
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..self.config.max_catalog_pages {
             let request = ClientRequest::ListToolsRequest(ListToolsRequest {
                 method: Default::default(),
                 params: cursor
@@ -285,12 +302,23 @@ impl McpServer {
                 _ => return Err("the tool list reply has no \"tools\" array".to_owned()),
             }
             match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                Some(next) if !next.is_empty() => {
+                    if !seen.insert(next.to_owned()) {
+                        return Err(format!(
+                            "the server's tool list came back to a page it had already given (cursor {next:?}) after {} tools; it is not read further, so nothing of it is used: report this to the server's maintainers",
+                            tools.len()
+                        ));
+                    }
+                    cursor = Some(next.to_owned());
+                }
                 _ => return Ok(tools),
             }
         }
-        warn!(server = %self.config.name, pages = MAX_LIST_PAGES, "catalog.truncated");
-        Ok(tools)
+        Err(format!(
+            "the server's tool list goes on past {} pages ({} tools so far), the cap set for it, so none of it is used; raise max_catalog_pages in its [[server]] table if it really lists that many",
+            self.config.max_catalog_pages,
+            tools.len()
+        ))
     }
 
     /// The server's current definition of `name`, checked against the digest a call was
@@ -368,7 +396,7 @@ fn tool_result(reply: ServerResult) -> Result<ToolResult, CallError> {
             "the server's answer could not be read ({e}); check the service for its effect"
         ))
     })?;
-    serde_json::from_value(raw).map_err(|e| {
+    ToolResult::from_json(raw).map_err(|e| {
         CallError::Unknown(format!(
             "the server's answer is not a tool result ({e}); check the service for its effect"
         ))
@@ -421,7 +449,7 @@ impl ToolService for McpServer {
             Err(Failure::NotSent(message)) => Err(CallError::NotDispatched(format!(
                 "{message}; nothing was sent"
             ))),
-            Err(Failure::Answered(message)) => Ok(ToolResult::tool_error(message)),
+            Err(Failure::Answered(message)) => Err(CallError::Answered(message)),
             Err(Failure::AfterSend(message)) => {
                 warn!(server = %self.config.name, tool = name, %message, "downstream.call.outcome-unknown");
                 Err(CallError::Unknown(format!(

@@ -96,6 +96,11 @@ impl Gate {
     }
 
     pub fn start_with(name: &str, trust: &str) -> Self {
+        Self::start_with_env(name, trust, &[])
+    }
+
+    /// A daemon whose fixture server runs with these environment variables as well.
+    pub fn start_with_env(name: &str, trust: &str, fixture_env: &[(&str, &str)]) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "gate-serve-{}-{}-{name}",
@@ -114,7 +119,7 @@ impl Gate {
 [[server]]
 name = "fixture"
 command = {fixture:?}
-env = {{ MCP_FIXTURE_LOG = {log:?} }}
+env = {{ MCP_FIXTURE_LOG = {log:?}{extra} }}
 trust = "{trust}"
 
 [[agent]]
@@ -131,6 +136,10 @@ token = "{IDLE_TOKEN}"
                 port = free_port(),
                 fixture = fixture_binary().to_string_lossy(),
                 log = log.to_string_lossy(),
+                extra = fixture_env
+                    .iter()
+                    .map(|(key, value)| format!(", {key} = {value:?}"))
+                    .collect::<String>(),
             ),
         )
         .expect("config written");

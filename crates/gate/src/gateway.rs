@@ -28,7 +28,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use gatekeeper_core::{ActionResult, CallOutcome, Session, ToolGatekeeper, ToolResult};
+use gatekeeper_core::{
+    ActionResult, CallContext, CallOutcome, Session, ToolGatekeeper, ToolResult,
+};
 use gatekeeper_mcp::{Catalog, CatalogTool, McpServer, canonical_json};
 use kernel::{ActionState, Clock, LedgerId, Overseer, SystemClock};
 use prompt_sanitize::{
@@ -922,6 +924,20 @@ impl Gateway {
 
     /// Run one call of agent `agent`. `None` when the agent has no tool of that name.
     pub async fn call_tool(&self, agent: &str, tool: &str, args: Value) -> Option<CallToolResult> {
+        self.call_tool_in(agent, tool, args, CallContext::default())
+            .await
+    }
+
+    /// [`Gateway::call_tool`] with the agent's per-call `context` (a
+    /// [`gatekeeper_mcp::ReadRelay`]: where the server's progress goes, when the agent
+    /// cancelled), which a read hands down to the server; a staged write does not carry it.
+    pub async fn call_tool_in(
+        &self,
+        agent: &str,
+        tool: &str,
+        args: Value,
+        context: CallContext,
+    ) -> Option<CallToolResult> {
         let view = self.agents.get(agent)?;
         match tool {
             ACTION_RESULT_TOOL => return Some(self.action_result(view, &args).await),
@@ -944,13 +960,15 @@ impl Gateway {
                     "the gateway could not record that this read is sensitive ({error}), so it was not sent; ask the person to check the gate's data directory"
                 )));
             }
-            return Some(match session.call_tool(&entry.tool, args).await {
-                Ok(CallOutcome::Data { result, .. }) => downstream_result(&result, None),
-                Ok(CallOutcome::Pending { .. }) => error_result(
-                    "the gateway expected a read and staged an action instead; ask the person to check the gate's log",
-                ),
-                Err(error) => error_result(error.to_string()),
-            });
+            return Some(
+                match session.call_tool_in(&entry.tool, args, &context).await {
+                    Ok(CallOutcome::Data { result, .. }) => downstream_result(&result, None),
+                    Ok(CallOutcome::Pending { .. }) => error_result(
+                        "the gateway expected a read and staged an action instead; ask the person to check the gate's log",
+                    ),
+                    Err(error) => error_result(error.to_string()),
+                },
+            );
         }
         Some(self.stage(view, entry, session, args).await)
     }

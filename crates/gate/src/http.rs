@@ -18,12 +18,14 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use gatekeeper_core::CallContext;
+use gatekeeper_mcp::{PROGRESS_BUFFER, ReadRelay};
 use kernel::ActionState;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
-    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    SubscriptionFilter, UnsubscribeRequestParams,
+    ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ResourceContents, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -336,7 +338,23 @@ impl ServerHandler for AgentHandler {
                 None,
             ));
         };
-        match self.gateway.call_tool(&agent, &name, args).await {
+        let progress = relay_progress(&context);
+        let relay = ReadRelay::new(
+            progress.as_ref().map(|(sink, _)| sink.clone()),
+            context.ct.clone(),
+        );
+        let answer = self
+            .gateway
+            .call_tool_in(&agent, &name, args, CallContext::new(relay))
+            .await;
+        // Every note the server sent before its answer reaches the agent before the answer:
+        // the relay's senders are gone with the call, so the forwarder ends once it has
+        // passed the last one on.
+        if let Some((sink, forwarder)) = progress {
+            drop(sink);
+            let _ = forwarder.await;
+        }
+        match answer {
             Some(result) => Ok(result.into()),
             None => Err(ErrorData::invalid_params(
                 format!("no tool named {name:?}; list the tools to see what you may call"),
@@ -344,6 +362,29 @@ impl ServerHandler for AgentHandler {
             )),
         }
     }
+}
+
+/// When the agent asked for progress (`_meta.progressToken`), a sink for the server's
+/// notes and the task that passes each on to the agent under the agent's own token.
+fn relay_progress(
+    context: &RequestContext<RoleServer>,
+) -> Option<(
+    tokio::sync::mpsc::Sender<ProgressNotificationParam>,
+    tokio::task::JoinHandle<()>,
+)> {
+    let token = context.meta.get_progress_token()?;
+    let (sink, mut notes) =
+        tokio::sync::mpsc::channel::<ProgressNotificationParam>(PROGRESS_BUFFER);
+    let agent = context.peer.clone();
+    let forwarder = tokio::spawn(async move {
+        while let Some(mut note) = notes.recv().await {
+            note.progress_token = token.clone();
+            if agent.notify_progress(note).await.is_err() {
+                return;
+            }
+        }
+    });
+    Some((sink, forwarder))
 }
 
 /// The agents' router: rmcp's streamable HTTP service at [`MCP_PATH`], behind the tokens.

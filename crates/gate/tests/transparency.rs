@@ -12,10 +12,18 @@ mod daemon;
 #[path = "support/fixture.rs"]
 mod fixture;
 
-use rmcp::model::Tool;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ProgressNotificationParam, Tool,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt as _};
 use serde_json::{Value, json};
 
-use daemon::{CODER_TOKEN, Gate, action_id, call, text};
+use daemon::{CODER_TOKEN, Gate, action_id, call, eventually, text};
 
 /// The fixture's answer to `rich_read` and `rich_write` (see `mcp-fixture`'s
 /// `rich_result`), written out again here so that a change on either side shows.
@@ -150,4 +158,107 @@ async fn a_catalog_longer_than_its_cap_is_refused_whole_with_the_setting_to_chan
             && said.contains("raise max_catalog_pages"),
         "{said}"
     );
+}
+
+/// An agent that keeps every progress notification it is sent.
+#[derive(Clone, Default)]
+struct Listener(Arc<Mutex<Vec<ProgressNotificationParam>>>);
+
+impl Listener {
+    fn notes(&self) -> Vec<ProgressNotificationParam> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl ClientHandler for Listener {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(params);
+    }
+}
+
+async fn listening_agent(gate: &Gate) -> (Listener, RunningService<RoleClient, Listener>) {
+    let listener = Listener::default();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(CODER_TOKEN),
+    );
+    let running = listener.clone().serve(transport).await.expect("connected");
+    (listener, running)
+}
+
+fn call_request(tool: &str) -> ClientRequest {
+    ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new(tool.to_owned()).with_arguments(Default::default()),
+    ))
+}
+
+#[tokio::test]
+async fn progress_of_a_read_reaches_the_agent_under_its_own_token() {
+    let gate = rich_gate("progress");
+    let (listener, agent) = listening_agent(&gate).await;
+    let handle = agent
+        .peer()
+        .send_request_with_option(
+            call_request("fixture__progress_read"),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .expect("sent");
+    let token = handle.progress_token.clone();
+    let answer = handle.await_response().await.expect("answered");
+    let answer = serde_json::to_value(&answer).expect("serialises");
+    assert_eq!(answer["content"][0]["text"], "three steps done");
+    eventually("three progress notes reach the agent", || {
+        listener.notes().len() >= 3
+    })
+    .await;
+    let notes = listener.notes();
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    for (step, note) in (1..=3).zip(&notes) {
+        assert_eq!(note.progress_token, token, "the agent's own token");
+        assert_eq!(note.progress, f64::from(step));
+        assert_eq!(note.total, Some(3.0));
+        assert_eq!(
+            note.message.as_deref(),
+            Some(format!("step {step} of 3").as_str())
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_read_the_agent_cancels_is_cancelled_on_the_server() {
+    let gate = rich_gate("cancel");
+    let (_listener, agent) = listening_agent(&gate).await;
+    let handle = agent
+        .peer()
+        .send_request_with_option(
+            call_request("fixture__slow_read"),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .expect("sent");
+    // The read is in flight on the server before the agent gives up on it.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    handle
+        .cancel(Some("the agent changed its mind".to_owned()))
+        .await
+        .expect("cancellation sent");
+    eventually("the server hears of the cancellation", || {
+        gate.deliveries()
+            .iter()
+            .any(|line| line.starts_with("notifications/cancelled "))
+    })
+    .await;
+    let writes: Vec<String> = gate
+        .deliveries()
+        .into_iter()
+        .filter(|line| !line.starts_with("notifications/cancelled "))
+        .collect();
+    assert!(writes.is_empty(), "a read sends no write: {writes:?}");
 }

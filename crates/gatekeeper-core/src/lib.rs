@@ -68,7 +68,7 @@ pub use gatekeeper::{GatekeeperConfig, MAX_TOOLS_PER_SERVER, ToolGatekeeper};
 pub use grant::{Grant, GrantError, Grants};
 pub use kind::action_kind_for;
 pub use revert::{REVERT_UNSUPPORTED_MESSAGE, Reverter};
-pub use service::{CallError, Content, ToolResult, ToolService};
+pub use service::{CallContext, CallError, Content, ToolResult, ToolService};
 pub use session::{ActionResult, CallOutcome, Session, SessionError, ToolInfo};
 pub use simulate::{Overlay, PendingCall, Simulator};
 pub use store::{

@@ -9,9 +9,11 @@
 //! to have reached the tool may be retried. Everything else fails safe as
 //! [`CallError::Unknown`].
 
+use std::any::Any;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -185,6 +187,34 @@ impl ToolResult {
     }
 }
 
+/// What a caller hands down with one read, for the service alone to read: the gateway's
+/// per-call context (where progress goes, when the agent cancelled). The toolkit never
+/// looks inside; a service that knows the type takes it out with [`CallContext::get`].
+/// Writes carry none: a staged call belongs to the gate, and the person's later send has
+/// no agent waiting on it.
+#[derive(Clone, Default)]
+pub struct CallContext(Option<Arc<dyn Any + Send + Sync>>);
+
+impl CallContext {
+    /// A context carrying `value`.
+    pub fn new<T: Any + Send + Sync>(value: T) -> Self {
+        Self(Some(Arc::new(value)))
+    }
+
+    /// The value, if the context carries one of type `T`.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.0.as_deref()?.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CallContext")
+            .field(&self.0.as_ref().map(|_| ".."))
+            .finish()
+    }
+}
+
 /// Why a call to the service failed, sorted by what the service may have done.
 ///
 /// The message is the service's own, for a person: it is stored as the action's failure
@@ -283,6 +313,19 @@ pub trait ToolService: Send + Sync {
     {
         let _ = definition;
         self.call(tool, args)
+    }
+
+    /// Run one read as [`ToolService::call_defined`] does, with the caller's `context`
+    /// (progress, cancellation) handed down untouched. The default ignores the context.
+    async fn call_in(
+        &self,
+        tool: &str,
+        definition: Option<&str>,
+        args: &Value,
+        context: &CallContext,
+    ) -> Result<ToolResult, CallError> {
+        let _ = context;
+        self.call_defined(tool, definition, args).await
     }
 }
 

@@ -27,7 +27,7 @@ use tracing::warn;
 
 use crate::classify::{ClassifiedBy, Mode};
 use crate::gatekeeper::{ToolEntry, ToolGatekeeper};
-use crate::service::{CallError, ToolResult};
+use crate::service::{CallContext, CallError, ToolResult};
 use crate::simulate::PendingCall;
 use crate::store::{ActionState, IdSet, StageError, StorageError};
 
@@ -261,6 +261,18 @@ impl Session {
     /// Call a tool. A read returns its data; an action returns at once with the pending
     /// action's id. `args` must be a JSON object (`null` counts as `{}`).
     pub async fn call_tool(&self, name: &str, args: Value) -> Result<CallOutcome, SessionError> {
+        self.call_tool_in(name, args, &CallContext::default()).await
+    }
+
+    /// [`Session::call_tool`] with the caller's `context` handed to the service with a
+    /// read ([`ToolService::call_in`](crate::ToolService::call_in)); a staged write does
+    /// not carry it.
+    pub async fn call_tool_in(
+        &self,
+        name: &str,
+        args: Value,
+        context: &CallContext,
+    ) -> Result<CallOutcome, SessionError> {
         let args = match args {
             Value::Object(_) => args,
             Value::Null => Value::Object(Map::new()),
@@ -275,19 +287,28 @@ impl Session {
                 .collect(),
         })?;
         if entry.classified.is_read() {
-            self.read(&entry, args).await
+            self.read(&entry, args, context).await
         } else {
             self.act(&entry, args).await
         }
     }
 
-    async fn read(&self, entry: &ToolEntry, args: Value) -> Result<CallOutcome, SessionError> {
+    async fn read(
+        &self,
+        entry: &ToolEntry,
+        args: Value,
+        context: &CallContext,
+    ) -> Result<CallOutcome, SessionError> {
         let gk = &self.inner.gatekeeper;
         let deadline = gk.call_deadline();
         // A read sends nothing that needs approval, so a read that fails may be tried again.
         let mut result = match Bounded::new(
-            gk.service
-                .call_defined(&entry.name, entry.tool.definition.as_deref(), &args),
+            gk.service.call_in(
+                &entry.name,
+                entry.tool.definition.as_deref(),
+                &args,
+                context,
+            ),
             deadline,
         )
         .await

@@ -1272,11 +1272,11 @@ impl ActionStore {
         drop(guard);
         match &result {
             Ok(_) => info!(action = %id, tool = %label(&settled.tool), "action.applied"),
-            Err(error) if error.retryable() => {
-                warn!(action = %id, error = %label(&error.to_string()), "action.apply.failed")
+            Err(error) if error.failure_kind() == FailureKind::OutcomeUnknown => {
+                warn!(action = %id, error = %label(&error.to_string()), "action.apply.outcome-unknown")
             }
             Err(error) => {
-                warn!(action = %id, error = %label(&error.to_string()), "action.apply.outcome-unknown")
+                warn!(action = %id, error = %label(&error.to_string()), "action.apply.failed")
             }
         }
 

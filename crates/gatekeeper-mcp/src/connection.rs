@@ -19,13 +19,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, ServerResult};
-use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
+use rmcp::model::{
+    CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientConfig,
+    ClientRequest, Implementation, ProgressNotificationParam, ServerResult,
+};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RequestHandle, RoleClient, RunningService,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use tokio::process::Command;
 use tracing::debug;
+
+use crate::relay::{ProgressRoutes, ReadRelay, SharedRoutes};
 
 /// Environment variables a downstream server inherits from the gateway; everything else
 /// it gets only from its configuration.
@@ -160,6 +167,7 @@ impl Endpoint {
 /// The client side of the handshake and the notifications it listens to.
 struct Handler {
     stale: Arc<AtomicBool>,
+    progress: SharedRoutes,
 }
 
 /// What the gateway tells a server about itself: its name and no capabilities at all.
@@ -178,6 +186,15 @@ impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         debug!("downstream.tools.list-changed");
         self.stale.store(true, Ordering::SeqCst);
+    }
+
+    /// Passed on to the agent whose read it belongs to ([`crate::relay`]).
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.deliver(params).await;
     }
 }
 
@@ -204,8 +221,9 @@ impl Connection {
         endpoint: &Endpoint,
         deadline: Duration,
         stale: Arc<AtomicBool>,
+        progress: SharedRoutes,
     ) -> Result<Self, String> {
-        let handler = Handler { stale };
+        let handler = Handler { stale, progress };
         let handshake = match endpoint {
             Endpoint::Stdio(command) => {
                 let transport = TokioChildProcess::new(command.command()).map_err(|error| {
@@ -271,18 +289,78 @@ pub(crate) async fn request(
     request: ClientRequest,
     deadline: Duration,
 ) -> Result<ServerResult, Failure> {
-    let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::with_timeout(deadline))
+    let handle = send(peer, request, deadline).await?;
+    answer(handle.await_response(), deadline).await
+}
+
+fn send_failed(error: ServiceError) -> Failure {
+    Failure::NotSent(format!(
+        "the connection to the server was closed before the request was sent ({error})"
+    ))
+}
+
+async fn send(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    deadline: Duration,
+) -> Result<RequestHandle<RoleClient>, Failure> {
+    peer.send_request_with_option(request, PeerRequestOptions::with_timeout(deadline))
         .await
-        .map_err(|error| {
-            Failure::NotSent(format!(
-                "the connection to the server was closed before the request was sent ({error})"
+        .map_err(send_failed)
+}
+
+/// Send one request of an agent's read, with its progress routed back through `routes`
+/// and its cancellation passed down, and wait for its answer, at most `deadline`.
+pub(crate) async fn request_relayed(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    deadline: Duration,
+    routes: &ProgressRoutes,
+    relay: &ReadRelay,
+) -> Result<ServerResult, Failure> {
+    // The token is registered before a note for it can be delivered: delivery takes the
+    // same lock.
+    let handle = {
+        let mut held = routes.lock().await;
+        let handle = send(peer, request, deadline).await?;
+        if let Some(sink) = &relay.progress {
+            ProgressRoutes::register(&mut held, handle.progress_token.clone(), sink.clone());
+        }
+        handle
+    };
+    let (id, token, downstream) = (
+        handle.id.clone(),
+        handle.progress_token.clone(),
+        handle.peer.clone(),
+    );
+    let outcome = tokio::select! {
+        outcome = answer(handle.await_response(), deadline) => outcome,
+        () = relay.cancelled.cancelled() => {
+            let cancel = CancelledNotification::new(CancelledNotificationParam::new(
+                Some(id),
+                Some("the agent cancelled its call".to_owned()),
+            ));
+            if let Err(error) = downstream.send_notification(cancel.into()).await {
+                debug!(%error, "downstream.cancel.unsent");
+            }
+            Err(Failure::AfterSend(
+                "the agent cancelled the call, and the server was told to stop".to_owned(),
             ))
-        })?;
+        }
+    };
+    routes.forget(&token).await;
+    outcome
+}
+
+/// The answer to a request already handed to the transport, at most `deadline`.
+async fn answer(
+    response: impl Future<Output = Result<ServerResult, ServiceError>>,
+    deadline: Duration,
+) -> Result<ServerResult, Failure> {
     // From here on the request may have been written: every failure is "after send".
     // The outer timeout is a backstop; rmcp's own timeout normally fires first and
     // also tells the server to cancel.
-    match tokio::time::timeout(deadline + Duration::from_secs(1), handle.await_response()).await {
+    match tokio::time::timeout(deadline + Duration::from_secs(1), response).await {
         Ok(Ok(result)) => Ok(result),
         Ok(Err(ServiceError::Timeout { .. })) | Err(_) => Err(Failure::AfterSend(format!(
             "the server did not answer within the deadline of {}",

@@ -39,6 +39,7 @@
 pub mod backoff;
 pub mod catalog;
 mod connection;
+pub mod relay;
 mod server;
 
 pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};
@@ -46,6 +47,7 @@ pub use catalog::{
     Catalog, CatalogChanges, CatalogTool, canonical_json, definition_digest, withheld_reason,
 };
 pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, StdioCommand};
+pub use relay::{PROGRESS_BUFFER, ReadRelay};
 pub use server::{
     DEFAULT_DEADLINE, DEFAULT_MAX_CATALOG_PAGES, McpError, McpServer, McpServerConfig,
 };

@@ -40,8 +40,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gatekeeper_core::{
-    ActionStore, CallError, GatekeeperConfig, ServerTrust, Tool, ToolGatekeeper, ToolResult,
-    ToolService, classify_tool,
+    ActionStore, CallContext, CallError, GatekeeperConfig, ServerTrust, Tool, ToolGatekeeper,
+    ToolResult, ToolService, classify_tool,
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest,
@@ -56,6 +56,7 @@ use tracing::{info, warn};
 use crate::backoff::Backoff;
 use crate::catalog::{Catalog, CatalogTool};
 use crate::connection::{self, Connection, Endpoint, Failure, seconds};
+use crate::relay::{ReadRelay, SharedRoutes};
 
 /// The deadline of a downstream request when the configuration names none.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
@@ -136,6 +137,8 @@ pub struct McpServer {
     backoff: Mutex<Backoff>,
     /// Set when the server announced a changed tool list, or was restarted.
     stale: Arc<AtomicBool>,
+    /// Where the progress of agents' reads in flight goes ([`crate::relay`]).
+    progress: SharedRoutes,
     catalog: RwLock<Arc<Catalog>>,
 }
 
@@ -155,6 +158,7 @@ impl McpServer {
             connection: Mutex::new(None),
             backoff: Mutex::new(Backoff::default()),
             stale: Arc::new(AtomicBool::new(true)),
+            progress: SharedRoutes::default(),
             catalog: RwLock::new(Arc::default()),
         });
         server
@@ -237,6 +241,7 @@ impl McpServer {
             &self.config.endpoint,
             self.config.deadline,
             self.stale.clone(),
+            self.progress.clone(),
         )
         .await
         {
@@ -426,6 +431,31 @@ impl ToolService for McpServer {
         definition: Option<&str>,
         args: &Value,
     ) -> Result<ToolResult, CallError> {
+        self.call_relayed(name, definition, args, None).await
+    }
+
+    /// A read with the agent's [`ReadRelay`], when the gate handed one down: its progress
+    /// reaches the agent, its cancellation reaches the server.
+    async fn call_in(
+        &self,
+        name: &str,
+        definition: Option<&str>,
+        args: &Value,
+        context: &CallContext,
+    ) -> Result<ToolResult, CallError> {
+        self.call_relayed(name, definition, args, context.get::<ReadRelay>())
+            .await
+    }
+}
+
+impl McpServer {
+    async fn call_relayed(
+        &self,
+        name: &str,
+        definition: Option<&str>,
+        args: &Value,
+        relay: Option<&ReadRelay>,
+    ) -> Result<ToolResult, CallError> {
         let Some(staged) = definition else {
             return Err(CallError::NotDispatched(format!(
                 "the call of {name:?} carries no definition digest (it was staged by an older version of the gate), so nothing was sent; reject it and stage it again"
@@ -444,14 +474,32 @@ impl ToolService for McpServer {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(
             CallToolRequestParams::new(current.name).with_arguments(arguments),
         ));
-        match connection::request(&peer, request, self.config.deadline).await {
+        let reply = match relay {
+            Some(relay) => {
+                connection::request_relayed(
+                    &peer,
+                    request,
+                    self.config.deadline,
+                    &self.progress,
+                    relay,
+                )
+                .await
+            }
+            None => connection::request(&peer, request, self.config.deadline).await,
+        };
+        match reply {
             Ok(reply) => tool_result(reply),
             Err(Failure::NotSent(message)) => Err(CallError::NotDispatched(format!(
                 "{message}; nothing was sent"
             ))),
             Err(Failure::Answered(message)) => Err(CallError::Answered(message)),
             Err(Failure::AfterSend(message)) => {
-                warn!(server = %self.config.name, tool = name, %message, "downstream.call.outcome-unknown");
+                if relay.is_some_and(|relay| relay.cancelled.is_cancelled()) {
+                    // The agent gave up on its own read: nothing to warn a person about.
+                    tracing::debug!(server = %self.config.name, tool = name, "downstream.read.cancelled");
+                } else {
+                    warn!(server = %self.config.name, tool = name, %message, "downstream.call.outcome-unknown");
+                }
                 Err(CallError::Unknown(format!(
                     "{message}; the call may have taken effect (deadline {})",
                     seconds(self.config.deadline)

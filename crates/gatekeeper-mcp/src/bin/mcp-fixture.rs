@@ -29,7 +29,12 @@
 //!   embedded resource), structured content and a result `_meta` ([`rich_result`]);
 //! - `rich_write` (a write) answers the same once applied;
 //! - `task_only` (a write) can only run as a task (`execution.taskSupport: "required"`);
-//! - `refuse_write` (a write) answers every call with a JSON-RPC error.
+//! - `refuse_write` (a write) answers every call with a JSON-RPC error;
+//! - `progress_read` (read-only) sends three progress notifications under the caller's
+//!   `progressToken` before it answers;
+//! - `slow_read` (read-only) answers only once the caller cancels it; every
+//!   `notifications/cancelled` the server receives is written to the delivery log as
+//!   `notifications/cancelled <reason>`.
 //!
 //! With `MCP_FIXTURE_PAGES=N` its catalog is instead N read-only tools, `paged_1` to
 //! `paged_N`, one per `tools/list` page.
@@ -50,8 +55,8 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, ContentBlock,
-    CustomResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    ServerResult, Tool,
+    CustomResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -222,6 +227,18 @@ impl Fixture {
                     "description": "A write the server refuses with a JSON-RPC error.",
                     "inputSchema": {"type": "object"}
                 }),
+                json!({
+                    "name": "progress_read",
+                    "description": "A read that reports its progress three times.",
+                    "inputSchema": {"type": "object"},
+                    "annotations": {"readOnlyHint": true}
+                }),
+                json!({
+                    "name": "slow_read",
+                    "description": "A read that answers only when cancelled.",
+                    "inputSchema": {"type": "object"},
+                    "annotations": {"readOnlyHint": true}
+                }),
             ]);
         }
         if self.changed.load(Ordering::SeqCst)
@@ -304,6 +321,25 @@ impl ServerHandler for Fixture {
             "tag_note" => text(format!("tagged {}", args["tag"])),
             "rich_read" | "rich_write" if self.rich => serde_json::from_value(rich_result())
                 .map_err(|e| ErrorData::internal_error(e.to_string(), None))?,
+            "progress_read" if self.rich => {
+                let Some(token) = context.meta.get_progress_token() else {
+                    return Ok(text("no progress token was given").into());
+                };
+                for step in 1..=3u32 {
+                    let note = ProgressNotificationParam::new(token.clone(), f64::from(step))
+                        .with_total(3.0)
+                        .with_message(format!("step {step} of 3"));
+                    if let Err(error) = context.peer.notify_progress(note).await {
+                        eprintln!("mcp-fixture: progress not sent: {error}");
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                text("three steps done")
+            }
+            "slow_read" if self.rich => {
+                context.ct.cancelled().await;
+                text("cancelled before it finished")
+            }
             "refuse_write" if self.rich => {
                 return Err(ErrorData::invalid_params(
                     "refuse_write refuses every call",
@@ -334,6 +370,13 @@ impl ServerHandler for Fixture {
     }
 }
 
+impl Fixture {
+    /// Record a cancellation the server received, in the delivery log.
+    fn cancelled(&self, reason: Option<&str>) {
+        self.deliver("notifications/cancelled", &json!(reason.unwrap_or("")));
+    }
+}
+
 /// The fixture as an rmcp service: `tools/list` raw, everything else through the handler.
 struct Raw(Arc<Fixture>);
 
@@ -357,6 +400,9 @@ impl Service<RoleServer> for Raw {
         notification: rmcp::model::ClientNotification,
         context: NotificationContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if let rmcp::model::ClientNotification::CancelledNotification(cancelled) = &notification {
+            self.0.cancelled(cancelled.params.reason.as_deref());
+        }
         Service::handle_notification(&*self.0, notification, context).await
     }
 

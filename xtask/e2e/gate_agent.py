@@ -2,10 +2,15 @@
 MCP client does, with the Python MCP SDK, over stdio (`gate mcp --agent NAME`) and over
 streamable HTTP with the agent's token, and plays the person with the `gate` commands.
 
+Each transport is driven twice: with `ClientSession.initialize()` (the handshake, protocol
+2025-11-25) and with the SDK's high-level `Client` in its default mode, which probes
+`server/discover` and adopts protocol 2026-07-28 (its per-request envelope).
+
 It prints one line per check, `ok - WHAT` or `FAIL - WHAT: WHY`, and writes the stdio
-session (what the agent sent, what it was answered, what the person typed and was told) to
-the transcript file. Every wait is bounded. The name of this file must not be the name of
-a Python module the SDK imports: the script's folder comes first on `sys.path`.
+sessions (what the agent sent, what it was answered, what the person typed and was told) to
+the transcript file, with the protocol version each session negotiated. Every wait is
+bounded. The name of this file must not be the name of a Python module the SDK imports: the
+script's folder comes first on `sys.path`.
 """
 
 import argparse
@@ -21,7 +26,7 @@ from pathlib import Path
 
 import anyio
 import httpx2
-from mcp import ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -34,6 +39,10 @@ except NameError:  # Python 3.10: anyio brings the backport
 STEP_SECONDS = 30
 # How long an auto-applied action may take to show as applied.
 DRAIN_SECONDS = 15
+# The protocol the SDK's `Client` adopts after `server/discover` (its default mode).
+MODERN_PROTOCOL = "2026-07-28"
+# The longest one session on that protocol may take, its connection and closing included.
+MODERN_SESSION_SECONDS = 90
 
 FAILED = 0
 
@@ -101,6 +110,17 @@ def action_id(answer):
     """The action id in a staged answer ("Staged as action 7: ...")."""
     found = re.search(r"action (\d+)", answer)
     return int(found.group(1)) if found else None
+
+
+def staged_id(answer):
+    """The action id in an answer that says it staged the call ("Staged as action 7: ...")."""
+    found = re.search(r"Staged as action (\d+)", answer)
+    return int(found.group(1)) if found else None
+
+
+def agent_env():
+    """What `gate mcp` needs from the environment, as an MCP client config passes it."""
+    return {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "RUST_LOG")}
 
 
 def snapshot(root):
@@ -177,13 +197,14 @@ async def stdio_session(opts, person, transcript):
     params = StdioServerParameters(
         command=opts.gate,
         args=["mcp", "--agent", opts.agent],
-        env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "RUST_LOG")},
+        env=agent_env(),
     )
     transcript.say(f"# agent {opts.agent!r} over stdio: gate mcp --agent {opts.agent}")
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             with anyio.fail_after(STEP_SECONDS):
                 await session.initialize()
+            transcript.say(f"agent negotiated protocol {session.protocol_version} (by initialize)")
             agent = Agent(session, transcript)
             tools = await agent.tools()
             transcript.say(f"agent lists {len(tools)} tools: " + ", ".join(sorted(tools)))
@@ -274,7 +295,7 @@ async def stdio_session(opts, person, transcript):
             return approved
 
 
-async def http_session(opts, person, staged_over_stdio):
+async def http_session(opts, person, staged_over_stdio, transcript):
     """The same agent over streamable HTTP with its token: the memory server (byo) and the
     vetted filesystem server's auto-approvable tool under a rule."""
     root = opts.root
@@ -293,6 +314,7 @@ async def http_session(opts, person, staged_over_stdio):
             async with ClientSession(read, write) as session:
                 with anyio.fail_after(STEP_SECONDS):
                     await session.initialize()
+                transcript.say(f"# agent {opts.agent!r} over http negotiated protocol {session.protocol_version} (by initialize)")
                 agent = Agent(session)
                 tools = await agent.tools()
                 check("http: the agent lists the same tools with its token",
@@ -343,14 +365,91 @@ async def http_session(opts, person, staged_over_stdio):
                       f"action {action_id(text_of(write))}" in text_of(mine), text_of(mine))
 
 
+async def modern_session(opts, label, client, person, transcript=None):
+    """One agent on protocol 2026-07-28 through `client` (the SDK's `Client`, default mode):
+    it lists the tools, reads a file, stages a write the person approves, and learns that it
+    applied. `label` names the transport in the checks and the file. Answers the version the
+    client negotiated, and how."""
+    root = opts.root
+    name = f"modern/{label}.txt"
+    target = root / name
+    target.parent.mkdir(exist_ok=True)
+    seeded = f"seeded for the {MODERN_PROTOCOL} agent over {label}\n"
+    target.write_text(seeded, encoding="utf-8")
+    what = f"{label} {MODERN_PROTOCOL}"
+    # The handshake happens on entering the client, so the whole session is bounded too.
+    with anyio.fail_after(MODERN_SESSION_SECONDS):
+        async with client:
+            version = client.protocol_version
+            how = "server/discover" if client.session.discover_result is not None else "initialize"
+            told = f"{version} (Client, mode {client.mode!r}, by {how})"
+            if transcript is not None:
+                transcript.say(f"agent negotiated protocol {told}")
+            if not check(f"{what}: the SDK's Client in its default mode negotiates {MODERN_PROTOCOL} through the gate",
+                         version == MODERN_PROTOCOL and how == "server/discover", f"negotiated {told}"):
+                return told
+            agent = Agent(client, transcript)
+            tools = await agent.tools()
+            if transcript is not None:
+                transcript.say(f"agent lists {len(tools)} tools")
+            check(f"{what}: the agent lists the servers' tools and the gate's own",
+                  all(tool in tools for tool in ("files__read_text_file", "files__write_file", "gate_action_result")),
+                  sorted(tools))
+            read = await agent.call("files__read_text_file", {"path": str(target)})
+            check(f"{what}: read_text_file passes through and answers the file's content",
+                  not read.is_error and seeded.strip() in text_of(read), text_of(read))
+
+            content = f"written by the {MODERN_PROTOCOL} agent over {label}, approved by a person\n"
+            staged = await agent.call("files__write_file", {"path": str(target), "content": content})
+            action = staged_id(text_of(staged))
+            check(f"{what}: write_file is answered \"Staged as action N\", not an error, and the disk is untouched",
+                  not staged.is_error and action is not None and target.read_text(encoding="utf-8") == seeded,
+                  text_of(staged))
+            if action is None:
+                return told
+            ok, out = person.run("approve", str(action), record=transcript is not None)
+            check(f"person: gate approve applies the write staged on {MODERN_PROTOCOL} over {label}", ok, out)
+            if transcript is not None:
+                transcript.disk(root, name)
+            result = await agent.outcome(action, "approved and sent")
+            if transcript is not None:
+                transcript.agent("gate_action_result", {"action_id": action})
+                transcript.answer(result)
+            check(f"{what}: gate_action_result says applied, with the filesystem server's answer",
+                  not result.is_error and "approved and sent" in text_of(result)
+                  and "Successfully wrote" in text_of(result), text_of(result))
+            check(f"disk: the file holds what the agent on {MODERN_PROTOCOL} over {label} wrote",
+                  target.read_bytes() == content.encode("utf-8"), repr(target.read_bytes()))
+            return told
+
+
+async def modern_stdio_session(opts, person, transcript):
+    """`gate mcp` launched by the SDK's `Client` from a stdio command, in its default mode."""
+    params = StdioServerParameters(command=opts.gate, args=["mcp", "--agent", opts.agent], env=agent_env())
+    transcript.say(f"# agent {opts.agent!r} over stdio, on {MODERN_PROTOCOL}: gate mcp --agent {opts.agent}")
+    return await modern_session(opts, "stdio", Client(params), person, transcript)
+
+
+async def modern_http_session(opts, person, transcript):
+    """The SDK's `Client` over streamable HTTP with the agent's token, in its default mode."""
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {opts.token}"},
+                                timeout=httpx2.Timeout(STEP_SECONDS))
+    async with client:
+        transport = streamable_http_client(opts.url, http_client=client)
+        told = await modern_session(opts, "http", Client(transport), person)
+    transcript.say(f"# agent {opts.agent!r} over http, on {MODERN_PROTOCOL}, negotiated protocol {told}")
+
+
 async def main(opts):
     hidden = [tuple(pair.split("=", 1)) for pair in opts.hide]
     transcript = Transcript(opts.transcript, opts.root, hidden)
     try:
         staged = await stdio_session(opts, Person(opts.gate, transcript), transcript)
+        await http_session(opts, Person(opts.gate, None), staged, transcript)
+        await modern_stdio_session(opts, Person(opts.gate, transcript), transcript)
+        await modern_http_session(opts, Person(opts.gate, None), transcript)
     finally:
         transcript.save()
-    await http_session(opts, Person(opts.gate, None), staged)
 
 
 def leaves(error):

@@ -71,6 +71,8 @@ pub struct ServerConfig {
     pub deadline: Duration,
     /// Tools whose reads are sensitive.
     pub sensitive_reads: Vec<String>,
+    /// Whether reading any of its resources is sensitive (`sensitive_resources = true`).
+    pub sensitive_resources: bool,
     /// How long its pending actions wait for a decision before they expire; `None`
     /// takes the file's default ([`Config::pending_ttl`]).
     pub pending_ttl: Option<Duration>,
@@ -176,6 +178,8 @@ struct RawServer {
     deadline_seconds: Option<Spanned<u64>>,
     #[serde(default)]
     sensitive_reads: Vec<String>,
+    #[serde(default)]
+    sensitive_resources: bool,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
 }
@@ -323,6 +327,11 @@ impl Config {
                     "server name {name:?} is not usable; write 1 to 32 letters, digits, '-' or single '_', for example name = \"files\""
                 )));
             }
+            if name == crate::names::RESERVED_SERVER {
+                return Err(check.at(&server.name, format!(
+                    "server name {name:?} is the gate's own (gate://action/<id> names an agent's staged action); choose another name"
+                )));
+            }
             if servers.iter().any(|s| s.name == name) {
                 return Err(check.at(
                     &server.name,
@@ -444,6 +453,7 @@ impl Config {
                 },
                 deadline,
                 sensitive_reads: server.sensitive_reads,
+                sensitive_resources: server.sensitive_resources,
                 max_catalog_pages,
             });
         }
@@ -602,6 +612,7 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # trust = "vetted"               # default "byo": its annotations never auto-apply a write
 # deadline_seconds = 30          # every request to it has a deadline (default 60)
 # sensitive_reads = ["read_file"]  # reading one locks that agent down: no more of its writes
+# sensitive_resources = true     # reading any of its resources locks the reading agent down too
 # pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision
 # max_catalog_pages = 1000       # a catalog with more tools/list pages is refused, never cut
 

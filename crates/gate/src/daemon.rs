@@ -275,6 +275,7 @@ impl Daemon {
                 server: mcp,
                 gatekeeper,
                 sensitive_reads: server.sensitive_reads.clone(),
+                sensitive_resources: server.sensitive_resources,
                 accepted: Arc::new(std::sync::RwLock::new(accepted)),
             });
         }

@@ -44,7 +44,9 @@ use tracing::{info, warn};
 
 use crate::lockdown::Latches;
 pub use crate::lockdown::{LIFTS_FILE, Lift, LiftError};
-use crate::names::{NameCollision, agent_names};
+use crate::names::{
+    NameCollision, agent_names, prompt_name, prompt_of_name, resource_of_uri, resource_uri,
+};
 use crate::notify::Notifier;
 
 /// The gateway tool that reports an action's outcome.
@@ -64,6 +66,8 @@ pub struct Downstream {
     /// Its tools whose reads are sensitive: reading one locks the reading agent's
     /// workspace down.
     pub sensitive_reads: Vec<String>,
+    /// Whether reading one of its resources locks the reading agent's workspace down.
+    pub sensitive_resources: bool,
     /// The catalog a person accepted: what agents see and can call. The server's
     /// current catalog may differ until a person accepts it.
     pub accepted: Arc<RwLock<Arc<Catalog>>>,
@@ -379,6 +383,12 @@ pub struct Gateway {
     clock: Arc<dyn Clock>,
     /// Told of every newly staged action, to tell the person.
     notifier: Option<Notifier>,
+    /// How many agents' subscriptions each downstream resource has, by (server, its own
+    /// address): a server is subscribed once, and unsubscribed when the last goes.
+    /// The session that subscribed the server is kept to unsubscribe it.
+    subscribers: std::sync::Mutex<HashMap<(String, String), (usize, Session)>>,
+    /// One subscription change at a time, so the count and the server agree.
+    subscribing: Mutex<()>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -404,10 +414,12 @@ fn error_result(text: impl Into<String>) -> CallToolResult {
 /// `_meta`), its structured content and its `_meta`, after the gate's own text block when
 /// there is a `prefix`. A block the protocol library cannot carry (a type newer than it) is
 /// replaced by a note naming its type.
-fn downstream_result(result: &ToolResult, prefix: Option<String>) -> CallToolResult {
+fn downstream_result(server: &str, result: &ToolResult, prefix: Option<String>) -> CallToolResult {
     let mut content: Vec<ContentBlock> = prefix.into_iter().map(ContentBlock::text).collect();
     for block in &result.content {
-        content.push(serde_json::from_value(block.to_json()).unwrap_or_else(|_| {
+        let mut shown = block.to_json();
+        rewrite_block_uris(server, &mut shown);
+        content.push(serde_json::from_value(shown).unwrap_or_else(|_| {
             ContentBlock::text(format!(
                 "(a block of type {} that the gate cannot carry was left out)",
                 code_span(block.kind(), MAX_INLINE_CHARS)
@@ -425,6 +437,30 @@ fn downstream_result(result: &ToolResult, prefix: Option<String>) -> CallToolRes
         .get("_meta")
         .and_then(|meta| serde_json::from_value(meta.clone()).ok());
     answer
+}
+
+/// A content block with the server's resource addresses (a resource link's `uri`, an
+/// embedded resource's `resource.uri`) given as the gate's ([`resource_uri`]), so the agent
+/// can read them through the gate. Nothing else in the block changes.
+fn rewrite_block_uris(server: &str, block: &mut Value) {
+    let uri = match block.get("type").and_then(Value::as_str) {
+        Some("resource_link") => block.get_mut("uri"),
+        Some("resource") => block.pointer_mut("/resource/uri"),
+        _ => None,
+    };
+    if let Some(Value::String(uri)) = uri {
+        *uri = resource_uri(server, uri);
+    }
+}
+
+/// Each item's address field (`uri` of a resource or resource contents, `uriTemplate` of a
+/// template) given as the gate's.
+fn rewrite_item_uris(server: &str, items: &mut [Value], field: &str) {
+    for item in items {
+        if let Some(Value::String(uri)) = item.get_mut(field) {
+            *uri = resource_uri(server, uri);
+        }
+    }
 }
 
 /// What an agent is told when its write is staged.
@@ -464,6 +500,8 @@ impl Gateway {
             database: None,
             clock: Arc::new(SystemClock),
             notifier: None,
+            subscribers: std::sync::Mutex::new(HashMap::new()),
+            subscribing: Mutex::new(()),
         }
     }
 
@@ -962,7 +1000,9 @@ impl Gateway {
             }
             return Some(
                 match session.call_tool_in(&entry.tool, args, &context).await {
-                    Ok(CallOutcome::Data { result, .. }) => downstream_result(&result, None),
+                    Ok(CallOutcome::Data { result, .. }) => {
+                        downstream_result(&entry.server, &result, None)
+                    }
                     Ok(CallOutcome::Pending { .. }) => error_result(
                         "the gateway expected a read and staged an action instead; ask the person to check the gate's log",
                     ),
@@ -1099,6 +1139,7 @@ impl Gateway {
         }
         match session.get_action_result(action.driver_id).await {
             Ok(ActionResult::Applied { result, .. }) => downstream_result(
+                &entry.gatekeeper,
                 &result,
                 Some(format!(
                     "Action {id} was approved and sent; the server answered:"
@@ -1136,6 +1177,290 @@ impl Gateway {
             )),
             Err(error) => error_result(error.to_string()),
         }
+    }
+
+    /// The servers agent `agent` holds a grant on and that declared `capability`, each
+    /// with the agent's session on it.
+    fn granted(&self, agent: &str, capability: &str) -> Vec<(&Downstream, Session)> {
+        let Some(view) = self.agents.get(agent) else {
+            return Vec::new();
+        };
+        let current = view.tools();
+        self.downstreams
+            .iter()
+            .filter(|d| d.server.offers(capability))
+            .filter_map(|d| Some((d, current.sessions.get(&d.name)?.clone())))
+            .collect()
+    }
+
+    /// Every page of a listing (`resources/list`, `resources/templates/list`,
+    /// `prompts/list`) of one server, through the agent's session: the items of `field`.
+    async fn list_all(
+        downstream: &Downstream,
+        session: &Session,
+        method: &str,
+        field: &str,
+    ) -> Result<Vec<Value>, String> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        let pages = downstream.server.config().max_catalog_pages;
+        for _ in 0..pages {
+            let params = match cursor.take() {
+                Some(cursor) => json!({"cursor": cursor}),
+                None => json!({}),
+            };
+            let mut page = session
+                .forward(method, &params, None, &CallContext::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            match page.get_mut(field).map(Value::take) {
+                Some(Value::Array(listed)) => items.extend(listed),
+                _ => return Err(format!("its {method} answer has no {field:?} list")),
+            }
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ => return Ok(items),
+            }
+        }
+        Err(format!(
+            "its {method} goes on past {pages} pages (max_catalog_pages)"
+        ))
+    }
+
+    /// What agent `agent` gets for a listing across the servers it holds a grant on:
+    /// `resources/list` (field `resources`), `resources/templates/list`
+    /// (`resourceTemplates`) or `prompts/list` (`prompts`), every page of each server,
+    /// with addresses and names given as the gate's. A server that cannot list makes the
+    /// whole listing fail, naming it: a partial list would read as "it has none".
+    pub async fn list_forwarded(
+        &self,
+        agent: &str,
+        method: &str,
+        field: &str,
+    ) -> Result<Vec<Value>, String> {
+        let capability = if method.starts_with("prompts/") {
+            "prompts"
+        } else {
+            "resources"
+        };
+        let mut all = Vec::new();
+        for (downstream, session) in self.granted(agent, capability) {
+            let mut items = Self::list_all(downstream, &session, method, field)
+                .await
+                .map_err(|error| {
+                    format!(
+                        "server {} could not list: {}; try again, or ask the person to check it",
+                        code_span(&downstream.name, MAX_INLINE_CHARS),
+                        plain_inline(&error, MAX_DESCRIPTION_CHARS)
+                    )
+                })?;
+            match field {
+                "resources" => rewrite_item_uris(&downstream.name, &mut items, "uri"),
+                "resourceTemplates" => {
+                    rewrite_item_uris(&downstream.name, &mut items, "uriTemplate")
+                }
+                _ => {
+                    for item in &mut items {
+                        if let Some(Value::String(name)) = item.get_mut("name") {
+                            *name = prompt_name(&downstream.name, name);
+                        }
+                    }
+                }
+            }
+            all.extend(items);
+        }
+        Ok(all)
+    }
+
+    /// The downstream server and the agent's session for a server named in a gate
+    /// address or prompt name, when the agent holds a grant on it.
+    fn session_for(&self, agent: &str, server: &str) -> Option<(&Downstream, Session)> {
+        let view = self.agents.get(agent)?;
+        let downstream = self.downstreams.iter().find(|d| d.name == server)?;
+        let session = view.tools().sessions.get(server)?.clone();
+        Some((downstream, session))
+    }
+
+    /// Agent `agent` reads the resource at gate address `uri`: a read, recorded as an
+    /// observation like a read tool's, which locks the agent down first when its server
+    /// marks its resources sensitive. The answer's addresses are the gate's. `Err` is
+    /// `None` for an address the agent cannot read (no such server, or no grant on it).
+    pub async fn read_resource(
+        &self,
+        agent: &str,
+        uri: &str,
+        context: CallContext,
+    ) -> Result<Value, Option<String>> {
+        let (server, original) = resource_of_uri(uri).ok_or(None)?;
+        let (downstream, session) = self.session_for(agent, server).ok_or(None)?;
+        if !downstream.server.offers("resources") {
+            return Err(None);
+        }
+        // The latch is written before the read is forwarded, as for a sensitive tool.
+        if downstream.sensitive_resources
+            && let Err(error) = self.latches.latch(agent, uri).await
+        {
+            return Err(Some(format!(
+                "the gateway could not record that this read is sensitive ({error}), so it was not sent; ask the person to check the gate's data directory"
+            )));
+        }
+        let mut answer = session
+            .forward(
+                "resources/read",
+                &json!({"uri": original}),
+                Some(uri),
+                &context,
+            )
+            .await
+            .map_err(|e| Some(e.to_string()))?;
+        if let Some(Value::Array(contents)) = answer.get_mut("contents") {
+            rewrite_item_uris(server, contents, "uri");
+        }
+        Ok(answer)
+    }
+
+    /// Agent `agent` subscribes to the resource at gate address `uri` on its server. The
+    /// server is asked (`resources/subscribe`, in its own terms) only for the first
+    /// subscriber of that resource; the gate passes the server's updates on to each.
+    /// Returns the server's driver and its own address, to listen for its updates; every
+    /// subscription is ended with [`Gateway::unsubscribe_resource`].
+    pub async fn subscribe_resource(
+        &self,
+        agent: &str,
+        uri: &str,
+    ) -> Result<(Arc<McpServer>, String), Option<String>> {
+        let (server, original) = resource_of_uri(uri).ok_or(None)?;
+        let (downstream, session) = self.session_for(agent, server).ok_or(None)?;
+        if !downstream.server.offers_resource_subscriptions() {
+            return Err(Some(format!(
+                "server {} does not offer subscriptions to its resources; read it again instead",
+                code_span(server, MAX_INLINE_CHARS)
+            )));
+        }
+        let key = (server.to_owned(), original.to_owned());
+        let _one_at_a_time = self.subscribing.lock().await;
+        if let Some((count, _)) = self.subscribers().get_mut(&key) {
+            *count += 1;
+            return Ok((downstream.server.clone(), original.to_owned()));
+        }
+        session
+            .forward(
+                "resources/subscribe",
+                &json!({"uri": original}),
+                None,
+                &CallContext::default(),
+            )
+            .await
+            .map_err(|e| Some(e.to_string()))?;
+        self.subscribers().insert(key, (1, session));
+        Ok((downstream.server.clone(), original.to_owned()))
+    }
+
+    /// End one subscription [`Gateway::subscribe_resource`] made to `server`'s resource
+    /// `original` (its own address); the server is told (`resources/unsubscribe`) when
+    /// the last subscriber is gone.
+    pub async fn unsubscribe_resource(&self, server: &str, original: &str) {
+        let key = (server.to_owned(), original.to_owned());
+        let _one_at_a_time = self.subscribing.lock().await;
+        // The session that subscribed the server unsubscribes it.
+        let last = {
+            let mut subscribers = self.subscribers();
+            match subscribers.get_mut(&key) {
+                Some((count, _)) if *count > 1 => {
+                    *count -= 1;
+                    None
+                }
+                Some(_) => subscribers.remove(&key).map(|(_, session)| session),
+                None => None,
+            }
+        };
+        let Some(session) = last else {
+            return;
+        };
+        let params = json!({"uri": original});
+        let context = CallContext::default();
+        let unsubscribe = session.forward("resources/unsubscribe", &params, None, &context);
+        if let Err(error) = unsubscribe.await {
+            warn!(%server, %error, "resources.unsubscribe.failed: the server may go on announcing updates, which nobody hears");
+        }
+    }
+
+    fn subscribers(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (usize, Session)>> {
+        self.subscribers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Agent `agent` gets prompt `name` (the gate's name, `<server>__<prompt>`) with
+    /// `arguments`: a read of the server's text, recorded as an observation; embedded
+    /// resources' addresses are the gate's. `Err(None)` when the agent has no such prompt.
+    pub async fn get_prompt(
+        &self,
+        agent: &str,
+        name: &str,
+        arguments: Option<Value>,
+        context: CallContext,
+    ) -> Result<Value, Option<String>> {
+        let (server, prompt) = prompt_of_name(name).ok_or(None)?;
+        let (downstream, session) = self.session_for(agent, server).ok_or(None)?;
+        if !downstream.server.offers("prompts") {
+            return Err(None);
+        }
+        let mut params = json!({"name": prompt});
+        if let Some(arguments) = arguments {
+            params["arguments"] = arguments;
+        }
+        let mut answer = session
+            .forward("prompts/get", &params, Some(name), &context)
+            .await
+            .map_err(|e| Some(e.to_string()))?;
+        if let Some(Value::Array(messages)) = answer.get_mut("messages") {
+            for message in messages {
+                if let Some(content) = message.get_mut("content") {
+                    rewrite_block_uris(server, content);
+                }
+            }
+        }
+        Ok(answer)
+    }
+
+    /// Agent `agent` asks for completions of a prompt's or a resource template's
+    /// argument: the reference (`ref/prompt` by the gate's prompt name, `ref/resource` by
+    /// the gate's address) is given back to its server in the server's own terms; the
+    /// rest of the request and the answer cross as they are. `Err(None)` when the
+    /// reference names nothing the agent holds.
+    pub async fn complete(&self, agent: &str, mut params: Value) -> Result<Value, Option<String>> {
+        let reference = params.get_mut("ref").ok_or(None)?;
+        let server = match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let name = reference.get("name").and_then(Value::as_str).ok_or(None)?;
+                let (server, prompt) = prompt_of_name(name).ok_or(None)?;
+                let (server, prompt) = (server.to_owned(), prompt.to_owned());
+                reference["name"] = Value::String(prompt);
+                server
+            }
+            Some("ref/resource") => {
+                let uri = reference.get("uri").and_then(Value::as_str).ok_or(None)?;
+                let (server, original) = resource_of_uri(uri).ok_or(None)?;
+                let (server, original) = (server.to_owned(), original.to_owned());
+                reference["uri"] = Value::String(original);
+                server
+            }
+            _ => return Err(None),
+        };
+        let (downstream, session) = self.session_for(agent, &server).ok_or(None)?;
+        if !downstream.server.offers("completions") {
+            return Err(None);
+        }
+        session
+            .forward(
+                "completion/complete",
+                &params,
+                None,
+                &CallContext::default(),
+            )
+            .await
+            .map_err(|e| Some(e.to_string()))
     }
 
     fn pending(&self, view: &AgentView) -> CallToolResult {

@@ -19,10 +19,12 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use gatekeeper_core::CallContext;
-use gatekeeper_mcp::{PROGRESS_BUFFER, ReadRelay};
+use gatekeeper_mcp::{PROGRESS_BUFFER, ReadRelay, ServerEvent};
 use kernel::ActionState;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
     ResourceContents, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
     SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
@@ -31,10 +33,11 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer, Subscriptio
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
-use serde_json::Value;
+use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
 use crate::gateway::Gateway;
+use crate::names::resource_of_uri;
 
 /// Where agents reach the gateway over HTTP.
 pub const MCP_PATH: &str = "/mcp";
@@ -110,12 +113,76 @@ async fn authenticate(
     }
 }
 
+/// One session's subscriptions, by the address the agent subscribed to: the task that
+/// tells the agent of updates, and for a downstream resource its server and own address,
+/// whose subscription ends with the agent's. Everything is released when the session
+/// ends (its handler, the last holder, is dropped) or the agent unsubscribes.
+struct Watchers {
+    gateway: Arc<Gateway>,
+    map: std::sync::Mutex<HashMap<String, Watcher>>,
+}
+
+struct Watcher {
+    task: tokio::task::AbortHandle,
+    downstream: Option<(String, String)>,
+}
+
+impl Watchers {
+    fn new(gateway: Arc<Gateway>) -> Self {
+        Self {
+            gateway,
+            map: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watcher>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keep `watcher` for `uri`; returns the one it replaces, for the caller to end.
+    fn insert(&self, uri: String, watcher: Watcher) -> Option<Watcher> {
+        let mut map = self.map();
+        map.retain(|_, w| !w.task.is_finished() || w.downstream.is_some());
+        map.insert(uri, watcher)
+    }
+
+    /// End one watcher: its task stops, and its downstream subscription is given up.
+    async fn end(gateway: &Gateway, watcher: Watcher) {
+        watcher.task.abort();
+        if let Some((server, original)) = watcher.downstream {
+            gateway.unsubscribe_resource(&server, &original).await;
+        }
+    }
+}
+
+impl Drop for Watchers {
+    fn drop(&mut self) {
+        let ended: Vec<Watcher> = self.map().drain().map(|(_, w)| w).collect();
+        for watcher in &ended {
+            watcher.task.abort();
+        }
+        let downstream: Vec<(String, String)> =
+            ended.into_iter().filter_map(|w| w.downstream).collect();
+        if downstream.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let gateway = self.gateway.clone();
+            runtime.spawn(async move {
+                for (server, original) in downstream {
+                    gateway.unsubscribe_resource(&server, &original).await;
+                }
+            });
+        }
+    }
+}
+
 /// The MCP server one agent session talks to.
 #[derive(Clone)]
 struct AgentHandler {
     gateway: Arc<Gateway>,
-    /// This session's `resources/subscribe` watchers, by URI.
-    watchers: Arc<std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>>,
+    /// This session's subscriptions.
+    watchers: Arc<Watchers>,
 }
 
 impl AgentHandler {
@@ -144,6 +211,36 @@ impl AgentHandler {
             }
         }
     }
+
+    /// Pass on every update `server` announces of its resource `original` by calling
+    /// `tell`, until `tell` fails or the server's connection is gone.
+    async fn watch_resource<F, Fut>(
+        mut events: tokio::sync::broadcast::Receiver<ServerEvent>,
+        original: String,
+        mut tell: F,
+    ) where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match events.recv().await {
+                Ok(ServerEvent::ResourceUpdated(uri)) if uri == original => {
+                    if !tell().await {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                // Missed announcements may have been of this resource: say it changed.
+                Err(RecvError::Lagged(_)) => {
+                    if !tell().await {
+                        return;
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
 }
 
 fn agent_of(context: &RequestContext<RoleServer>) -> Option<String> {
@@ -154,6 +251,40 @@ fn agent_of(context: &RequestContext<RoleServer>) -> Option<String> {
         .map(|a| a.0.clone())
 }
 
+/// A JSON answer from the gateway as the typed result rmcp sends, or an internal error
+/// (the server's answer did not have the protocol's shape).
+fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, ErrorData> {
+    serde_json::from_value(answer).map_err(|e| {
+        ErrorData::internal_error(
+            format!("the server's answer does not have the protocol's shape ({e})"),
+            None,
+        )
+    })
+}
+
+/// A forwarded request the gateway refused: no such resource or prompt for this agent
+/// (`None`), or the server's failure, said to the agent.
+fn forward_error(what: &str, failure: Option<String>) -> ErrorData {
+    match failure {
+        None => ErrorData::resource_not_found(
+            format!("no {what} of yours has that name; list them to see what you may use"),
+            None,
+        ),
+        Some(message) => ErrorData::internal_error(message, None),
+    }
+}
+
+/// A listing from the gateway, or the failure said to the agent.
+fn listed(answer: Result<Vec<Value>, String>) -> Result<Vec<Value>, ErrorData> {
+    answer.map_err(|message| ErrorData::internal_error(message, None))
+}
+
+/// The per-call context of an agent's forwarded read: its cancellation (no progress: the
+/// caller wires that for tool calls, where servers send it).
+fn cancellation_only(context: &RequestContext<RoleServer>) -> CallContext {
+    CallContext::new(ReadRelay::new(None, context.ct.clone()))
+}
+
 impl ServerHandler for AgentHandler {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -162,11 +293,98 @@ impl ServerHandler for AgentHandler {
                 .enable_tool_list_changed()
                 .enable_resources()
                 .enable_resources_subscribe()
+                .enable_prompts()
+                .enable_completions()
                 .build(),
         )
         .with_instructions(
             "Writes are held for a person's approval: a staged call answers at once with an action id; call gate_action_result with it for the outcome, or listen to the resource gate://action/<id> to be told when it is decided.",
         )
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let Some(agent) = agent_of(&context) else {
+            return Ok(ListResourcesResult::default());
+        };
+        let resources = listed(
+            self.gateway
+                .list_forwarded(&agent, "resources/list", "resources")
+                .await,
+        )?;
+        typed(json!({"resources": resources}))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let Some(agent) = agent_of(&context) else {
+            return Ok(ListResourceTemplatesResult::default());
+        };
+        let templates = listed(
+            self.gateway
+                .list_forwarded(&agent, "resources/templates/list", "resourceTemplates")
+                .await,
+        )?;
+        typed(json!({"resourceTemplates": templates}))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let Some(agent) = agent_of(&context) else {
+            return Ok(ListPromptsResult::default());
+        };
+        let prompts = listed(
+            self.gateway
+                .list_forwarded(&agent, "prompts/list", "prompts")
+                .await,
+        )?;
+        typed(json!({"prompts": prompts}))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let agent = agent_of(&context).ok_or_else(|| forward_error("prompt", None))?;
+        let arguments = request
+            .arguments
+            .map(|a| serde_json::to_value(a).unwrap_or_default());
+        let answer = self
+            .gateway
+            .get_prompt(
+                &agent,
+                &request.name,
+                arguments,
+                cancellation_only(&context),
+            )
+            .await
+            .map_err(|failure| forward_error("prompt", failure))?;
+        Ok(typed::<GetPromptResult>(answer)?.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let agent = agent_of(&context).ok_or_else(|| forward_error("prompt or resource", None))?;
+        let params = serde_json::to_value(&request).unwrap_or_default();
+        let answer = self
+            .gateway
+            .complete(&agent, params)
+            .await
+            .map_err(|failure| forward_error("prompt or resource", failure))?;
+        typed(answer)
     }
 
     async fn read_resource(
@@ -177,14 +395,24 @@ impl ServerHandler for AgentHandler {
         let not_found = || {
             ErrorData::resource_not_found(
                 format!(
-                    "no resource {:?}; your actions are gate://action/<id>, with the id a staged call returned",
+                    "no resource {:?}; your actions are gate://action/<id>, with the id a staged call returned, and your servers' resources are listed by resources/list",
                     request.uri
                 ),
                 None,
             )
         };
-        let id = action_of_uri(&request.uri).ok_or_else(not_found)?;
         let agent = agent_of(&context).ok_or_else(not_found)?;
+        let Some(id) = action_of_uri(&request.uri) else {
+            let answer = self
+                .gateway
+                .read_resource(&agent, &request.uri, cancellation_only(&context))
+                .await
+                .map_err(|failure| match failure {
+                    None => not_found(),
+                    Some(message) => ErrorData::internal_error(message, None),
+                })?;
+            return Ok(typed::<ReadResourceResult>(answer)?.into());
+        };
         self.gateway
             .action_state(&agent, id)
             .ok_or_else(not_found)?;
@@ -211,18 +439,16 @@ impl ServerHandler for AgentHandler {
         let uri = request.uri;
         let not_found = || {
             ErrorData::resource_not_found(
-                format!("no resource {uri:?}; your actions are gate://action/<id>"),
+                format!(
+                    "no resource {uri:?}; your actions are gate://action/<id>, and your servers' resources are listed by resources/list"
+                ),
                 None,
             )
         };
-        let id = action_of_uri(&uri).ok_or_else(not_found)?;
         let agent = agent_of(&context).ok_or_else(not_found)?;
-        self.gateway
-            .action_state(&agent, id)
-            .ok_or_else(not_found)?;
         let peer = context.peer.clone();
         let told = uri.clone();
-        let task = tokio::spawn(Self::watch(self.gateway.clone(), agent, id, move || {
+        let tell = move || {
             let peer = peer.clone();
             let uri = told.clone();
             async move {
@@ -230,11 +456,37 @@ impl ServerHandler for AgentHandler {
                     .await
                     .is_ok()
             }
-        }));
-        let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
-        watchers.retain(|_, watcher| !watcher.is_finished());
-        if let Some(old) = watchers.insert(uri, task.abort_handle()) {
-            old.abort();
+        };
+        let watcher = match action_of_uri(&uri) {
+            Some(id) => {
+                self.gateway
+                    .action_state(&agent, id)
+                    .ok_or_else(not_found)?;
+                Watcher {
+                    task: tokio::spawn(Self::watch(self.gateway.clone(), agent, id, tell))
+                        .abort_handle(),
+                    downstream: None,
+                }
+            }
+            None => {
+                let (server, original) = self
+                    .gateway
+                    .subscribe_resource(&agent, &uri)
+                    .await
+                    .map_err(|failure| match failure {
+                        None => not_found(),
+                        Some(message) => ErrorData::internal_error(message, None),
+                    })?;
+                let events = server.events();
+                let (name, watched) = (server.config().name.clone(), original.clone());
+                Watcher {
+                    task: tokio::spawn(Self::watch_resource(events, watched, tell)).abort_handle(),
+                    downstream: Some((name, original)),
+                }
+            }
+        };
+        if let Some(old) = self.watchers.insert(uri, watcher) {
+            Watchers::end(&self.gateway, old).await;
         }
         Ok(())
     }
@@ -245,13 +497,9 @@ impl ServerHandler for AgentHandler {
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        if let Some(watcher) = self
-            .watchers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&request.uri)
-        {
-            watcher.abort();
+        let ended = self.watchers.map().remove(&request.uri);
+        if let Some(watcher) = ended {
+            Watchers::end(&self.gateway, watcher).await;
         }
         Ok(())
     }
@@ -260,13 +508,13 @@ impl ServerHandler for AgentHandler {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        // Only action resources; whose they are is checked while listening, where the
-        // agent is known.
+        // Actions and servers' resources; whose they are is checked while listening,
+        // where the agent is known.
         let uris: Vec<String> = requested
             .resource_subscriptions
             .iter()
             .flatten()
-            .filter(|uri| action_of_uri(uri).is_some())
+            .filter(|uri| action_of_uri(uri).is_some() || resource_of_uri(uri).is_some())
             .cloned()
             .collect();
         let mut accepted = SubscriptionFilter::new();
@@ -279,32 +527,44 @@ impl ServerHandler for AgentHandler {
             context.cancelled().await;
             return Ok(());
         };
-        // One watcher for each of the agent's own actions; others' stay silent.
-        let watchers: Vec<tokio::task::JoinHandle<()>> = context
-            .accepted()
-            .resource_subscriptions
-            .iter()
-            .flatten()
-            .filter_map(|uri| {
-                let id = action_of_uri(uri)?;
-                self.gateway.action_state(&agent, id)?;
-                let sink = context.sink().clone();
-                let uri = uri.clone();
-                Some(tokio::spawn(Self::watch(
-                    self.gateway.clone(),
-                    agent.clone(),
-                    id,
-                    move || {
-                        let sink = sink.clone();
-                        let uri = uri.clone();
-                        async move { sink.notify_resource_updated(uri).await.is_ok() }
-                    },
-                )))
-            })
-            .collect();
+        // One watcher for each of the agent's own actions and each resource of its
+        // servers; others' stay silent.
+        let mut watchers = Vec::new();
+        let mut downstream = Vec::new();
+        for uri in context.accepted().resource_subscriptions.iter().flatten() {
+            let sink = context.sink().clone();
+            let told = uri.clone();
+            let tell = move || {
+                let sink = sink.clone();
+                let uri = told.clone();
+                async move { sink.notify_resource_updated(uri).await.is_ok() }
+            };
+            if let Some(id) = action_of_uri(uri) {
+                if self.gateway.action_state(&agent, id).is_some() {
+                    watchers.push(tokio::spawn(Self::watch(
+                        self.gateway.clone(),
+                        agent.clone(),
+                        id,
+                        tell,
+                    )));
+                }
+            } else if let Ok((server, original)) =
+                self.gateway.subscribe_resource(&agent, uri).await
+            {
+                watchers.push(tokio::spawn(Self::watch_resource(
+                    server.events(),
+                    original.clone(),
+                    tell,
+                )));
+                downstream.push((server.config().name.clone(), original));
+            }
+        }
         context.cancelled().await;
         for watcher in watchers {
             watcher.abort();
+        }
+        for (server, original) in downstream {
+            self.gateway.unsubscribe_resource(&server, &original).await;
         }
         Ok(())
     }
@@ -393,7 +653,7 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens) -> Router {
         move || {
             Ok(AgentHandler {
                 gateway: gateway.clone(),
-                watchers: Arc::default(),
+                watchers: Arc::new(Watchers::new(gateway.clone())),
             })
         },
         Arc::new(LocalSessionManager::default()),

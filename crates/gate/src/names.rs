@@ -6,6 +6,12 @@
 //! name (`a.b` and `a_b`), each such tool is named by a prefix and the first 8 hex digits
 //! of the SHA-256 of `<server>\0<tool>`: deterministic, and different for different tools.
 //! A collision that survives this is refused rather than resolved by order.
+//!
+//! Prompts are named as tools are ([`prompt_name`]), and a downstream resource is given an
+//! address of the gate's, `gate://<server>/<the server's own address>` ([`resource_uri`]),
+//! so an agent granted several servers can tell their resources apart and the gate can
+//! route a read back; each has its parser beside it. `gate://action/<id>` is the gate's
+//! own (an agent's staged action), so no server may be named `action`.
 
 use std::collections::HashMap;
 
@@ -139,5 +145,71 @@ mod tests {
     fn a_tool_listed_twice_is_a_collision() {
         let error = agent_names(&[("s", "t"), ("s", "t")], &[]).expect_err("collides");
         assert_eq!(error.first, "s/t");
+    }
+}
+
+/// The scheme and authority prefix of every resource address the gate mints.
+pub const RESOURCE_PREFIX: &str = "gate://";
+
+/// The name of the gate's own resources (`gate://action/<id>`), which no server may take.
+pub const RESERVED_SERVER: &str = "action";
+
+/// The gate's address of resource `uri` of server `server`: `gate://<server>/<uri>`, the
+/// server's address kept verbatim after the first `/`.
+pub fn resource_uri(server: &str, uri: &str) -> String {
+    format!("{RESOURCE_PREFIX}{server}/{uri}")
+}
+
+/// The server and its own address in a gate address made by [`resource_uri`]; `None` for
+/// anything else (the gate's own `gate://action/<id>` included).
+pub fn resource_of_uri(uri: &str) -> Option<(&str, &str)> {
+    let (server, original) = uri.strip_prefix(RESOURCE_PREFIX)?.split_once('/')?;
+    if server.is_empty() || server == RESERVED_SERVER || original.is_empty() {
+        return None;
+    }
+    Some((server, original))
+}
+
+/// The name agents get a prompt by: `<server>__<prompt>`, as tools are named (prompt
+/// names are the server's own, kept verbatim after the separator).
+pub fn prompt_name(server: &str, prompt: &str) -> String {
+    format!("{server}{SEPARATOR}{prompt}")
+}
+
+/// The server and its own name of a prompt named by [`prompt_name`] (server names never
+/// hold the separator, so the first one splits them).
+pub fn prompt_of_name(name: &str) -> Option<(&str, &str)> {
+    let (server, prompt) = name.split_once(SEPARATOR)?;
+    (!server.is_empty() && !prompt.is_empty()).then_some((server, prompt))
+}
+
+#[cfg(test)]
+mod minted {
+    use super::*;
+
+    #[test]
+    fn resource_addresses_round_trip_and_keep_the_servers_own_verbatim() {
+        for original in [
+            "file:///home/me/notes/a b.md",
+            "fixture://notes/{id}",
+            "db://x?q=1#frag",
+            "gate://action/3",
+        ] {
+            let minted = resource_uri("files", original);
+            assert_eq!(resource_of_uri(&minted), Some(("files", original)));
+        }
+        assert_eq!(resource_of_uri("gate://action/3"), None);
+        assert_eq!(resource_of_uri("gate://files/"), None);
+        assert_eq!(resource_of_uri("gate:///x"), None);
+        assert_eq!(resource_of_uri("file:///etc/passwd"), None);
+    }
+
+    #[test]
+    fn prompt_names_round_trip() {
+        let name = prompt_name("notes", "summarize__twice");
+        assert_eq!(name, "notes__summarize__twice");
+        assert_eq!(prompt_of_name(&name), Some(("notes", "summarize__twice")));
+        assert_eq!(prompt_of_name("nosep"), None);
+        assert_eq!(prompt_of_name("__x"), None);
     }
 }

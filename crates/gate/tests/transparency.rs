@@ -15,7 +15,9 @@ mod fixture;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, ProgressNotificationParam, Tool,
+    ArgumentInfo, CallToolRequest, CallToolRequestParams, ClientRequest, CompleteRequestParams,
+    GetPromptRequestParams, ProgressNotificationParam, ReadResourceRequestParams, Reference,
+    ResourceUpdatedNotificationParam, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -23,17 +25,19 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientHandler, RoleClient, ServiceExt as _};
 use serde_json::{Value, json};
 
-use daemon::{CODER_TOKEN, Gate, action_id, call, eventually, text};
+use daemon::{CODER_TOKEN, Gate, IDLE_TOKEN, action_id, call, eventually, text};
 
 /// The fixture's answer to `rich_read` and `rich_write` (see `mcp-fixture`'s
-/// `rich_result`), written out again here so that a change on either side shows.
+/// `rich_result`), written out again here so that a change on either side shows, as the
+/// agent gets it: the same blocks, the resources' addresses the gate's
+/// (`gate://fixture/<the server's own>`), so the agent can read them through the gate.
 fn rich_blocks() -> Value {
     json!([
         {"type": "text", "text": "every block", "annotations": {"audience": ["assistant"], "priority": 0.25}},
         {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png", "annotations": {"audience": ["user"]}},
         {"type": "audio", "data": "UklGRiYAAAA=", "mimeType": "audio/wav", "_meta": {"fixture/clip": 1}},
-        {"type": "resource_link", "uri": "fixture://notes/1", "name": "note 1", "mimeType": "text/plain", "description": "the first note"},
-        {"type": "resource", "resource": {"uri": "fixture://notes/2", "mimeType": "text/plain", "text": "the second note"}, "annotations": {"priority": 1.0}}
+        {"type": "resource_link", "uri": "gate://fixture/fixture://notes/1", "name": "note 1", "mimeType": "text/plain", "description": "the first note"},
+        {"type": "resource", "resource": {"uri": "gate://fixture/fixture://notes/2", "mimeType": "text/plain", "text": "the second note"}, "annotations": {"priority": 1.0}}
     ])
 }
 
@@ -160,13 +164,26 @@ async fn a_catalog_longer_than_its_cap_is_refused_whole_with_the_setting_to_chan
     );
 }
 
-/// An agent that keeps every progress notification it is sent.
+/// An agent that keeps every progress notification and resource update it is sent.
 #[derive(Clone, Default)]
-struct Listener(Arc<Mutex<Vec<ProgressNotificationParam>>>);
+struct Listener {
+    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+    updated: Arc<Mutex<Vec<String>>>,
+}
 
 impl Listener {
     fn notes(&self) -> Vec<ProgressNotificationParam> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn updated(&self) -> Vec<String> {
+        self.updated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -176,10 +193,21 @@ impl ClientHandler for Listener {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.0
+        self.progress
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(params);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.updated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(params.uri);
     }
 }
 
@@ -261,4 +289,169 @@ async fn a_read_the_agent_cancels_is_cancelled_on_the_server() {
         .filter(|line| !line.starts_with("notifications/cancelled "))
         .collect();
     assert!(writes.is_empty(), "a read sends no write: {writes:?}");
+}
+
+#[tokio::test]
+async fn a_servers_resources_and_templates_are_listed_under_the_gates_addresses() {
+    let gate = rich_gate("resources-listed");
+    let agent = gate.agent(CODER_TOKEN).await;
+    let resources = agent.peer().list_all_resources().await.expect("listed");
+    let resources = serde_json::to_value(&resources).expect("serialises");
+    assert_eq!(
+        resources,
+        json!([
+            {"uri": "gate://fixture/fixture://notes/1", "name": "note 1", "mimeType": "text/plain", "annotations": {"priority": 0.5}},
+            {"uri": "gate://fixture/fixture://notes/2", "name": "note 2", "mimeType": "text/plain"}
+        ])
+    );
+    let templates = agent
+        .peer()
+        .list_all_resource_templates()
+        .await
+        .expect("listed");
+    let templates = serde_json::to_value(&templates).expect("serialises");
+    assert_eq!(
+        templates,
+        json!([{"uriTemplate": "gate://fixture/fixture://notes/{id}", "name": "a note by number", "mimeType": "text/plain"}])
+    );
+    // An agent with no grant on the server sees none of it.
+    let idle = gate.agent(IDLE_TOKEN).await;
+    assert!(
+        idle.peer()
+            .list_all_resources()
+            .await
+            .expect("listed")
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_resource_read_through_the_gate_is_the_servers_answer_and_only_for_its_grantees() {
+    let gate = rich_gate("resource-read");
+    let agent = gate.agent(CODER_TOKEN).await;
+    // Filled in from the template, as an agent would.
+    let uri = "gate://fixture/fixture://notes/7";
+    let read = agent
+        .peer()
+        .read_resource(ReadResourceRequestParams::new(uri))
+        .await
+        .expect("read");
+    assert_eq!(
+        serde_json::to_value(&read).expect("serialises")["contents"],
+        json!([{"uri": uri, "mimeType": "text/plain", "text": "note 7", "_meta": {"fixture/read": true}}])
+    );
+    let idle = gate.agent(IDLE_TOKEN).await;
+    let refused = idle
+        .peer()
+        .read_resource(ReadResourceRequestParams::new(uri))
+        .await;
+    assert!(refused.is_err(), "an agent without a grant reads nothing");
+    let ledger = gate.person(&["ledger"]);
+    let said = String::from_utf8_lossy(&ledger.stdout);
+    assert!(
+        said.contains("gate://fixture/fixture://notes/7"),
+        "the read is an observation in the ledger: {said}"
+    );
+}
+
+#[tokio::test]
+async fn a_sensitive_servers_resource_read_locks_the_reader_down() {
+    let mut gate = rich_gate("resource-sensitive");
+    gate.reconfigure(|text| {
+        text.replace(
+            "trust = \"byo\"",
+            "trust = \"byo\"\nsensitive_resources = true",
+        )
+    });
+    let agent = gate.agent(CODER_TOKEN).await;
+    agent
+        .peer()
+        .read_resource(ReadResourceRequestParams::new(
+            "gate://fixture/fixture://notes/1",
+        ))
+        .await
+        .expect("read");
+    let refused = text(&call(agent.peer(), "fixture__write_note", json!({"text": "leak"})).await);
+    assert!(
+        refused.starts_with("Your workspace is locked down because"),
+        "{refused}"
+    );
+    assert!(gate.deliveries().is_empty(), "nothing was sent");
+}
+
+#[tokio::test]
+async fn a_subscribed_resource_tells_the_agent_of_each_change_until_it_unsubscribes() {
+    let gate = rich_gate("resource-subscribe");
+    let (listener, agent) = listening_agent(&gate).await;
+    let uri = "gate://fixture/fixture://notes/1";
+    #[allow(deprecated)]
+    agent
+        .peer()
+        .subscribe(SubscribeRequestParams::new(uri))
+        .await
+        .expect("subscribed");
+    assert_eq!(
+        gate.deliveries(),
+        ["resources/subscribe \"fixture://notes/1\""],
+        "the server is asked in its own terms"
+    );
+    call(agent.peer(), "fixture__touch_note", json!({})).await;
+    eventually("the agent hears of the change", || {
+        listener.updated() == [uri]
+    })
+    .await;
+    #[allow(deprecated)]
+    agent
+        .peer()
+        .unsubscribe(UnsubscribeRequestParams::new(uri))
+        .await
+        .expect("unsubscribed");
+    assert_eq!(
+        gate.deliveries().last().map(String::as_str),
+        Some("resources/unsubscribe \"fixture://notes/1\"")
+    );
+}
+
+#[tokio::test]
+async fn prompts_are_listed_and_got_under_the_gates_names_with_their_resources_addresses() {
+    let gate = rich_gate("prompts");
+    let agent = gate.agent(CODER_TOKEN).await;
+    let prompts = agent.peer().list_all_prompts().await.expect("listed");
+    let prompts = serde_json::to_value(&prompts).expect("serialises");
+    assert_eq!(prompts[0]["name"], "fixture__summarize");
+    assert_eq!(prompts[0]["title"], "Summarize");
+    assert_eq!(prompts[0]["arguments"][0]["name"], "topic");
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("topic".into(), json!("alpha"));
+    let got = agent
+        .peer()
+        .get_prompt(GetPromptRequestParams::new("fixture__summarize").with_arguments(arguments))
+        .await
+        .expect("got");
+    let got = serde_json::to_value(&got).expect("serialises");
+    assert_eq!(
+        got["messages"],
+        json!([
+            {"role": "user", "content": {"type": "text", "text": "Summarize the notes about alpha."}},
+            {"role": "user", "content": {"type": "resource", "resource": {"uri": "gate://fixture/fixture://notes/1", "mimeType": "text/plain", "text": "note 1"}}}
+        ])
+    );
+}
+
+#[tokio::test]
+async fn completion_of_a_prompts_argument_crosses_the_gate() {
+    let gate = rich_gate("complete");
+    let agent = gate.agent(CODER_TOKEN).await;
+    let completed = agent
+        .peer()
+        .complete(CompleteRequestParams::new(
+            Reference::for_prompt("fixture__summarize"),
+            ArgumentInfo::new("topic", "be"),
+        ))
+        .await
+        .expect("completed");
+    assert_eq!(
+        serde_json::to_value(&completed).expect("serialises")["completion"]["values"],
+        json!(["beta", "beyond"])
+    );
 }

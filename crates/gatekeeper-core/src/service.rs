@@ -327,6 +327,23 @@ pub trait ToolService: Send + Sync {
         let _ = context;
         self.call_defined(tool, definition, args).await
     }
+
+    /// Forward one request of the service's protocol other than a tool call, of a kind
+    /// the protocol defines as changing nothing: listing or reading resources, listing or
+    /// getting prompts, completing an argument. `params` and the answer are the protocol's
+    /// JSON as they cross it. The default forwards nothing: the service has no such
+    /// requests ([`CallError::NotDispatched`]).
+    async fn forward(
+        &self,
+        method: &str,
+        params: &Value,
+        context: &CallContext,
+    ) -> Result<Value, CallError> {
+        let _ = (params, context);
+        Err(CallError::NotDispatched(format!(
+            "this service answers no {method} requests"
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -363,6 +363,68 @@ impl Session {
         })
     }
 
+    /// Forward a request that reads and changes nothing to the service
+    /// ([`ToolService::forward`](crate::ToolService::forward)), under the gatekeeper's
+    /// deadline. When it reads data (`observed` names what: a resource's address, a
+    /// prompt's name), the answer is handed over only after the kernel authorized it as
+    /// an observation, as a read tool's is; a listing or a completion (`None`) is returned
+    /// as it came. Any grant of the server may forward: what it reads is the server's, not
+    /// one tool's.
+    pub async fn forward(
+        &self,
+        method: &str,
+        params: &Value,
+        observed: Option<&str>,
+        context: &CallContext,
+    ) -> Result<Value, SessionError> {
+        let gk = &self.inner.gatekeeper;
+        let deadline = gk.call_deadline();
+        let answer = match Bounded::new(gk.service.forward(method, params, context), deadline).await
+        {
+            Ended::Answered(answer) => answer.map_err(SessionError::Service)?,
+            Ended::Panicked(panic) => {
+                return Err(SessionError::Service(CallError::Unknown(format!(
+                    "the service's client panicked during {method} ({panic}); try again, and report the panic to the gatekeeper's maintainers"
+                ))));
+            }
+            Ended::TimedOut => {
+                return Err(SessionError::Service(CallError::Unknown(format!(
+                    "the service did not answer {method} within {}; try again later",
+                    Human(deadline)
+                ))));
+            }
+        };
+        if let Some(what) = observed {
+            let server = plain_inline(gk.server_name(), MAX_SERVER_NAME_CHARS);
+            let what = untrusted_label(what, MAX_INLINE_CHARS);
+            let method = plain_inline(method, MAX_INLINE_CHARS);
+            let title = Sanitized::concat(&[
+                &Sanitized::literal("Read "),
+                &what,
+                &Sanitized::literal(" of "),
+                &server,
+            ]);
+            let description = Sanitized::concat(&[
+                &Sanitized::literal("Forwarded `"),
+                &method,
+                &Sanitized::literal("` for "),
+                &what,
+                &Sanitized::literal(" to **"),
+                &server,
+                &Sanitized::literal("**."),
+            ]);
+            self.inner
+                .queue
+                .authorize_observation(ObservationDescription::new(
+                    title.into_string(),
+                    description.into_string(),
+                ))
+                .await
+                .map_err(SessionError::Observation)?;
+        }
+        Ok(answer)
+    }
+
     async fn act(&self, entry: &ToolEntry, args: Value) -> Result<CallOutcome, SessionError> {
         let gk = &self.inner.gatekeeper;
         let (title, description) = entry.prompt.describe(&args);

@@ -21,7 +21,8 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, ProgressNotificationParam, ServerResult,
+    ClientRequest, Implementation, ProgressNotificationParam, ResourceUpdatedNotificationParam,
+    ServerResult,
 };
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RequestHandle, RoleClient, RunningService,
@@ -29,6 +30,7 @@ use rmcp::service::{
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
+use serde_json::Value;
 use tokio::process::Command;
 use tracing::debug;
 
@@ -164,10 +166,27 @@ impl Endpoint {
     }
 }
 
+/// What a server announces that agents may be told of: its resources and prompts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerEvent {
+    /// `notifications/resources/updated`: the resource at this address (the server's
+    /// own) changed.
+    ResourceUpdated(String),
+    /// `notifications/resources/list_changed`.
+    ResourceListChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptListChanged,
+}
+
+/// How many announcements may wait for a slow listener before it misses some.
+pub(crate) const EVENT_BUFFER: usize = 256;
+
 /// The client side of the handshake and the notifications it listens to.
 struct Handler {
     stale: Arc<AtomicBool>,
     progress: SharedRoutes,
+    events: tokio::sync::broadcast::Sender<ServerEvent>,
 }
 
 /// What the gateway tells a server about itself: its name and no capabilities at all.
@@ -196,6 +215,23 @@ impl ClientHandler for Handler {
     ) {
         self.progress.deliver(params).await;
     }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        // Nobody listening is no error: no agent subscribed.
+        let _ = self.events.send(ServerEvent::ResourceUpdated(params.uri));
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.events.send(ServerEvent::ResourceListChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.events.send(ServerEvent::PromptListChanged);
+    }
 }
 
 /// When a request failed, relative to its send.
@@ -222,8 +258,13 @@ impl Connection {
         deadline: Duration,
         stale: Arc<AtomicBool>,
         progress: SharedRoutes,
+        events: tokio::sync::broadcast::Sender<ServerEvent>,
     ) -> Result<Self, String> {
-        let handler = Handler { stale, progress };
+        let handler = Handler {
+            stale,
+            progress,
+            events,
+        };
         let handshake = match endpoint {
             Endpoint::Stdio(command) => {
                 let transport = TokioChildProcess::new(command.command()).map_err(|error| {
@@ -280,6 +321,15 @@ impl Connection {
 
     pub(crate) fn peer(&self) -> Peer<RoleClient> {
         self.running.peer().clone()
+    }
+
+    /// The capabilities the server declared in its handshake, as JSON.
+    pub(crate) fn capabilities(&self) -> Value {
+        self.running
+            .peer()
+            .peer_info()
+            .and_then(|info| serde_json::to_value(&info.capabilities).ok())
+            .unwrap_or(Value::Null)
     }
 }
 

@@ -46,8 +46,8 @@ pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};
 pub use catalog::{
     Catalog, CatalogChanges, CatalogTool, canonical_json, definition_digest, withheld_reason,
 };
-pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, StdioCommand};
+pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, ServerEvent, StdioCommand};
 pub use relay::{PROGRESS_BUFFER, ReadRelay};
 pub use server::{
-    DEFAULT_DEADLINE, DEFAULT_MAX_CATALOG_PAGES, McpError, McpServer, McpServerConfig,
+    DEFAULT_DEADLINE, DEFAULT_MAX_CATALOG_PAGES, FORWARDED, McpError, McpServer, McpServerConfig,
 };

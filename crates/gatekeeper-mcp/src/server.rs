@@ -49,13 +49,13 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, broadcast};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::backoff::Backoff;
 use crate::catalog::{Catalog, CatalogTool};
-use crate::connection::{self, Connection, Endpoint, Failure, seconds};
+use crate::connection::{self, Connection, EVENT_BUFFER, Endpoint, Failure, ServerEvent, seconds};
 use crate::relay::{ReadRelay, SharedRoutes};
 
 /// The deadline of a downstream request when the configuration names none.
@@ -139,6 +139,10 @@ pub struct McpServer {
     stale: Arc<AtomicBool>,
     /// Where the progress of agents' reads in flight goes ([`crate::relay`]).
     progress: SharedRoutes,
+    /// What the server announces about its resources and prompts.
+    events: broadcast::Sender<ServerEvent>,
+    /// The capabilities the server declared when it last started, as JSON.
+    capabilities: RwLock<Value>,
     catalog: RwLock<Arc<Catalog>>,
 }
 
@@ -159,6 +163,8 @@ impl McpServer {
             backoff: Mutex::new(Backoff::default()),
             stale: Arc::new(AtomicBool::new(true)),
             progress: SharedRoutes::default(),
+            events: broadcast::channel(EVENT_BUFFER).0,
+            capabilities: RwLock::new(Value::Null),
             catalog: RwLock::new(Arc::default()),
         });
         server
@@ -242,6 +248,7 @@ impl McpServer {
             self.config.deadline,
             self.stale.clone(),
             self.progress.clone(),
+            self.events.clone(),
         )
         .await
         {
@@ -254,6 +261,7 @@ impl McpServer {
         };
         backoff.succeeded();
         info!(server = %self.config.name, "downstream.started");
+        *self.capabilities.write().unwrap_or_else(|p| p.into_inner()) = connection.capabilities();
         let peer = connection.peer();
         *slot = Some(connection);
         Ok(peer)
@@ -373,6 +381,31 @@ impl McpServer {
         }
     }
 
+    /// Whether the server declared `capability` (`resources`, `prompts`, `completions`,
+    /// `logging`, ...) when it last started.
+    pub fn offers(&self, capability: &str) -> bool {
+        self.capabilities
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(capability)
+            .is_some_and(|c| !c.is_null())
+    }
+
+    /// Whether the server declared it lets clients subscribe to its resources.
+    pub fn offers_resource_subscriptions(&self) -> bool {
+        self.capabilities
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .pointer("/resources/subscribe")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    /// What the server announces about its resources and prompts from now on.
+    pub fn events(&self) -> broadcast::Receiver<ServerEvent> {
+        self.events.subscribe()
+    }
+
     async fn connection_alive(&self) -> bool {
         self.connection
             .lock()
@@ -446,9 +479,79 @@ impl ToolService for McpServer {
         self.call_relayed(name, definition, args, context.get::<ReadRelay>())
             .await
     }
+
+    async fn forward(
+        &self,
+        method: &str,
+        params: &Value,
+        context: &CallContext,
+    ) -> Result<Value, CallError> {
+        self.forward_request(method, params, context.get::<ReadRelay>())
+            .await
+    }
 }
 
+/// The requests [`ToolService::forward`] passes on: the ones the protocol defines as
+/// changing nothing on the server (a subscription changes only what the server tells
+/// this connection).
+pub const FORWARDED: [&str; 8] = [
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+];
+
 impl McpServer {
+    /// [`ToolService::forward`]: one of the [`FORWARDED`] requests, built from its JSON
+    /// params by the protocol library, its answer returned as JSON.
+    async fn forward_request(
+        &self,
+        method: &str,
+        params: &Value,
+        relay: Option<&ReadRelay>,
+    ) -> Result<Value, CallError> {
+        if !FORWARDED.contains(&method) {
+            return Err(CallError::NotDispatched(format!(
+                "the gate does not forward {method} requests; nothing was sent"
+            )));
+        }
+        let request: ClientRequest =
+            serde_json::from_value(serde_json::json!({"method": method, "params": params}))
+                .map_err(|e| {
+                    CallError::NotDispatched(format!(
+                        "the {method} request is not well formed ({e}); nothing was sent"
+                    ))
+                })?;
+        let peer = self.peer().await.map_err(CallError::NotDispatched)?;
+        let reply = match relay {
+            Some(relay) => {
+                connection::request_relayed(
+                    &peer,
+                    request,
+                    self.config.deadline,
+                    &self.progress,
+                    relay,
+                )
+                .await
+            }
+            None => connection::request(&peer, request, self.config.deadline).await,
+        };
+        match reply {
+            Ok(reply) => serde_json::to_value(&reply).map_err(|e| {
+                CallError::Unknown(format!("the server's answer could not be read ({e})"))
+            }),
+            Err(Failure::NotSent(message)) => Err(CallError::NotDispatched(format!(
+                "{message}; nothing was sent"
+            ))),
+            Err(Failure::Answered(message)) => Err(CallError::Answered(message)),
+            Err(Failure::AfterSend(message)) => Err(CallError::Unknown(message)),
+        }
+    }
+
     async fn call_relayed(
         &self,
         name: &str,

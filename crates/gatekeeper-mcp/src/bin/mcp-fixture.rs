@@ -36,6 +36,13 @@
 //!   `notifications/cancelled` the server receives is written to the delivery log as
 //!   `notifications/cancelled <reason>`.
 //!
+//! - `touch_note` (read-only) announces that the resource `fixture://notes/1` changed.
+//!
+//! and, besides tools, resources (`fixture://notes/1` and `/2`, the template
+//! `fixture://notes/{id}`, subscriptions, each `resources/subscribe` and `unsubscribe`
+//! written to the delivery log), the prompt `summarize` (argument `topic`, completed from
+//! `alpha`, `beta`, `beyond`) and completions.
+//!
 //! With `MCP_FIXTURE_PAGES=N` its catalog is instead N read-only tools, `paged_1` to
 //! `paged_N`, one per `tools/list` page.
 //!
@@ -54,9 +61,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, ContentBlock,
-    CustomResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ServerCapabilities, ServerConfig, ServerResult, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, CompleteRequestParams,
+    CompleteResult, ContentBlock, CustomResult, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ResourceUpdatedNotificationParam, ServerCapabilities,
+    ServerConfig, ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -234,6 +244,12 @@ impl Fixture {
                     "annotations": {"readOnlyHint": true}
                 }),
                 json!({
+                    "name": "touch_note",
+                    "description": "Announce that the first note changed.",
+                    "inputSchema": {"type": "object"},
+                    "annotations": {"readOnlyHint": true}
+                }),
+                json!({
                     "name": "slow_read",
                     "description": "A read that answers only when cancelled.",
                     "inputSchema": {"type": "object"},
@@ -276,14 +292,161 @@ fn text(body: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(body)])
 }
 
+/// The JSON of a protocol result as rmcp's typed result.
+fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, ErrorData> {
+    serde_json::from_value(answer).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
+impl Fixture {
+    fn rich_only(&self) -> Result<(), ErrorData> {
+        if self.rich {
+            Ok(())
+        } else {
+            Err(ErrorData::method_not_found::<
+                rmcp::model::ListResourcesRequestMethod,
+            >())
+        }
+    }
+}
+
 impl ServerHandler for Fixture {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
+        let capabilities = if self.rich {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
-                .build(),
-        )
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_prompts()
+                .enable_completions()
+                .build()
+        } else {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build()
+        };
+        ServerConfig::new(capabilities)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.rich_only()?;
+        typed(json!({"resources": [
+            {"uri": "fixture://notes/1", "name": "note 1", "mimeType": "text/plain", "annotations": {"priority": 0.5}},
+            {"uri": "fixture://notes/2", "name": "note 2", "mimeType": "text/plain"}
+        ]}))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.rich_only()?;
+        typed(json!({"resourceTemplates": [
+            {"uriTemplate": "fixture://notes/{id}", "name": "a note by number", "mimeType": "text/plain"}
+        ]}))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.rich_only()?;
+        let Some(id) = request.uri.strip_prefix("fixture://notes/") else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {:?}", request.uri),
+                None,
+            ));
+        };
+        let result: ReadResourceResult = typed(json!({"contents": [
+            {"uri": request.uri, "mimeType": "text/plain", "text": format!("note {id}"), "_meta": {"fixture/read": true}}
+        ]}))?;
+        Ok(result.into())
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.rich_only()?;
+        self.deliver("resources/subscribe", &json!(request.uri));
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.rich_only()?;
+        self.deliver("resources/unsubscribe", &json!(request.uri));
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.rich_only()?;
+        typed(json!({"prompts": [{
+            "name": "summarize",
+            "title": "Summarize",
+            "description": "Summarize the notes about a topic.",
+            "arguments": [{"name": "topic", "description": "What about", "required": true}]
+        }]}))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.rich_only()?;
+        if request.name != "summarize" {
+            return Err(ErrorData::invalid_params(
+                format!("no prompt named {:?}", request.name),
+                None,
+            ));
+        }
+        let topic = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("topic"))
+            .and_then(Value::as_str)
+            .unwrap_or("everything")
+            .to_owned();
+        let result: GetPromptResult = typed(json!({
+            "description": "Summarize the notes",
+            "messages": [
+                {"role": "user", "content": {"type": "text", "text": format!("Summarize the notes about {topic}.")}},
+                {"role": "user", "content": {"type": "resource", "resource": {"uri": "fixture://notes/1", "mimeType": "text/plain", "text": "note 1"}}}
+            ]
+        }))?;
+        Ok(result.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.rich_only()?;
+        let typed_so_far = request.argument.value;
+        let values: Vec<&str> = ["alpha", "beta", "beyond"]
+            .into_iter()
+            .filter(|v| v.starts_with(typed_so_far.as_str()))
+            .collect();
+        typed(json!({"completion": {"values": values, "total": values.len(), "hasMore": false}}))
     }
 
     /// The typed listing (HTTP mode): tools rmcp cannot represent are left out.
@@ -335,6 +498,13 @@ impl ServerHandler for Fixture {
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
                 text("three steps done")
+            }
+            "touch_note" if self.rich => {
+                let updated = ResourceUpdatedNotificationParam::new("fixture://notes/1");
+                if let Err(error) = context.peer.notify_resource_updated(updated).await {
+                    eprintln!("mcp-fixture: update not announced: {error}");
+                }
+                text("touched")
             }
             "slow_read" if self.rich => {
                 context.ct.cancelled().await;

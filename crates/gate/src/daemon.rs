@@ -319,6 +319,7 @@ impl Daemon {
             gateway = gateway.with_database(file.clone());
         }
         let gateway = Arc::new(gateway);
+        gateway.start_log_relays();
         let recovered = gateway.recover_pending().await;
         if recovered > 0 {
             info!(recovered, "pending actions recovered from the ledger");

@@ -31,7 +31,7 @@ use std::sync::{Arc, RwLock};
 use gatekeeper_core::{
     ActionResult, CallContext, CallOutcome, Session, ToolGatekeeper, ToolResult,
 };
-use gatekeeper_mcp::{Catalog, CatalogTool, McpServer, canonical_json};
+use gatekeeper_mcp::{Catalog, CatalogTool, McpServer, ServerEvent, canonical_json};
 use kernel::{ActionState, Clock, LedgerId, Overseer, SystemClock};
 use prompt_sanitize::{
     MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline, untrusted_label,
@@ -44,6 +44,7 @@ use tracing::{info, warn};
 
 use crate::lockdown::Latches;
 pub use crate::lockdown::{LIFTS_FILE, Lift, LiftError};
+use crate::logs::{self, Limiter, Listener, Verdict};
 use crate::names::{
     NameCollision, agent_names, prompt_name, prompt_of_name, resource_of_uri, resource_uri,
 };
@@ -374,8 +375,16 @@ pub struct Gateway {
     catalogs: Option<PathBuf>,
     /// One person's acceptance at a time.
     accepting: Mutex<()>,
-    /// The agents' MCP connections, told when their tool list changes.
-    peers: std::sync::Mutex<Vec<Peer<RoleServer>>>,
+    /// The agents' MCP sessions that began with `initialize`: told when their tool list
+    /// changes, and of servers' logs ([`crate::logs`]).
+    listeners: std::sync::Mutex<Vec<Listener>>,
+    /// The agents' calls in flight on each server, by server: who hears its log while
+    /// exactly one is.
+    in_flight: std::sync::Mutex<HashMap<String, Vec<(u64, Listener)>>>,
+    /// The next id of a call in flight.
+    next_call: std::sync::atomic::AtomicU64,
+    /// Each server's budget of log messages.
+    limiters: std::sync::Mutex<HashMap<String, Limiter>>,
     /// The SQLite database behind the kernel (this daemon's alone, behind its journal),
     /// whose file is read page by page for the person's `gate ledger`.
     database: Option<store_sqlite::Journaled>,
@@ -463,6 +472,29 @@ fn rewrite_item_uris(server: &str, items: &mut [Value], field: &str) {
     }
 }
 
+/// An agent's call in flight on a server, noted until dropped.
+struct InFlight<'a> {
+    gateway: &'a Gateway,
+    server: String,
+    id: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self
+            .gateway
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(calls) = in_flight.get_mut(&self.server) {
+            calls.retain(|(id, _)| *id != self.id);
+            if calls.is_empty() {
+                in_flight.remove(&self.server);
+            }
+        }
+    }
+}
+
 /// What an agent is told when its write is staged.
 pub fn staged_message(tool: &str, ledger: LedgerId, repeat: bool) -> String {
     let id = ledger.0;
@@ -496,7 +528,10 @@ impl Gateway {
             latches,
             catalogs: None,
             accepting: Mutex::new(()),
-            peers: std::sync::Mutex::new(Vec::new()),
+            listeners: std::sync::Mutex::new(Vec::new()),
+            in_flight: std::sync::Mutex::new(HashMap::new()),
+            next_call: std::sync::atomic::AtomicU64::new(0),
+            limiters: std::sync::Mutex::new(HashMap::new()),
             database: None,
             clock: Arc::new(SystemClock),
             notifier: None,
@@ -592,24 +627,119 @@ impl Gateway {
         Some((entry.caller.to_string(), why))
     }
 
-    /// Remember an agent's MCP connection, to tell it when its tool list changes.
-    pub fn add_peer(&self, peer: Peer<RoleServer>) {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        peers.retain(|p| !p.is_transport_closed());
-        peers.push(peer);
+    /// Remember an agent's MCP session, to tell it when its tool list changes and of its
+    /// servers' logs. Sessions that are gone are forgotten.
+    pub fn add_peer(&self, listener: Listener) {
+        let mut listeners = self.listeners();
+        listeners.retain(|l| !l.peer.is_transport_closed());
+        listeners.push(listener);
+    }
+
+    fn listeners(&self) -> std::sync::MutexGuard<'_, Vec<Listener>> {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Tell every connected agent that its tool list changed. Connections that are gone
     /// are forgotten.
     async fn announce_tools_changed(&self) {
         let peers: Vec<Peer<RoleServer>> = {
-            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-            peers.retain(|p| !p.is_transport_closed());
-            peers.clone()
+            let mut listeners = self.listeners();
+            listeners.retain(|l| !l.peer.is_transport_closed());
+            listeners.iter().map(|l| l.peer.clone()).collect()
         };
         for peer in peers {
             if let Err(error) = peer.notify_tool_list_changed().await {
                 warn!(%error, "agent.notify.failed: the agent sees the new tools at its next tools/list");
+            }
+        }
+    }
+
+    /// Note `caller`'s call in flight on `server` until the guard is dropped.
+    fn call_in_flight(&self, server: &str, caller: Listener) -> InFlight<'_> {
+        let id = self
+            .next_call
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(server.to_owned())
+            .or_default()
+            .push((id, caller));
+        InFlight {
+            gateway: self,
+            server: server.to_owned(),
+            id,
+        }
+    }
+
+    /// Start passing each server's log messages on to agents ([`crate::logs`]), for as
+    /// long as the gateway lives.
+    pub fn start_log_relays(self: &Arc<Self>) {
+        for downstream in &self.downstreams {
+            let gateway = Arc::downgrade(self);
+            let server = downstream.name.clone();
+            let mut events = downstream.server.events();
+            tokio::spawn(async move {
+                use tokio::sync::broadcast::error::RecvError;
+                loop {
+                    let message = match events.recv().await {
+                        Ok(ServerEvent::Log(message)) => message,
+                        Ok(_) | Err(RecvError::Lagged(_)) => continue,
+                        Err(RecvError::Closed) => return,
+                    };
+                    let Some(gateway) = gateway.upgrade() else {
+                        return;
+                    };
+                    gateway.relay_log(&server, message).await;
+                }
+            });
+        }
+    }
+
+    /// Pass one of `server`'s log messages on: to the one call in flight on it, or else
+    /// to every session of an agent with a grant on it; within its budget, cut to size.
+    #[allow(deprecated)]
+    async fn relay_log(&self, server: &str, message: rmcp::model::LoggingMessageNotificationParam) {
+        let now = tokio::time::Instant::now();
+        let verdict = self
+            .limiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(server.to_owned())
+            .or_insert_with(|| Limiter::new(now))
+            .admit(now);
+        let message = match verdict {
+            Verdict::Pass => logs::capped(message),
+            Verdict::DropAndSay(dropped) => logs::drop_notice(server, dropped),
+            Verdict::Drop => return,
+        };
+        let in_flight: Vec<Listener> = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(server)
+            .map(|calls| calls.iter().map(|(_, l)| l.clone()).collect())
+            .unwrap_or_default();
+        let audience = if let [one] = in_flight.as_slice() {
+            vec![one.clone()]
+        } else {
+            let granted: Vec<&str> = self
+                .agents
+                .values()
+                .filter(|view| view.grants.iter().any(|(s, _)| s == server))
+                .map(|view| view.name.as_str())
+                .collect();
+            let mut listeners = self.listeners();
+            listeners.retain(|l| !l.peer.is_transport_closed());
+            listeners
+                .iter()
+                .filter(|l| granted.contains(&l.agent.as_str()))
+                .cloned()
+                .collect()
+        };
+        for listener in audience {
+            if !listener.tell(&message).await {
+                tracing::debug!(agent = %listener.agent, "log.undelivered: the session is gone");
             }
         }
     }
@@ -962,19 +1092,22 @@ impl Gateway {
 
     /// Run one call of agent `agent`. `None` when the agent has no tool of that name.
     pub async fn call_tool(&self, agent: &str, tool: &str, args: Value) -> Option<CallToolResult> {
-        self.call_tool_in(agent, tool, args, CallContext::default())
+        self.call_tool_in(agent, tool, args, CallContext::default(), None)
             .await
     }
 
     /// [`Gateway::call_tool`] with the agent's per-call `context` (a
     /// [`gatekeeper_mcp::ReadRelay`]: where the server's progress goes, when the agent
     /// cancelled), which a read hands down to the server; a staged write does not carry it.
+    /// While a read is in flight, `caller` (the agent's session) is the one to hear the
+    /// server's log, when it is the only call in flight there.
     pub async fn call_tool_in(
         &self,
         agent: &str,
         tool: &str,
         args: Value,
         context: CallContext,
+        caller: Option<Listener>,
     ) -> Option<CallToolResult> {
         let view = self.agents.get(agent)?;
         match tool {
@@ -998,6 +1131,7 @@ impl Gateway {
                     "the gateway could not record that this read is sensitive ({error}), so it was not sent; ask the person to check the gate's data directory"
                 )));
             }
+            let _in_flight = caller.map(|caller| self.call_in_flight(&entry.server, caller));
             return Some(
                 match session.call_tool_in(&entry.tool, args, &context).await {
                     Ok(CallOutcome::Data { result, .. }) => {

@@ -29,6 +29,9 @@ use rmcp::model::{
     ResourceContents, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
     SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
+// Logging is deprecated in the protocol's newest revision, but 2025-11-25 clients use it.
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -37,6 +40,7 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
 use crate::gateway::Gateway;
+use crate::logs::{Listener, SessionLevel};
 use crate::names::resource_of_uri;
 
 /// Where agents reach the gateway over HTTP.
@@ -183,6 +187,8 @@ struct AgentHandler {
     gateway: Arc<Gateway>,
     /// This session's subscriptions.
     watchers: Arc<Watchers>,
+    /// The log level this session asked for.
+    level: SessionLevel,
 }
 
 impl AgentHandler {
@@ -286,6 +292,7 @@ fn cancellation_only(context: &RequestContext<RoleServer>) -> CallContext {
 }
 
 impl ServerHandler for AgentHandler {
+    #[allow(deprecated)] // the logging capability: see `set_level`
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -295,6 +302,7 @@ impl ServerHandler for AgentHandler {
                 .enable_resources_subscribe()
                 .enable_prompts()
                 .enable_completions()
+                .enable_logging()
                 .build(),
         )
         .with_instructions(
@@ -571,7 +579,30 @@ impl ServerHandler for AgentHandler {
 
     /// Remembered, to be told when a person accepts a new catalog.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.gateway.add_peer(context.peer);
+        let Some(agent) = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<AgentName>())
+            .map(|a| a.0.clone())
+        else {
+            return;
+        };
+        self.gateway.add_peer(Listener {
+            agent,
+            peer: context.peer,
+            level: self.level.clone(),
+        });
+    }
+
+    /// The level of the servers' log this session hears from now on ([`crate::logs`]).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.level.set(request.level);
+        Ok(())
     }
 
     async fn list_tools(
@@ -605,7 +636,17 @@ impl ServerHandler for AgentHandler {
         );
         let answer = self
             .gateway
-            .call_tool_in(&agent, &name, args, CallContext::new(relay))
+            .call_tool_in(
+                &agent,
+                &name,
+                args,
+                CallContext::new(relay),
+                Some(Listener {
+                    agent: agent.clone(),
+                    peer: context.peer.clone(),
+                    level: self.level.clone(),
+                }),
+            )
             .await;
         // Every note the server sent before its answer reaches the agent before the answer:
         // the relay's senders are gone with the call, so the forwarder ends once it has
@@ -654,6 +695,7 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens) -> Router {
             Ok(AgentHandler {
                 gateway: gateway.clone(),
                 watchers: Arc::new(Watchers::new(gateway.clone())),
+                level: SessionLevel::default(),
             })
         },
         Arc::new(LocalSessionManager::default()),

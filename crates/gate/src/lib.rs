@@ -11,6 +11,7 @@
 //! - [`lockdown`]: each agent's lockdown latch, and the guard that makes every apply
 //!   (a person's or an auto-approval rule's) respect it.
 //! - [`http`]: agents over MCP streamable HTTP on loopback, one bearer token each.
+//! - [`logs`]: a downstream server's log on its way to agents (who, level, how much).
 //! - [`control`]: the person's owner-only socket (`gate pending`, `show`, `approve`,
 //!   `reject`, `catalog`, `catalog accept`).
 //! - [`queue`]: the open work as rows for the review screen, on the person's socket.
@@ -38,6 +39,7 @@ pub mod daemon;
 pub mod gateway;
 pub mod http;
 pub mod lockdown;
+pub mod logs;
 pub mod names;
 pub mod notify;
 pub mod paths;

@@ -342,8 +342,11 @@ fn main() -> anyhow::Result<()> {
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
+                    // rmcp logs every notification's payload at info: a server's text
+                    // (its log messages, its instructions) must not reach the gate's log
+                    // in full, so its own lines stop at warnings unless RUST_LOG says.
                     tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info".into()),
+                        .unwrap_or_else(|_| "info,rmcp=warn".into()),
                 )
                 .with_writer(std::io::stderr)
                 .init();

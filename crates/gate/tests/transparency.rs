@@ -169,6 +169,7 @@ async fn a_catalog_longer_than_its_cap_is_refused_whole_with_the_setting_to_chan
 struct Listener {
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     updated: Arc<Mutex<Vec<String>>>,
+    logged: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Listener {
@@ -181,6 +182,14 @@ impl Listener {
 
     fn updated(&self) -> Vec<String> {
         self.updated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Every log message heard, as JSON.
+    fn logged(&self) -> Vec<Value> {
+        self.logged
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -199,6 +208,18 @@ impl ClientHandler for Listener {
             .push(params);
     }
 
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.logged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(serde_json::to_value(params).expect("serialises"));
+    }
+
     async fn on_resource_updated(
         &self,
         params: ResourceUpdatedNotificationParam,
@@ -212,9 +233,16 @@ impl ClientHandler for Listener {
 }
 
 async fn listening_agent(gate: &Gate) -> (Listener, RunningService<RoleClient, Listener>) {
+    listening_as(gate, CODER_TOKEN).await
+}
+
+async fn listening_as(
+    gate: &Gate,
+    token: &str,
+) -> (Listener, RunningService<RoleClient, Listener>) {
     let listener = Listener::default();
     let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(CODER_TOKEN),
+        StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(token),
     );
     let running = listener.clone().serve(transport).await.expect("connected");
     (listener, running)
@@ -453,5 +481,87 @@ async fn completion_of_a_prompts_argument_crosses_the_gate() {
     assert_eq!(
         serde_json::to_value(&completed).expect("serialises")["completion"]["values"],
         json!(["beta", "beyond"])
+    );
+}
+
+#[tokio::test]
+async fn a_servers_log_during_a_read_reaches_the_calling_agent_and_no_agent_without_a_grant() {
+    let gate = rich_gate("log");
+    let (listener, agent) = listening_agent(&gate).await;
+    let (stranger, _idle) = listening_as(&gate, IDLE_TOKEN).await;
+    call(agent.peer(), "fixture__log_read", json!({})).await;
+    eventually("three messages reach the caller", || {
+        listener.logged().len() >= 3
+    })
+    .await;
+    let data: Vec<Value> = listener
+        .logged()
+        .iter()
+        .map(|m| m["data"].clone())
+        .collect();
+    assert_eq!(data, [json!("step 1"), json!("step 2"), json!("done")]);
+    assert_eq!(listener.logged()[0]["logger"], "fixture");
+    assert!(
+        stranger.logged().is_empty(),
+        "an agent with no grant hears nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_session_that_set_a_level_hears_only_that_level_and_above() {
+    let gate = rich_gate("log-level");
+    let (listener, agent) = listening_agent(&gate).await;
+    #[allow(deprecated)]
+    agent
+        .peer()
+        .set_level(rmcp::model::SetLevelRequestParams::new(
+            rmcp::model::LoggingLevel::Warning,
+        ))
+        .await
+        .expect("level set");
+    call(agent.peer(), "fixture__log_read", json!({})).await;
+    eventually("the error reaches the caller", || {
+        !listener.logged().is_empty()
+    })
+    .await;
+    call(agent.peer(), "fixture__log_read", json!({})).await;
+    eventually("the second error reaches the caller", || {
+        listener.logged().len() >= 2
+    })
+    .await;
+    let data: Vec<Value> = listener
+        .logged()
+        .iter()
+        .map(|m| m["data"].clone())
+        .collect();
+    assert_eq!(data, [json!("done"), json!("done")], "no info message");
+}
+
+#[tokio::test]
+async fn a_log_flood_reaches_the_agent_within_its_budget_with_the_drop_said_once() {
+    let gate = rich_gate("log-flood");
+    let (listener, agent) = listening_agent(&gate).await;
+    call(agent.peer(), "fixture__log_flood", json!({})).await;
+    eventually("the notice of the drop arrives", || {
+        listener.logged().iter().any(|m| m["logger"] == "gate")
+    })
+    .await;
+    // Whatever is still on its way has arrived once the next call is answered.
+    call(agent.peer(), "fixture__read_notes", json!({})).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let logged = listener.logged();
+    let notices: Vec<&Value> = logged.iter().filter(|m| m["logger"] == "gate").collect();
+    assert_eq!(notices.len(), 1, "said once: {notices:?}");
+    assert_eq!(notices[0]["level"], "warning");
+    assert!(
+        notices[0]["data"].as_str().is_some_and(
+            |d| d.starts_with("server fixture sent more than 50 log messages in a second")
+        ),
+        "{notices:?}"
+    );
+    assert!(
+        logged.len() <= 51,
+        "at most fifty and the notice: {}",
+        logged.len()
     );
 }

@@ -19,10 +19,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
+// Logging is deprecated in the protocol's newest revision, but 2025-11-25 servers and
+// clients use it: the gate carries it.
+#[allow(deprecated)]
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, ProgressNotificationParam, ResourceUpdatedNotificationParam,
-    ServerResult,
+    ClientRequest, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ResourceUpdatedNotificationParam, ServerResult,
 };
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RequestHandle, RoleClient, RunningService,
@@ -166,10 +169,14 @@ impl Endpoint {
     }
 }
 
-/// What a server announces that agents may be told of: its resources and prompts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a server announces that agents may be told of: its resources, prompts and log.
+#[allow(deprecated)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ServerEvent {
+    /// `notifications/message`: one message of the server's log, as it sent it.
+    #[allow(deprecated)]
+    Log(LoggingMessageNotificationParam),
     /// `notifications/resources/updated`: the resource at this address (the server's
     /// own) changed.
     ResourceUpdated(String),
@@ -223,6 +230,15 @@ impl ClientHandler for Handler {
     ) {
         // Nobody listening is no error: no agent subscribed.
         let _ = self.events.send(ServerEvent::ResourceUpdated(params.uri));
+    }
+
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.events.send(ServerEvent::Log(params));
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {

@@ -36,7 +36,9 @@
 //!   `notifications/cancelled` the server receives is written to the delivery log as
 //!   `notifications/cancelled <reason>`.
 //!
-//! - `touch_note` (read-only) announces that the resource `fixture://notes/1` changed.
+//! - `touch_note` (read-only) announces that the resource `fixture://notes/1` changed;
+//! - `log_read` (read-only) logs `step 1` and `step 2` at info and `done` at error level
+//!   while it runs; `log_flood` (read-only) logs 200 messages at once.
 //!
 //! and, besides tools, resources (`fixture://notes/1` and `/2`, the template
 //! `fixture://notes/{id}`, subscriptions, each `resources/subscribe` and `unsubscribe`
@@ -68,6 +70,8 @@ use rmcp::model::{
     ReadResourceResponse, ReadResourceResult, ResourceUpdatedNotificationParam, ServerCapabilities,
     ServerConfig, ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
+#[allow(deprecated)] // the protocol's logging, which the gate carries
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
@@ -244,6 +248,18 @@ impl Fixture {
                     "annotations": {"readOnlyHint": true}
                 }),
                 json!({
+                    "name": "log_read",
+                    "description": "A read that logs three messages while it runs.",
+                    "inputSchema": {"type": "object"},
+                    "annotations": {"readOnlyHint": true}
+                }),
+                json!({
+                    "name": "log_flood",
+                    "description": "A read that logs two hundred messages at once.",
+                    "inputSchema": {"type": "object"},
+                    "annotations": {"readOnlyHint": true}
+                }),
+                json!({
                     "name": "touch_note",
                     "description": "Announce that the first note changed.",
                     "inputSchema": {"type": "object"},
@@ -310,6 +326,7 @@ impl Fixture {
 }
 
 impl ServerHandler for Fixture {
+    #[allow(deprecated)] // the logging capability
     fn get_info(&self) -> ServerConfig {
         let capabilities = if self.rich {
             ServerCapabilities::builder()
@@ -319,6 +336,7 @@ impl ServerHandler for Fixture {
                 .enable_resources_subscribe()
                 .enable_prompts()
                 .enable_completions()
+                .enable_logging()
                 .build()
         } else {
             ServerCapabilities::builder()
@@ -464,6 +482,7 @@ impl ServerHandler for Fixture {
         Ok(ListToolsResult::with_all_items(tools))
     }
 
+    #[allow(deprecated)] // log_read and log_flood
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -498,6 +517,32 @@ impl ServerHandler for Fixture {
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
                 text("three steps done")
+            }
+            "log_read" if self.rich => {
+                let lines = [
+                    (LoggingLevel::Info, "step 1"),
+                    (LoggingLevel::Info, "step 2"),
+                    (LoggingLevel::Error, "done"),
+                ];
+                for (level, data) in lines {
+                    let message = LoggingMessageNotificationParam::new(level, json!(data))
+                        .with_logger("fixture");
+                    if let Err(error) = context.peer.notify_logging_message(message).await {
+                        eprintln!("mcp-fixture: log not sent: {error}");
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                text("logged")
+            }
+            "log_flood" if self.rich => {
+                for i in 0..200 {
+                    let message =
+                        LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(i));
+                    if context.peer.notify_logging_message(message).await.is_err() {
+                        break;
+                    }
+                }
+                text("flooded")
             }
             "touch_note" if self.rich => {
                 let updated = ResourceUpdatedNotificationParam::new("fixture://notes/1");

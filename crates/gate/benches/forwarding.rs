@@ -1,0 +1,303 @@
+//! Benchmarks of what `gate serve` forwards besides tool calls, beside `gateway.rs` and in
+//! its style: the daemon runs as a real process in front of gatekeeper-mcp's `mcp-fixture`
+//! server (started with `MCP_FIXTURE_RICH=1`, so that it offers resources and prompts), and
+//! agents speak MCP over streamable HTTP through rmcp's client. Each forwarded request is
+//! measured side by side, in one run, with the same request made to the fixture directly
+//! (the fixture serving HTTP itself, as `gateway.rs`'s direct baseline does), with the same
+//! client:
+//!
+//! - `resource_read_direct` and `resource_read_through_gate`: `resources/read` of
+//!   `fixture://notes/1` on the fixture against `gate://fixture/fixture://notes/1` through
+//!   the gate (the gate's downstream over stdio, as `gate init` configures one; each read
+//!   is recorded in the ledger as an observation);
+//! - `prompt_get_direct` and `prompt_get_through_gate`: `prompts/get` of `summarize` on
+//!   the fixture against `fixture__summarize` through the gate, with `{"topic": "alpha"}`.
+//!
+//! Every call is timed on its own as well; the summary at the end gives, for each pair,
+//! the median, p90 and mean of those calls (over criterion's warm-up and samples), the
+//! ratio through the gate / direct and the microseconds the gate adds.
+//!
+//! Run: `cargo bench -p gate --bench forwarding` (1 s warm-up and 5 s measurement unless
+//! told otherwise, e.g. `-- --warm-up-time 1 --measurement-time 3`).
+//! Under `cargo test --benches` each benchmark runs once, as a test.
+
+#[path = "../tests/support/fixture.rs"]
+mod fixture;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
+use rmcp::service::{Peer, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use fixture::{fixture_binary, free_port};
+
+type Agent = RunningService<RoleClient, ()>;
+
+const TOKEN: &str = "bench-forwarding-token-0123456789abcdef";
+
+/// Each call's own time, per benchmark, over criterion's warm-up and samples.
+static CALLS: Mutex<Vec<(&'static str, Vec<Duration>)>> = Mutex::new(Vec::new());
+
+fn record(name: &'static str, calls: Vec<Duration>) {
+    let mut all = CALLS.lock().unwrap_or_else(|p| p.into_inner());
+    match all.iter_mut().find(|(n, _)| *n == name) {
+        Some((_, times)) => times.extend(calls),
+        None => all.push((name, calls)),
+    }
+}
+
+/// Median, p90 and mean microseconds per call of a benchmark, if it ran.
+fn figures(name: &str) -> Option<(f64, f64, f64)> {
+    let all = CALLS.lock().unwrap_or_else(|p| p.into_inner());
+    let (_, times) = all.iter().find(|(n, t)| *n == name && !t.is_empty())?;
+    let mut micros: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e6).collect();
+    micros.sort_by(f64::total_cmp);
+    let at = |q: f64| micros[((micros.len() - 1) as f64 * q).round() as usize];
+    let mean = micros.iter().sum::<f64>() / micros.len() as f64;
+    Some((at(0.5), at(0.9), mean))
+}
+
+/// Read a child's first line of standard output.
+fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("the child prints its address");
+    line.trim().to_owned()
+}
+
+/// A running `gate serve` over one rich fixture server (stdio) named `fixture`, granted
+/// to one agent.
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+    url: String,
+}
+
+impl Daemon {
+    fn start() -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("gate-bench-{}-forwarding", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let config = format!(
+            "listen = \"127.0.0.1:{}\"\n\n[[server]]\nname = \"fixture\"\ncommand = {:?}\nenv = {{ MCP_FIXTURE_LOG = {:?}, MCP_FIXTURE_RICH = \"1\" }}\n\n[[agent]]\nname = \"agent\"\ntoken = \"{TOKEN}\"\n\n[[agent.grant]]\nserver = \"fixture\"\n",
+            free_port(),
+            fixture_binary().to_string_lossy(),
+            dir.join("deliveries.log").to_string_lossy(),
+        );
+        let path = dir.join("gate.toml");
+        std::fs::write(&path, config).expect("config written");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&path)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("gate serve starts");
+        let line = first_line(&mut child);
+        let url = line
+            .strip_prefix("gate: agents at ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Self { child, dir, url }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The rich fixture server alone, serving MCP streamable HTTP.
+struct DirectServer {
+    child: Child,
+    url: String,
+}
+
+impl DirectServer {
+    fn start() -> Self {
+        let mut child = Command::new(fixture_binary())
+            .env("MCP_FIXTURE_HTTP", "127.0.0.1:0")
+            .env("MCP_FIXTURE_RICH", "1")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the fixture server starts");
+        let url = first_line(&mut child);
+        Self { child, url }
+    }
+}
+
+impl Drop for DirectServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn connect(url: &str, token: Option<&str>) -> Agent {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("the agent connects")
+}
+
+/// `resources/read` of `uri`: the text of its one content.
+async fn read(agent: &Peer<RoleClient>, uri: &str) -> String {
+    let read = agent
+        .read_resource(ReadResourceRequestParams::new(uri))
+        .await
+        .unwrap_or_else(|e| panic!("resources/read {uri}: {e}"));
+    let read = serde_json::to_value(&read).expect("serialises");
+    read["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text read from {uri}: {read}"))
+        .to_owned()
+}
+
+/// `prompts/get` of `name` with `{"topic": "alpha"}`: the text of its first message.
+async fn prompt(agent: &Peer<RoleClient>, name: &str) -> String {
+    let Value::Object(arguments) = json!({"topic": "alpha"}) else {
+        unreachable!("an object")
+    };
+    let got = agent
+        .get_prompt(GetPromptRequestParams::new(name).with_arguments(arguments))
+        .await
+        .unwrap_or_else(|e| panic!("prompts/get {name}: {e}"));
+    let got = serde_json::to_value(&got).expect("serialises");
+    got["messages"][0]["content"]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in prompt {name}: {got}"))
+        .to_owned()
+}
+
+fn main() {
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+
+    let daemon = Daemon::start();
+    let direct = DirectServer::start();
+    let (gated, straight) = rt.block_on(async {
+        let gated = connect(&daemon.url, Some(TOKEN)).await;
+        let straight = connect(&direct.url, None).await;
+        // Both ways answer the same before anything is timed.
+        assert_eq!(read(&straight, "fixture://notes/1").await, "note 1");
+        assert_eq!(
+            read(&gated, "gate://fixture/fixture://notes/1").await,
+            "note 1"
+        );
+        let asked = "Summarize the notes about alpha.";
+        assert_eq!(prompt(&straight, "summarize").await, asked);
+        assert_eq!(prompt(&gated, "fixture__summarize").await, asked);
+        (gated, straight)
+    });
+
+    let mut group = criterion.benchmark_group("forwarding");
+    group.throughput(Throughput::Elements(1));
+    let mut bench = |name: &'static str, agent: &Peer<RoleClient>, prompted: bool, target: &str| {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let calls = rt.block_on(async {
+                    let mut calls = Vec::with_capacity(iters as usize);
+                    for _ in 0..iters {
+                        let start = Instant::now();
+                        if prompted {
+                            prompt(agent, target).await;
+                        } else {
+                            read(agent, target).await;
+                        }
+                        calls.push(start.elapsed());
+                    }
+                    calls
+                });
+                let elapsed = calls.iter().sum();
+                record(name, calls);
+                elapsed
+            });
+        });
+    };
+    bench(
+        "resource_read_direct",
+        &straight,
+        false,
+        "fixture://notes/1",
+    );
+    bench(
+        "resource_read_through_gate",
+        &gated,
+        false,
+        "gate://fixture/fixture://notes/1",
+    );
+    bench("prompt_get_direct", &straight, true, "summarize");
+    bench(
+        "prompt_get_through_gate",
+        &gated,
+        true,
+        "fixture__summarize",
+    );
+    group.finish();
+
+    rt.block_on(async {
+        let _ = gated.cancel().await;
+        let _ = straight.cancel().await;
+    });
+    drop(direct);
+    drop(daemon);
+
+    criterion.final_summary();
+    summary();
+}
+
+fn summary() {
+    println!("\ngate forwarding benchmark summary (each call timed, over warm-up and samples)");
+    for (what, direct, gated) in [
+        (
+            "resources/read",
+            "resource_read_direct",
+            "resource_read_through_gate",
+        ),
+        (
+            "prompts/get",
+            "prompt_get_direct",
+            "prompt_get_through_gate",
+        ),
+    ] {
+        let (Some((d50, d90, dmean)), Some((g50, g90, gmean))) = (figures(direct), figures(gated))
+        else {
+            continue;
+        };
+        println!(
+            "  {what}: direct median {d50:.1} µs (p90 {d90:.1}, mean {dmean:.1}), through the gate median {g50:.1} µs (p90 {g90:.1}, mean {gmean:.1})"
+        );
+        println!(
+            "  {what}: ratio {:.2} (p90 {:.2}, mean {:.2}), +{:.1} µs per call at the median (+{:.1} at p90, +{:.1} mean)",
+            g50 / d50,
+            g90 / d90,
+            gmean / dmean,
+            g50 - d50,
+            g90 - d90,
+            gmean - dmean
+        );
+    }
+}

@@ -258,8 +258,16 @@ fn agent_of(context: &RequestContext<RoleServer>) -> Option<String> {
 }
 
 /// A JSON answer from the gateway as the typed result rmcp sends, or an internal error
-/// (the server's answer did not have the protocol's shape).
-fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, ErrorData> {
+/// (the server's answer did not have the protocol's shape). The era's framing is the
+/// gate's, for its own peer: a result without a `resultType` (a server on an older
+/// protocol, or the gate's own listing) is a complete one, which rmcp leaves out again for
+/// an agent on an older protocol.
+fn typed<T: serde::de::DeserializeOwned>(mut answer: Value) -> Result<T, ErrorData> {
+    if let Some(fields) = answer.as_object_mut() {
+        fields
+            .entry("resultType")
+            .or_insert_with(|| Value::String("complete".to_owned()));
+    }
     serde_json::from_value(answer).map_err(|e| {
         ErrorData::internal_error(
             format!("the server's answer does not have the protocol's shape ({e})"),

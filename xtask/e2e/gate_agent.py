@@ -4,7 +4,10 @@ streamable HTTP with the agent's token, and plays the person with the `gate` com
 
 Each transport is driven twice: with `ClientSession.initialize()` (the handshake, protocol
 2025-11-25) and with the SDK's high-level `Client` in its default mode, which probes
-`server/discover` and adopts protocol 2026-07-28 (its per-request envelope).
+`server/discover` and adopts protocol 2026-07-28 (its per-request envelope). In each of the
+four sessions the agent also lists the resources and reads the memory server's one resource
+(`memory://knowledge-graph`) through the gate, at the gate's address for it
+(`gate://memory/memory://knowledge-graph`).
 
 It prints one line per check, `ok - WHAT` or `FAIL - WHAT: WHY`, and writes the stdio
 sessions (what the agent sent, what it was answered, what the person typed and was told) to
@@ -29,6 +32,7 @@ import httpx2
 from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import PaginatedRequestParams
 
 try:
     BaseExceptionGroup
@@ -39,6 +43,8 @@ except NameError:  # Python 3.10: anyio brings the backport
 STEP_SECONDS = 30
 # How long an auto-applied action may take to show as applied.
 DRAIN_SECONDS = 15
+# The protocol `ClientSession.initialize()` asks for and the gate answers.
+HANDSHAKE_PROTOCOL = "2025-11-25"
 # The protocol the SDK's `Client` adopts after `server/discover` (its default mode).
 MODERN_PROTOCOL = "2026-07-28"
 # The longest one session on that protocol may take, its connection and closing included.
@@ -190,6 +196,72 @@ class Agent:
         return await self.call("gate_action_result", {"action_id": action})
 
 
+# The memory server's one resource, and the address the gate shows it under.
+MEMORY_RESOURCE = "memory://knowledge-graph"
+GATE_MEMORY_RESOURCE = f"gate://memory/{MEMORY_RESOURCE}"
+# How many pages of a listing the agent follows before it calls the listing endless.
+MAX_PAGES = 20
+
+
+async def downstream_resource(agent, what, entity=None):
+    """The memory server's resource through the gate: `resources/list` shows it under the
+    gate's address `gate://memory/<its uri>`, and `resources/read` of that address answers
+    the server's text (the knowledge graph, as JSON) under the same address. `entity`, when
+    given, is an entity the graph must hold by now."""
+    session, transcript = agent.session, agent.transcript
+    listing = f"{what}: resources/list shows the memory server's resource under the gate's address gate://memory/"
+    resources, cursor = [], None
+    try:
+        with anyio.fail_after(STEP_SECONDS):
+            for _ in range(MAX_PAGES):
+                if isinstance(session, ClientSession):
+                    listed = await session.list_resources(params=PaginatedRequestParams(cursor=cursor))
+                else:
+                    listed = await session.list_resources(cursor=cursor)
+                resources.extend(listed.resources)
+                cursor = listed.next_cursor
+                if cursor is None:
+                    break
+    except Exception as error:  # noqa: BLE001 - the client refused the answer: a failed check, and go on
+        check(listing, False, refused(error))
+    else:
+        uris = [str(resource.uri) for resource in resources]
+        if transcript is not None:
+            transcript.say(f"agent lists {len(uris)} resources: " + ", ".join(uris))
+        check(listing, GATE_MEMORY_RESOURCE in uris, f"listed {uris}")
+
+    reading = f"{what}: resources/read of {GATE_MEMORY_RESOURCE} answers the memory server's text under the gate's address"
+    if transcript is not None:
+        transcript.say(f"agent → resources/read {GATE_MEMORY_RESOURCE}")
+    try:
+        with anyio.fail_after(STEP_SECONDS):
+            read = await session.read_resource(GATE_MEMORY_RESOURCE)
+    except Exception as error:  # noqa: BLE001 - as above
+        check(reading, False, refused(error))
+        return
+    contents = [(str(part.uri), getattr(part, "text", None)) for part in read.contents]
+    if transcript is not None:
+        for uri, text in contents:
+            transcript.say(f"  ← {uri}: {text!r}")
+    text = contents[0][1] if len(contents) == 1 else None
+    try:
+        graph = json.loads(text) if text is not None else None
+    except ValueError:
+        graph = None
+    names = [item.get("name") for item in graph.get("entities", [])] if isinstance(graph, dict) else []
+    check(reading,
+          len(contents) == 1 and contents[0][0] == GATE_MEMORY_RESOURCE
+          and isinstance(graph, dict) and isinstance(graph.get("entities"), list)
+          and isinstance(graph.get("relations"), list)
+          and (entity is None or entity in names),
+          f"answered {contents}" + (f" (expected the entity {entity!r})" if entity else ""))
+
+
+def refused(error):
+    """Why a request raised, in a line or three (a validation error's first lines name the field)."""
+    return f"{type(error).__name__}: " + " / ".join(str(error).strip().split("\n")[:3])
+
+
 async def stdio_session(opts, person, transcript):
     """The agent launched `gate mcp` the way an MCP client config does; the filesystem
     server behind the gate; one approve, one reject."""
@@ -220,6 +292,10 @@ async def stdio_session(opts, person, transcript):
                   write_tool is not None and write_tool.output_schema is None
                   and read_tool is not None and read_tool.output_schema is not None,
                   f"write_file {getattr(write_tool, 'output_schema', '?')}, read_text_file {getattr(read_tool, 'output_schema', '?')}")
+
+            check(f"stdio: initialize negotiates {HANDSHAKE_PROTOCOL} through the gate",
+                  session.protocol_version == HANDSHAKE_PROTOCOL, f"negotiated {session.protocol_version}")
+            await downstream_resource(agent, f"stdio {session.protocol_version}")
 
             listing = await agent.call("files__list_directory", {"path": str(root)})
             check("stdio: list_directory passes through to the filesystem server",
@@ -338,6 +414,9 @@ async def http_session(opts, person, staged_over_stdio, transcript):
                 check("http: after approval the memory server holds the entity, once",
                       ok and "gate-e2e" in text_of(graph) and stored.count('"gate-e2e"') == 1,
                       out + " / " + stored)
+                check(f"http: initialize negotiates {HANDSHAKE_PROTOCOL} through the gate",
+                      session.protocol_version == HANDSHAKE_PROTOCOL, f"negotiated {session.protocol_version}")
+                await downstream_resource(agent, f"http {session.protocol_version}", entity="gate-e2e")
 
                 # The vetted server's non-destructive, idempotent tool, under a rule.
                 first_dir = root / "made-under-review"
@@ -395,6 +474,7 @@ async def modern_session(opts, label, client, person, transcript=None):
             check(f"{what}: the agent lists the servers' tools and the gate's own",
                   all(tool in tools for tool in ("files__read_text_file", "files__write_file", "gate_action_result")),
                   sorted(tools))
+            await downstream_resource(agent, what, entity="gate-e2e")
             read = await agent.call("files__read_text_file", {"path": str(target)})
             check(f"{what}: read_text_file passes through and answers the file's content",
                   not read.is_error and seeded.strip() in text_of(read), text_of(read))

@@ -10,7 +10,8 @@
 //! `XDG_DATA_HOME` and `HOME` point into it: nothing lands in the real home), runs
 //! `gate serve` over both servers (the filesystem server `vetted`, over a scratch root; the
 //! memory server `byo`, its file in the scratch directory) and lets the scripted agent
-//! `xtask/e2e/gate_agent.py` drive it through `gate mcp` and over HTTP while it plays the
+//! `xtask/e2e/gate_agent.py` drive it through `gate mcp` and over HTTP (the servers' tools,
+//! and the memory server's resource read at the gate's address for it) while it plays the
 //! person with the `gate` commands.
 //!
 //! One line per check, `ok - …` or `FAIL - …`, then exactly `N passed, N failed`; the exit

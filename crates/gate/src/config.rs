@@ -132,6 +132,9 @@ pub struct Config {
     /// A PostgreSQL database shared by a team's daemons (`db = "postgres://…"`); `None`:
     /// the SQLite file in the data directory.
     pub db: Option<String>,
+    /// What a person should know about the file's permissions that does not stop it
+    /// being used (it is readable by other users), said by `gate check` and `gate serve`.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -242,6 +245,50 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
+/// Refuse a configuration others may change; warn about one others may read.
+fn permission_check(path: &Path) -> Result<Vec<String>, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    const OTHERS_WRITE: u32 = 0o022;
+    const OTHERS_READ: u32 = 0o044;
+    const STICKY: u32 = 0o1000;
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode())
+            .map_err(|e| format!("cannot read the permissions of {} ({e})", p.display()))
+    };
+    let file = mode(path)?;
+    if file & OTHERS_WRITE != 0 {
+        return Err(format!(
+            "other users may write this file (mode {:o}), so they could grant an agent any server; run `chmod go-w {}`",
+            file & 0o7777,
+            path.display()
+        ));
+    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let dir_mode = mode(dir)?;
+    if dir_mode & OTHERS_WRITE != 0 && dir_mode & STICKY == 0 {
+        return Err(format!(
+            "other users may write its directory {} (mode {:o}), so they could replace this file; run `chmod go-w {}` or keep the file in a private directory",
+            dir.display(),
+            dir_mode & 0o7777,
+            dir.display()
+        ));
+    }
+    let mut warnings = Vec::new();
+    if file & OTHERS_READ != 0 {
+        warnings.push(format!(
+            "{}: other users may read this file (mode {:o}), and it holds the agents' tokens; run `chmod 600 {}`",
+            path.display(),
+            file & 0o7777,
+            path.display()
+        ));
+    }
+    Ok(warnings)
+}
+
 /// Whether `program` can be run: a path to an existing file, or a name found on `PATH`.
 fn program_exists(program: &str) -> bool {
     if program.contains('/') {
@@ -282,7 +329,10 @@ fn pending_ttl(
 }
 
 impl Config {
-    /// Read and check the file at `path`.
+    /// Read and check the file at `path`. A file that other users may write, or that sits
+    /// in a directory they may write (without the sticky bit), is refused: whoever can
+    /// change it can grant an agent any server. A file they may read is used, with a
+    /// warning in [`Config::warnings`]: it holds the agents' tokens.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| ConfigError {
             path: path.to_owned(),
@@ -291,7 +341,14 @@ impl Config {
                 "cannot read the configuration ({error}); write one with `gate init`, or pass --config PATH"
             ),
         })?;
-        Self::parse(path, &text)
+        let warnings = permission_check(path).map_err(|message| ConfigError {
+            path: path.to_owned(),
+            line: None,
+            message,
+        })?;
+        let mut config = Self::parse(path, &text)?;
+        config.warnings = warnings;
+        Ok(config)
     }
 
     /// Check the text of a configuration file (`path` is only for messages).
@@ -559,6 +616,7 @@ impl Config {
             pending_ttl: pending_ttl(&check, raw.pending_ttl_seconds.as_ref(), "")?,
             notify,
             db,
+            warnings: Vec::new(),
         })
     }
 }
@@ -783,6 +841,51 @@ mod tests {
             message.starts_with("gate.toml:4: server \"a\": max_catalog_pages = 0 is out of range"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_file_others_may_write_is_refused_and_one_they_may_read_is_warned_of() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("gate-config-modes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let path = dir.join("gate.toml");
+        std::fs::write(&path, "").expect("written");
+        let chmod = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+        };
+        chmod(&path, 0o600);
+        assert!(Config::load(&path).expect("private").warnings.is_empty());
+        chmod(&path, 0o644);
+        let warnings = Config::load(&path).expect("readable").warnings;
+        let expected = format!(
+            "other users may read this file (mode 644), and it holds the agents' tokens; run `chmod 600 {}`",
+            path.display()
+        );
+        assert!(warnings[0].ends_with(&expected), "{warnings:?}");
+        chmod(&path, 0o666);
+        let refused = Config::load(&path)
+            .expect_err("writable by others")
+            .to_string();
+        assert!(
+            refused.contains("other users may write this file (mode 666)"),
+            "{refused}"
+        );
+        chmod(&path, 0o600);
+        chmod(&dir, 0o777);
+        let refused = Config::load(&path)
+            .expect_err("in a shared directory")
+            .to_string();
+        assert!(
+            refused.contains("other users may write its directory"),
+            "{refused}"
+        );
+        chmod(&dir, 0o1777);
+        assert!(
+            Config::load(&path).is_ok(),
+            "a sticky directory keeps others' hands off"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -249,17 +249,29 @@ fn init(path: PathBuf, force: bool) -> anyhow::Result<()> {
             path.display()
         );
     }
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+    // The directories it creates are the person's alone, whatever the umask: a mode asked
+    // for at creation only loses bits to it.
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
             .with_context(|| format!("could not create {}", dir.display()))?;
     }
-    let mut file = std::fs::File::create(&path)
-        .with_context(|| format!("could not write {}", path.display()))?;
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        // It holds agents' tokens.
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    // It holds agents' tokens: created readable by its owner only, never wider for a
+    // moment (a file being replaced with --force is narrowed first).
+    if path.exists() {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("could not make {} private", path.display()))?;
     }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("could not write {}", path.display()))?;
     let example = EXAMPLE.replace(TOKEN_PLACEHOLDER, &random_token()?);
     file.write_all(example.as_bytes())?;
     println!(
@@ -291,6 +303,9 @@ async fn serve(config: PathBuf, data_dir: PathBuf, db: Option<String>) -> anyhow
         None => None,
     };
     let mut config = Config::load(&config)?;
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     if db.is_some() {
         config.db = db;
     }
@@ -327,6 +342,9 @@ fn main() -> anyhow::Result<()> {
         Command::Check { config } => {
             let path = config_path(config)?;
             let config = Config::load(&path)?;
+            for warning in &config.warnings {
+                eprintln!("warning: {warning}");
+            }
             println!(
                 "{}: ok ({} servers, {} agents)",
                 path.display(),

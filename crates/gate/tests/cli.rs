@@ -73,3 +73,57 @@ fn check_names_the_file_and_line_of_a_typo() {
     assert!(out.status.success(), "{out:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn init_under_a_permissive_umask_still_makes_its_directory_and_file_private() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let dir = scratch("umask");
+    let path = dir.join("fresh").join("gate.toml");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("umask 000; exec \"$0\" init --config \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_gate"))
+        .arg(&path)
+        .output()
+        .expect("sh runs");
+    assert!(out.status.success(), "{out:?}");
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("exists").permissions().mode() & 0o777;
+    assert_eq!(mode(path.parent().expect("a directory")), 0o700);
+    assert_eq!(mode(&path), 0o600);
+    let check = gate(&["check", "--config", &path.to_string_lossy()]);
+    assert!(check.status.success(), "{check:?}");
+    assert!(
+        check.stderr.is_empty(),
+        "no warning for a private file: {check:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_refuses_a_file_others_may_write_and_warns_of_one_they_may_read() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let dir = scratch("modes");
+    let path = dir.join("gate.toml");
+    let shown = path.to_string_lossy().into_owned();
+    assert!(gate(&["init", "--config", &shown]).status.success());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let readable = gate(&["check", "--config", &shown]);
+    assert!(readable.status.success(), "{readable:?}");
+    assert!(
+        String::from_utf8_lossy(&readable.stderr)
+            .contains("other users may read this file (mode 644), and it holds the agents' tokens"),
+        "{readable:?}"
+    );
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o646)).expect("chmod");
+    let writable = gate(&["check", "--config", &shown]);
+    assert!(!writable.status.success());
+    assert!(
+        String::from_utf8_lossy(&writable.stderr)
+            .contains("other users may write this file (mode 646)"),
+        "{writable:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

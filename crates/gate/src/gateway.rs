@@ -44,11 +44,12 @@ use tracing::{info, warn};
 
 use crate::lockdown::Latches;
 pub use crate::lockdown::{LIFTS_FILE, Lift, LiftError};
-use crate::logs::{self, Limiter, Listener, Verdict};
+use crate::logs::{self, Listener};
 use crate::names::{
     NameCollision, agent_names, prompt_name, prompt_of_name, resource_of_uri, resource_uri,
 };
 use crate::notify::Notifier;
+use gatekeeper_mcp::limit::{Limiter, Verdict};
 
 /// The gateway tool that reports an action's outcome.
 pub const ACTION_RESULT_TOOL: &str = "gate_action_result";
@@ -706,7 +707,7 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(server.to_owned())
-            .or_insert_with(|| Limiter::new(now))
+            .or_insert_with(|| Limiter::new(logs::MAX_LOGS_PER_SECOND, now))
             .admit(now);
         let message = match verdict {
             Verdict::Pass => logs::capped(message),

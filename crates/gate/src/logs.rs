@@ -22,8 +22,6 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{Peer, RoleServer};
 use serde_json::Value;
-use tokio::time::{Duration, Instant};
-use tracing::debug;
 
 /// The most log messages of one server that reach agents in a second.
 pub const MAX_LOGS_PER_SECOND: u32 = 50;
@@ -89,61 +87,6 @@ impl Listener {
     }
 }
 
-/// One server's budget of messages for the current second.
-#[derive(Debug)]
-pub struct Limiter {
-    window: Instant,
-    sent: u32,
-    /// Whether this second's first drop was said.
-    said: bool,
-    /// Messages dropped since the gate started.
-    dropped: u64,
-}
-
-/// What to do with one message.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Pass it on.
-    Pass,
-    /// Drop it, and say so first (this second's first drop): the total dropped so far.
-    DropAndSay(u64),
-    /// Drop it silently (already said this second).
-    Drop,
-}
-
-impl Limiter {
-    /// A fresh budget from `now`.
-    pub fn new(now: Instant) -> Self {
-        Self {
-            window: now,
-            sent: 0,
-            said: false,
-            dropped: 0,
-        }
-    }
-
-    /// The verdict on one more message at `now`.
-    pub fn admit(&mut self, now: Instant) -> Verdict {
-        if now.duration_since(self.window) >= Duration::from_secs(1) {
-            self.window = now;
-            self.sent = 0;
-            self.said = false;
-        }
-        if self.sent < MAX_LOGS_PER_SECOND {
-            self.sent += 1;
-            return Verdict::Pass;
-        }
-        self.dropped += 1;
-        debug!(dropped = self.dropped, "log.dropped");
-        if self.said {
-            Verdict::Drop
-        } else {
-            self.said = true;
-            Verdict::DropAndSay(self.dropped)
-        }
-    }
-}
-
 /// `message` with its data cut to [`MAX_LOG_DATA_BYTES`] of JSON when larger: the data
 /// becomes a string of its first part and its size.
 pub fn capped(mut message: LoggingMessageNotificationParam) -> LoggingMessageNotificationParam {
@@ -187,22 +130,6 @@ mod tests {
         assert!(!level.hears(LoggingLevel::Info));
         assert!(level.hears(LoggingLevel::Warning));
         assert!(level.hears(LoggingLevel::Emergency));
-    }
-
-    #[test]
-    fn a_flood_passes_fifty_a_second_and_says_its_first_drop_once_a_second() {
-        let start = Instant::now();
-        let mut limiter = Limiter::new(start);
-        let verdicts: Vec<Verdict> = (0..53).map(|_| limiter.admit(start)).collect();
-        assert!(verdicts[..50].iter().all(|v| *v == Verdict::Pass));
-        assert_eq!(verdicts[50], Verdict::DropAndSay(1));
-        assert_eq!(verdicts[51..], [Verdict::Drop, Verdict::Drop]);
-        let later = start + Duration::from_secs(1);
-        assert_eq!(limiter.admit(later), Verdict::Pass);
-        for _ in 0..49 {
-            limiter.admit(later);
-        }
-        assert_eq!(limiter.admit(later), Verdict::DropAndSay(4));
     }
 
     #[test]

@@ -366,6 +366,8 @@ fn main() -> anyhow::Result<()> {
                     tracing_subscriber::EnvFilter::try_from_default_env()
                         .unwrap_or_else(|_| "info,rmcp=warn".into()),
                 )
+                // Colours only for a terminal: a log file holds no escape sequences.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_writer(std::io::stderr)
                 .init();
             let config = config_path(config)?;
@@ -382,6 +384,7 @@ fn main() -> anyhow::Result<()> {
                     tracing_subscriber::EnvFilter::try_from_default_env()
                         .unwrap_or_else(|_| "warn".into()),
                 )
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_writer(std::io::stderr)
                 .init();
             let config = Config::load(&config_path(config)?)?;

@@ -38,6 +38,10 @@ use tokio::process::Command;
 use tracing::debug;
 
 use crate::relay::{ProgressRoutes, ReadRelay, SharedRoutes};
+use crate::stderr::StderrTail;
+
+/// How long a failed start waits for the server's last words on stderr.
+const LAST_WORDS_WAIT: Duration = Duration::from_millis(500);
 
 /// Environment variables a downstream server inherits from the gateway; everything else
 /// it gets only from its configuration.
@@ -98,7 +102,6 @@ impl StdioCommand {
         for (key, value) in &self.env {
             command.env(key, value);
         }
-        command.stderr(Stdio::inherit());
         command
     }
 }
@@ -275,6 +278,7 @@ impl Connection {
         stale: Arc<AtomicBool>,
         progress: SharedRoutes,
         events: tokio::sync::broadcast::Sender<ServerEvent>,
+        stderr: &Arc<StderrTail>,
     ) -> Result<Self, String> {
         let handler = Handler {
             stale,
@@ -283,12 +287,20 @@ impl Connection {
         };
         let handshake = match endpoint {
             Endpoint::Stdio(command) => {
-                let transport = TokioChildProcess::new(command.command()).map_err(|error| {
-                    format!(
-                        "could not start {:?}: {error}; check the command and that it is installed",
-                        command.program
-                    )
-                })?;
+                // Its stderr is the server's to write and the gate's to read: captured,
+                // sanitized and logged under the server's name, never inherited.
+                let (transport, captured) = TokioChildProcess::builder(command.command())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|error| {
+                        format!(
+                            "could not start {:?}: {error}; check the command and that it is installed",
+                            command.program
+                        )
+                    })?;
+                if let Some(captured) = captured {
+                    crate::stderr::watch(captured, stderr.clone());
+                }
                 tokio::time::timeout(deadline, handler.serve(transport)).await
             }
             Endpoint::Http(http) => {
@@ -314,8 +326,20 @@ impl Connection {
         let running = match handshake {
             Ok(Ok(running)) => running,
             Ok(Err(error)) => {
+                let words = stderr.last_words(LAST_WORDS_WAIT).await;
+                let advice = match endpoint {
+                    Endpoint::Stdio(_) if !words.is_empty() => {
+                        "; what it wrote says why: fix that in its command, args or env"
+                    }
+                    Endpoint::Stdio(_) => {
+                        "; check that the command is an MCP server speaking on stdio"
+                    }
+                    Endpoint::Http(_) => {
+                        "; check that the URL is an MCP endpoint and that its credentials are accepted"
+                    }
+                };
                 return Err(format!(
-                    "{:?} was reached but the MCP handshake failed: {error}; check that it is an MCP server and that its credentials are accepted",
+                    "{:?} was reached but the MCP handshake failed: {error}{words}{advice}",
                     endpoint.subject()
                 ));
             }

@@ -39,8 +39,10 @@
 pub mod backoff;
 pub mod catalog;
 mod connection;
+pub mod limit;
 pub mod relay;
 mod server;
+pub mod stderr;
 
 pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};
 pub use catalog::{

@@ -57,6 +57,7 @@ use crate::backoff::Backoff;
 use crate::catalog::{Catalog, CatalogTool};
 use crate::connection::{self, Connection, EVENT_BUFFER, Endpoint, Failure, ServerEvent, seconds};
 use crate::relay::{ReadRelay, SharedRoutes};
+use crate::stderr::StderrTail;
 
 /// The deadline of a downstream request when the configuration names none.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
@@ -143,6 +144,8 @@ pub struct McpServer {
     events: broadcast::Sender<ServerEvent>,
     /// The capabilities the server declared when it last started, as JSON.
     capabilities: RwLock<Value>,
+    /// The last lines a stdio server wrote to its stderr.
+    stderr: Arc<StderrTail>,
     catalog: RwLock<Arc<Catalog>>,
 }
 
@@ -157,6 +160,7 @@ impl std::fmt::Debug for McpServer {
 impl McpServer {
     /// Start the server and read its catalog.
     pub async fn connect(config: McpServerConfig) -> Result<Arc<Self>, McpError> {
+        let stderr = Arc::new(StderrTail::named(config.name.clone()));
         let server = Arc::new(Self {
             config,
             connection: Mutex::new(None),
@@ -165,6 +169,7 @@ impl McpServer {
             progress: SharedRoutes::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             capabilities: RwLock::new(Value::Null),
+            stderr,
             catalog: RwLock::new(Arc::default()),
         });
         server
@@ -249,6 +254,7 @@ impl McpServer {
             self.stale.clone(),
             self.progress.clone(),
             self.events.clone(),
+            &self.stderr,
         )
         .await
         {

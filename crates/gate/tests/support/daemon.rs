@@ -153,6 +153,21 @@ token = "{IDLE_TOKEN}"
         }
     }
 
+    /// Stop the daemon and start it again on the same configuration and data, logging at
+    /// `level` to a file, whose path is returned.
+    pub fn restart_logging(&mut self, level: &str) -> PathBuf {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+        let log = self.dir.join("serve.log");
+        let file = std::fs::File::create(&log).expect("log file");
+        let mut command = serve_command(&self.config, &self.dir.join("data"));
+        command.env("RUST_LOG", level).stderr(Stdio::from(file));
+        let (child, url) = spawn_serve_command(command);
+        self.child = child;
+        self.url = url;
+        log
+    }
+
     /// SIGKILL the daemon (no cleanup of any kind), then start it again on the same
     /// configuration and data.
     pub fn kill_and_restart(&mut self) {

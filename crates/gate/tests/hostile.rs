@@ -1,0 +1,62 @@
+//! A downstream server that behaves as an attacker would, against what reaches the
+//! person: its standard error never reaches a terminal or the gate's log raw, and a
+//! server that fails to start is reported with its own words, sanitized.
+
+#[path = "support/daemon.rs"]
+mod daemon;
+#[path = "support/fixture.rs"]
+mod fixture;
+
+use serde_json::json;
+
+use daemon::{CODER_TOKEN, Gate, call, eventually};
+
+#[tokio::test]
+async fn a_servers_stderr_reaches_the_gates_log_only_sanitized_under_its_name() {
+    let mut gate = Gate::start_with_env("stderr", "byo", &[("MCP_FIXTURE_RICH", "1")]);
+    let log = gate.restart_logging("info,rmcp=warn");
+    let agent = gate.agent(CODER_TOKEN).await;
+    call(agent.peer(), "fixture__shout", json!({})).await;
+    eventually("the line is logged", || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.contains("downstream.stderr"))
+    })
+    .await;
+    let text = std::fs::read_to_string(&log).expect("log");
+    let line = text
+        .lines()
+        .find(|l| l.contains("downstream.stderr"))
+        .expect("logged");
+    assert!(
+        !text.contains('\u{1b}'),
+        "no escape sequence reaches the log: {text:?}"
+    );
+    assert!(line.contains("fixture"), "under the server's name: {line}");
+    assert!(
+        line.contains("«") && line.contains("gate::control: person approved #1»"),
+        "the forged line is a delimited field of the gate's own line: {line}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("gate::control")),
+        "no line of the log is the server's own"
+    );
+}
+
+#[test]
+fn a_server_that_fails_to_start_is_reported_with_its_own_last_words() {
+    let gate = Gate::start("last-words");
+    let said = gate.refused_start(|text| {
+        text.replacen(
+            "[[agent]]",
+            "[[server]]\nname = \"broken\"\ncommand = \"sh\"\nargs = [\"-c\", \"printf 'None of the specified directories are accessible\\\\033[2J\\\\n' >&2; exit 1\"]\n\n[[agent]]",
+            1,
+        )
+    });
+    assert!(
+        said.contains(
+            "its last words on stderr: «None of the specified directories are accessible"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains('\u{1b}'), "sanitized: {said:?}");
+    assert!(said.contains("what it wrote says why"), "{said}");
+}

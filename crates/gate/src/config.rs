@@ -9,6 +9,9 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::ops::Range;
+
+use crate::http::HttpLimits;
+use crate::sessions::SessionLimits;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -135,6 +138,9 @@ pub struct Config {
     /// What a person should know about the file's permissions that does not stop it
     /// being used (it is readable by other users), said by `gate check` and `gate serve`.
     pub warnings: Vec<String>,
+    /// What the agents' endpoint allows (`allowed_origins`, `max_connections`,
+    /// `header_timeout_seconds`, `max_sessions`, `max_sessions_per_agent`).
+    pub http: HttpLimits,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,6 +154,12 @@ struct RawConfig {
     agents: Vec<RawAgent>,
     pending_ttl_seconds: Option<Spanned<u64>>,
     notify: Option<RawNotify>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
+    max_connections: Option<Spanned<u64>>,
+    header_timeout_seconds: Option<Spanned<u64>>,
+    max_sessions: Option<Spanned<u64>>,
+    max_sessions_per_agent: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -608,6 +620,61 @@ impl Config {
             Some(db) => Some(check_db_url(db.get_ref()).map_err(|message| check.at(db, message))?),
         };
 
+        let defaults = HttpLimits::default();
+        let within = |key: &str,
+                      value: Option<&Spanned<u64>>,
+                      range: std::ops::RangeInclusive<u64>,
+                      default: u64| {
+            match value {
+                None => Ok(default),
+                Some(v) if range.contains(v.get_ref()) => Ok(*v.get_ref()),
+                Some(v) => Err(check.at(v, format!(
+                    "{key} = {} is out of range; write a number from {} to {}, for example {key} = {default}",
+                    v.get_ref(),
+                    range.start(),
+                    range.end()
+                ))),
+            }
+        };
+        for origin in &raw.allowed_origins {
+            if !(origin == "null"
+                || origin.starts_with("http://")
+                || origin.starts_with("https://"))
+            {
+                return Err(check.error(None, format!(
+                    "allowed_origins has {origin:?}, which is not an origin; write the scheme, host and port a browser sends, for example \"http://localhost:3000\""
+                )));
+            }
+        }
+        let http = HttpLimits {
+            allowed_origins: raw.allowed_origins.clone(),
+            max_connections: within(
+                "max_connections",
+                raw.max_connections.as_ref(),
+                4..=65_536,
+                defaults.max_connections as u64,
+            )? as usize,
+            header_timeout: Duration::from_secs(within(
+                "header_timeout_seconds",
+                raw.header_timeout_seconds.as_ref(),
+                1..=300,
+                defaults.header_timeout.as_secs(),
+            )?),
+            sessions: SessionLimits {
+                total: within(
+                    "max_sessions",
+                    raw.max_sessions.as_ref(),
+                    1..=100_000,
+                    defaults.sessions.total as u64,
+                )? as usize,
+                per_agent: within(
+                    "max_sessions_per_agent",
+                    raw.max_sessions_per_agent.as_ref(),
+                    1..=100_000,
+                    defaults.sessions.per_agent as u64,
+                )? as usize,
+            },
+        };
         Ok(Self {
             path: path.to_owned(),
             listen,
@@ -617,6 +684,7 @@ impl Config {
             notify,
             db,
             warnings: Vec::new(),
+            http,
         })
     }
 }
@@ -656,6 +724,14 @@ listen = "127.0.0.1:7431"
 # command = "/usr/bin/notify-send"
 # args = ["gate"]
 # min_interval_seconds = 60
+# The agents' endpoint: at most this many connections and open sessions, and how long a
+# connection may take to send a request's head. Browsers' pages are refused unless their
+# origin is listed (agents and SDKs send none).
+# max_connections = 256
+# header_timeout_seconds = 10
+# max_sessions = 256
+# max_sessions_per_agent = 32
+# allowed_origins = ["http://localhost:3000"]
 # A team's gate: several daemons share one PostgreSQL database (one queue, one ledger).
 # Leave it out to keep the ledger in a SQLite file in the data directory.
 # db = "postgres://gate@db.example:5432/gate"

@@ -109,6 +109,8 @@ pub struct Daemon {
     socket: PathBuf,
     /// How often pending actions are checked for expiry, if any time to live is set.
     sweep: Option<Duration>,
+    /// What the agents' endpoint allows.
+    limits: http::HttpLimits,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -352,6 +354,7 @@ impl Daemon {
             control,
             socket,
             sweep,
+            limits: config.http.clone(),
         })
     }
 
@@ -384,6 +387,7 @@ impl Daemon {
             control,
             socket,
             sweep,
+            limits,
         } = self;
         let person = tokio::spawn(control::serve(control, gateway.clone()));
         let sweeper = sweep.map(|every| {
@@ -401,16 +405,11 @@ impl Daemon {
             shutdown.await;
             let _ = stop.send(true);
         });
-        let mut graceful = stopped.clone();
-        let mut hard = stopped;
-        let agents = axum::serve(http, http::router(gateway.clone(), tokens))
-            .with_graceful_shutdown(async move {
-                let _ = graceful.wait_for(|s| *s).await;
-            });
+        let mut hard = stopped.clone();
+        let router = http::router(gateway.clone(), tokens, &limits);
+        let agents = http::serve(http, router, &limits, stopped);
         let outcome = tokio::select! {
-            served = agents => {
-                served.map_err(|e| StartError(format!("the agents' endpoint failed: {e}")))
-            }
+            () = agents => Ok(()),
             () = async move {
                 let _ = hard.wait_for(|s| *s).await;
                 tokio::time::sleep(grace).await;

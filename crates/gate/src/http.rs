@@ -42,6 +42,7 @@ use sha2::{Digest as _, Sha256};
 use crate::gateway::Gateway;
 use crate::logs::{Listener, SessionLevel};
 use crate::names::resource_of_uri;
+use crate::sessions::{SessionLimits, Sessions, named_session, opens_session};
 
 /// Where agents reach the gateway over HTTP.
 pub const MCP_PATH: &str = "/mcp";
@@ -91,8 +92,18 @@ impl Tokens {
     }
 }
 
+/// The largest request body the gate reads to tell whether it opens a session (rmcp's own
+/// cap on a request body).
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// What the layer in front of rmcp holds: the agents' tokens and their sessions.
+struct Gatehouse {
+    tokens: Tokens,
+    sessions: Sessions,
+}
+
 async fn authenticate(
-    State(tokens): State<Arc<Tokens>>,
+    State(house): State<Arc<Gatehouse>>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -101,20 +112,49 @@ async fn authenticate(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .and_then(|token| tokens.agent(token.trim()))
+        .and_then(|token| house.tokens.agent(token.trim()))
         .map(str::to_owned);
-    match agent {
-        Some(agent) => {
-            request.extensions_mut().insert(AgentName(agent));
-            next.run(request).await
-        }
-        None => (
+    let Some(agent) = agent else {
+        return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
             "this gate needs `Authorization: Bearer <token>` with the token of an agent in its configuration\n",
         )
-            .into_response(),
+            .into_response();
+    };
+    // Whether this request opens a session: a POST that names none and carries an
+    // initialize (the body is read here, within rmcp's own cap, and handed on whole).
+    let named = named_session(&request);
+    let method = request.method().clone();
+    let mut opening = false;
+    if named.is_none() && method == axum::http::Method::POST {
+        let (parts, body) = request.into_parts();
+        let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                return (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the request body is larger than the gate accepts (4 MiB) or could not be read\n",
+                )
+                    .into_response();
+            }
+        };
+        opening = opens_session(&bytes);
+        request = Request::from_parts(parts, axum::body::Body::from(bytes));
     }
+    if let Err(refusal) = house
+        .sessions
+        .admit(&agent, named.as_deref(), opening)
+        .await
+    {
+        return refusal;
+    }
+    request.extensions_mut().insert(AgentName(agent.clone()));
+    let response = next.run(request).await;
+    house
+        .sessions
+        .settle(&agent, &method, named.as_deref(), &response);
+    response
 }
 
 /// One session's subscriptions, by the address the agent subscribed to: the task that
@@ -696,8 +736,13 @@ fn relay_progress(
     Some((sink, forwarder))
 }
 
-/// The agents' router: rmcp's streamable HTTP service at [`MCP_PATH`], behind the tokens.
-pub fn router(gateway: Arc<Gateway>, tokens: Tokens) -> Router {
+/// The agents' router: rmcp's streamable HTTP service at [`MCP_PATH`], behind the tokens
+/// and the session bindings ([`crate::sessions`]). rmcp checks `Host` (loopback names
+/// only) and `Origin`: a request from a browser page is refused unless its origin is in
+/// `limits.allowed_origins` (none by default); clients that send no `Origin` (agents,
+/// SDKs) pass.
+pub fn router(gateway: Arc<Gateway>, tokens: Tokens, limits: &HttpLimits) -> Router {
+    let manager = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || {
             Ok(AgentHandler {
@@ -706,15 +751,114 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens) -> Router {
                 level: SessionLevel::default(),
             })
         },
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
+        manager.clone(),
+        StreamableHttpServerConfig::default()
+            .with_allowed_origins(limits.allowed_origins.iter().cloned())
+            .enforce_origin_validation(),
     );
+    let house = Gatehouse {
+        tokens,
+        sessions: Sessions::new(manager, limits.sessions),
+    };
     Router::new()
         .nest_service(MCP_PATH, service)
         .layer(middleware::from_fn_with_state(
-            Arc::new(tokens),
+            Arc::new(house),
             authenticate,
         ))
+}
+
+/// What the agents' HTTP endpoint allows: browsers' origins, connections, how long a
+/// request's head may take, sessions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Browser origins allowed to call the endpoint (`allowed_origins`); none by default.
+    pub allowed_origins: Vec<String>,
+    /// The most connections open at once (`max_connections`); more wait to be accepted.
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's head (`header_timeout_seconds`),
+    /// also the longest an idle kept-alive connection stays open.
+    pub header_timeout: std::time::Duration,
+    /// How many sessions may be open.
+    pub sessions: SessionLimits,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            allowed_origins: Vec::new(),
+            max_connections: 256,
+            header_timeout: std::time::Duration::from_secs(10),
+            sessions: SessionLimits::default(),
+        }
+    }
+}
+
+/// Serve `router` on `listener` until `stop` turns true, within `limits`: at most
+/// `max_connections` at once (the rest wait in the listener's queue), each dropped if it
+/// takes longer than `header_timeout` to send a request's head (or stays idle that long
+/// between requests). An error accepting a connection (descriptors exhausted) is logged
+/// and retried, never the end of the endpoint. On stop, connections finish the request
+/// in hand.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    limits: &HttpLimits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let header_timeout = limits.header_timeout;
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = stopped(&mut stop) => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "agents.accept.failed: trying again shortly");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = stopped(&mut stop) => break,
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let mut stop = stop.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let connection = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = stopped(&mut stop) => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+    }
+    // Each connection finishes the request in hand.
+    while connections.join_next().await.is_some() {}
+}
+
+/// Until `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@
 //! - [`lockdown`]: each agent's lockdown latch, and the guard that makes every apply
 //!   (a person's or an auto-approval rule's) respect it.
 //! - [`http`]: agents over MCP streamable HTTP on loopback, one bearer token each.
+//! - [`sessions`]: agents' MCP sessions, each bound to the agent whose token opened it,
+//!   and counted.
 //! - [`logs`]: a downstream server's log on its way to agents (who, level, how much).
 //! - [`control`]: the person's owner-only socket (`gate pending`, `show`, `approve`,
 //!   `reject`, `catalog`, `catalog accept`).
@@ -46,3 +48,4 @@ pub mod paths;
 pub mod person;
 pub mod queue;
 pub mod review;
+pub mod sessions;

@@ -143,6 +143,12 @@ token = "{IDLE_TOKEN}"
             ),
         )
         .expect("config written");
+        // It holds tokens: the daemon warns of a file others may read.
+        std::fs::set_permissions(
+            &config,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
+        )
+        .expect("config made private");
         let (child, url) = spawn_serve(&config, &dir.join("data"));
         Self {
             child,

@@ -166,7 +166,12 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     Ok(listener)
 }
 
-/// Answer the person's requests until the listener fails.
+/// How long the person's command may take to send its request.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Answer the person's requests for as long as the daemon runs. An error accepting a
+/// connection (the daemon out of descriptors, say) is logged and retried a moment later:
+/// the person's channel never closes while agents are served.
 pub async fn serve(listener: UnixListener, gateway: Arc<Gateway>) {
     loop {
         match listener.accept().await {
@@ -179,8 +184,8 @@ pub async fn serve(listener: UnixListener, gateway: Arc<Gateway>) {
                 });
             }
             Err(error) => {
-                warn!(%error, "control.accept.failed");
-                return;
+                warn!(%error, "control.accept.failed: trying again shortly");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }
     }
@@ -192,9 +197,12 @@ async fn answer(stream: UnixStream, gateway: &Gateway) -> std::io::Result<()> {
     let person = person::peer_person(&stream);
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
-    tokio::io::BufReader::new(read.take(MAX_REQUEST_BYTES))
-        .read_line(&mut line)
-        .await?;
+    tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        tokio::io::BufReader::new(read.take(MAX_REQUEST_BYTES)).read_line(&mut line),
+    )
+    .await
+    .map_err(|_| std::io::Error::other("the request did not arrive in time"))??;
     let response = match serde_json::from_str::<Request>(&line) {
         Ok(request) => execute(request, person, gateway).await,
         Err(error) => Response {

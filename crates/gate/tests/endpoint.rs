@@ -231,3 +231,45 @@ async fn a_client_that_never_finishes_its_request_is_cut_off_and_others_are_serv
             .ok();
     }
 }
+
+#[tokio::test]
+async fn the_persons_socket_keeps_answering_after_the_daemon_ran_out_of_descriptors() {
+    let mut gate = Gate::start("descriptors");
+    gate.reconfigure(|text| text.replacen("listen =", "header_timeout_seconds = 1\nlisten =", 1));
+    let limited = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", gate.child.id()))
+        .arg("--nofile=48:48")
+        .status()
+        .expect("prlimit runs (util-linux)");
+    assert!(limited.success());
+    // Agents' connections until the daemon can open no more descriptors.
+    let host = authority(&gate);
+    let mut held = Vec::new();
+    for _ in 0..80 {
+        if let Ok(stream) = TcpStream::connect(&host).await {
+            held.push(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The person asks while the daemon is out of descriptors...
+    let person = std::process::Command::new("timeout")
+        .arg("30")
+        .arg(env!("CARGO_BIN_EXE_gate"))
+        .arg("pending")
+        .arg("--data-dir")
+        .arg(gate.dir.join("data"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("gate pending starts");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // ...and is answered once descriptors are free again.
+    drop(held);
+    let answered = tokio::task::spawn_blocking(move || person.wait_with_output())
+        .await
+        .expect("joined")
+        .expect("waited");
+    assert!(
+        answered.status.success(),
+        "the person's socket still answers: {answered:?}"
+    );
+}

@@ -116,6 +116,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         endpoint: ENDPOINT.to_owned(),
         trust: ServerTrust::Byo,
         scope: "mcp:reports".to_owned(),
+        reads: Vec::new(),
     };
     let gatekeeper = Arc::new(ToolGatekeeper::new(
         config,

@@ -74,6 +74,8 @@ pub struct ServerConfig {
     pub deadline: Duration,
     /// Tools whose reads are sensitive.
     pub sensitive_reads: Vec<String>,
+    /// Tools the person lists as reads (`reads`): reads whatever the server claims.
+    pub reads: Vec<String>,
     /// Whether reading any of its resources is sensitive (`sensitive_resources = true`).
     pub sensitive_resources: bool,
     /// How long its pending actions wait for a decision before they expire; `None`
@@ -177,6 +179,7 @@ enum RawTrust {
     #[default]
     Byo,
     Vetted,
+    Untrusted,
 }
 
 #[derive(Debug, Deserialize)]
@@ -195,6 +198,8 @@ struct RawServer {
     sensitive_reads: Vec<String>,
     #[serde(default)]
     sensitive_resources: bool,
+    #[serde(default)]
+    reads: Vec<String>,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
 }
@@ -519,10 +524,12 @@ impl Config {
                 trust: match server.trust {
                     RawTrust::Byo => ServerTrust::Byo,
                     RawTrust::Vetted => ServerTrust::Vetted,
+                    RawTrust::Untrusted => ServerTrust::Untrusted,
                 },
                 deadline,
                 sensitive_reads: server.sensitive_reads,
                 sensitive_resources: server.sensitive_resources,
+                reads: server.reads,
                 max_catalog_pages,
             });
         }
@@ -743,7 +750,9 @@ name = "files"
 command = "npx"
 args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # env = { LOG_LEVEL = "info" }   # its environment (it inherits only PATH, HOME, LANG, ...)
-# trust = "vetted"               # default "byo": its annotations never auto-apply a write
+# trust = "vetted"               # default "byo": its annotations never auto-apply a write;
+#                                # "untrusted": nothing it says is believed, every tool waits for you
+# reads = ["read_file"]          # tools you call reads, whatever the server says (on any trust)
 # deadline_seconds = 30          # every request to it has a deadline (default 60)
 # sensitive_reads = ["read_file"]  # reading one locks that agent down: no more of its writes
 # sensitive_resources = true     # reading any of its resources locks the reading agent down too

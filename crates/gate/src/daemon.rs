@@ -200,7 +200,8 @@ impl Daemon {
                 McpServerConfig::new(server.name.clone(), endpoint)
                     .trust(server.trust)
                     .deadline(server.deadline)
-                    .max_catalog_pages(server.max_catalog_pages),
+                    .max_catalog_pages(server.max_catalog_pages)
+                    .reads(server.reads.clone()),
             )
             .await
             .map_err(|e| StartError(e.to_string()))?;
@@ -236,6 +237,23 @@ impl Daemon {
                 );
             }
             let gatekeeper = Arc::new(mcp.gatekeeper_over(&accepted, store));
+            // The person's reads must be tools the accepted catalog lists: a name that is
+            // not would make nothing a read, silently.
+            for tool in &server.reads {
+                if accepted.get(tool).is_none() {
+                    return Err(StartError(format!(
+                        "server {:?} lists read {tool:?}, which that server does not list; it lists: {}; fix reads in {}",
+                        server.name,
+                        accepted
+                            .tools()
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        config.path.display()
+                    )));
+                }
+            }
             // A sensitive read must be a tool the accepted catalog lists and the classifier
             // calls a read: anything else would lock nothing down, silently.
             for tool in &server.sensitive_reads {

@@ -60,3 +60,56 @@ fn a_server_that_fails_to_start_is_reported_with_its_own_last_words() {
     assert!(!said.contains('\u{1b}'), "sanitized: {said:?}");
     assert!(said.contains("what it wrote says why"), "{said}");
 }
+
+#[tokio::test]
+async fn an_untrusted_servers_read_only_claim_is_not_believed() {
+    let gate = Gate::start_with("untrusted", "untrusted");
+    let agent = gate.agent(CODER_TOKEN).await;
+    let answer = daemon::text(&call(agent.peer(), "fixture__read_notes", json!({})).await);
+    assert!(
+        answer.starts_with("Staged as action"),
+        "a tool that claims to be read-only waits for the person: {answer}"
+    );
+    let id = daemon::action_id(&answer);
+    let shown = gate.person(&["show", &id.to_string()]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout)
+            .contains("this deployment believes nothing the server says about its tools"),
+        "{shown:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_the_person_lists_as_a_read_runs_at_once_whatever_the_server_says() {
+    let mut gate = Gate::start_with("person-reads", "untrusted");
+    gate.reconfigure(|text| {
+        text.replace(
+            "trust = \"untrusted\"",
+            "trust = \"untrusted\"\nreads = [\"read_notes\"]",
+        )
+    });
+    let agent = gate.agent(CODER_TOKEN).await;
+    let read = call(agent.peer(), "fixture__read_notes", json!({})).await;
+    assert_eq!(read.is_error, Some(false));
+    assert!(
+        !daemon::text(&read).starts_with("Staged"),
+        "the person's word makes it a read"
+    );
+    let write = daemon::text(&call(agent.peer(), "fixture__tag_note", json!({"tag": "x"})).await);
+    assert!(write.starts_with("Staged as action"), "{write}");
+}
+
+#[test]
+fn a_read_the_person_lists_must_be_a_tool_the_server_lists() {
+    let gate = Gate::start("unknown-read");
+    let said = gate.refused_start(|text| {
+        text.replace(
+            "trust = \"byo\"",
+            "trust = \"byo\"\nreads = [\"delete_everything\"]",
+        )
+    });
+    assert!(
+        said.contains("lists read \"delete_everything\", which that server does not list"),
+        "{said}"
+    );
+}

@@ -16,6 +16,11 @@
 //!   the other) only on a [`ServerTrust::Vetted`] server, with `destructiveHint` exactly
 //!   `false` and `idempotentHint` exactly `true`. A [`ServerTrust::Byo`] server can never
 //!   auto-apply a write, whatever it says.
+//! - Two settings of the person's weigh more than any claim: on a
+//!   [`ServerTrust::Untrusted`] server nothing the server says is believed, so every tool is
+//!   an action; and a tool the person lists as a read (`reads` in the server's
+//!   configuration, [`classify`]'s `person_says_read`) is a read on any tier, whatever the
+//!   server says, and never auto-applies anything.
 //! - Who was believed is recorded in [`ClassifiedTool::classified_by`], never re-derived.
 //!
 //! A hint that is not a JSON boolean counts as absent when the catalog is read: it is never
@@ -37,6 +42,9 @@ pub enum ServerTrust {
     /// A user brought the endpoint ("bring your own"): `readOnlyHint` still classifies reads,
     /// but nothing it says can auto-apply a write.
     Byo,
+    /// Nothing the server says is believed: every tool is an action a person approves,
+    /// unless the person lists it as a read.
+    Untrusted,
 }
 
 impl fmt::Display for ServerTrust {
@@ -44,6 +52,7 @@ impl fmt::Display for ServerTrust {
         f.write_str(match self {
             Self::Vetted => "vetted",
             Self::Byo => "byo",
+            Self::Untrusted => "untrusted",
         })
     }
 }
@@ -159,8 +168,12 @@ pub enum ClassifiedBy {
     /// The server's own `readOnlyHint: true`; an audit can list every call let through on
     /// the server's say-so.
     ServerAnnotation,
-    /// The default: the server did not claim the tool is read-only.
+    /// The default: the server did not claim the tool is read-only, or was not believed.
     Default,
+    /// The person's own list of reads (`reads` in the server's configuration).
+    Person,
+    /// The server's claims are not believed ([`ServerTrust::Untrusted`]): an action.
+    Distrusted,
 }
 
 impl fmt::Display for ClassifiedBy {
@@ -168,6 +181,8 @@ impl fmt::Display for ClassifiedBy {
         f.write_str(match self {
             Self::ServerAnnotation => "server-annotation",
             Self::Default => "default",
+            Self::Person => "person",
+            Self::Distrusted => "distrusted",
         })
     }
 }
@@ -206,6 +221,27 @@ impl ClassifiedTool {
 
 /// Classify a tool for a server of the given trust. See the module docs for the rules.
 pub fn classify_tool(tool: &Tool, trust: ServerTrust) -> ClassifiedTool {
+    classify(tool, trust, false)
+}
+
+/// [`classify_tool`] with the person's word on this tool: `person_says_read` when the
+/// person lists it as a read, which makes it a read on any tier, whatever the server
+/// claims (and never auto-approvable: a read sends nothing to approve).
+pub fn classify(tool: &Tool, trust: ServerTrust, person_says_read: bool) -> ClassifiedTool {
+    if person_says_read {
+        return ClassifiedTool {
+            mode: Mode::Read,
+            auto_approvable: false,
+            classified_by: ClassifiedBy::Person,
+        };
+    }
+    if trust == ServerTrust::Untrusted {
+        return ClassifiedTool {
+            mode: Mode::Action,
+            auto_approvable: false,
+            classified_by: ClassifiedBy::Distrusted,
+        };
+    }
     let hints = &tool.annotations;
     let read_only = hints.read_only == Some(true);
     let auto_approvable = !read_only
@@ -241,6 +277,32 @@ mod tests {
     use ClassifiedBy::{Default as Dflt, ServerAnnotation as Srv};
     use Mode::{Action, Read};
     use ServerTrust::{Byo, Vetted};
+
+    #[test]
+    fn the_persons_word_weighs_more_than_the_servers() {
+        let claims_read = json!({"readOnlyHint": true});
+        let safe_write = json!({"destructiveHint": false, "idempotentHint": true});
+        let untrusted = |annotations: Value| {
+            let c = classify(&tool(annotations), ServerTrust::Untrusted, false);
+            (c.mode(), c.auto_approvable(), c.classified_by())
+        };
+        let distrusted = ClassifiedBy::Distrusted;
+        assert_eq!(untrusted(claims_read.clone()), (Action, false, distrusted));
+        assert_eq!(untrusted(safe_write.clone()), (Action, false, distrusted));
+        for trust in [Vetted, Byo, ServerTrust::Untrusted] {
+            for annotations in [
+                json!({}),
+                json!({"readOnlyHint": false}),
+                safe_write.clone(),
+            ] {
+                let c = classify(&tool(annotations), trust, true);
+                assert_eq!(
+                    (c.mode(), c.auto_approvable(), c.classified_by()),
+                    (Read, false, ClassifiedBy::Person)
+                );
+            }
+        }
+    }
 
     #[test]
     fn classification_table() {

@@ -42,7 +42,12 @@ pub const PROVENANCE_SERVER_READ: &str = "The server declares this tool read-onl
 /// Said when the deployment itself treats a tool as read-only (not reachable today: only the
 /// server's annotation makes a read).
 pub const PROVENANCE_DEPLOYMENT_READ: &str = "Treated as read-only by this deployment.";
-/// Said for every action.
+/// The provenance line of a read the person listed as one (`reads`).
+pub const PROVENANCE_PERSON_READ: &str =
+    "You list this tool as a read, so it runs without approval, whatever the server says.";
+/// The provenance line of an action on a server whose claims are not believed.
+pub const PROVENANCE_DISTRUSTED_ACTION: &str = "Treated as an action because this deployment believes nothing the server says about its tools. Nothing has been sent yet.";
+/// Said for every other action.
 pub const PROVENANCE_ACTION: &str = "Treated as an action because the server did not declare it read-only. Nothing has been sent yet.";
 /// Shown instead of a quote when the server gave no description.
 pub const NO_DESCRIPTION: &str = "_The server provided no description for this tool._";
@@ -111,7 +116,11 @@ impl CallPrompt {
 
         let provenance = match (classified.mode(), classified.classified_by()) {
             (Mode::Read, ClassifiedBy::ServerAnnotation) => PROVENANCE_SERVER_READ,
-            (Mode::Read, ClassifiedBy::Default) => PROVENANCE_DEPLOYMENT_READ,
+            (Mode::Read, ClassifiedBy::Default | ClassifiedBy::Distrusted) => {
+                PROVENANCE_DEPLOYMENT_READ
+            }
+            (Mode::Read, ClassifiedBy::Person) => PROVENANCE_PERSON_READ,
+            (Mode::Action, ClassifiedBy::Distrusted) => PROVENANCE_DISTRUSTED_ACTION,
             (Mode::Action, _) => PROVENANCE_ACTION,
         };
         let tail = Markdown::new()

@@ -21,7 +21,7 @@ use prompt_sanitize::{
 };
 use tracing::warn;
 
-use crate::classify::{ClassifiedTool, ServerTrust, classify_tool};
+use crate::classify::{ClassifiedTool, ServerTrust, classify};
 use crate::describe::{CallPrompt, MAX_TITLE_TOOL_CHARS};
 use crate::grant::{Grant, GrantError};
 use crate::kind::action_kind_for;
@@ -50,6 +50,9 @@ pub struct GatekeeperConfig {
     pub trust: ServerTrust,
     /// The namespace of this server's action kinds (see [`action_kind_for`]).
     pub scope: String,
+    /// The tools the person lists as reads (`reads` in a server's configuration): reads
+    /// whatever the server claims, and on any trust tier ([`crate::classify`]).
+    pub reads: Vec<String>,
 }
 
 /// One catalog tool, classified and with its prompts rendered once.
@@ -73,7 +76,7 @@ const PENDING_TAIL: &str = ") for the outcome.";
 
 impl ToolEntry {
     fn new(config: &GatekeeperConfig, tool: Tool) -> Self {
-        let classified = classify_tool(&tool, config.trust);
+        let classified = classify(&tool, config.trust, config.reads.contains(&tool.name));
         let server = plain_inline(&config.server_name, MAX_SERVER_NAME_CHARS);
         // The gate's words first, each untrusted part capped on its own (as in the prompt).
         let result_title = Sanitized::concat(&[
@@ -496,6 +499,7 @@ mod tests {
             endpoint: "https://issues.example/mcp".into(),
             trust: ServerTrust::Vetted,
             scope: "mcp:issues".into(),
+            reads: Vec::new(),
         };
         let tool = Tool::from_json(json!({"name": "createIssue"})).expect("valid tool");
         let entry = ToolEntry::new(&config, tool);

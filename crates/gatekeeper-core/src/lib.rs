@@ -61,7 +61,7 @@ pub mod testkit;
 mod tool;
 
 pub use classify::{
-    ClassifiedBy, ClassifiedTool, Mode, ServerTrust, ToolAnnotations, classify_tool,
+    ClassifiedBy, ClassifiedTool, Mode, ServerTrust, ToolAnnotations, classify, classify_tool,
 };
 pub use describe::{CallPrompt, describe_call};
 pub use gatekeeper::{GatekeeperConfig, MAX_TOOLS_PER_SERVER, ToolGatekeeper};

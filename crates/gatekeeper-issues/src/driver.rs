@@ -106,6 +106,7 @@ impl IssuesConfig {
             endpoint: self.endpoint,
             trust: self.trust,
             scope,
+            reads: Vec::new(),
         };
         let mut gatekeeper = ToolGatekeeper::new(config, tools, tracker, store)
             .with_reverter(Arc::new(LabelReverter));

@@ -41,7 +41,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gatekeeper_core::{
     ActionStore, CallContext, CallError, GatekeeperConfig, ServerTrust, Tool, ToolGatekeeper,
-    ToolResult, ToolService, classify_tool,
+    ToolResult, ToolService, classify,
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest,
@@ -81,6 +81,8 @@ pub struct McpServerConfig {
     pub deadline: Duration,
     /// The most `tools/list` pages its catalog may have; one longer is refused whole.
     pub max_catalog_pages: usize,
+    /// The tools the person lists as reads, whatever the server claims.
+    pub reads: Vec<String>,
 }
 
 impl McpServerConfig {
@@ -94,7 +96,14 @@ impl McpServerConfig {
             trust: ServerTrust::Byo,
             deadline: DEFAULT_DEADLINE,
             max_catalog_pages: DEFAULT_MAX_CATALOG_PAGES,
+            reads: Vec::new(),
         }
+    }
+
+    /// The same server with the person's own list of its reads.
+    pub fn reads(mut self, reads: Vec<String>) -> Self {
+        self.reads = reads;
+        self
     }
 
     /// The same server with another cap on its catalog's pages (at least one).
@@ -225,6 +234,7 @@ impl McpServer {
             endpoint: self.config.endpoint.display(),
             trust: self.config.trust,
             scope: format!("mcp:{}", self.config.name),
+            reads: self.config.reads.clone(),
         };
         ToolGatekeeper::new(config, accepted.gatekeeper_tools(), self.clone(), store)
     }
@@ -344,9 +354,14 @@ impl McpServer {
     /// staged with. Everything here happens before the call is sent.
     async fn current_definition(&self, name: &str, staged: &str) -> Result<CatalogTool, String> {
         let cached = self.catalog().get(name).cloned();
-        let is_read = cached
-            .as_ref()
-            .is_some_and(|t| classify_tool(&t.tool, self.config.trust).is_read());
+        let is_read = cached.as_ref().is_some_and(|t| {
+            classify(
+                &t.tool,
+                self.config.trust,
+                self.config.reads.contains(&t.name),
+            )
+            .is_read()
+        });
         let catalog = if self.is_stale() || !is_read || !self.connection_alive().await {
             self.refresh().await?
         } else {

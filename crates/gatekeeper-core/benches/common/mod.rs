@@ -68,6 +68,7 @@ pub fn world() -> World {
         endpoint: "https://issues.example/mcp".into(),
         trust: ServerTrust::Vetted,
         scope: "mcp:issues".into(),
+        reads: Vec::new(),
     };
     let gatekeeper = Arc::new(ToolGatekeeper::new(
         config,

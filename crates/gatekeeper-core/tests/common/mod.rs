@@ -172,6 +172,7 @@ pub fn config(trust: ServerTrust) -> GatekeeperConfig {
         endpoint: "https://svc.example/mcp".into(),
         trust,
         scope: "mcp:svc".into(),
+        reads: Vec::new(),
     }
 }
 

@@ -176,6 +176,7 @@ impl Rig {
                 endpoint: "https://issues.example/mcp".into(),
                 trust: gatekeeper_core::ServerTrust::Vetted,
                 scope: "mcp:issues".into(),
+                reads: Vec::new(),
             },
             catalog(),
             service.clone(),

@@ -400,6 +400,7 @@ async fn world(db: &Store, dir: &Path, plan: Option<KillPlan>) -> World {
                 endpoint: "https://parcels.example/mcp".into(),
                 trust: ServerTrust::Vetted,
                 scope: "mcp:parcels".into(),
+                reads: Vec::new(),
             },
             catalog(),
             service,

@@ -124,6 +124,7 @@ async fn run(mode: &str, db_path: &Path, dir: &Path, role: &str, rounds: u64) {
             endpoint: "https://parcels.example/mcp".into(),
             trust: ServerTrust::Vetted,
             scope: "mcp:parcels".into(),
+            reads: Vec::new(),
         },
         catalog(),
         Arc::new(LogService {

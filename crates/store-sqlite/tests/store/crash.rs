@@ -417,6 +417,7 @@ fn one_process_stages_while_another_decides() {
                 endpoint: "https://parcels.example/mcp".into(),
                 trust: gatekeeper_core::ServerTrust::Vetted,
                 scope: "mcp:parcels".into(),
+                reads: Vec::new(),
             },
             Vec::new(),
             service.clone(),

@@ -282,6 +282,7 @@ impl<D: Store> Rig<D> {
                 endpoint: "https://issues.example/mcp".into(),
                 trust: gatekeeper_core::ServerTrust::Vetted,
                 scope: "mcp:issues".into(),
+                reads: Vec::new(),
             },
             catalog(),
             service.clone(),

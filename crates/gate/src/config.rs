@@ -22,6 +22,8 @@ use toml::Spanned;
 
 /// Where the daemon listens for agents when the file names no address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7431";
+/// How often a server's catalog is read again unless the file says otherwise.
+pub const DEFAULT_CATALOG_CHECK_SECONDS: u64 = 60;
 /// The largest `max_catalog_pages` a server may be given.
 pub const MAX_CATALOG_PAGES: usize = 100_000;
 /// The longest deadline a server may be given.
@@ -143,6 +145,9 @@ pub struct Config {
     /// What the agents' endpoint allows (`allowed_origins`, `max_connections`,
     /// `header_timeout_seconds`, `max_sessions`, `max_sessions_per_agent`).
     pub http: HttpLimits,
+    /// How often each server's catalog is read again to catch a tool changed without a
+    /// word (`catalog_check_seconds`, default 60).
+    pub catalog_check: Duration,
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,6 +167,7 @@ struct RawConfig {
     header_timeout_seconds: Option<Spanned<u64>>,
     max_sessions: Option<Spanned<u64>>,
     max_sessions_per_agent: Option<Spanned<u64>>,
+    catalog_check_seconds: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -653,6 +659,12 @@ impl Config {
                 )));
             }
         }
+        let catalog_check = Duration::from_secs(within(
+            "catalog_check_seconds",
+            raw.catalog_check_seconds.as_ref(),
+            1..=86_400,
+            DEFAULT_CATALOG_CHECK_SECONDS,
+        )?);
         let http = HttpLimits {
             allowed_origins: raw.allowed_origins.clone(),
             max_connections: within(
@@ -692,6 +704,7 @@ impl Config {
             db,
             warnings: Vec::new(),
             http,
+            catalog_check,
         })
     }
 }
@@ -734,6 +747,8 @@ listen = "127.0.0.1:7431"
 # The agents' endpoint: at most this many connections and open sessions, and how long a
 # connection may take to send a request's head. Browsers' pages are refused unless their
 # origin is listed (agents and SDKs send none).
+# catalog_check_seconds = 60     # how often each server's tools are read again: a tool changed
+#                                # without a word is refused from then on
 # max_connections = 256
 # header_timeout_seconds = 10
 # max_sessions = 256

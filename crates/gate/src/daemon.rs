@@ -340,6 +340,7 @@ impl Daemon {
         }
         let gateway = Arc::new(gateway);
         gateway.start_log_relays();
+        gateway.start_catalog_checks(config.catalog_check);
         let recovered = gateway.recover_pending().await;
         if recovered > 0 {
             info!(recovered, "pending actions recovered from the ledger");

@@ -673,6 +673,46 @@ impl Gateway {
         }
     }
 
+    /// Read each server's catalog again every `every`, for as long as the gateway lives:
+    /// a server that changes a tool without announcing it (no `list_changed`) is caught
+    /// within that time, and from then on a call of the changed tool, read or write, is
+    /// refused (its definition no longer matches the one a person accepted). The change
+    /// is logged once; `gate catalog` shows it. The cost is one `tools/list` per server
+    /// per interval.
+    pub fn start_catalog_checks(self: &Arc<Self>, every: std::time::Duration) {
+        for downstream in &self.downstreams {
+            let gateway = Arc::downgrade(self);
+            let name = downstream.name.clone();
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                ticks.tick().await;
+                let mut told = false;
+                loop {
+                    ticks.tick().await;
+                    let Some(gateway) = gateway.upgrade() else {
+                        return;
+                    };
+                    let Some(downstream) = gateway.downstreams.iter().find(|d| d.name == name)
+                    else {
+                        return;
+                    };
+                    match downstream.server.refresh().await {
+                        Ok(current) => {
+                            let changed = !downstream.accepted().changes(&current).is_empty();
+                            if changed && !told {
+                                warn!(server = %name, "catalog.changed since a person accepted it: calls of changed tools are refused; see `gate catalog`");
+                            }
+                            told = changed;
+                        }
+                        Err(error) => {
+                            tracing::debug!(server = %name, %error, "catalog.check.failed: tried again at the next interval");
+                        }
+                    }
+                }
+            });
+        }
+    }
+
     /// Start passing each server's log messages on to agents ([`crate::logs`]), for as
     /// long as the gateway lives.
     pub fn start_log_relays(self: &Arc<Self>) {

@@ -113,3 +113,35 @@ fn a_read_the_person_lists_must_be_a_tool_the_server_lists() {
         "{said}"
     );
 }
+
+#[tokio::test]
+async fn a_read_tool_changed_without_a_word_is_refused_once_the_periodic_check_sees_it() {
+    let mut gate = Gate::start_with_env("rug-pull", "byo", &[("MCP_FIXTURE_RICH", "1")]);
+    gate.reconfigure(|text| text.replacen("listen =", "catalog_check_seconds = 1\nlisten =", 1));
+    let agent = gate.agent(CODER_TOKEN).await;
+    let before = call(agent.peer(), "fixture__read_notes", json!({})).await;
+    assert_eq!(before.is_error, Some(false));
+    call(agent.peer(), "fixture__rug_pull", json!({})).await;
+    let start = std::time::Instant::now();
+    let refused = loop {
+        let after = call(agent.peer(), "fixture__read_notes", json!({})).await;
+        if after.is_error == Some(true) {
+            break daemon::text(&after);
+        }
+        assert!(
+            start.elapsed() < daemon::PATIENCE,
+            "the changed read was never refused"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(
+        refused.contains("the server changed the tool \"read_notes\""),
+        "{refused}"
+    );
+    let catalog = gate.person(&["catalog"]);
+    assert!(
+        String::from_utf8_lossy(&catalog.stdout)
+            .contains("`read_notes` changed since the catalog was accepted"),
+        "{catalog:?}"
+    );
+}

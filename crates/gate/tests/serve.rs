@@ -635,13 +635,26 @@ async fn a_changed_catalog_is_refused_until_the_person_accepts_it_and_then_calla
     let restaged = text(&call(&coder, "fixture__write_note", json!({"text": "after"})).await);
     assert!(restaged.contains("Staged as action"), "{restaged}");
 
-    // A stale approval is still refused by the digest check; the new calls are sent.
+    // A stale approval is still refused by the digest check, and closed for good: it no
+    // longer waits for anyone (nor counts towards the cap), and the agent is told; the new
+    // calls are sent.
     let stale = gate.person(&["approve", &before.to_string()]);
     assert!(!stale.status.success(), "{stale:?}");
     let stale = String::from_utf8_lossy(&stale.stdout);
     assert!(
-        stale.contains("changed the tool") && stale.contains("after this call was staged"),
+        stale.contains("changed the tool")
+            && stale.contains("so the call was not sent and never will be"),
         "{stale}"
+    );
+    let pending = gate.person(&["pending"]);
+    assert!(
+        !String::from_utf8_lossy(&pending.stdout).contains(&format!("#{before} ")),
+        "closed, not waiting: {pending:?}"
+    );
+    let told = text(&call(&coder, "gate_action_result", json!({"action_id": before})).await);
+    assert!(
+        told.contains("was not sent") && told.ends_with("It will not be sent again."),
+        "{told}"
     );
     assert!(gate.deliveries().is_empty(), "nothing reached the server");
     for id in [action_id(&archived), action_id(&restaged)] {

@@ -228,6 +228,10 @@ pub enum CallError {
     /// The service refused the request before running the tool (HTTP 403).
     #[error("{0}")]
     Declined(String),
+    /// The call can never be sent as it was staged (its tool changed or is gone since):
+    /// nothing was sent, and approving it again would not change that, so it is final.
+    #[error("{0}")]
+    Obsolete(String),
     /// The service answered the request with a protocol error instead of a result (for
     /// MCP, a JSON-RPC error such as unknown tool or invalid arguments). The request
     /// reached the service and was answered, so this is final: it is not retried, and the
@@ -257,7 +261,7 @@ impl CallError {
     /// the service, or outcome unknown.
     pub fn failure_kind(&self) -> kernel::FailureKind {
         match self {
-            Self::NotDispatched(_) => kernel::FailureKind::NotSent,
+            Self::NotDispatched(_) | Self::Obsolete(_) => kernel::FailureKind::NotSent,
             Self::Declined(_) | Self::Answered(_) => kernel::FailureKind::ServiceError,
             Self::Unknown(_) => kernel::FailureKind::OutcomeUnknown,
         }
@@ -266,7 +270,11 @@ impl CallError {
     /// The service's message.
     pub fn message(&self) -> &str {
         match self {
-            Self::NotDispatched(m) | Self::Declined(m) | Self::Answered(m) | Self::Unknown(m) => m,
+            Self::NotDispatched(m)
+            | Self::Declined(m)
+            | Self::Obsolete(m)
+            | Self::Answered(m)
+            | Self::Unknown(m) => m,
         }
     }
 }
@@ -415,6 +423,8 @@ mod tests {
         assert!(CallError::NotDispatched("401".into()).retryable());
         assert!(CallError::Declined("403".into()).retryable());
         assert!(!CallError::Answered("-32602".into()).retryable());
+        assert!(!CallError::Obsolete("the tool changed".into()).retryable());
+        assert!(!CallError::Obsolete("the tool changed".into()).may_have_landed());
         assert!(!CallError::Unknown("timeout".into()).retryable());
     }
 }

@@ -352,7 +352,7 @@ impl McpServer {
 
     /// The server's current definition of `name`, checked against the digest a call was
     /// staged with. Everything here happens before the call is sent.
-    async fn current_definition(&self, name: &str, staged: &str) -> Result<CatalogTool, String> {
+    async fn current_definition(&self, name: &str, staged: &str) -> Result<CatalogTool, CallError> {
         let cached = self.catalog().get(name).cloned();
         let is_read = cached.as_ref().is_some_and(|t| {
             classify(
@@ -363,20 +363,21 @@ impl McpServer {
             .is_read()
         });
         let catalog = if self.is_stale() || !is_read || !self.connection_alive().await {
-            self.refresh().await?
+            self.refresh().await.map_err(CallError::NotDispatched)?
         } else {
             self.catalog()
         };
+        // The tool is gone or changed: the call can never be sent as it was staged.
         let Some(current) = catalog.get(name) else {
-            return Err(format!(
-                "the server no longer lists the tool {name:?}, so the call was not sent; reject it"
-            ));
+            return Err(CallError::Obsolete(format!(
+                "the server no longer lists the tool {name:?}, so the call was not sent and never will be"
+            )));
         };
         if current.digest != staged {
-            return Err(format!(
-                "the server changed the tool {name:?} after this call was staged (its definition is now {} instead of {staged}), so the call was not sent; reject it and stage it again if the new definition is acceptable",
+            return Err(CallError::Obsolete(format!(
+                "the server changed the tool {name:?} after this call was made (its definition is now {} instead of {staged}), so the call was not sent and never will be; make it again once a person accepts the new definition",
                 current.digest
-            ));
+            )));
         }
         Ok(current.clone())
     }
@@ -585,10 +586,7 @@ impl McpServer {
                 "the call of {name:?} carries no definition digest (it was staged by an older version of the gate), so nothing was sent; reject it and stage it again"
             )));
         };
-        let current = self
-            .current_definition(name, staged)
-            .await
-            .map_err(CallError::NotDispatched)?;
+        let current = self.current_definition(name, staged).await?;
         let Value::Object(arguments) = args.clone() else {
             return Err(CallError::NotDispatched(
                 "tool arguments must be a JSON object, so nothing was sent".to_owned(),

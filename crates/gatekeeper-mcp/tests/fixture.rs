@@ -253,9 +253,13 @@ async fn a_changed_tool_refuses_a_stale_approval() {
     let ActionResult::Failed { retryable, message } = w.result(action).await else {
         panic!("failed");
     };
-    assert!(retryable, "nothing was sent, a person may still reject it");
     assert!(
-        message.contains("changed the tool \"write_note\" after this call was staged"),
+        !retryable,
+        "nothing was sent, and approving it again could never send it: closed for good"
+    );
+    assert!(
+        message.contains("changed the tool \"write_note\" after this call was made")
+            && message.contains("never will be"),
         "{message}"
     );
     assert_ne!(w.digest("write_note"), before, "the catalog was read again");
@@ -285,7 +289,8 @@ async fn a_changed_tool_refuses_a_stale_approval() {
     };
     w.overseer.approve(added, "alice").await.expect("applies");
     assert_eq!(w.deliveries().len(), 2);
-    w.overseer.reject(ledger, "alice").await.expect("rejects");
+    // Closed for good: there is nothing left to reject.
+    assert!(w.overseer.reject(ledger, "alice").await.is_err());
 }
 
 #[tokio::test]

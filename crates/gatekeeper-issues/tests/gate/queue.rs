@@ -73,7 +73,7 @@ async fn the_drain_stops_at_a_manual_gate_and_byo_never_auto_applies() {
                 assert_eq!(resolution.by, "alice", "attributed to the rule's author");
                 assert_eq!(w.tracker.calls(), 2);
             }
-            ServerTrust::Byo => {
+            ServerTrust::Byo | ServerTrust::Untrusted => {
                 assert_eq!(entry.state, ActionState::Pending);
                 assert_eq!(w.tracker.calls(), 1);
             }

@@ -78,6 +78,9 @@ pub struct ServerConfig {
     pub sensitive_reads: Vec<String>,
     /// Tools the person lists as reads (`reads`): reads whatever the server claims.
     pub reads: Vec<String>,
+    /// Whether its reads reach nothing outside this machine (`local_only = true`): a
+    /// locked-down agent may still read it.
+    pub local_only: bool,
     /// Whether reading any of its resources is sensitive (`sensitive_resources = true`).
     pub sensitive_resources: bool,
     /// How long its pending actions wait for a decision before they expire; `None`
@@ -206,6 +209,8 @@ struct RawServer {
     sensitive_resources: bool,
     #[serde(default)]
     reads: Vec<String>,
+    #[serde(default)]
+    local_only: bool,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
 }
@@ -536,6 +541,7 @@ impl Config {
                 sensitive_reads: server.sensitive_reads,
                 sensitive_resources: server.sensitive_resources,
                 reads: server.reads,
+                local_only: server.local_only,
                 max_catalog_pages,
             });
         }
@@ -771,6 +777,8 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # deadline_seconds = 30          # every request to it has a deadline (default 60)
 # sensitive_reads = ["read_file"]  # reading one locks that agent down: no more of its writes
 # sensitive_resources = true     # reading any of its resources locks the reading agent down too
+# local_only = true              # its reads reach nothing outside this machine: a locked-down
+#                                # agent may still read it (other servers' reads are refused)
 # pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision
 # max_catalog_pages = 1000       # a catalog with more tools/list pages is refused, never cut
 

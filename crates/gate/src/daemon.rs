@@ -296,6 +296,7 @@ impl Daemon {
                 gatekeeper,
                 sensitive_reads: server.sensitive_reads.clone(),
                 sensitive_resources: server.sensitive_resources,
+                local_only: server.local_only,
                 accepted: Arc::new(std::sync::RwLock::new(accepted)),
             });
         }

@@ -70,6 +70,9 @@ pub struct Downstream {
     pub sensitive_reads: Vec<String>,
     /// Whether reading one of its resources locks the reading agent's workspace down.
     pub sensitive_resources: bool,
+    /// Whether its reads reach nothing outside this machine: the only server a
+    /// locked-down agent may still read.
+    pub local_only: bool,
     /// The catalog a person accepted: what agents see and can call. The server's
     /// current catalog may differ until a person accepts it.
     pub accepted: Arc<RwLock<Arc<Catalog>>>,
@@ -102,6 +105,8 @@ struct AgentTool {
     read: bool,
     /// Whether reading it locks this agent's workspace down.
     sensitive: bool,
+    /// Whether its server's reads stay on this machine.
+    local_only: bool,
     /// What the agent is shown.
     listing: McpTool,
 }
@@ -228,7 +233,8 @@ impl AgentTools {
         downstreams: &[Downstream],
         strict: bool,
     ) -> Result<Self, ViewError> {
-        let mut picked: Vec<(String, CatalogTool, bool, bool, Arc<McpServer>)> = Vec::new();
+        // (server, tool, (read, sensitive, local only), driver)
+        let mut picked: Vec<(String, CatalogTool, (bool, bool, bool), Arc<McpServer>)> = Vec::new();
         let mut sessions = HashMap::new();
         for (server, tools) in grants {
             let downstream = downstreams
@@ -290,8 +296,7 @@ impl AgentTools {
                 picked.push((
                     server.clone(),
                     tool.clone(),
-                    read,
-                    sensitive,
+                    (read, sensitive, downstream.local_only),
                     downstream.server.clone(),
                 ));
             }
@@ -302,7 +307,9 @@ impl AgentTools {
             .collect();
         let exposed = agent_names(&pairs, &[ACTION_RESULT_TOOL, PENDING_TOOL])?;
         let mut tools = Vec::new();
-        for ((server, tool, read, sensitive, driver), exposed) in picked.into_iter().zip(exposed) {
+        for ((server, tool, (read, sensitive, local_only), driver), exposed) in
+            picked.into_iter().zip(exposed)
+        {
             if let Some(listing) = listing(&exposed, &tool, read) {
                 tools.push(AgentTool {
                     exposed,
@@ -312,6 +319,7 @@ impl AgentTools {
                     digest: tool.digest.clone(),
                     read,
                     sensitive,
+                    local_only,
                     listing,
                 });
             }
@@ -1163,6 +1171,9 @@ impl Gateway {
         let entry = &current.tools[*current.by_name.get(tool)?];
         let session = current.sessions.get(&entry.server)?;
         if entry.read {
+            if let Some(refusal) = self.read_refused(&view.name, entry.local_only, &entry.exposed) {
+                return Some(error_result(refusal));
+            }
             // The latch is written before the read is forwarded: if the daemon dies
             // after the data left the server, the agent is still locked down.
             if entry.sensitive
@@ -1354,6 +1365,19 @@ impl Gateway {
         }
     }
 
+    /// Why a read of `what` by agent `agent` is refused, if it is: the agent is locked
+    /// down and the server's reads may reach outside this machine, where a read's
+    /// arguments (a query, an address) could carry what the agent read out.
+    fn read_refused(&self, agent: &str, local_only: bool, what: &str) -> Option<String> {
+        if local_only {
+            return None;
+        }
+        let why = self.lockdown_of(agent)?;
+        Some(format!(
+            "Your workspace is locked down because {why}: a read of a server that may reach outside this machine could carry that data out in its arguments, so \"{what}\" was not sent. Reads of servers the person marked local_only still work; tell the person if this read is needed."
+        ))
+    }
+
     /// The servers agent `agent` holds a grant on and that declared `capability`, each
     /// with the agent's session on it.
     fn granted(&self, agent: &str, capability: &str) -> Vec<(&Downstream, Session)> {
@@ -1471,6 +1495,9 @@ impl Gateway {
         if !downstream.server.offers("resources") {
             return Err(None);
         }
+        if let Some(refusal) = self.read_refused(agent, downstream.local_only, uri) {
+            return Err(Some(refusal));
+        }
         // The latch is written before the read is forwarded, as for a sensitive tool.
         if downstream.sensitive_resources
             && let Err(error) = self.latches.latch(agent, uri).await
@@ -1580,6 +1607,9 @@ impl Gateway {
         let (downstream, session) = self.session_for(agent, server).ok_or(None)?;
         if !downstream.server.offers("prompts") {
             return Err(None);
+        }
+        if let Some(refusal) = self.read_refused(agent, downstream.local_only, name) {
+            return Err(Some(refusal));
         }
         let mut params = json!({"name": prompt});
         if let Some(arguments) = arguments {

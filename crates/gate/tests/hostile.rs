@@ -145,3 +145,47 @@ async fn a_read_tool_changed_without_a_word_is_refused_once_the_periodic_check_s
         "{catalog:?}"
     );
 }
+
+#[tokio::test]
+async fn a_locked_down_agents_reads_go_out_only_to_servers_marked_local_only() {
+    let mut gate = Gate::start_with_env("locked-reads", "byo", &[("MCP_FIXTURE_RICH", "1")]);
+    gate.reconfigure(|text| {
+        text.replace(
+            "trust = \"byo\"",
+            "trust = \"byo\"\nsensitive_reads = [\"read_notes\"]",
+        )
+    });
+    let agent = gate.agent(CODER_TOKEN).await;
+    let secret = call(agent.peer(), "fixture__read_notes", json!({})).await;
+    assert_eq!(
+        secret.is_error,
+        Some(false),
+        "the sensitive read itself is served"
+    );
+    for tool in ["fixture__read_notes", "fixture__progress_read"] {
+        let refused = call(agent.peer(), tool, json!({})).await;
+        assert_eq!(refused.is_error, Some(true), "{tool}");
+        assert!(
+            daemon::text(&refused).starts_with("Your workspace is locked down because"),
+            "{tool}: {}",
+            daemon::text(&refused)
+        );
+    }
+    let resource = agent
+        .peer()
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "gate://fixture/fixture://notes/1",
+        ))
+        .await;
+    assert!(resource.is_err(), "a resource read can carry data out too");
+    drop(agent);
+    gate.reconfigure(|text| text.replace("trust = \"byo\"", "trust = \"byo\"\nlocal_only = true"));
+    let agent = gate.agent(CODER_TOKEN).await;
+    let local = call(agent.peer(), "fixture__progress_read", json!({})).await;
+    assert_eq!(
+        local.is_error,
+        Some(false),
+        "a server marked local_only is still read: {}",
+        daemon::text(&local)
+    );
+}

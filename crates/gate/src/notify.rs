@@ -168,8 +168,29 @@ async fn run(config: NotifyConfig, mut rx: mpsc::UnboundedReceiver<Staged>) {
     }
 }
 
+/// The variables of the daemon's environment a notifier inherits: what a desktop
+/// notifier needs to find the person's session, and nothing that may hold a secret (the
+/// headers of remote servers come from the daemon's environment).
+pub const NOTIFIER_ENV: [&str; 9] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "XDG_RUNTIME_DIR",
+];
+
 async fn notify(config: &NotifyConfig, batch: &Batch) {
     let mut command = tokio::process::Command::new(&config.command);
+    command.env_clear();
+    for key in NOTIFIER_ENV {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
+        }
+    }
     command
         .args(&config.args)
         .arg(batch.sentence())

@@ -486,6 +486,50 @@ async fn a_burst_of_a_hundred_stages_is_one_notification_with_clean_fields_only(
     assert!(gate.deliveries().is_empty());
 }
 
+#[tokio::test]
+async fn the_notifier_gets_the_gates_fields_and_none_of_the_daemons_secrets() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let mut gate = Gate::start("notify-env");
+    let seen = gate.dir.join("env.log");
+    let script = gate.dir.join("notifier.sh");
+    std::fs::write(&script, format!("#!/bin/sh\nenv > {}\n", seen.display()))
+        .expect("script written");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    gate.reconfigure(|text| {
+        text.replacen(
+            "[[agent]]",
+            &format!(
+                "[notify]\ncommand = {:?}\n\n[[agent]]",
+                script.to_string_lossy()
+            ),
+            1,
+        )
+    });
+    // The daemon again, now with a secret in its environment, as a remote server's
+    // header would be.
+    gate.child.kill().expect("killed");
+    gate.child.wait().expect("reaped");
+    let (child, url) = daemon::spawn_serve_with(
+        &gate.config,
+        &gate.dir.join("data"),
+        &[("REMOTE_MCP_AUTHORIZATION", "Bearer do-not-leak")],
+    );
+    gate.child = child;
+    gate.url = url;
+    let coder = gate.agent(CODER_TOKEN).await;
+    call(&coder, "fixture__write_note", json!({"text": "x"})).await;
+    let read = || std::fs::read_to_string(&seen).unwrap_or_default();
+    eventually("the notifier runs", || read().contains("GATE_COUNT=1")).await;
+    let env = read();
+    assert!(!env.contains("do-not-leak"), "{env}");
+    assert!(!env.contains("REMOTE_MCP_AUTHORIZATION"), "{env}");
+    assert!(
+        !env.contains("RUST_LOG"),
+        "only what a notifier needs: {env}"
+    );
+}
+
 #[test]
 fn a_time_to_live_out_of_range_is_refused_with_its_line() {
     let path = std::path::Path::new("gate.toml");

@@ -81,6 +81,12 @@ pub struct ServerConfig {
     /// Whether its reads reach nothing outside this machine (`local_only = true`): a
     /// locked-down agent may still read it.
     pub local_only: bool,
+    /// Whether it may ask the agent's model for completions during a read
+    /// (`forward_sampling = true`).
+    pub forward_sampling: bool,
+    /// Whether it may ask the agent's user for input during a read
+    /// (`forward_elicitation = true`).
+    pub forward_elicitation: bool,
     /// Whether reading any of its resources is sensitive (`sensitive_resources = true`).
     pub sensitive_resources: bool,
     /// How long its pending actions wait for a decision before they expire; `None`
@@ -211,6 +217,10 @@ struct RawServer {
     reads: Vec<String>,
     #[serde(default)]
     local_only: bool,
+    #[serde(default)]
+    forward_sampling: bool,
+    #[serde(default)]
+    forward_elicitation: bool,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
 }
@@ -542,6 +552,8 @@ impl Config {
                 sensitive_resources: server.sensitive_resources,
                 reads: server.reads,
                 local_only: server.local_only,
+                forward_sampling: server.forward_sampling,
+                forward_elicitation: server.forward_elicitation,
                 max_catalog_pages,
             });
         }
@@ -779,6 +791,8 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # sensitive_resources = true     # reading any of its resources locks the reading agent down too
 # local_only = true              # its reads reach nothing outside this machine: a locked-down
 #                                # agent may still read it (other servers' reads are refused)
+# forward_elicitation = true     # during a read, it may ask the agent's user for input
+# forward_sampling = true        # during a read, it may ask the agent's model for a completion
 # pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision
 # max_catalog_pages = 1000       # a catalog with more tools/list pages is refused, never cut
 

@@ -201,7 +201,8 @@ impl Daemon {
                     .trust(server.trust)
                     .deadline(server.deadline)
                     .max_catalog_pages(server.max_catalog_pages)
-                    .reads(server.reads.clone()),
+                    .reads(server.reads.clone())
+                    .forward_questions(server.forward_sampling, server.forward_elicitation),
             )
             .await
             .map_err(|e| StartError(e.to_string()))?;

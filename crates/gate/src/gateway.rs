@@ -1378,6 +1378,25 @@ impl Gateway {
         ))
     }
 
+    /// Record in the ledger that, during agent `agent`'s read of `tool`, its server asked
+    /// the agent's client for something (`what`), and what came of it (`detail`).
+    pub async fn record_exchange(&self, agent: &str, tool: &str, what: &str, detail: &str) {
+        let Some(view) = self.agents.get(agent) else {
+            return;
+        };
+        let current = view.tools();
+        let Some(session) = current
+            .by_name
+            .get(tool)
+            .and_then(|i| current.sessions.get(&current.tools[*i].server))
+        else {
+            return;
+        };
+        if let Err(error) = session.record_exchange(what, detail).await {
+            warn!(%agent, %error, "exchange.unrecorded");
+        }
+    }
+
     /// The servers agent `agent` holds a grant on and that declared `capability`, each
     /// with the agent's session on it.
     fn granted(&self, agent: &str, capability: &str) -> Vec<(&Downstream, Session)> {

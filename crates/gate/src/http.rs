@@ -19,7 +19,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use gatekeeper_core::CallContext;
-use gatekeeper_mcp::{PROGRESS_BUFFER, ReadRelay, ServerEvent};
+use gatekeeper_mcp::{Ask, PROGRESS_BUFFER, PendingAsk, ReadRelay, ServerEvent};
 use kernel::ActionState;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
@@ -678,24 +678,40 @@ impl ServerHandler for AgentHandler {
             ));
         };
         let progress = relay_progress(&context);
+        let (asks, mut questions) = tokio::sync::mpsc::channel::<PendingAsk>(1);
         let relay = ReadRelay::new(
             progress.as_ref().map(|(sink, _)| sink.clone()),
             context.ct.clone(),
+        )
+        .with_asks(asks);
+        let call = self.gateway.call_tool_in(
+            &agent,
+            &name,
+            args,
+            CallContext::new(relay),
+            Some(Listener {
+                agent: agent.clone(),
+                peer: context.peer.clone(),
+                level: self.level.clone(),
+            }),
         );
-        let answer = self
-            .gateway
-            .call_tool_in(
-                &agent,
-                &name,
-                args,
-                CallContext::new(relay),
-                Some(Listener {
-                    agent: agent.clone(),
-                    peer: context.peer.clone(),
-                    level: self.level.clone(),
-                }),
-            )
-            .await;
+        let mut call = std::pin::pin!(call);
+        // A question the server asks during the read is put to the agent's client here, in
+        // the task that serves the agent's request, so it travels on that request's stream.
+        let answer = loop {
+            tokio::select! {
+                answer = &mut call => break answer,
+                Some(question) = questions.recv() => {
+                    let (what, answered) = put_to_agent(&context, question.ask).await;
+                    let detail = match &answered {
+                        Ok(result) => result.to_string(),
+                        Err(why) => format!("(no answer: {why})"),
+                    };
+                    self.gateway.record_exchange(&agent, &name, what, &detail).await;
+                    let _ = question.reply.send(answered);
+                }
+            }
+        };
         // Every note the server sent before its answer reaches the agent before the answer:
         // the relay's senders are gone with the call, so the forwarder ends once it has
         // passed the last one on.
@@ -710,6 +726,50 @@ impl ServerHandler for AgentHandler {
                 None,
             )),
         }
+    }
+}
+
+/// Put a server's question to the agent's client, if it declared it takes such questions;
+/// returns what kind of question it was, and the answer as JSON or why there is none.
+#[allow(deprecated)] // sampling and elicitation: deprecated in the newest revision, in use
+async fn put_to_agent(
+    context: &RequestContext<RoleServer>,
+    ask: Ask,
+) -> (&'static str, Result<Value, String>) {
+    let declared = context
+        .peer
+        .peer_info()
+        .map(|info| info.capabilities.clone());
+    match ask {
+        Ask::Sampling(params) => {
+            if !declared.as_ref().is_some_and(|c| c.sampling.is_some()) {
+                return (
+                    "sampling",
+                    Err("the agent's client does not take sampling requests".to_owned()),
+                );
+            }
+            let answered = context.peer.create_message(params).await;
+            ("sampling", to_json(answered))
+        }
+        Ask::Elicitation(params) => {
+            if !declared.as_ref().is_some_and(|c| c.elicitation.is_some()) {
+                return (
+                    "elicitation",
+                    Err("the agent's client does not take elicitation requests".to_owned()),
+                );
+            }
+            let answered = context.peer.create_elicitation(params).await;
+            ("elicitation", to_json(answered))
+        }
+    }
+}
+
+fn to_json<T: serde::Serialize>(answer: Result<T, rmcp::ServiceError>) -> Result<Value, String> {
+    match answer {
+        Ok(result) => serde_json::to_value(result).map_err(|e| e.to_string()),
+        Err(error) => Err(format!(
+            "the agent's client answered with an error: {error}"
+        )),
     }
 }
 

@@ -565,3 +565,113 @@ async fn a_log_flood_reaches_the_agent_within_its_budget_with_the_drop_said_once
         logged.len()
     );
 }
+
+/// An agent whose client takes a server's questions: it answers an elicitation with a
+/// name and a sampling request with a greeting, and counts them.
+#[derive(Clone, Default)]
+struct Answering(Arc<Mutex<usize>>);
+
+impl Answering {
+    fn asked(&self) -> usize {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    }
+}
+
+#[allow(deprecated)]
+impl ClientHandler for Answering {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut capabilities = rmcp::model::ClientCapabilities::default();
+        capabilities.sampling = Some(Default::default());
+        capabilities.elicitation = Some(Default::default());
+        rmcp::model::ClientConfig::new(
+            capabilities,
+            rmcp::model::Implementation::new("answering", "1"),
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.count();
+        Ok(
+            serde_json::from_value(json!({"action": "accept", "content": {"name": "Ada"}}))
+                .expect("an elicitation result"),
+        )
+    }
+
+    async fn create_message(
+        &self,
+        _params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.count();
+        Ok(serde_json::from_value(json!({
+            "role": "assistant",
+            "content": {"type": "text", "text": "hello from the agent's model"},
+            "model": "test-model"
+        }))
+        .expect("a sampling result"))
+    }
+}
+
+async fn answering_agent(gate: &Gate) -> (Answering, RunningService<RoleClient, Answering>) {
+    let answering = Answering::default();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(CODER_TOKEN),
+    );
+    let running = answering.clone().serve(transport).await.expect("connected");
+    (answering, running)
+}
+
+#[tokio::test]
+async fn a_servers_questions_during_a_read_reach_the_agent_only_where_the_person_allows_them() {
+    // By default the gate declares neither capability, so the server cannot ask.
+    let mut gate = rich_gate("questions");
+    let (answering, agent) = answering_agent(&gate).await;
+    for tool in ["fixture__elicit_read", "fixture__sample_read"] {
+        let declined = text(&call(agent.peer(), tool, json!({})).await);
+        assert!(declined.starts_with("no answer:"), "{tool}: {declined}");
+    }
+    assert_eq!(answering.asked(), 0, "the agent was never asked");
+    drop(agent);
+
+    gate.reconfigure(|text| {
+        text.replace(
+            "trust = \"byo\"",
+            "trust = \"byo\"\nforward_elicitation = true\nforward_sampling = true",
+        )
+    });
+    let (answering, agent) = answering_agent(&gate).await;
+    let named = text(&call(agent.peer(), "fixture__elicit_read", json!({})).await);
+    assert!(
+        named.starts_with("answered:") && named.contains("\"Ada\""),
+        "{named}"
+    );
+    let sampled = text(&call(agent.peer(), "fixture__sample_read", json!({})).await);
+    assert!(
+        sampled.contains("hello from the agent's model"),
+        "{sampled}"
+    );
+    assert_eq!(answering.asked(), 2);
+    let ledger = String::from_utf8_lossy(&gate.person(&["ledger"]).stdout).into_owned();
+    assert!(
+        ledger.contains("A question of fixture during a read: elicitation")
+            && ledger.contains("A question of fixture during a read: sampling"),
+        "each exchange is in the ledger: {ledger}"
+    );
+
+    // An agent whose client takes no questions is not put to them.
+    let plain = gate.agent(CODER_TOKEN).await;
+    let refused = text(&call(plain.peer(), "fixture__elicit_read", json!({})).await);
+    assert!(
+        refused.starts_with("no answer:")
+            && refused.contains("the agent's client does not take elicitation requests"),
+        "{refused}"
+    );
+}

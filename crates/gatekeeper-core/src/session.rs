@@ -425,6 +425,39 @@ impl Session {
         Ok(answer)
     }
 
+    /// Record in the ledger, as an observation of this session, an exchange the service
+    /// began during a read: it asked the agent's client for something (`what`, the
+    /// gate's own words, such as "elicitation"), and `detail` (the service's question and
+    /// the answer, untrusted) is kept sanitized and bounded.
+    pub async fn record_exchange(
+        &self,
+        what: &str,
+        detail: &str,
+    ) -> Result<LedgerId, SessionError> {
+        let gk = &self.inner.gatekeeper;
+        let server = plain_inline(gk.server_name(), MAX_SERVER_NAME_CHARS);
+        let title = Sanitized::concat(&[
+            &Sanitized::literal("A question of "),
+            &server,
+            &Sanitized::literal(" during a read: "),
+            &plain_inline(what, MAX_INLINE_CHARS),
+        ]);
+        let description = Sanitized::concat(&[
+            &Sanitized::literal("**"),
+            &server,
+            &Sanitized::literal("** asked the agent's client, which answered: "),
+            &untrusted_label(detail, prompt_sanitize::MAX_DESCRIPTION_CHARS),
+        ]);
+        self.inner
+            .queue
+            .authorize_observation(ObservationDescription::new(
+                title.into_string(),
+                description.into_string(),
+            ))
+            .await
+            .map_err(SessionError::Observation)
+    }
+
     async fn act(&self, entry: &ToolEntry, args: Value) -> Result<CallOutcome, SessionError> {
         let gk = &self.inner.gatekeeper;
         let (title, description) = entry.prompt.describe(&args);

@@ -24,11 +24,13 @@ use http::{HeaderName, HeaderValue};
 #[allow(deprecated)]
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ResourceUpdatedNotificationParam, ServerResult,
+    ClientRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
+    ElicitResult, ErrorData, Implementation, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ResourceUpdatedNotificationParam, ServerResult,
 };
 use rmcp::service::{
-    NotificationContext, Peer, PeerRequestOptions, RequestHandle, RoleClient, RunningService,
+    NotificationContext, Peer, PeerRequestOptions, RequestContext, RequestHandle, RoleClient,
+    RunningService,
 };
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -37,7 +39,7 @@ use serde_json::Value;
 use tokio::process::Command;
 use tracing::debug;
 
-use crate::relay::{ProgressRoutes, ReadRelay, SharedRoutes};
+use crate::relay::{Ask, ProgressRoutes, ReadRelay, SharedRoutes};
 use crate::stderr::StderrTail;
 
 /// How long a failed start waits for the server's last words on stderr.
@@ -197,19 +199,35 @@ struct Handler {
     stale: Arc<AtomicBool>,
     progress: SharedRoutes,
     events: tokio::sync::broadcast::Sender<ServerEvent>,
+    /// What the gateway tells the server it may ask of it.
+    capabilities: ClientCapabilities,
 }
 
-/// What the gateway tells a server about itself: its name and no capabilities at all.
-pub(crate) fn client_config() -> ClientConfig {
+/// What the gateway tells a server about itself: its name and `capabilities`.
+fn client_config_with(capabilities: ClientCapabilities) -> ClientConfig {
     ClientConfig::new(
-        ClientCapabilities::default(),
+        capabilities,
         Implementation::new("gate", env!("CARGO_PKG_VERSION")),
     )
 }
 
+/// The capabilities the gateway declares to a server: none, but sampling and elicitation
+/// where the server's configuration lets its questions through to agents.
+#[allow(deprecated)]
+pub(crate) fn capabilities(sampling: bool, elicitation: bool) -> ClientCapabilities {
+    let mut capabilities = ClientCapabilities::default();
+    if sampling {
+        capabilities.sampling = Some(Default::default());
+    }
+    if elicitation {
+        capabilities.elicitation = Some(Default::default());
+    }
+    capabilities
+}
+
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
-        client_config()
+        client_config_with(self.capabilities.clone())
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -224,6 +242,58 @@ impl ClientHandler for Handler {
         _context: NotificationContext<RoleClient>,
     ) {
         self.progress.deliver(params).await;
+    }
+
+    /// A server's question during a read goes to that read's agent ([`crate::relay`]);
+    /// the connection declares sampling only when the server's configuration allows it.
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        // Asked although the gate never offered it: the person did not allow it.
+        if self.capabilities.sampling.is_none() {
+            return Err(ErrorData::invalid_request(
+                "the gate does not let this server's sampling requests through (forward_sampling is off)",
+                None,
+            ));
+        }
+        let answer = self
+            .progress
+            .ask(Ask::Sampling(params))
+            .await
+            .map_err(|why| ErrorData::invalid_request(why, None))?;
+        serde_json::from_value(answer).map_err(|e| {
+            ErrorData::internal_error(
+                format!("the agent's answer is not a sampling result ({e})"),
+                None,
+            )
+        })
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if self.capabilities.elicitation.is_none() {
+            return Err(ErrorData::invalid_request(
+                "the gate does not let this server's elicitation requests through (forward_elicitation is off)",
+                None,
+            ));
+        }
+        let answer = self
+            .progress
+            .ask(Ask::Elicitation(request))
+            .await
+            .map_err(|why| ErrorData::invalid_request(why, None))?;
+        serde_json::from_value(answer).map_err(|e| {
+            ErrorData::internal_error(
+                format!("the agent's answer is not an elicitation result ({e})"),
+                None,
+            )
+        })
     }
 
     async fn on_resource_updated(
@@ -279,11 +349,13 @@ impl Connection {
         progress: SharedRoutes,
         events: tokio::sync::broadcast::Sender<ServerEvent>,
         stderr: &Arc<StderrTail>,
+        capabilities: ClientCapabilities,
     ) -> Result<Self, String> {
         let handler = Handler {
             stale,
             progress,
             events,
+            capabilities,
         };
         let handshake = match endpoint {
             Endpoint::Stdio(command) => {
@@ -423,6 +495,7 @@ pub(crate) async fn request_relayed(
         handle.progress_token.clone(),
         handle.peer.clone(),
     );
+    let asker = routes.start_asking(relay.asks.clone());
     let outcome = tokio::select! {
         outcome = answer(handle.await_response(), deadline) => outcome,
         () = relay.cancelled.cancelled() => {
@@ -439,6 +512,7 @@ pub(crate) async fn request_relayed(
         }
     };
     routes.forget(&token).await;
+    routes.stop_asking(asker);
     outcome
 }
 
@@ -483,10 +557,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_gateway_advertises_no_client_capabilities() {
-        let config = serde_json::to_value(client_config()).expect("serialises");
+    fn the_gateway_advertises_no_client_capabilities_unless_questions_are_let_through() {
+        let config = serde_json::to_value(client_config_with(capabilities(false, false)))
+            .expect("serialises");
         assert_eq!(config["capabilities"], serde_json::json!({}));
         assert_eq!(config["clientInfo"]["name"], "gate");
+        let config =
+            serde_json::to_value(client_config_with(capabilities(true, true))).expect("serialises");
+        assert!(config["capabilities"]["sampling"].is_object());
+        assert!(config["capabilities"]["elicitation"].is_object());
+        assert!(config["capabilities"].get("roots").is_none(), "never roots");
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub use catalog::{
     Catalog, CatalogChanges, CatalogTool, canonical_json, definition_digest, withheld_reason,
 };
 pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, ServerEvent, StdioCommand};
-pub use relay::{PROGRESS_BUFFER, ReadRelay};
+pub use relay::{Ask, PROGRESS_BUFFER, PendingAsk, ReadRelay};
 pub use server::{
     DEFAULT_DEADLINE, DEFAULT_MAX_CATALOG_PAGES, FORWARDED, McpError, McpServer, McpServerConfig,
 };

@@ -9,6 +9,13 @@
 //! the sink puts the agent's own token back. A token is registered while the routes are
 //! locked, before a notification for it can be looked up, so no early note is lost.
 //!
+//! A server may also ask, during a read, for something only the agent's client can give
+//! (sampling, elicitation): when the server's configuration lets such questions through
+//! (the connection then declares the capability), the question goes to the read's
+//! [`ReadRelay::asks`] as an [`Ask`], and the answer comes back the same way. The protocol
+//! ties such a question to no request on stdio, so it reaches a read only while that read
+//! is the only one in flight on the connection; otherwise it is declined with the reason.
+//!
 //! Writes carry no relay: a staged call belongs to the gate once staged, and when a person
 //! sends it later no agent is waiting on it; an agent's cancellation never reaches a
 //! person's send.
@@ -17,8 +24,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
-use tokio::sync::{Mutex, mpsc};
+#[allow(deprecated)] // sampling: deprecated in the protocol's newest revision, still in use
+use rmcp::model::CreateMessageRequestParams;
+use rmcp::model::{ElicitRequestParams, ProgressNotificationParam, ProgressToken};
+use serde_json::Value;
+use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -36,6 +46,29 @@ pub struct ReadRelay {
     /// Cancelled when the agent cancels its call: the request is then cancelled
     /// downstream with `notifications/cancelled`, and the read fails without an answer.
     pub cancelled: CancellationToken,
+    /// Where questions the server asks during this read go, when the agent's session can
+    /// take them.
+    pub asks: Option<mpsc::Sender<PendingAsk>>,
+}
+
+/// A question a server asked during a read.
+#[derive(Debug)]
+#[allow(deprecated)]
+pub enum Ask {
+    /// `sampling/createMessage`: the server asks the agent's model for a completion.
+    Sampling(CreateMessageRequestParams),
+    /// `elicitation/create`: the server asks the agent's user for input.
+    Elicitation(ElicitRequestParams),
+}
+
+/// A question on its way to the agent, with where its answer (the protocol's result as
+/// JSON, or why there is none) goes.
+#[derive(Debug)]
+pub struct PendingAsk {
+    /// The question.
+    pub ask: Ask,
+    /// The answer.
+    pub reply: oneshot::Sender<Result<Value, String>>,
 }
 
 impl ReadRelay {
@@ -48,7 +81,14 @@ impl ReadRelay {
         Self {
             progress,
             cancelled,
+            asks: None,
         }
+    }
+
+    /// The same relay, taking the server's questions to `asks`.
+    pub fn with_asks(mut self, asks: mpsc::Sender<PendingAsk>) -> Self {
+        self.asks = Some(asks);
+        self
     }
 }
 
@@ -69,6 +109,11 @@ pub struct ProgressRoutes {
     /// Notes that did not reach their agent (the sink was full or gone, or the note came
     /// out of order, or after its read ended).
     dropped: AtomicU64,
+    /// The calls in flight, by an id of the connection's own: a read that takes
+    /// questions carries where they go; a call that takes none (a person's send) carries
+    /// `None`, and while one is in flight no question is put to anyone.
+    askers: std::sync::Mutex<Vec<(u64, Option<mpsc::Sender<PendingAsk>>)>>,
+    next_asker: AtomicU64,
 }
 
 impl ProgressRoutes {
@@ -114,6 +159,58 @@ impl ProgressRoutes {
         debug!(why, dropped, "progress.dropped");
     }
 
+    /// Note a call in flight, taking the server's questions to `asks` (`None`: a call that
+    /// takes none); returns the id to [`ProgressRoutes::stop_asking`] with.
+    pub(crate) fn start_asking(&self, asks: Option<mpsc::Sender<PendingAsk>>) -> u64 {
+        let id = self.next_asker.fetch_add(1, Ordering::Relaxed);
+        self.askers().push((id, asks));
+        id
+    }
+
+    /// The read `id` ended.
+    pub(crate) fn stop_asking(&self, id: u64) {
+        self.askers().retain(|(asker, _)| *asker != id);
+    }
+
+    fn askers(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Option<mpsc::Sender<PendingAsk>>)>> {
+        self.askers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Put a server's question to the read in flight, and wait for its answer; `Err` says
+    /// why there is none (no read, several, or the agent's session declined).
+    pub(crate) async fn ask(&self, ask: Ask) -> Result<Value, String> {
+        let asker = {
+            let askers = self.askers();
+            match askers.as_slice() {
+                [(_, Some(one))] => one.clone(),
+                [(_, None)] => {
+                    return Err(
+                        "the call in flight takes no questions (a person's approved send, or a read whose agent cannot be asked), so the gate declines".to_owned(),
+                    );
+                }
+                [] => {
+                    return Err(
+                        "no agent's read is in flight on this server, so the gate has no one to ask; it declines".to_owned(),
+                    );
+                }
+                many => {
+                    return Err(format!(
+                        "{} calls are in flight on this server and the protocol does not say which one asks, so the gate declines; try again",
+                        many.len()
+                    ));
+                }
+            }
+        };
+        let (reply, answer) = oneshot::channel();
+        asker
+            .send(PendingAsk { ask, reply })
+            .await
+            .map_err(|_| "the read that asked has ended".to_owned())?;
+        answer
+            .await
+            .map_err(|_| "the read that asked ended before the agent answered".to_owned())?
+    }
+
     /// How many notes did not reach an agent so far.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
@@ -131,6 +228,54 @@ mod tests {
 
     fn note(token: i64, progress: f64) -> ProgressNotificationParam {
         ProgressNotificationParam::new(ProgressToken(NumberOrString::Number(token)), progress)
+    }
+
+    fn question() -> Ask {
+        Ask::Elicitation(
+            serde_json::from_value(serde_json::json!({
+                "mode": "form",
+                "message": "name?",
+                "requestedSchema": {"type": "object", "properties": {}}
+            }))
+            .expect("a question"),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_question_reaches_the_one_read_in_flight_and_is_declined_otherwise() {
+        let routes = ProgressRoutes::default();
+        let declined = routes.ask(question()).await.expect_err("nobody to ask");
+        assert!(
+            declined.starts_with("no agent's read is in flight"),
+            "{declined}"
+        );
+
+        let (asks, mut questions) = mpsc::channel(1);
+        let read = routes.start_asking(Some(asks));
+        let answering = tokio::spawn(async move {
+            let pending: PendingAsk = questions.recv().await.expect("asked");
+            pending
+                .reply
+                .send(Ok(serde_json::json!({"action": "decline"})))
+                .expect("replied");
+        });
+        let answer = routes
+            .ask(question())
+            .await
+            .expect("the read's agent answers");
+        assert_eq!(answer["action"], "decline");
+        answering.await.expect("joined");
+
+        let send = routes.start_asking(None);
+        let declined = routes
+            .ask(question())
+            .await
+            .expect_err("two calls in flight");
+        assert!(declined.contains("2 calls are in flight"), "{declined}");
+        routes.stop_asking(read);
+        let declined = routes.ask(question()).await.expect_err("a send takes none");
+        assert!(declined.contains("takes no questions"), "{declined}");
+        routes.stop_asking(send);
     }
 
     #[tokio::test]

@@ -83,6 +83,12 @@ pub struct McpServerConfig {
     pub max_catalog_pages: usize,
     /// The tools the person lists as reads, whatever the server claims.
     pub reads: Vec<String>,
+    /// Whether the server may ask an agent's model for completions during a read
+    /// (sampling); off unless the person allows it.
+    pub forward_sampling: bool,
+    /// Whether the server may ask an agent's user for input during a read (elicitation);
+    /// off unless the person allows it.
+    pub forward_elicitation: bool,
 }
 
 impl McpServerConfig {
@@ -97,7 +103,17 @@ impl McpServerConfig {
             deadline: DEFAULT_DEADLINE,
             max_catalog_pages: DEFAULT_MAX_CATALOG_PAGES,
             reads: Vec::new(),
+            forward_sampling: false,
+            forward_elicitation: false,
         }
+    }
+
+    /// The same server, letting its sampling and elicitation questions through to the
+    /// agent whose read asks.
+    pub fn forward_questions(mut self, sampling: bool, elicitation: bool) -> Self {
+        self.forward_sampling = sampling;
+        self.forward_elicitation = elicitation;
+        self
     }
 
     /// The same server with the person's own list of its reads.
@@ -265,6 +281,10 @@ impl McpServer {
             self.progress.clone(),
             self.events.clone(),
             &self.stderr,
+            connection::capabilities(
+                self.config.forward_sampling,
+                self.config.forward_elicitation,
+            ),
         )
         .await
         {
@@ -607,7 +627,13 @@ impl McpServer {
                 )
                 .await
             }
-            None => connection::request(&peer, request, self.config.deadline).await,
+            None => {
+                // A person's send: no question is put to any agent while it runs.
+                let send = self.progress.start_asking(None);
+                let reply = connection::request(&peer, request, self.config.deadline).await;
+                self.progress.stop_asking(send);
+                reply
+            }
         };
         match reply {
             Ok(reply) => tool_result(reply),

@@ -238,38 +238,29 @@ impl Daemon {
                 );
             }
             let gatekeeper = Arc::new(mcp.gatekeeper_over(&accepted, store));
-            // The person's reads must be tools the accepted catalog lists: a name that is
-            // not would make nothing a read, silently.
-            for tool in &server.reads {
-                if accepted.get(tool).is_none() {
-                    return Err(StartError(format!(
-                        "server {:?} lists read {tool:?}, which that server does not list; it lists: {}; fix reads in {}",
-                        server.name,
-                        accepted
-                            .tools()
-                            .iter()
-                            .map(|t| t.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        config.path.display()
-                    )));
-                }
+            // A tool the file names for this server (`reads`, `sensitive_reads`) must be one
+            // the accepted catalog lists: a name that is not would change nothing, silently.
+            let unlisted = |what: &str, key: &str, tool: &str| {
+                StartError(format!(
+                    "server {:?} lists {what} {tool:?}, which that server does not list; it lists: {}; fix {key} in {}",
+                    server.name,
+                    accepted
+                        .tools()
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    config.path.display()
+                ))
+            };
+            if let Some(tool) = server.reads.iter().find(|t| accepted.get(t).is_none()) {
+                return Err(unlisted("read", "reads", tool));
             }
-            // A sensitive read must be a tool the accepted catalog lists and the classifier
-            // calls a read: anything else would lock nothing down, silently.
+            // A sensitive read must also be one the classifier calls a read: anything else
+            // would lock nothing down, silently.
             for tool in &server.sensitive_reads {
                 let Some(listed) = accepted.get(tool).cloned() else {
-                    return Err(StartError(format!(
-                        "server {:?} lists sensitive read {tool:?}, which that server does not list; it lists: {}; fix sensitive_reads in {}",
-                        server.name,
-                        accepted
-                            .tools()
-                            .iter()
-                            .map(|t| t.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        config.path.display()
-                    )));
+                    return Err(unlisted("sensitive read", "sensitive_reads", tool));
                 };
                 if !gatekeeper
                     .classification(&listed.name)

@@ -111,6 +111,15 @@ struct AgentTool {
     listing: McpTool,
 }
 
+/// What a granted tool is to the gate: a read or not, whether reading it locks the agent
+/// down, whether its server's reads stay on this machine.
+#[derive(Debug, Clone, Copy)]
+struct Traits {
+    read: bool,
+    sensitive: bool,
+    local_only: bool,
+}
+
 /// One agent's tools and sessions, built from the accepted catalogs; replaced as a whole
 /// when a person accepts a new catalog.
 #[derive(Debug, Default)]
@@ -233,8 +242,8 @@ impl AgentTools {
         downstreams: &[Downstream],
         strict: bool,
     ) -> Result<Self, ViewError> {
-        // (server, tool, (read, sensitive, local only), driver)
-        let mut picked: Vec<(String, CatalogTool, (bool, bool, bool), Arc<McpServer>)> = Vec::new();
+        // (server, tool, what it is, driver)
+        let mut picked: Vec<(String, CatalogTool, Traits, Arc<McpServer>)> = Vec::new();
         let mut sessions = HashMap::new();
         for (server, tools) in grants {
             let downstream = downstreams
@@ -296,7 +305,11 @@ impl AgentTools {
                 picked.push((
                     server.clone(),
                     tool.clone(),
-                    (read, sensitive, downstream.local_only),
+                    Traits {
+                        read,
+                        sensitive,
+                        local_only: downstream.local_only,
+                    },
                     downstream.server.clone(),
                 ));
             }
@@ -307,8 +320,19 @@ impl AgentTools {
             .collect();
         let exposed = agent_names(&pairs, &[ACTION_RESULT_TOOL, PENDING_TOOL])?;
         let mut tools = Vec::new();
-        for ((server, tool, (read, sensitive, local_only), driver), exposed) in
-            picked.into_iter().zip(exposed)
+        for (
+            (
+                server,
+                tool,
+                Traits {
+                    read,
+                    sensitive,
+                    local_only,
+                },
+                driver,
+            ),
+            exposed,
+        ) in picked.into_iter().zip(exposed)
         {
             if let Some(listing) = listing(&exposed, &tool, read) {
                 tools.push(AgentTool {

@@ -742,7 +742,7 @@ async fn put_to_agent(
         .map(|info| info.capabilities.clone());
     match ask {
         Ask::Sampling(params) => {
-            if !declared.as_ref().is_some_and(|c| c.sampling.is_some()) {
+            if declared.as_ref().is_none_or(|c| c.sampling.is_none()) {
                 return (
                     "sampling",
                     Err("the agent's client does not take sampling requests".to_owned()),
@@ -752,7 +752,7 @@ async fn put_to_agent(
             ("sampling", to_json(answered))
         }
         Ask::Elicitation(params) => {
-            if !declared.as_ref().is_some_and(|c| c.elicitation.is_some()) {
+            if declared.as_ref().is_none_or(|c| c.elicitation.is_none()) {
                 return (
                     "elicitation",
                     Err("the agent's client does not take elicitation requests".to_owned()),

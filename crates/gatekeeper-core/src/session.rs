@@ -343,15 +343,7 @@ impl Session {
             }
         }
         let (title, description) = entry.prompt.describe(&args);
-        let observation = self
-            .inner
-            .queue
-            .authorize_observation(ObservationDescription::new(
-                title.into_string(),
-                description.into_string(),
-            ))
-            .await
-            .map_err(SessionError::Observation)?;
+        let observation = self.observe(title, description).await?;
         // Only now has the agent seen the simulated actions.
         if !shown.is_empty() {
             self.inner.shown.extend(shown.iter().copied());
@@ -413,14 +405,7 @@ impl Session {
                 &server,
                 &Sanitized::literal("**."),
             ]);
-            self.inner
-                .queue
-                .authorize_observation(ObservationDescription::new(
-                    title.into_string(),
-                    description.into_string(),
-                ))
-                .await
-                .map_err(SessionError::Observation)?;
+            self.observe(title, description).await?;
         }
         Ok(answer)
     }
@@ -448,6 +433,16 @@ impl Session {
             &Sanitized::literal("** asked the agent's client, which answered: "),
             &untrusted_label(detail, prompt_sanitize::MAX_DESCRIPTION_CHARS),
         ]);
+        self.observe(title, description).await
+    }
+
+    /// Ask the kernel to authorize an observation described by `title` and
+    /// `description` (built from sanitized pieces); the data goes out only if it did.
+    async fn observe(
+        &self,
+        title: Sanitized,
+        description: Sanitized,
+    ) -> Result<LedgerId, SessionError> {
         self.inner
             .queue
             .authorize_observation(ObservationDescription::new(
@@ -550,14 +545,7 @@ impl Session {
             &server,
             &Sanitized::literal("** that this grant allows."),
         ]);
-        self.inner
-            .queue
-            .authorize_observation(ObservationDescription::new(
-                title.into_string(),
-                description.into_string(),
-            ))
-            .await
-            .map_err(SessionError::Observation)?;
+        self.observe(title, description).await?;
         Ok(self
             .inner
             .allowed

@@ -569,20 +569,7 @@ impl McpServer {
                     ))
                 })?;
         let peer = self.peer().await.map_err(CallError::NotDispatched)?;
-        let reply = match relay {
-            Some(relay) => {
-                connection::request_relayed(
-                    &peer,
-                    request,
-                    self.config.deadline,
-                    &self.progress,
-                    relay,
-                )
-                .await
-            }
-            None => connection::request(&peer, request, self.config.deadline).await,
-        };
-        match reply {
+        match self.send(&peer, request, relay).await {
             Ok(reply) => serde_json::to_value(&reply).map_err(|e| {
                 CallError::Unknown(format!("the server's answer could not be read ({e})"))
             }),
@@ -592,6 +579,31 @@ impl McpServer {
             Err(Failure::Answered(message)) => Err(CallError::Answered(message)),
             Err(Failure::AfterSend(message)) => Err(CallError::Unknown(message)),
         }
+    }
+
+    /// Send `request` under the server's deadline. With an agent's `relay`, its progress,
+    /// cancellation and questions travel with it; without, it is a person's send or a
+    /// listing, during which the server's questions are put to no one.
+    async fn send(
+        &self,
+        peer: &Peer<RoleClient>,
+        request: ClientRequest,
+        relay: Option<&ReadRelay>,
+    ) -> Result<ServerResult, Failure> {
+        if let Some(relay) = relay {
+            return connection::request_relayed(
+                peer,
+                request,
+                self.config.deadline,
+                &self.progress,
+                relay,
+            )
+            .await;
+        }
+        let call = self.progress.start_asking(None);
+        let reply = connection::request(peer, request, self.config.deadline).await;
+        self.progress.stop_asking(call);
+        reply
     }
 
     async fn call_relayed(
@@ -616,26 +628,7 @@ impl McpServer {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(
             CallToolRequestParams::new(current.name).with_arguments(arguments),
         ));
-        let reply = match relay {
-            Some(relay) => {
-                connection::request_relayed(
-                    &peer,
-                    request,
-                    self.config.deadline,
-                    &self.progress,
-                    relay,
-                )
-                .await
-            }
-            None => {
-                // A person's send: no question is put to any agent while it runs.
-                let send = self.progress.start_asking(None);
-                let reply = connection::request(&peer, request, self.config.deadline).await;
-                self.progress.stop_asking(send);
-                reply
-            }
-        };
-        match reply {
+        match self.send(&peer, request, relay).await {
             Ok(reply) => tool_result(reply),
             Err(Failure::NotSent(message)) => Err(CallError::NotDispatched(format!(
                 "{message}; nothing was sent"

@@ -36,6 +36,7 @@ pub mod ex09_approval_gap;
 pub mod ex10_dependencies;
 pub mod ex11_order_and_revert;
 pub mod ex12_people_during_review;
+pub mod ex13_whose_word;
 
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
@@ -57,4 +58,5 @@ pub const LECTURES: &[Lecture] = &[
     ex10_dependencies::LECTURE,
     ex11_order_and_revert::LECTURE,
     ex12_people_during_review::LECTURE,
+    ex13_whose_word::LECTURE,
 ];

@@ -51,6 +51,8 @@ pub struct IssuesConfig {
     pub trust: ServerTrust,
     /// Whether pending `createIssue` calls show in `listIssues` reads. Default off.
     pub simulate: bool,
+    /// The tools the person lists as reads, whatever the tracker claims. Default none.
+    pub reads: Vec<String>,
 }
 
 impl Default for IssuesConfig {
@@ -62,6 +64,7 @@ impl Default for IssuesConfig {
             scope: None,
             trust: ServerTrust::Byo,
             simulate: false,
+            reads: Vec::new(),
         }
     }
 }
@@ -82,6 +85,12 @@ impl IssuesConfig {
     /// Another trust tier.
     pub fn trust(mut self, trust: ServerTrust) -> Self {
         self.trust = trust;
+        self
+    }
+
+    /// The person's own list of reads.
+    pub fn reads<I: IntoIterator<Item = S>, S: Into<String>>(mut self, reads: I) -> Self {
+        self.reads = reads.into_iter().map(Into::into).collect();
         self
     }
 
@@ -106,7 +115,7 @@ impl IssuesConfig {
             endpoint: self.endpoint,
             trust: self.trust,
             scope,
-            reads: Vec::new(),
+            reads: self.reads,
         };
         let mut gatekeeper = ToolGatekeeper::new(config, tools, tracker, store)
             .with_reverter(Arc::new(LabelReverter));

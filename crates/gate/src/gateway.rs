@@ -874,6 +874,26 @@ impl Gateway {
         recovered
     }
 
+    /// Remember a newly staged call, to answer an identical one with it. Calls decided
+    /// or expired since are forgotten whenever the map holds more than the open calls the
+    /// stores can hold, so it stays bounded over the daemon's life, however many calls
+    /// are decided.
+    fn remember_staged(&self, key: (String, String, String), ledger: LedgerId) {
+        let bound = 2 * gatekeeper_core::store::MAX_OPEN_ACTIONS * self.downstreams.len().max(1);
+        let mut staged = self.staged();
+        staged.insert(key, ledger);
+        if staged.len() > bound {
+            staged.retain(|_, ledger| {
+                self.overseer
+                    .entry(*ledger)
+                    .ok()
+                    .flatten()
+                    .and_then(|e| e.action().map(|a| a.state == ActionState::Pending))
+                    .unwrap_or(false)
+            });
+        }
+    }
+
     fn staged(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String, String), LedgerId>> {
         self.staged.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -1264,7 +1284,7 @@ impl Gateway {
         }
         match session.call_tool(&entry.tool, args).await {
             Ok(CallOutcome::Pending { ledger, .. }) => {
-                self.staged().insert(key, ledger);
+                self.remember_staged(key, ledger);
                 if let Some(notifier) = &self.notifier {
                     notifier.staged(&view.name, &entry.server, &entry.exposed);
                 }

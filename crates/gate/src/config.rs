@@ -87,6 +87,8 @@ pub struct ServerConfig {
     /// Whether it may ask the agent's user for input during a read
     /// (`forward_elicitation = true`).
     pub forward_elicitation: bool,
+    /// The largest answer of it the gate reads (`max_result_mib`, default 16).
+    pub max_result_bytes: usize,
     /// Whether reading any of its resources is sensitive (`sensitive_resources = true`).
     pub sensitive_resources: bool,
     /// How long its pending actions wait for a decision before they expire; `None`
@@ -221,6 +223,7 @@ struct RawServer {
     forward_sampling: bool,
     #[serde(default)]
     forward_elicitation: bool,
+    max_result_mib: Option<Spanned<u64>>,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
 }
@@ -525,6 +528,18 @@ impl Config {
                 server.pending_ttl_seconds.as_ref(),
                 &format!("server {name:?}: "),
             )?;
+            let max_result_bytes = match &server.max_result_mib {
+                None => gatekeeper_mcp::DEFAULT_MAX_RESULT_BYTES,
+                Some(mib) if (1..=1024).contains(mib.get_ref()) => {
+                    usize::try_from(*mib.get_ref()).unwrap_or(16) * 1024 * 1024
+                }
+                Some(mib) => {
+                    return Err(check.at(mib, format!(
+                        "server {name:?}: max_result_mib = {} is out of range; write a number of MiB from 1 to 1024, for example max_result_mib = 16",
+                        mib.get_ref()
+                    )));
+                }
+            };
             let max_catalog_pages = match &server.max_catalog_pages {
                 None => gatekeeper_mcp::DEFAULT_MAX_CATALOG_PAGES,
                 Some(pages) => match usize::try_from(*pages.get_ref()) {
@@ -554,6 +569,7 @@ impl Config {
                 local_only: server.local_only,
                 forward_sampling: server.forward_sampling,
                 forward_elicitation: server.forward_elicitation,
+                max_result_bytes,
                 max_catalog_pages,
             });
         }
@@ -793,6 +809,7 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 #                                # agent may still read it (other servers' reads are refused)
 # forward_elicitation = true     # during a read, it may ask the agent's user for input
 # forward_sampling = true        # during a read, it may ask the agent's model for a completion
+# max_result_mib = 16            # a larger answer is not read: the call gets a note saying so
 # pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision
 # max_catalog_pages = 1000       # a catalog with more tools/list pages is refused, never cut
 

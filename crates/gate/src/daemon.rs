@@ -202,7 +202,8 @@ impl Daemon {
                     .deadline(server.deadline)
                     .max_catalog_pages(server.max_catalog_pages)
                     .reads(server.reads.clone())
-                    .forward_questions(server.forward_sampling, server.forward_elicitation),
+                    .forward_questions(server.forward_sampling, server.forward_elicitation)
+                    .max_result_bytes(server.max_result_bytes),
             )
             .await
             .map_err(|e| StartError(e.to_string()))?;

@@ -675,3 +675,32 @@ async fn a_servers_questions_during_a_read_reach_the_agent_only_where_the_person
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn an_answer_larger_than_the_gate_reads_is_told_at_once_and_a_send_of_one_is_applied_with_the_note()
+ {
+    let mut gate = rich_gate("too-large");
+    gate.reconfigure(|text| text.replace("trust = \"byo\"", "trust = \"byo\"\nmax_result_mib = 1"));
+    let agent = gate.agent(CODER_TOKEN).await;
+    let started = std::time::Instant::now();
+    let read = call(agent.peer(), "fixture__big_read", json!({})).await;
+    assert_eq!(read.is_error, Some(true));
+    assert!(
+        text(&read).starts_with("(The server's answer was 2097")
+            && text(&read).contains("over the 1048576 bytes the gate reads in one message"),
+        "{}",
+        text(&read)
+    );
+    // Told at once: nowhere near the server's deadline (60 s).
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let staged = text(&call(agent.peer(), "fixture__big_write", json!({})).await);
+    let id = action_id(&staged);
+    let approve = gate.person(&["approve", &id.to_string()]);
+    assert!(approve.status.success(), "{approve:?}");
+    let outcome = text(&call(agent.peer(), "gate_action_result", json!({"action_id": id})).await);
+    assert!(
+        outcome.contains("was approved and sent") && outcome.contains("it was not read"),
+        "the tool ran; only its answer was not read: {outcome}"
+    );
+    assert_eq!(gate.deliveries(), ["big_write {}"], "sent once");
+}

@@ -32,15 +32,20 @@ use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RequestContext, RequestHandle, RoleClient,
     RunningService,
 };
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::Value;
 use tokio::process::Command;
 use tracing::debug;
 
+use crate::oversize::Capped;
 use crate::relay::{Ask, ProgressRoutes, ReadRelay, SharedRoutes};
 use crate::stderr::StderrTail;
+
+/// Room for the gate's own answer in place of one too large, beyond the cap.
+const OVERSIZE_ANSWER_ROOM: usize = 64 * 1024;
 
 /// How long a failed start waits for the server's last words on stderr.
 const LAST_WORDS_WAIT: Duration = Duration::from_millis(500);
@@ -334,9 +339,11 @@ pub(crate) enum Failure {
     Answered(String),
 }
 
-/// A live connection: the running client and its peer handle.
+/// A live connection: the running client and its peer handle, and for a stdio server its
+/// process (killed when the connection is dropped).
 pub(crate) struct Connection {
     running: RunningService<RoleClient, Handler>,
+    _child: Option<tokio::process::Child>,
 }
 
 impl Connection {
@@ -350,6 +357,7 @@ impl Connection {
         events: tokio::sync::broadcast::Sender<ServerEvent>,
         stderr: &Arc<StderrTail>,
         capabilities: ClientCapabilities,
+        max_result_bytes: usize,
     ) -> Result<Self, String> {
         let handler = Handler {
             stale,
@@ -357,11 +365,16 @@ impl Connection {
             events,
             capabilities,
         };
+        let mut child = None;
         let handshake = match endpoint {
             Endpoint::Stdio(command) => {
                 // Its stderr is the server's to write and the gate's to read: captured,
-                // sanitized and logged under the server's name, never inherited.
-                let (transport, captured) = TokioChildProcess::builder(command.command())
+                // sanitized and logged under the server's name, never inherited. Its
+                // stdout is read with each answer capped (`oversize.rs`).
+                let mut spawned = command
+                    .command()
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(|error| {
@@ -370,9 +383,21 @@ impl Connection {
                             command.program
                         )
                     })?;
-                if let Some(captured) = captured {
-                    crate::stderr::watch(captured, stderr.clone());
-                }
+                let (Some(input), Some(output), Some(errors)) = (
+                    spawned.stdin.take(),
+                    spawned.stdout.take(),
+                    spawned.stderr.take(),
+                ) else {
+                    return Err(format!(
+                        "could not connect to {:?}'s stdio",
+                        command.program
+                    ));
+                };
+                crate::stderr::watch(errors, stderr.clone());
+                let reader = Capped::new(output, max_result_bytes, command.program.clone());
+                let transport = AsyncRwTransport::new(reader, input)
+                    .with_max_line_length(max_result_bytes.saturating_add(OVERSIZE_ANSWER_ROOM));
+                child = Some(spawned);
                 tokio::time::timeout(deadline, handler.serve(transport)).await
             }
             Endpoint::Http(http) => {
@@ -423,7 +448,10 @@ impl Connection {
                 ));
             }
         };
-        Ok(Self { running })
+        Ok(Self {
+            running,
+            _child: child,
+        })
     }
 
     /// Whether the connection can still carry a request.

@@ -40,6 +40,7 @@ pub mod backoff;
 pub mod catalog;
 mod connection;
 pub mod limit;
+pub mod oversize;
 pub mod relay;
 mod server;
 pub mod stderr;
@@ -51,5 +52,6 @@ pub use catalog::{
 pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, ServerEvent, StdioCommand};
 pub use relay::{Ask, PROGRESS_BUFFER, PendingAsk, ReadRelay};
 pub use server::{
-    DEFAULT_DEADLINE, DEFAULT_MAX_CATALOG_PAGES, FORWARDED, McpError, McpServer, McpServerConfig,
+    DEFAULT_DEADLINE, DEFAULT_MAX_CATALOG_PAGES, DEFAULT_MAX_RESULT_BYTES, FORWARDED, McpError,
+    McpServer, McpServerConfig,
 };

@@ -59,6 +59,10 @@ use crate::connection::{self, Connection, EVENT_BUFFER, Endpoint, Failure, Serve
 use crate::relay::{ReadRelay, SharedRoutes};
 use crate::stderr::StderrTail;
 
+/// The largest answer of a stdio server the gate reads unless its configuration says
+/// otherwise (rmcp's own cap on a line).
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
+
 /// The deadline of a downstream request when the configuration names none.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -89,6 +93,9 @@ pub struct McpServerConfig {
     /// Whether the server may ask an agent's user for input during a read (elicitation);
     /// off unless the person allows it.
     pub forward_elicitation: bool,
+    /// The largest answer of a stdio server the gate reads, in bytes; a larger one is
+    /// replaced by the gate's note ([`crate::oversize`]).
+    pub max_result_bytes: usize,
 }
 
 impl McpServerConfig {
@@ -105,7 +112,14 @@ impl McpServerConfig {
             reads: Vec::new(),
             forward_sampling: false,
             forward_elicitation: false,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
+    }
+
+    /// The same server with another cap on the size of one answer.
+    pub fn max_result_bytes(mut self, bytes: usize) -> Self {
+        self.max_result_bytes = bytes.max(1024);
+        self
     }
 
     /// The same server, letting its sampling and elicitation questions through to the
@@ -285,6 +299,7 @@ impl McpServer {
                 self.config.forward_sampling,
                 self.config.forward_elicitation,
             ),
+            self.config.max_result_bytes,
         )
         .await
         {

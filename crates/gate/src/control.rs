@@ -15,7 +15,10 @@ use std::sync::Arc;
 
 use gatekeeper_core::describe::PROVENANCE_ACTION;
 use kernel::LedgerId;
-use prompt_sanitize::{MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline};
+use prompt_sanitize::{
+    MAX_ARGUMENTS_CHARS, MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, json_arguments,
+    plain_inline,
+};
 use serde::{Deserialize, Serialize};
 use shell::{Decision, Effect, Shell};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
@@ -82,6 +85,9 @@ pub enum Request {
     Show {
         /// Ledger ids.
         ids: Vec<u64>,
+        /// Also every character of each call's arguments, however long.
+        #[serde(default)]
+        full: bool,
     },
     /// Approve actions (or enable a rule for each one's kind).
     Approve {
@@ -89,6 +95,10 @@ pub enum Request {
         ids: Vec<u64>,
         /// Enable an auto-approval rule for each action's kind instead (the shell's `k`).
         all_of_kind: bool,
+        /// The person read each call's arguments in full (`gate show --full`): a call whose
+        /// prompt could not show all of them is approved only then.
+        #[serde(default)]
+        full_seen: bool,
     },
     /// Reject actions: nothing is sent, ever.
     Reject {
@@ -271,7 +281,7 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 }
             }
         }
-        Request::Show { ids } => {
+        Request::Show { ids, full } => {
             let shell = Shell::new(overseer, "");
             for id in ids {
                 match shell.prompt(LedgerId(id)) {
@@ -287,11 +297,19 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                     Err(error) => {
                         ok = false;
                         lines.push(format!("#{id}: {error}"));
+                        continue;
                     }
+                }
+                if full && let Some(args) = gateway.arguments_of(LedgerId(id)).await {
+                    lines.push(full_arguments(id, &args));
                 }
             }
         }
-        Request::Approve { ids, all_of_kind } => {
+        Request::Approve {
+            ids,
+            all_of_kind,
+            full_seen,
+        } => {
             let shell = Shell::new(overseer, person);
             let decision = if all_of_kind {
                 Decision::ApproveAllOfKind
@@ -307,6 +325,18 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                         "#{id}: not applied: agent {} is locked down because {}; nothing it staged may be sent any more, but you may still reject it",
                         code_span(&agent, MAX_INLINE_CHARS),
                         plain_inline(&why, MAX_DESCRIPTION_CHARS)
+                    ));
+                    continue;
+                }
+                // A prompt that could not show every character of the arguments is approved
+                // only by someone who read them all.
+                if !full_seen
+                    && let Some(args) = gateway.arguments_of(LedgerId(id)).await
+                    && let Some(length) = clipped_length(&args)
+                {
+                    ok = false;
+                    lines.push(format!(
+                        "#{id}: not approved: its arguments are {length} characters and its prompt shows the first {MAX_ARGUMENTS_CHARS}; read them all with `gate show {id} --full`, then approve with `gate approve {id} --full-seen`"
                     ));
                     continue;
                 }
@@ -374,6 +404,25 @@ fn without_staging_note(prompt: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// How many characters a call's arguments are, as its prompt prints them, when that is
+/// more than the prompt shows (it keeps [`MAX_ARGUMENTS_CHARS`]); `None` when it shows
+/// them all.
+pub fn clipped_length(args: &serde_json::Value) -> Option<usize> {
+    let length = json_arguments(args, usize::MAX).as_str().chars().count();
+    (length > MAX_ARGUMENTS_CHARS).then_some(length)
+}
+
+/// Every character of action `id`'s arguments, as a prompt prints them (sanitized, in a
+/// fence), with their length: what `gate show --full` adds.
+fn full_arguments(id: u64, args: &serde_json::Value) -> String {
+    let body = json_arguments(args, usize::MAX);
+    let length = body.as_str().chars().count();
+    format!(
+        "#{id}: its arguments in full ({length} characters):\n```json\n{}\n```",
+        body.as_str()
+    )
 }
 
 /// Send one request to the daemon whose socket is `path`, and wait for its answer.

@@ -1154,6 +1154,23 @@ impl Gateway {
         })
     }
 
+    /// The arguments of action `ledger`, as staged, from its driver's store.
+    pub async fn arguments_of(&self, ledger: LedgerId) -> Option<Value> {
+        let entry = self.overseer.entry(ledger).ok().flatten()?;
+        let action = entry.action()?;
+        let downstream = self
+            .downstreams
+            .iter()
+            .find(|d| d.name.as_str() == &*entry.gatekeeper)?;
+        let record = downstream
+            .gatekeeper
+            .store()
+            .get(action.driver_id)
+            .await
+            .ok()??;
+        Some((*record.args).clone())
+    }
+
     /// The server's answer to an applied action, from its driver's store.
     async fn applied_result(
         &self,

@@ -79,6 +79,9 @@ enum Command {
         /// Action ids.
         #[arg(required = true)]
         ids: Vec<u64>,
+        /// Also every character of each call's arguments (a prompt shows the first 4,000).
+        #[arg(long)]
+        full: bool,
         /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
         #[arg(long)]
         data_dir: Option<PathBuf>,
@@ -92,6 +95,10 @@ enum Command {
         /// server marks safe to repeat, on a vetted server).
         #[arg(long)]
         all_of_kind: bool,
+        /// You read each call's arguments in full (`gate show ID --full`): needed to approve
+        /// a call whose prompt could not show them all.
+        #[arg(long)]
+        full_seen: bool,
         /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
         #[arg(long)]
         data_dir: Option<PathBuf>,
@@ -403,12 +410,24 @@ fn main() -> anyhow::Result<()> {
             action: Some(CatalogAction::Accept { server }),
             data_dir,
         } => ask(data_dir, &Request::CatalogAccept { server }),
-        Command::Show { ids, data_dir } => ask(data_dir, &Request::Show { ids }),
+        Command::Show {
+            ids,
+            full,
+            data_dir,
+        } => ask(data_dir, &Request::Show { ids, full }),
         Command::Approve {
             ids,
             all_of_kind,
+            full_seen,
             data_dir,
-        } => ask(data_dir, &Request::Approve { ids, all_of_kind }),
+        } => ask(
+            data_dir,
+            &Request::Approve {
+                ids,
+                all_of_kind,
+                full_seen,
+            },
+        ),
         Command::Reject {
             ids,
             reason,

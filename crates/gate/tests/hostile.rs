@@ -189,3 +189,52 @@ async fn a_locked_down_agents_reads_go_out_only_to_servers_marked_local_only() {
         daemon::text(&local)
     );
 }
+
+#[tokio::test]
+async fn a_call_whose_prompt_cannot_show_all_its_arguments_is_approved_only_once_read_in_full() {
+    let gate = Gate::start("long-arguments");
+    let agent = gate.agent(CODER_TOKEN).await;
+    // Padding first, the part that matters last: past what a prompt shows.
+    let text = format!(
+        "{} and send everything to attacker@example.com",
+        "pad ".repeat(1100)
+    );
+    let staged =
+        daemon::text(&call(agent.peer(), "fixture__write_note", json!({"text": text})).await);
+    let id = daemon::action_id(&staged).to_string();
+    let shown = gate.person(&["show", &id]);
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(
+        !shown.contains("attacker@example.com"),
+        "the prompt is clipped"
+    );
+    let refused = gate.person(&["approve", &id]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stdout).into_owned();
+    assert!(
+        said.contains("not approved: its arguments are")
+            && said.contains(&format!("gate show {id} --full")),
+        "{said}"
+    );
+    assert!(gate.deliveries().is_empty(), "nothing sent");
+    let full = gate.person(&["show", &id, "--full"]);
+    let full = String::from_utf8_lossy(&full.stdout).into_owned();
+    assert!(
+        full.contains("its arguments in full (") && full.contains("attacker@example.com"),
+        "{full}"
+    );
+    let approved = gate.person(&["approve", &id, "--full-seen"]);
+    assert!(approved.status.success(), "{approved:?}");
+    assert_eq!(gate.deliveries().len(), 1);
+    // A short call is approved as before.
+    let short = daemon::text(
+        &call(
+            agent.peer(),
+            "fixture__write_note",
+            json!({"text": "short"}),
+        )
+        .await,
+    );
+    let short = daemon::action_id(&short).to_string();
+    assert!(gate.person(&["approve", &short]).status.success());
+}

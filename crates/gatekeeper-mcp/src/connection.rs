@@ -339,6 +339,22 @@ pub(crate) enum Failure {
     Answered(String),
 }
 
+/// How a connection is wired to its server's driver.
+pub(crate) struct Wiring {
+    /// Set whenever the server announces a changed tool list.
+    pub(crate) stale: Arc<AtomicBool>,
+    /// Where agents' reads in flight take progress and questions.
+    pub(crate) progress: SharedRoutes,
+    /// What the server announces, for the gateway.
+    pub(crate) events: tokio::sync::broadcast::Sender<ServerEvent>,
+    /// The last lines of a stdio server's stderr.
+    pub(crate) stderr: Arc<StderrTail>,
+    /// What the gateway declares it may be asked.
+    pub(crate) capabilities: ClientCapabilities,
+    /// The largest answer of a stdio server that is read.
+    pub(crate) max_result_bytes: usize,
+}
+
 /// A live connection: the running client and its peer handle, and for a stdio server its
 /// process (killed when the connection is dropped).
 pub(crate) struct Connection {
@@ -347,18 +363,22 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Start the server and complete the MCP handshake within `deadline`. `stale` is set
-    /// whenever the server announces a changed tool list.
+    /// Start the server and complete the MCP handshake within `deadline`, wired to its
+    /// driver as `wiring` says.
     pub(crate) async fn start(
         endpoint: &Endpoint,
         deadline: Duration,
-        stale: Arc<AtomicBool>,
-        progress: SharedRoutes,
-        events: tokio::sync::broadcast::Sender<ServerEvent>,
-        stderr: &Arc<StderrTail>,
-        capabilities: ClientCapabilities,
-        max_result_bytes: usize,
+        wiring: Wiring,
     ) -> Result<Self, String> {
+        let Wiring {
+            stale,
+            progress,
+            events,
+            stderr,
+            capabilities,
+            max_result_bytes,
+        } = wiring;
+        let stderr = &stderr;
         let handler = Handler {
             stale,
             progress,

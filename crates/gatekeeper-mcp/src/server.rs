@@ -55,7 +55,9 @@ use tracing::{info, warn};
 
 use crate::backoff::Backoff;
 use crate::catalog::{Catalog, CatalogTool};
-use crate::connection::{self, Connection, EVENT_BUFFER, Endpoint, Failure, ServerEvent, seconds};
+use crate::connection::{
+    self, Connection, EVENT_BUFFER, Endpoint, Failure, ServerEvent, Wiring, seconds,
+};
 use crate::relay::{ReadRelay, SharedRoutes};
 use crate::stderr::StderrTail;
 
@@ -288,18 +290,21 @@ impl McpServer {
                 seconds(wait)
             ));
         }
-        let connection = match Connection::start(
-            &self.config.endpoint,
-            self.config.deadline,
-            self.stale.clone(),
-            self.progress.clone(),
-            self.events.clone(),
-            &self.stderr,
-            connection::capabilities(
+        let wiring = Wiring {
+            stale: self.stale.clone(),
+            progress: self.progress.clone(),
+            events: self.events.clone(),
+            stderr: self.stderr.clone(),
+            capabilities: connection::capabilities(
                 self.config.forward_sampling,
                 self.config.forward_elicitation,
             ),
-            self.config.max_result_bytes,
+            max_result_bytes: self.config.max_result_bytes,
+        };
+        let connection = match Connection::start(
+            &self.config.endpoint,
+            self.config.deadline,
+            wiring,
         )
         .await
         {

@@ -56,9 +56,12 @@ pub fn input_of(event: &Event) -> Option<Input> {
 /// as who decided).
 pub fn request_for(decision: &Decision) -> Request {
     match decision {
+        // The screen shows a prompt's first 4,000 characters of arguments: a call with
+        // more is refused by the daemon, which says to read it all with `gate show --full`.
         Decision::Approve { ids } => Request::Approve {
             ids: ids.clone(),
             all_of_kind: false,
+            full_seen: false,
         },
         Decision::Reject { ids, reason } => Request::Reject {
             ids: ids.clone(),
@@ -67,6 +70,7 @@ pub fn request_for(decision: &Decision) -> Request {
         Decision::AllowKind { id } => Request::Approve {
             ids: vec![*id],
             all_of_kind: true,
+            full_seen: false,
         },
     }
 }

@@ -19,6 +19,15 @@
 //! started is stopped before it returns, on failure too: this process makes itself the
 //! subreaper of its descendants, so a server whose parent died is still found and killed.
 //! The stdio session is kept in `target/e2e/transcript.txt` (`--transcript` prints it).
+//!
+//! Then a real agent framework drives the same gate: fast-agent (`fast-agent-mcp`, pinned,
+//! in the virtualenv `target/e2e/fast-agent-venv`, its dependencies pinned by
+//! `xtask/e2e/fast-agent-constraints.txt`), which needs Python 3.13 or later: `python3.13`,
+//! `python3.14` or `python3` on `PATH`, or pyenv's `versions/3.13*` and later (under
+//! `$PYENV_ROOT`, `pyenv root` or `~/.pyenv`). Without one the run fails, naming what to
+//! install. `xtask/e2e/gate_fast_agent.py` runs it in its default mode (protocol 2026-07-28
+//! after `server/discover`) with its `passthrough` model calling the tools, over stdio and
+//! over HTTP.
 
 use std::collections::HashMap;
 use std::fs;
@@ -44,6 +53,11 @@ const MCP_SDK: (&str, &str) = ("mcp", "2.3.0");
 const MIN_NODE_MAJOR: u32 = 18;
 /// The oldest Python the SDK supports, as (major, minor).
 const MIN_PYTHON: (u32, u32) = (3, 10);
+/// The agent framework fast-agent, pinned exactly.
+const FAST_AGENT: (&str, &str) = ("fast-agent-mcp", "0.10.48");
+/// The oldest Python fast-agent supports, as (major, minor).
+const FAST_AGENT_PYTHON: (u32, u32) = (3, 13);
+const FAST_AGENT_HINT: &str = "fast-agent needs Python 3.13 or later with its venv module, as `python3.13` on PATH or under pyenv: `pyenv install 3.13`, or your distribution's python3.13 and python3.13-venv packages";
 
 /// How long one install step (npm, venv, pip) may take.
 const INSTALL_LIMIT: Duration = Duration::from_secs(900);
@@ -179,6 +193,12 @@ fn scenario(
         venv.map(|how| format!("{how} in {:.1} s", step.elapsed().as_secs_f64())),
     );
     let step = Instant::now();
+    let fast_agent = install_fast_agent(root, work);
+    let fast_agent_ok = report.check(
+        "fast-agent is installed at its pinned version, on Python 3.13 or later",
+        fast_agent.map(|how| format!("{how} in {:.1} s", step.elapsed().as_secs_f64())),
+    );
+    let step = Instant::now();
     let gate = build_gate();
     let gate_ok = report.check(
         "gate is built",
@@ -232,6 +252,17 @@ fn scenario(
     }
     let agent_seconds = step.elapsed().as_secs_f64();
 
+    // Without fast-agent its install check failed above: not skipped in silence.
+    let step = Instant::now();
+    if fast_agent_ok {
+        let python = work.join("fast-agent-venv").join("bin").join("python");
+        let finished = session.fast_agent(&python, root, &url, processes, report);
+        if let Err(why) = finished {
+            report.check("fast-agent finishes", Err(why));
+        }
+    }
+    let fast_agent_seconds = step.elapsed().as_secs_f64();
+
     let serve_log = fs::read_to_string(scratch.serve_log()).unwrap_or_default();
     report.check(
         "the gate advertised no roots to the filesystem server, so its root is the configured one",
@@ -257,11 +288,13 @@ fn scenario(
     if show_transcript {
         println!("\n── transcript: the stdio session ──\n{transcript}── end of transcript ──\n");
     }
-    println!("e2e: the agent's session took {agent_seconds:.1} s");
+    println!(
+        "e2e: the agent's session took {agent_seconds:.1} s, fast-agent's {fast_agent_seconds:.1} s"
+    );
     if report.failed > 0 {
         scratch.keep();
         eprintln!(
-            "e2e: logs kept in {} (serve.log, agent.log)",
+            "e2e: logs kept in {} (serve.log, agent.log, fast-agent.log)",
             scratch.dir.display()
         );
     }
@@ -378,17 +411,128 @@ fn install_npm(prefix: &Path, work: &Path) -> Result<&'static str, String> {
 
 /// The installed version of the SDK in the virtualenv, if any.
 fn sdk_version(python: &Path) -> Option<String> {
+    package_version(python, MCP_SDK.0)
+}
+
+/// The installed version of a Python package in a virtualenv, if any.
+fn package_version(python: &Path, package: &str) -> Option<String> {
     let mut command = Command::new(python);
     command.args([
         "-c",
-        &format!(
-            "import importlib.metadata as m; print(m.version({:?}))",
-            MCP_SDK.0
-        ),
+        &format!("import importlib.metadata as m; print(m.version({package:?}))"),
     ]);
     bounded_output(command, QUICK_LIMIT)
         .ok()
         .map(|v| v.trim().to_owned())
+}
+
+/// The version of a Python interpreter with its venv module, as (major, minor), if it runs.
+fn python_with_venv(python: &Path) -> Option<(u32, u32)> {
+    let mut command = Command::new(python);
+    command.args([
+        "-c",
+        "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])",
+    ]);
+    let out = bounded_output(command, QUICK_LIMIT).ok()?;
+    let (major, minor) = out.trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// A Python for fast-agent (3.13 or later, with venv): on PATH, or under pyenv.
+fn fast_agent_python() -> Result<PathBuf, String> {
+    let mut candidates: Vec<PathBuf> = ["python3.13", "python3.14", "python3"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    let mut roots: Vec<PathBuf> = Vec::new();
+    if let Some(root) = std::env::var_os("PYENV_ROOT") {
+        roots.push(PathBuf::from(root));
+    }
+    let mut pyenv = Command::new("pyenv");
+    pyenv.arg("root");
+    if let Ok(root) = bounded_output(pyenv, QUICK_LIMIT) {
+        roots.push(PathBuf::from(root.trim()));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        roots.push(Path::new(&home).join(".pyenv"));
+    }
+    for root in roots {
+        let Ok(entries) = fs::read_dir(root.join("versions")) else {
+            continue;
+        };
+        let mut versions: Vec<(u32, u32, PathBuf)> = entries
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let mut parts = name.split('.');
+                let major = parts.next()?.parse().ok()?;
+                let minor = parts.next()?.parse().ok()?;
+                let python = entry
+                    .path()
+                    .join("bin")
+                    .join(format!("python{major}.{minor}"));
+                Some((major, minor, python))
+            })
+            .filter(|(major, minor, _)| (*major, *minor) >= FAST_AGENT_PYTHON)
+            .collect();
+        versions.sort();
+        candidates.extend(versions.into_iter().map(|(_, _, python)| python));
+    }
+    candidates
+        .into_iter()
+        .find(|python| python_with_venv(python).is_some_and(|found| found >= FAST_AGENT_PYTHON))
+        .ok_or_else(|| format!("no Python 3.13 or later found; {FAST_AGENT_HINT}"))
+}
+
+/// Create fast-agent's virtualenv (on Python 3.13 or later) and install fast-agent unless it
+/// is there at its version.
+fn install_fast_agent(root: &Path, work: &Path) -> Result<String, String> {
+    let venv = work.join("fast-agent-venv");
+    let python = venv.join("bin").join("python");
+    if package_version(&python, FAST_AGENT.0).as_deref() == Some(FAST_AGENT.1) {
+        return Ok("already installed".to_owned());
+    }
+    // A virtualenv whose Python no longer runs (its interpreter was removed) is made anew.
+    if python.exists() && python_with_venv(&python).is_none_or(|found| found < FAST_AGENT_PYTHON) {
+        fs::remove_dir_all(&venv)
+            .map_err(|e| format!("could not remove the stale {}: {e}", venv.display()))?;
+    }
+    let base = fast_agent_python()?;
+    if !python.exists() {
+        let mut create = Command::new(&base);
+        create.args(["-m", "venv"]).arg(&venv);
+        bounded_output(create, INSTALL_LIMIT)
+            .map_err(|e| format!("{} -m venv failed: {e}; {FAST_AGENT_HINT}", base.display()))?;
+    }
+    let mut pip = Command::new(&python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--constraint",
+    ])
+    .arg(
+        root.join("xtask")
+            .join("e2e")
+            .join("fast-agent-constraints.txt"),
+    )
+    .arg(format!("{}=={}", FAST_AGENT.0, FAST_AGENT.1))
+    .env("PIP_CACHE_DIR", work.join("pip-cache"));
+    bounded_output(pip, INSTALL_LIMIT).map_err(|e| format!("pip install failed: {e}"))?;
+    match package_version(&python, FAST_AGENT.0) {
+        Some(version) if version == FAST_AGENT.1 => {
+            Ok(format!("installed with {}", base.display()))
+        }
+        found => Err(format!(
+            "pip install ran, but {} holds {} {found:?}, not {}",
+            venv.display(),
+            FAST_AGENT.0,
+            FAST_AGENT.1
+        )),
+    }
 }
 
 /// Create the virtualenv and install the SDK unless it is there at its version.
@@ -721,8 +865,6 @@ impl<'a> Session<'a> {
         processes: &mut Processes,
         report: &mut Report,
     ) -> Result<(), String> {
-        let log = fs::File::create(self.scratch.dir.join("agent.log"))
-            .map_err(|e| format!("could not create the agent log: {e}"))?;
         let mut command = Command::new(python);
         command
             .arg(root.join("xtask").join("e2e").join("gate_agent.py"))
@@ -737,6 +879,43 @@ impl<'a> Session<'a> {
             .arg(self.scratch.transcript())
             .arg("--hide")
             .arg(format!("{}=<npm>", self.npm_dir.display()));
+        self.script(command, "agent.log", processes, report)
+    }
+
+    /// Run fast-agent's script, printing and counting its checks as they come.
+    fn fast_agent(
+        &self,
+        python: &Path,
+        root: &Path,
+        url: &str,
+        processes: &mut Processes,
+        report: &mut Report,
+    ) -> Result<(), String> {
+        let mut command = Command::new(python);
+        command
+            .arg(root.join("xtask").join("e2e").join("gate_fast_agent.py"))
+            .arg("--gate")
+            .arg(&self.gate)
+            .args(["--agent", AGENT, "--url", url, "--token", &self.token])
+            .arg("--root")
+            .arg(self.scratch.dir.join("root"))
+            .arg("--workdir")
+            .arg(self.scratch.dir.join("fast-agent"));
+        self.script(command, "fast-agent.log", processes, report)
+    }
+
+    /// Run a Python script that prints checks, with its stderr in `log` in the scratch
+    /// directory; its checks are counted as they come.
+    fn script(
+        &self,
+        mut command: Command,
+        log: &str,
+        processes: &mut Processes,
+        report: &mut Report,
+    ) -> Result<(), String> {
+        let agent_log = self.scratch.dir.join(log);
+        let log = fs::File::create(&agent_log)
+            .map_err(|e| format!("could not create {}: {e}", agent_log.display()))?;
         self.env(&mut command);
         command
             .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -746,7 +925,7 @@ impl<'a> Session<'a> {
             .stderr(log);
         let mut child = command
             .spawn()
-            .map_err(|e| format!("could not start the scripted agent: {e}"))?;
+            .map_err(|e| format!("could not start {command:?}: {e}"))?;
         let lines = lines_of(child.stdout.take());
         processes.agent = Some(child);
         let deadline = Instant::now() + AGENT_LIMIT;
@@ -768,7 +947,6 @@ impl<'a> Session<'a> {
         let status = wait_until(agent, Instant::now() + QUICK_LIMIT)
             .ok_or("it closed its output but did not exit")?;
         counted = (report.passed - counted.0, report.failed - counted.1);
-        let agent_log = self.scratch.dir.join("agent.log");
         match (status.success(), counted) {
             (_, (0, 0)) => Err(format!(
                 "it checked nothing ({status}):\n{}",

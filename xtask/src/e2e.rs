@@ -504,24 +504,13 @@ fn install_fast_agent(root: &Path, work: &Path) -> Result<String, String> {
         bounded_output(create, INSTALL_LIMIT)
             .map_err(|e| format!("{} -m venv failed: {e}; {FAST_AGENT_HINT}", base.display()))?;
     }
-    let mut pip = Command::new(&python);
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--constraint",
-    ])
-    .arg(
-        root.join("xtask")
-            .join("e2e")
-            .join("fast-agent-constraints.txt"),
-    )
-    .arg(format!("{}=={}", FAST_AGENT.0, FAST_AGENT.1))
-    .env("PIP_CACHE_DIR", work.join("pip-cache"));
-    bounded_output(pip, INSTALL_LIMIT).map_err(|e| format!("pip install failed: {e}"))?;
+    pip_install(
+        &python,
+        root,
+        work,
+        "fast-agent-constraints.txt",
+        FAST_AGENT,
+    )?;
     match package_version(&python, FAST_AGENT.0) {
         Some(version) if version == FAST_AGENT.1 => {
             Ok(format!("installed with {}", base.display()))
@@ -533,6 +522,33 @@ fn install_fast_agent(root: &Path, work: &Path) -> Result<String, String> {
             FAST_AGENT.1
         )),
     }
+}
+
+/// Install `package` (name, exact version) with the virtualenv's `python`, its dependencies
+/// pinned by `constraints` (a file in `xtask/e2e`), pip's cache under `work`.
+fn pip_install(
+    python: &Path,
+    root: &Path,
+    work: &Path,
+    constraints: &str,
+    package: (&str, &str),
+) -> Result<(), String> {
+    let mut pip = Command::new(python);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--constraint",
+    ])
+    .arg(root.join("xtask").join("e2e").join(constraints))
+    .arg(format!("{}=={}", package.0, package.1))
+    .env("PIP_CACHE_DIR", work.join("pip-cache"));
+    bounded_output(pip, INSTALL_LIMIT)
+        .map(|_| ())
+        .map_err(|e| format!("pip install failed: {e}"))
 }
 
 /// Create the virtualenv and install the SDK unless it is there at its version.
@@ -551,24 +567,7 @@ fn install_venv(root: &Path, work: &Path) -> Result<&'static str, String> {
             )
         })?;
     }
-    let mut pip = Command::new(&python);
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--constraint",
-    ])
-    .arg(
-        root.join("xtask")
-            .join("e2e")
-            .join("python-constraints.txt"),
-    )
-    .arg(format!("{}=={}", MCP_SDK.0, MCP_SDK.1))
-    .env("PIP_CACHE_DIR", work.join("pip-cache"));
-    bounded_output(pip, INSTALL_LIMIT).map_err(|e| format!("pip install failed: {e}"))?;
+    pip_install(&python, root, work, "python-constraints.txt", MCP_SDK)?;
     match sdk_version(&python) {
         Some(version) if version == MCP_SDK.1 => Ok("installed"),
         found => Err(format!(

@@ -23,24 +23,21 @@
 
 #[path = "../tests/support/fixture.rs"]
 mod fixture;
+mod support;
 
-use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
+use rmcp::RoleClient;
 use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
-use rmcp::service::{Peer, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::service::Peer;
 use serde_json::{Value, json};
 
 use fixture::{fixture_binary, free_port};
-
-type Agent = RunningService<RoleClient, ()>;
+use support::{DirectServer, connect, first_line};
 
 const TOKEN: &str = "bench-forwarding-token-0123456789abcdef";
 
@@ -64,15 +61,6 @@ fn figures(name: &str) -> Option<(f64, f64, f64)> {
     let at = |q: f64| micros[((micros.len() - 1) as f64 * q).round() as usize];
     let mean = micros.iter().sum::<f64>() / micros.len() as f64;
     Some((at(0.5), at(0.9), mean))
-}
-
-/// Read a child's first line of standard output.
-fn first_line(child: &mut Child) -> String {
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("the child prints its address");
-    line.trim().to_owned()
 }
 
 /// A running `gate serve` over one rich fixture server (stdio) named `fixture`, granted
@@ -124,42 +112,6 @@ impl Drop for Daemon {
     }
 }
 
-/// The rich fixture server alone, serving MCP streamable HTTP.
-struct DirectServer {
-    child: Child,
-    url: String,
-}
-
-impl DirectServer {
-    fn start() -> Self {
-        let mut child = Command::new(fixture_binary())
-            .env("MCP_FIXTURE_HTTP", "127.0.0.1:0")
-            .env("MCP_FIXTURE_RICH", "1")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the fixture server starts");
-        let url = first_line(&mut child);
-        Self { child, url }
-    }
-}
-
-impl Drop for DirectServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn connect(url: &str, token: Option<&str>) -> Agent {
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
-    if let Some(token) = token {
-        config = config.auth_header(token);
-    }
-    ().serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .expect("the agent connects")
-}
-
 /// `resources/read` of `uri`: the text of its one content.
 async fn read(agent: &Peer<RoleClient>, uri: &str) -> String {
     let read = agent
@@ -197,7 +149,7 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
 
     let daemon = Daemon::start();
-    let direct = DirectServer::start();
+    let direct = DirectServer::start(&[("MCP_FIXTURE_RICH", "1")]);
     let (gated, straight) = rt.block_on(async {
         let gated = connect(&daemon.url, Some(TOKEN)).await;
         let straight = connect(&direct.url, None).await;

@@ -29,8 +29,8 @@
 
 #[path = "../tests/support/fixture.rs"]
 mod fixture;
+mod support;
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -40,22 +40,19 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use gate::control::{Request, request};
 use gate::paths::{DATABASE_FILE, socket_in};
+use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::{Peer, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::service::Peer;
 use serde_json::{Value, json};
 
 use fixture::{fixture_binary, free_port};
+use support::{Agent, DirectServer, connect, first_line};
 
 /// Agents staging at once in `staging_16_agents`.
 const AGENTS: usize = 16;
 /// Writes staged before the person rejects them: under the store's 50 open calls, and a
 /// multiple of [`AGENTS`].
 const ROUND: usize = 48;
-
-type Agent = RunningService<RoleClient, ()>;
 
 /// (total time, calls) per benchmark, summed over criterion's warm-up and samples.
 static TALLY: Mutex<Vec<(&'static str, Duration, u64)>> = Mutex::new(Vec::new());
@@ -78,15 +75,6 @@ fn mean_micros(name: &str) -> Option<f64> {
         .iter()
         .find(|(n, _, c)| *n == name && *c > 0)
         .map(|(_, total, calls)| total.as_secs_f64() * 1e6 / *calls as f64)
-}
-
-/// Read a child's first line of standard output.
-fn first_line(child: &mut Child) -> String {
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("the child prints its address");
-    line.trim().to_owned()
 }
 
 fn token(agent: usize) -> String {
@@ -188,41 +176,6 @@ impl Drop for Daemon {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// The fixture server alone, serving MCP streamable HTTP.
-struct DirectServer {
-    child: Child,
-    url: String,
-}
-
-impl DirectServer {
-    fn start() -> Self {
-        let mut child = Command::new(fixture_binary())
-            .env("MCP_FIXTURE_HTTP", "127.0.0.1:0")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the fixture server starts");
-        let url = first_line(&mut child);
-        Self { child, url }
-    }
-}
-
-impl Drop for DirectServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn connect(url: &str, token: Option<&str>) -> Agent {
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
-    if let Some(token) = token {
-        config = config.auth_header(token);
-    }
-    ().serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .expect("the agent connects")
 }
 
 async fn call(agent: &Peer<RoleClient>, tool: &str, args: Value) -> CallToolResult {
@@ -361,7 +314,7 @@ fn main() {
     let mut counts = Counts::default();
 
     let daemon = Daemon::start("load", 1, AGENTS);
-    let direct = DirectServer::start();
+    let direct = DirectServer::start(&[]);
     let (gated, straight, agents) = rt.block_on(async {
         let gated = daemon.agent(0).await;
         let straight = connect(&direct.url, None).await;

@@ -1,0 +1,66 @@
+//! What the gate's benchmarks share: the fixture server serving MCP streamable HTTP on its
+//! own (the baseline of a call made directly), an agent's client, and the first line a
+//! child process prints (its address). Included with `#[path]` by each bench.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+
+use crate::fixture::fixture_binary;
+
+/// An agent's MCP session, over streamable HTTP.
+pub type Agent = RunningService<RoleClient, ()>;
+
+/// Read a child's first line of standard output.
+pub fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("the child prints its address");
+    line.trim().to_owned()
+}
+
+/// The fixture server alone, serving MCP streamable HTTP.
+pub struct DirectServer {
+    child: Child,
+    /// Where it serves.
+    pub url: String,
+}
+
+impl DirectServer {
+    /// The fixture server with these environment variables as well.
+    pub fn start(env: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(fixture_binary())
+            .env("MCP_FIXTURE_HTTP", "127.0.0.1:0")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the fixture server starts");
+        let url = first_line(&mut child);
+        Self { child, url }
+    }
+}
+
+impl Drop for DirectServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An agent connected to `url`, with `token` when it needs one.
+pub async fn connect(url: &str, token: Option<&str>) -> Agent {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("the agent connects")
+}

@@ -21,12 +21,14 @@
 //! told otherwise, e.g. `-- --warm-up-time 1 --measurement-time 3`).
 //! Under `cargo test --benches` each benchmark runs once, as a test.
 
+#[path = "../tests/support/daemon.rs"]
+mod daemon;
 #[path = "../tests/support/fixture.rs"]
 mod fixture;
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -37,7 +39,7 @@ use rmcp::service::Peer;
 use serde_json::{Value, json};
 
 use fixture::{fixture_binary, free_port};
-use support::{DirectServer, connect, first_line};
+use support::{DirectServer, connect};
 
 const TOKEN: &str = "bench-forwarding-token-0123456789abcdef";
 
@@ -85,21 +87,7 @@ impl Daemon {
         );
         let path = dir.join("gate.toml");
         std::fs::write(&path, config).expect("config written");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&path)
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("gate serve starts");
-        let line = first_line(&mut child);
-        let url = line
-            .strip_prefix("gate: agents at ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let (child, url) = daemon::spawn_serve(&path, &dir.join("data"));
         Self { child, dir, url }
     }
 }

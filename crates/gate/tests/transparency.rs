@@ -248,24 +248,27 @@ async fn listening_as(
     (listener, running)
 }
 
-fn call_request(tool: &str) -> ClientRequest {
-    ClientRequest::CallToolRequest(CallToolRequest::new(
+/// Start a call of `tool` (no arguments) as `agent`, keeping the handle: its progress
+/// token, its answer, its cancellation.
+async fn start_call(
+    agent: &RunningService<RoleClient, Listener>,
+    tool: &str,
+) -> rmcp::service::RequestHandle<RoleClient> {
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
         CallToolRequestParams::new(tool.to_owned()).with_arguments(Default::default()),
-    ))
+    ));
+    agent
+        .peer()
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .expect("sent")
 }
 
 #[tokio::test]
 async fn progress_of_a_read_reaches_the_agent_under_its_own_token() {
     let gate = rich_gate("progress");
     let (listener, agent) = listening_agent(&gate).await;
-    let handle = agent
-        .peer()
-        .send_request_with_option(
-            call_request("fixture__progress_read"),
-            PeerRequestOptions::no_options(),
-        )
-        .await
-        .expect("sent");
+    let handle = start_call(&agent, "fixture__progress_read").await;
     let token = handle.progress_token.clone();
     let answer = handle.await_response().await.expect("answered");
     let answer = serde_json::to_value(&answer).expect("serialises");
@@ -291,14 +294,7 @@ async fn progress_of_a_read_reaches_the_agent_under_its_own_token() {
 async fn a_read_the_agent_cancels_is_cancelled_on_the_server() {
     let gate = rich_gate("cancel");
     let (_listener, agent) = listening_agent(&gate).await;
-    let handle = agent
-        .peer()
-        .send_request_with_option(
-            call_request("fixture__slow_read"),
-            PeerRequestOptions::no_options(),
-        )
-        .await
-        .expect("sent");
+    let handle = start_call(&agent, "fixture__slow_read").await;
     // The read is in flight on the server before the agent gives up on it.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     handle

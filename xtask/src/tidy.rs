@@ -50,6 +50,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gatekeeper-core",
             "gatekeeper-issues",
             "gatekeeper-confluence",
+            "gatekeeper-mcp",
             "shell",
             "store-sqlite",
         ],

@@ -87,6 +87,8 @@ impl Daemon {
         );
         let path = dir.join("gate.toml");
         std::fs::write(&path, config).expect("config written");
+        // The fixture's log exists before its confined server starts (see the tests).
+        std::fs::write(dir.join("deliveries.log"), "").expect("the fixture's log");
         let (child, url) = daemon::spawn_serve(&path, &dir.join("data"));
         Self { child, dir, url }
     }

@@ -100,6 +100,9 @@ impl Daemon {
         let fixture = fixture_binary();
         let mut config = format!("listen = \"127.0.0.1:{}\"\n", free_port());
         for server in 0..servers {
+            // The fixture's log exists before its confined server starts (see the tests).
+            std::fs::write(dir.join(format!("deliveries{server}.log")), "")
+                .expect("the fixture's log");
             config.push_str(&format!(
                 "\n[[server]]\nname = \"fixture{server}\"\ncommand = {:?}\nenv = {{ MCP_FIXTURE_LOG = {:?} }}\n",
                 fixture.to_string_lossy(),

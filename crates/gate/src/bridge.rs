@@ -1,6 +1,9 @@
 //! `gate mcp --agent NAME`: a stdio bridge for MCP clients that launch their servers as
 //! subprocesses. It relays raw JSON-RPC between the client's stdin and stdout (one message
 //! a line) and the running daemon's streamable HTTP endpoint, with the agent's token.
+//! `gate mcp --token-file PATH --endpoint HOST:PORT` (or `--url`) takes the token from a
+//! file of its own instead of the daemon's configuration, so an agent's OS user holds
+//! that one token and nothing else (the separated deployment in the README).
 //!
 //! Each line from the client is POSTed as it is; each message the daemon answers with
 //! (one JSON body, or a stream of server-sent events: progress, server requests, then the
@@ -18,7 +21,7 @@
 //! the daemon cannot answer gets a JSON-RPC error with its id, never silence.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -90,25 +93,128 @@ pub async fn run(config: &Config, agent: &str) -> Result<(), BridgeError> {
             crate::config::DEFAULT_LISTEN
         )));
     }
-    let client = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .no_proxy()
-        .build()
-        .map_err(|e| BridgeError(format!("the bridge's HTTP client did not start: {e}")))?;
+    let url = format!("http://{}{MCP_PATH}", config.listen);
     let bearer = HeaderValue::from_str(&format!("Bearer {}", entry.token)).map_err(|_| {
         BridgeError(format!(
             "the token of agent {agent:?} in {} cannot travel in an HTTP header; write it in printable ASCII",
             config.path.display()
         ))
     })?;
+    let unauthorized = format!(
+        "the gate daemon at {url} refused the token of agent {agent:?} (HTTP 401): the token in {} is not one the running daemon knows; ask the person to check that `gate serve` runs with this configuration",
+        config.path.display()
+    );
+    relay(url, bearer, unauthorized).await
+}
+
+/// Connect to the daemon's agents' endpoint at `url` with the one token `token_file`
+/// holds (see [`read_token_file`]), then relay the MCP client on this process's stdin and
+/// stdout until it closes stdin: the agent's user needs neither the daemon's
+/// configuration nor any other agent's token.
+pub async fn run_with_token_file(token_file: &Path, url: &str) -> Result<(), BridgeError> {
+    let token = read_token_file(token_file)?;
+    let bearer = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+        BridgeError(format!(
+            "the token in {} cannot travel in an HTTP header; write it in printable ASCII",
+            token_file.display()
+        ))
+    })?;
+    let unauthorized = format!(
+        "the gate daemon at {url} refused the token in {} (HTTP 401): it is not a token the running daemon knows; ask the person who runs `gate serve` for this agent's token (its `token` in the daemon's configuration), or check that --endpoint or --url names that daemon",
+        token_file.display()
+    );
+    relay(url.to_owned(), bearer, unauthorized).await
+}
+
+/// The token in `path`: the file's text without surrounding whitespace. A file that its
+/// group or other users may read or write is refused, with the `chmod` to run (it is the
+/// agent's key to the gate); so is one that holds no usable token.
+pub fn read_token_file(path: &Path) -> Result<String, BridgeError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let metadata = std::fs::metadata(path).map_err(|e| {
+        BridgeError(format!(
+            "cannot read the token file {} ({e}); write the agent's token there (one line, mode 0600), as the person who runs `gate serve` gave it",
+            path.display()
+        ))
+    })?;
+    let mode = metadata.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(BridgeError(format!(
+            "the token file {} may be read or written by its group or other users (mode {mode:o}), and it holds an agent's key to the gate; run `chmod 600 {}`",
+            path.display(),
+            path.display()
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        BridgeError(format!(
+            "cannot read the token file {} ({e}); it must be readable by the user who runs `gate mcp`",
+            path.display()
+        ))
+    })?;
+    let token = text.trim();
+    if token.chars().count() < crate::config::MIN_TOKEN_CHARS
+        || token.chars().any(char::is_whitespace)
+    {
+        return Err(BridgeError(format!(
+            "the token file {} holds no token (one line of at least {} characters without spaces); write the agent's token there, as its `token` in the daemon's configuration",
+            path.display(),
+            crate::config::MIN_TOKEN_CHARS
+        )));
+    }
+    Ok(token.to_owned())
+}
+
+/// The daemon's agents' URL from `gate mcp --endpoint HOST:PORT` or `--url URL` (neither:
+/// the default address, [`crate::config::DEFAULT_LISTEN`]). Only `http://` on a
+/// loopback address: the daemon listens nowhere else, and the token travels in clear.
+pub fn agents_url(endpoint: Option<&str>, url: Option<&str>) -> Result<String, BridgeError> {
+    if let Some(url) = url {
+        let parsed = reqwest::Url::parse(url).ok().filter(|u| {
+            u.scheme() == "http"
+                && u.host_str().is_some_and(|host| {
+                    host == "localhost"
+                        || host
+                            .trim_start_matches('[')
+                            .trim_end_matches(']')
+                            .parse::<std::net::IpAddr>()
+                            .is_ok_and(|ip| ip.is_loopback())
+                })
+        });
+        return match parsed {
+            Some(_) => Ok(url.to_owned()),
+            None => Err(BridgeError(format!(
+                "--url {url:?} is not an http:// URL on this machine; the daemon listens on loopback only and the token travels in clear, so write for example --url http://{}{MCP_PATH}",
+                crate::config::DEFAULT_LISTEN
+            ))),
+        };
+    }
+    let endpoint = endpoint.unwrap_or(crate::config::DEFAULT_LISTEN);
+    match endpoint.parse::<std::net::SocketAddr>() {
+        Ok(address) if address.ip().is_loopback() && address.port() != 0 => {
+            Ok(format!("http://{address}{MCP_PATH}"))
+        }
+        _ => Err(BridgeError(format!(
+            "--endpoint {endpoint:?} is not a loopback address with a port; write the daemon's `listen`, for example --endpoint {}",
+            crate::config::DEFAULT_LISTEN
+        ))),
+    }
+}
+
+/// Relay the MCP client on stdin and stdout to the daemon at `url`, presenting `bearer`;
+/// `unauthorized` is what the client is told if the daemon refuses it.
+async fn relay(url: String, bearer: HeaderValue, unauthorized: String) -> Result<(), BridgeError> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .no_proxy()
+        .build()
+        .map_err(|e| BridgeError(format!("the bridge's HTTP client did not start: {e}")))?;
     let (out, lines) = mpsc::channel(256);
     let writer = tokio::spawn(write_lines(lines));
     let relay = Arc::new(Relay {
         client,
-        url: format!("http://{}{MCP_PATH}", config.listen),
+        url,
         bearer,
-        agent: agent.to_owned(),
-        config: config.path.clone(),
+        unauthorized,
         session: Mutex::default(),
         out,
     });
@@ -132,8 +238,8 @@ struct Relay {
     client: reqwest::Client,
     url: String,
     bearer: HeaderValue,
-    agent: String,
-    config: PathBuf,
+    /// What the client is told when the daemon refuses the token (HTTP 401).
+    unauthorized: String,
     session: Mutex<Session>,
     /// Lines for stdout, written in order by one task.
     out: mpsc::Sender<String>,
@@ -391,11 +497,7 @@ impl Relay {
     fn http_failure(&self, status: StatusCode, session: &Session, text: &str) -> String {
         let url = &self.url;
         match status {
-            StatusCode::UNAUTHORIZED => format!(
-                "the gate daemon at {url} refused the token of agent {:?} (HTTP 401): the token in {} is not one the running daemon knows; ask the person to check that `gate serve` runs with this configuration",
-                self.agent,
-                self.config.display()
-            ),
+            StatusCode::UNAUTHORIZED => self.unauthorized.clone(),
             StatusCode::NOT_FOUND if session.id.is_some() => format!(
                 "the gate daemon at {url} no longer knows this session (HTTP 404; it may have restarted); reconnect this MCP server in the client to start a new session"
             ),

@@ -63,6 +63,16 @@ pub enum Transport {
     },
 }
 
+/// What a confined stdio server may reach besides everything its user may, but the
+/// gate's own files (see `confine.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfinement {
+    /// `paths = [...]`: the only places it may write; `None`: wherever its user may.
+    pub write: Option<Vec<PathBuf>>,
+    /// `network = false` takes TCP away from it.
+    pub network: bool,
+}
+
 /// One downstream server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -97,6 +107,9 @@ pub struct ServerConfig {
     /// The most `tools/list` pages its catalog may have (`max_catalog_pages`); a longer
     /// catalog is refused whole, never cut.
     pub max_catalog_pages: usize,
+    /// How a stdio server is confined (`confine`, `paths`, `network`); `None` for a
+    /// server reached by URL, or one the person runs unconfined (`confine = false`).
+    pub confinement: Option<ServerConfinement>,
 }
 
 /// The command run to tell the person that work waits.
@@ -159,6 +172,16 @@ pub struct Config {
     /// How often each server's catalog is read again to catch a tool changed without a
     /// word (`catalog_check_seconds`, default 60).
     pub catalog_check: Duration,
+    /// Environment variables whose values are secrets to redact from every view and log
+    /// (`redact_env = ["MY_SECRET"]`), besides the agents' tokens and the servers' `env`
+    /// and header values, which are redacted always.
+    pub redact_env: Vec<String>,
+    /// Who may use the person's socket (`deciders = ["alice", "group:staff"]`), resolved
+    /// against this system's users and groups; `None`: the daemon's own user alone.
+    pub deciders: Option<crate::deciders::Deciders>,
+    /// Where the person's socket is (`socket = "/run/gate/gate.sock"`); `None`: `gate.sock`
+    /// in the data directory.
+    pub socket: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -179,6 +202,10 @@ struct RawConfig {
     max_sessions: Option<Spanned<u64>>,
     max_sessions_per_agent: Option<Spanned<u64>>,
     catalog_check_seconds: Option<Spanned<u64>>,
+    #[serde(default)]
+    redact_env: Vec<Spanned<String>>,
+    deciders: Option<Spanned<Vec<Spanned<String>>>>,
+    socket: Option<Spanned<PathBuf>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -226,6 +253,9 @@ struct RawServer {
     max_result_mib: Option<Spanned<u64>>,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
+    confine: Option<Spanned<bool>>,
+    paths: Option<Spanned<Vec<PathBuf>>>,
+    network: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -242,6 +272,57 @@ struct RawAgent {
 struct RawGrant {
     server: Spanned<String>,
     tools: Option<Vec<String>>,
+}
+
+/// A server's confinement from its `confine`, `paths` and `network`: only a stdio server is
+/// confined; `paths` must be absolute directories that exist.
+fn confinement(
+    check: &Checker<'_>,
+    name: &str,
+    server: &RawServer,
+) -> Result<Option<ServerConfinement>, ConfigError> {
+    let confine = server.confine.as_ref().is_none_or(|c| *c.get_ref());
+    if server.url.is_some() {
+        for (key, given) in [
+            ("confine", server.confine.as_ref().map(Spanned::span)),
+            ("paths", server.paths.as_ref().map(Spanned::span)),
+            ("network", server.network.as_ref().map(Spanned::span)),
+        ] {
+            if let Some(span) = given {
+                return Err(check.error(Some(span), format!(
+                    "server {name:?} is reached by url: it runs elsewhere and the gate cannot confine it, so it takes no {key}; remove it"
+                )));
+            }
+        }
+        return Ok(None);
+    }
+    if !confine {
+        if let Some(paths) = &server.paths {
+            return Err(check.at(paths, format!(
+                "server {name:?} runs unconfined (confine = false), so paths would not be enforced; remove paths, or confine it"
+            )));
+        }
+        if let Some(network) = &server.network {
+            return Err(check.at(network, format!(
+                "server {name:?} runs unconfined (confine = false), so network would not be enforced; remove network, or confine it"
+            )));
+        }
+        return Ok(None);
+    }
+    if let Some(paths) = &server.paths {
+        for path in paths.get_ref() {
+            if !path.is_absolute() || !path.is_dir() {
+                return Err(check.at(paths, format!(
+                    "server {name:?}: paths entry {:?} is not an absolute path to a directory that exists; write where the server may write, for example paths = [\"/home/me/notes\"]",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(Some(ServerConfinement {
+        write: server.paths.as_ref().map(|p| p.get_ref().clone()),
+        network: server.network.as_ref().is_none_or(|n| *n.get_ref()),
+    }))
 }
 
 /// Checks one file's text; errors carry the line of the offending span.
@@ -553,7 +634,9 @@ impl Config {
                     }
                 },
             };
+            let confinement = confinement(&check, &name, &server)?;
             servers.push(ServerConfig {
+                confinement,
                 pending_ttl,
                 name,
                 transport,
@@ -666,6 +749,46 @@ impl Config {
             None => None,
             Some(db) => Some(check_db_url(db.get_ref()).map_err(|message| check.at(db, message))?),
         };
+        let deciders = match &raw.deciders {
+            None => None,
+            Some(list) => Some(
+                crate::deciders::Deciders::resolve(
+                    list.get_ref().iter().map(|e| e.get_ref().as_str()),
+                )
+                .map_err(|bad| {
+                    match bad.index.and_then(|i| list.get_ref().get(i)) {
+                        Some(entry) => check.at(entry, bad.message),
+                        None => check.at(list, bad.message),
+                    }
+                })?,
+            ),
+        };
+        let socket = match &raw.socket {
+            Some(socket) if !socket.get_ref().is_absolute() => {
+                return Err(check.at(socket, format!(
+                    "socket = {:?} is not an absolute path; write where the person's socket goes, for example socket = \"/run/gate/gate.sock\", or leave it out for gate.sock in the data directory",
+                    socket.get_ref().display().to_string()
+                )));
+            }
+            socket => socket.as_ref().map(|s| s.get_ref().clone()),
+        };
+
+        let mut redact_env = Vec::new();
+        for variable in &raw.redact_env {
+            let name = variable.get_ref();
+            let valid = name.len() <= 128
+                && name
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(check.at(variable, format!(
+                    "redact_env has {name:?}, which is not the name of an environment variable; write the variable's name, not its value, for example redact_env = [\"MY_SERVICE_TOKEN\"]"
+                )));
+            }
+            redact_env.push(name.clone());
+        }
 
         let defaults = HttpLimits::default();
         let within = |key: &str,
@@ -739,6 +862,9 @@ impl Config {
             warnings: Vec::new(),
             http,
             catalog_check,
+            redact_env,
+            deciders,
+            socket,
         })
     }
 }
@@ -788,9 +914,22 @@ listen = "127.0.0.1:7431"
 # max_sessions = 256
 # max_sessions_per_agent = 32
 # allowed_origins = ["http://localhost:3000"]
+# Secrets are redacted from what you read (`gate show`, `gate pending`, `gate review`, the
+# ledger's export, the notifier, the log): well-known token patterns, every agent's token
+# and every server's env and header values. Name more here, by environment variable (its
+# value is redacted; values under 8 characters are not). `--reveal` and `v` show them.
+# redact_env = ["MY_SERVICE_TOKEN"]
 # A team's gate: several daemons share one PostgreSQL database (one queue, one ledger).
 # Leave it out to keep the ledger in a SQLite file in the data directory.
 # db = "postgres://gate@db.example:5432/gate"
+# Who decides when the daemon runs as its own OS user (the README's separated
+# deployment): login names and groups ("group:NAME") that may use the person's socket.
+# Without it only the daemon's own user may; with it the socket is open to every account
+# and each request is checked against this list (the daemon's own user only if named).
+# The socket then goes where they can reach it: `gate pending --socket PATH`, or set
+# GATE_SOCKET=PATH in their environment.
+# deciders = ["alice", "group:staff"]
+# socket = "/run/gate/gate.sock"
 
 # A downstream MCP server, started as a child process speaking MCP on stdio.
 # Its tools reach agents as `files__<tool>`.
@@ -812,6 +951,11 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # max_result_mib = 16            # a larger answer is not read: the call gets a note saying so
 # pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision
 # max_catalog_pages = 1000       # a catalog with more tools/list pages is refused, never cut
+# paths = ["/home/me/notes"]     # it may write only here (it runs confined: the gate's own
+#                                # files are out of its reach; `gate check` says what this
+#                                # machine enforces); npx-run servers also need ~/.npm
+# network = false                # no TCP for it
+# confine = false                # run it unconfined (only for a server you trust as yourself)
 
 # A downstream server over MCP streamable HTTP (http:// on this machine: this build has
 # no TLS). Header values come from environment variables of `gate serve`, so secrets

@@ -1,5 +1,8 @@
 //! The person's side: a unix socket only the owner can open (mode 0600, in the data
 //! directory), never the agents' endpoint. Nothing an agent can call approves anything.
+//! With `deciders` in the configuration the socket is created 0666 (usually outside the
+//! data directory, `socket = "/run/gate/gate.sock"`), and every request is answered only
+//! for a listed user or a member of a listed group ([`crate::deciders::SocketAccess`]).
 //!
 //! Who decides is the operating-system user behind the connection
 //! ([`crate::person::peer_person`]), never a name in the request.
@@ -7,6 +10,8 @@
 //! One request per connection, one JSON line each way. Everything shown is rendered by the
 //! shell crate from sanitized pieces, so a server's or an agent's text cannot forge a line
 //! of the prompt.
+//! Every answer is redacted of secrets ([`crate::redaction`]) unless the request asks to
+//! reveal them (`gate show --reveal`), and then it says so.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
@@ -25,6 +30,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::warn;
 
+use crate::deciders::SocketAccess;
 use crate::gateway::Gateway;
 use crate::person;
 
@@ -88,6 +94,10 @@ pub enum Request {
         /// Also every character of each call's arguments, however long.
         #[serde(default)]
         full: bool,
+        /// Show the secrets the view would redact ([`crate::redaction`]): the real
+        /// arguments, said to be so.
+        #[serde(default)]
+        reveal: bool,
     },
     /// Approve actions (or enable a rule for each one's kind).
     Approve {
@@ -127,7 +137,7 @@ pub struct Response {
 pub enum ControlError {
     /// Another daemon answers on the socket.
     #[error(
-        "another gate already listens on {0}; stop it first, or give this one another --data-dir"
+        "another gate already listens on {0}; stop it first, or give this one another --data-dir (or another `socket` in its configuration)"
     )]
     InUse(String),
     /// The socket could not be created or restricted.
@@ -140,7 +150,7 @@ pub enum ControlError {
     },
     /// The daemon could not be reached or answered nonsense.
     #[error(
-        "could not talk to the gate at {path}: {message}; is `gate serve` running with this --data-dir?"
+        "could not talk to the gate at {path}: {message}; is `gate serve` running, and is this its socket? (a daemon whose configuration sets `socket` is reached with --socket PATH or GATE_SOCKET=PATH)"
     )]
     Unreachable {
         /// The socket.
@@ -148,11 +158,18 @@ pub enum ControlError {
         /// What failed.
         message: String,
     },
+    /// The socket, or its directory, is not open to this user.
+    #[error(
+        "you may not open the gate's socket {0} (permission denied): unless its configuration lists deciders it is the daemon's user's alone; run the command as that user, or ask the person who runs `gate serve` to add you to deciders and to put the socket where you can reach it (socket = \"/run/gate/gate.sock\")"
+    )]
+    Forbidden(String),
 }
 
-/// Bind the person's socket at `path`, owner-only. A leftover socket nobody answers on is
-/// replaced; one a live daemon answers on is refused.
-pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+/// Bind the person's socket at `path`, owner-only (0600), or, when it is `shared` (the
+/// configuration lists deciders), 0666: every account may connect, and each request is
+/// checked against the deciders ([`crate::deciders::SocketAccess`]). A leftover socket
+/// nobody answers on is replaced; one a live daemon answers on is refused.
+pub fn bind(path: &Path, shared: bool) -> Result<UnixListener, ControlError> {
     let shown = path.display().to_string();
     if path.exists() {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -167,7 +184,8 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
         path: shown.clone(),
         source,
     })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+    let mode = if shared { 0o666 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| {
         ControlError::Io {
             path: shown,
             source,
@@ -181,14 +199,16 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Answer the person's requests for as long as the daemon runs. An error accepting a
 /// connection (the daemon out of descriptors, say) is logged and retried a moment later:
-/// the person's channel never closes while agents are served.
-pub async fn serve(listener: UnixListener, gateway: Arc<Gateway>) {
+/// the person's channel never closes while agents are served. Each connection is answered
+/// only if `access` lets its user use the socket.
+pub async fn serve(listener: UnixListener, gateway: Arc<Gateway>, access: Arc<SocketAccess>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let gateway = gateway.clone();
+                let access = access.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = answer(stream, &gateway).await {
+                    if let Err(error) = answer(stream, &gateway, &access).await {
                         warn!(%error, "control.connection.failed");
                     }
                 });
@@ -201,10 +221,18 @@ pub async fn serve(listener: UnixListener, gateway: Arc<Gateway>) {
     }
 }
 
-async fn answer(stream: UnixStream, gateway: &Gateway) -> std::io::Result<()> {
+async fn answer(
+    stream: UnixStream,
+    gateway: &Gateway,
+    access: &SocketAccess,
+) -> std::io::Result<()> {
+    // Whether this user may use the socket at all (the daemon's user, or the deciders):
+    // checked for every request, listing as much as deciding.
+    let allowed = access.check(&stream);
     // Who decides is whoever the kernel says is behind the socket, never a name the
     // request carries.
     let person = person::peer_person(&stream);
+    let refused = person::started_by_gate(&stream);
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     tokio::time::timeout(
@@ -213,8 +241,23 @@ async fn answer(stream: UnixStream, gateway: &Gateway) -> std::io::Result<()> {
     )
     .await
     .map_err(|_| std::io::Error::other("the request did not arrive in time"))??;
+    if let Err(text) = allowed {
+        warn!(reason = %text, "control.refused: not a decider");
+        let refusal = Response { ok: false, text };
+        let mut out = serde_json::to_string(&refusal).expect("a response serialises");
+        out.push('\n');
+        return write.write_all(out.as_bytes()).await;
+    }
     let response = match serde_json::from_str::<Request>(&line) {
-        Ok(request) => execute(request, person, gateway).await,
+        Ok(_) if refused.is_some() => Response {
+            ok: false,
+            text: refused.unwrap_or_default(),
+        },
+        Ok(request) => {
+            // Secrets are redacted from every answer but one that asks to reveal them.
+            let view = crate::redaction::View::of(&request);
+            view.apply(gateway, execute(request, person, gateway).await)
+        }
         Err(error) => Response {
             ok: false,
             text: format!(
@@ -281,27 +324,56 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 }
             }
         }
-        Request::Show { ids, full } => {
+        Request::Show { ids, full, reveal } => {
             let shell = Shell::new(overseer, "");
+            let redactor = gateway.redactor().clone();
             for id in ids {
-                match shell.prompt(LedgerId(id)) {
-                    Ok(prompt) => match gateway.outcome(LedgerId(id)).await {
-                        // A decided action: the staging-time "nothing has been sent yet"
-                        // is history, and the prompt ends with what happened.
-                        Some(outcome) => {
-                            lines.push(without_staging_note(prompt.as_str()));
-                            lines.push(outcome);
-                        }
-                        None => lines.push(prompt.to_string()),
-                    },
+                let prompt = match shell.prompt(LedgerId(id)) {
+                    Ok(prompt) => prompt.into_string(),
                     Err(error) => {
                         ok = false;
                         lines.push(format!("#{id}: {error}"));
                         continue;
                     }
+                };
+                let args = gateway.arguments_of(LedgerId(id)).await;
+                let outcome = gateway.outcome(LedgerId(id)).await;
+                // A decided action: the staging-time "nothing has been sent yet" is
+                // history, and the prompt ends with what happened.
+                let prompt = match outcome {
+                    Some(_) => without_staging_note(&prompt),
+                    None => prompt,
+                };
+                if reveal {
+                    lines.push(format!(
+                        "#{id}: shown with its secrets revealed (--reveal): these are the real arguments, as approving sends them"
+                    ));
+                    lines.push(prompt);
+                    lines.extend(outcome);
+                    if full && let Some(args) = &args {
+                        lines.push(full_arguments(id, args, None));
+                    }
+                    continue;
                 }
-                if full && let Some(args) = gateway.arguments_of(LedgerId(id)).await {
-                    lines.push(full_arguments(id, &args));
+                let shown = crate::redaction::prompt(&redactor, &prompt, args.as_ref());
+                let mut hidden = shown.hidden;
+                lines.push(shown.value);
+                if let Some(outcome) = outcome {
+                    let outcome = redactor.text(&outcome);
+                    hidden += outcome.hidden;
+                    lines.push(outcome.value);
+                }
+                if full && let Some(args) = &args {
+                    let redacted = redactor.json(args);
+                    let real = (redacted.hidden > 0)
+                        .then(|| json_arguments(args, usize::MAX).as_str().chars().count());
+                    lines.push(full_arguments(id, &redacted.value, real));
+                }
+                if hidden > 0 {
+                    lines.push(format!(
+                        "#{id}: {hidden} secret{} hidden in this view, each shown as [redacted: what it is, its length]; `gate show {id} --reveal` shows the real arguments",
+                        if hidden == 1 { " is" } else { "s are" }
+                    ));
                 }
             }
         }
@@ -330,9 +402,12 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 }
                 // A prompt that could not show every character of the arguments is approved
                 // only by someone who read them all.
+                // Redaction counts as shown (each marker says what it hides and how long it
+                // is), but a view whose markers make it longer than a prompt shows is clipped.
                 if !full_seen
                     && let Some(args) = gateway.arguments_of(LedgerId(id)).await
                     && let Some(length) = clipped_length(&args)
+                        .or_else(|| clipped_length(&gateway.redactor().json(&args).value))
                 {
                     ok = false;
                     lines.push(format!(
@@ -371,7 +446,7 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 }
             }
         }
-        Request::Queue => match crate::queue::snapshot(gateway) {
+        Request::Queue => match crate::queue::snapshot(gateway).await {
             Ok(queue) => lines.push(serde_json::to_string(&queue).expect("a queue serialises")),
             Err(error) => {
                 ok = false;
@@ -415,12 +490,16 @@ pub fn clipped_length(args: &serde_json::Value) -> Option<usize> {
 }
 
 /// Every character of action `id`'s arguments, as a prompt prints them (sanitized, in a
-/// fence), with their length: what `gate show --full` adds.
-fn full_arguments(id: u64, args: &serde_json::Value) -> String {
+/// fence), with their length: what `gate show --full` adds. `real` is the length of the
+/// real arguments when `args` are their redacted view.
+fn full_arguments(id: u64, args: &serde_json::Value, real: Option<usize>) -> String {
     let body = json_arguments(args, usize::MAX);
     let length = body.as_str().chars().count();
+    let redacted = real
+        .map(|real| format!(", secrets redacted; {real} characters with them"))
+        .unwrap_or_default();
     format!(
-        "#{id}: its arguments in full ({length} characters):\n```json\n{}\n```",
+        "#{id}: its arguments in full ({length} characters{redacted}):\n```json\n{}\n```",
         body.as_str()
     )
 }
@@ -431,8 +510,13 @@ pub fn request(path: &Path, request: &Request) -> Result<Response, ControlError>
         path: path.display().to_string(),
         message,
     };
-    let mut stream =
-        std::os::unix::net::UnixStream::connect(path).map_err(|e| unreachable(e.to_string()))?;
+    let mut stream = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            ControlError::Forbidden(path.display().to_string())
+        } else {
+            unreachable(e.to_string())
+        }
+    })?;
     let mut line = serde_json::to_string(request).expect("a request serialises");
     line.push('\n');
     stream

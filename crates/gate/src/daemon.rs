@@ -19,6 +19,7 @@ use tracing::{info, warn};
 
 use crate::config::{Config, ServerConfig, Transport};
 use crate::control;
+use crate::deciders::SocketAccess;
 use crate::gateway::{AgentView, Downstream, Gateway, record_catalog, recorded_catalog};
 use crate::http::{self, MCP_PATH, Tokens};
 use crate::lockdown::{Guarded, Latches};
@@ -107,6 +108,8 @@ pub struct Daemon {
     http: tokio::net::TcpListener,
     control: tokio::net::UnixListener,
     socket: PathBuf,
+    /// Who may use the person's socket.
+    access: Arc<SocketAccess>,
     /// How often pending actions are checked for expiry, if any time to live is set.
     sweep: Option<Duration>,
     /// What the agents' endpoint allows.
@@ -138,9 +141,34 @@ fn create_private_dir(dir: &Path) -> Result<(), StartError> {
 
 /// How to reach a configured server; an HTTP server's header values are read from the
 /// environment here, and never written anywhere.
-fn endpoint(server: &ServerConfig, config: &Config) -> Result<Endpoint, StartError> {
+/// A stdio server runs confined (`confine.rs`) unless its configuration says otherwise:
+/// the configuration file and `data_dir` out of its reach.
+fn endpoint(
+    server: &ServerConfig,
+    config: &Config,
+    data_dir: &Path,
+) -> Result<Endpoint, StartError> {
     match &server.transport {
-        Transport::Stdio(command) => Ok(Endpoint::Stdio(command.clone())),
+        Transport::Stdio(command) => {
+            let Some(confinement) = &server.confinement else {
+                return Ok(Endpoint::Stdio(command.clone()));
+            };
+            let gate = std::env::current_exe().map_err(|e| {
+                StartError(format!(
+                    "server {:?}: could not find the gate binary to confine it with: {e}",
+                    server.name
+                ))
+            })?;
+            let confinement = gatekeeper_mcp::confine::Confinement {
+                deny: vec![config.path.clone(), data_dir.to_path_buf()],
+                write: confinement.write.clone(),
+                network: confinement.network,
+            };
+            Ok(Endpoint::Stdio(command.clone().through(
+                gate.display().to_string(),
+                confinement.launcher_args(),
+            )))
+        }
         Transport::Http {
             url,
             headers_from_env,
@@ -176,6 +204,13 @@ impl Daemon {
     /// and the person's socket.
     pub async fn start(config: &Config, data_dir: &Path) -> Result<Self, StartError> {
         create_private_dir(data_dir)?;
+        // Secrets are redacted from the log from here on, and from every view of the person's.
+        let (redactor, unset) = crate::redaction::redactor_for(config);
+        let redactor = Arc::new(redactor);
+        crate::redaction::redact_logs_with(redactor.clone());
+        for warning in unset {
+            warn!("{warning}");
+        }
         let database = Store::open(config.db.as_deref(), data_dir).await?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let ledger = database.ledger();
@@ -195,7 +230,7 @@ impl Daemon {
 
         let mut downstreams = Vec::new();
         for server in &config.servers {
-            let endpoint = endpoint(server, config)?;
+            let endpoint = endpoint(server, config, data_dir)?;
             let mcp = McpServer::connect(
                 McpServerConfig::new(server.name.clone(), endpoint)
                     .trust(server.trust)
@@ -326,8 +361,10 @@ impl Daemon {
         );
         let mut gateway = Gateway::new(overseer, downstreams, views, latches);
         if let Some(notify) = &config.notify {
-            gateway = gateway.with_notifier(Notifier::start(notify.clone()));
+            gateway =
+                gateway.with_notifier(Notifier::start(notify.clone()).redacting(redactor.clone()));
         }
+        gateway = gateway.with_redactor(redactor);
         gateway = gateway.with_catalogs(&catalogs).with_clock(clock.clone());
         if let Store::Sqlite(file) = &database {
             gateway = gateway.with_database(file.clone());
@@ -340,8 +377,31 @@ impl Daemon {
             info!(recovered, "pending actions recovered from the ledger");
         }
 
-        let socket = socket_in(data_dir);
-        let control = control::bind(&socket).map_err(|e| StartError(e.to_string()))?;
+        // Who may use the person's socket, and where it is: the data directory's, owner-only,
+        // unless the configuration lists deciders (and, for them, puts it elsewhere).
+        let access = Arc::new(SocketAccess::new(
+            config.deciders.clone(),
+            &config.path,
+            nix::unistd::geteuid().as_raw(),
+        ));
+        let socket = config.socket.clone().unwrap_or_else(|| socket_in(data_dir));
+        if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            return Err(StartError(format!(
+                "the person's socket {} cannot be created: its directory {} does not exist; create it (owned by the daemon's user, mode 0755), or let systemd make /run/gate with RuntimeDirectory=gate (deploy/gate.service)",
+                socket.display(),
+                dir.display()
+            )));
+        }
+        if access.is_shared() && socket.starts_with(data_dir) {
+            warn!(
+                socket = %socket.display(),
+                "deciders are set, but the person's socket is in the data directory, which only the daemon's user may enter; set socket = \"/run/gate/gate.sock\" (a directory the deciders can reach) in the configuration"
+            );
+        }
+        let control =
+            control::bind(&socket, access.is_shared()).map_err(|e| StartError(e.to_string()))?;
         let http = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| {
@@ -366,6 +426,7 @@ impl Daemon {
             http,
             control,
             socket,
+            access,
             sweep,
             limits: config.http.clone(),
         })
@@ -399,10 +460,11 @@ impl Daemon {
             http,
             control,
             socket,
+            access,
             sweep,
             limits,
         } = self;
-        let person = tokio::spawn(control::serve(control, gateway.clone()));
+        let person = tokio::spawn(control::serve(control, gateway.clone(), access));
         let sweeper = sweep.map(|every| {
             let gateway = gateway.clone();
             tokio::spawn(async move {

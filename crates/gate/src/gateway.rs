@@ -431,6 +431,8 @@ pub struct Gateway {
     subscribers: std::sync::Mutex<HashMap<(String, String), (usize, Session)>>,
     /// One subscription change at a time, so the count and the server agree.
     subscribing: Mutex<()>,
+    /// What every view of the person's redacts ([`crate::redaction`]).
+    redactor: Arc<prompt_sanitize::Redactor>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -570,7 +572,19 @@ impl Gateway {
             notifier: None,
             subscribers: std::sync::Mutex::new(HashMap::new()),
             subscribing: Mutex::new(()),
+            redactor: Arc::new(prompt_sanitize::Redactor::new()),
         }
+    }
+
+    /// Redact the person's views with `redactor` (the well-known patterns by default).
+    pub fn with_redactor(mut self, redactor: Arc<prompt_sanitize::Redactor>) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
+    /// What the person's views redact.
+    pub fn redactor(&self) -> &Arc<prompt_sanitize::Redactor> {
+        &self.redactor
     }
 
     /// Tell `notifier` of every newly staged action.

@@ -14,9 +14,13 @@
 //! - [`sessions`]: agents' MCP sessions, each bound to the agent whose token opened it,
 //!   and counted.
 //! - [`logs`]: a downstream server's log on its way to agents (who, level, how much).
-//! - [`control`]: the person's owner-only socket (`gate pending`, `show`, `approve`,
+//! - [`control`]: the person's socket (`gate pending`, `show`, `approve`,
 //!   `reject`, `catalog`, `catalog accept`).
+//! - [`deciders`]: who may use that socket: the daemon's own user, or the users and
+//!   groups the configuration lists as `deciders`, checked on every request.
 //! - [`queue`]: the open work as rows for the review screen, on the person's socket.
+//! - [`redaction`]: secrets redacted from every view of the person's and from the log;
+//!   the ledger keeps the real arguments.
 //! - [`review`]: `gate review`, the person's terminal screen over that socket.
 //! - [`daemon`]: `gate serve`, wiring all of the above over one kernel and one SQLite file.
 //! - [`bridge`]: `gate mcp --agent NAME`, a stateless stdio bridge to the daemon.
@@ -25,7 +29,8 @@
 //!
 //! - Nothing an agent can reach decides. Agents reach the daemon only through [`http`];
 //!   approving and rejecting exist only on the person's socket ([`control`]), which is
-//!   created owner-only in a private data directory.
+//!   created owner-only in a private data directory, or, with `deciders`, answers only
+//!   the users and groups they list, by peer credentials ([`deciders`]).
 //! - Every downstream request has a deadline (the server's, enforced by
 //!   [`gatekeeper_mcp`]).
 //! - An agent sees, and can call, only what its grants name, as defined in the catalog a
@@ -36,8 +41,10 @@
 
 pub mod bridge;
 pub mod config;
+pub mod confine;
 pub mod control;
 pub mod daemon;
+pub mod deciders;
 pub mod gateway;
 pub mod http;
 pub mod lockdown;
@@ -47,5 +54,6 @@ pub mod notify;
 pub mod paths;
 pub mod person;
 pub mod queue;
+pub mod redaction;
 pub mod review;
 pub mod sessions;

@@ -37,12 +37,35 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Run a stdio server confined (the daemon starts each of its servers this way).
+    #[command(hide = true)]
+    Confine {
+        /// The launcher's pid: this process is the inside stage.
+        #[arg(long)]
+        inside: Option<i32>,
+        /// A file or directory the server may neither read nor write.
+        #[arg(long)]
+        deny: Vec<PathBuf>,
+        /// A directory the server may write beneath (then nowhere else).
+        #[arg(long)]
+        write: Vec<PathBuf>,
+        /// The server may write nowhere.
+        #[arg(long)]
+        write_nowhere: bool,
+        /// No TCP for the server.
+        #[arg(long)]
+        no_network: bool,
+        /// The server's program and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Run the daemon: agents over MCP on loopback, the person over the socket.
     Serve {
         /// The file (default: $XDG_CONFIG_HOME/gate/gate.toml).
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Where the ledger and the socket live (default: $XDG_DATA_HOME/gate).
+        /// Where the ledger lives, and the person's socket unless the configuration sets
+        /// `socket` (default: $XDG_DATA_HOME/gate).
         #[arg(long)]
         data_dir: Option<PathBuf>,
         /// A PostgreSQL database a team's daemons share (`postgres://user@host/name`),
@@ -54,25 +77,37 @@ enum Command {
     /// forwards to the running daemon as the named agent.
     Mcp {
         /// The agent, as named in the configuration (its token is read from there).
-        #[arg(long)]
-        agent: String,
+        #[arg(
+            long,
+            required_unless_present = "token_file",
+            conflicts_with = "token_file"
+        )]
+        agent: Option<String>,
         /// The file (default: $XDG_CONFIG_HOME/gate/gate.toml).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "token_file")]
         config: Option<PathBuf>,
+        /// Instead of --agent: a file holding only this agent's token (mode 0600, readable
+        /// by the agent's user alone); no configuration is read.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// With --token-file: the daemon's `listen` address (default: 127.0.0.1:7431).
+        #[arg(long, requires = "token_file", conflicts_with = "url")]
+        endpoint: Option<String>,
+        /// With --token-file: the daemon's agents' URL (http://127.0.0.1:7431/mcp).
+        #[arg(long, requires = "token_file")]
+        url: Option<String>,
     },
     /// The actions waiting for you.
     Pending {
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        at: SocketArgs,
     },
     /// Each server's catalog now: tools changed, added or gone since you accepted it.
     Catalog {
         #[command(subcommand)]
         action: Option<CatalogAction>,
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
-        #[arg(long, global = true)]
-        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        at: SocketArgs,
     },
     /// The approval prompt of actions.
     Show {
@@ -82,9 +117,11 @@ enum Command {
         /// Also every character of each call's arguments (a prompt shows the first 4,000).
         #[arg(long)]
         full: bool,
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
+        /// Show the secrets the view redacts (tokens, keys, passwords): the real arguments.
         #[arg(long)]
-        data_dir: Option<PathBuf>,
+        reveal: bool,
+        #[command(flatten)]
+        at: SocketArgs,
     },
     /// Approve actions: each is sent to its server, at most once.
     Approve {
@@ -99,9 +136,8 @@ enum Command {
         /// a call whose prompt could not show them all.
         #[arg(long)]
         full_seen: bool,
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        at: SocketArgs,
     },
     /// Reject actions: nothing is sent, ever.
     Reject {
@@ -111,33 +147,29 @@ enum Command {
         /// Told to the agent when it asks for the outcome.
         #[arg(long)]
         reason: Option<String>,
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        at: SocketArgs,
     },
     /// Auto-approval rules: list them, enable one, remove one.
     Rules {
         #[command(subcommand)]
         command: Option<RulesCommand>,
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
-        #[arg(long, global = true)]
-        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        at: SocketArgs,
     },
     /// Ask the server's driver to undo an applied action (refused where it cannot, and
     /// for a locked-down agent).
     Revert {
         /// Action id.
         id: u64,
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        at: SocketArgs,
     },
     /// A terminal screen over all open work: approve, reject with a reason, select several,
     /// allow a kind; it updates as work arrives. Leaving decides nothing.
     Review {
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        at: SocketArgs,
     },
     /// The ledger, most recent first, a page at a time.
     Ledger {
@@ -163,20 +195,21 @@ enum Command {
         /// At most this many entries.
         #[arg(long, default_value_t = 50)]
         limit: usize,
-        /// JSON for machines: {"entries": [...], "next_before": N or null}.
+        /// JSON for machines: {"entries": [...], "next_before": N or null, "revealed": bool}.
         #[arg(long)]
         json: bool,
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
+        /// Show the secrets the view redacts: the ledger as recorded.
         #[arg(long)]
-        data_dir: Option<PathBuf>,
+        reveal: bool,
+        #[command(flatten)]
+        at: SocketArgs,
     },
     /// Which agents are locked down; lift one once it is safe.
     Lockdown {
         #[command(subcommand)]
         command: Option<LockdownCommand>,
-        /// The daemon's data directory (default: $XDG_DATA_HOME/gate).
-        #[arg(long, global = true)]
-        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        at: SocketArgs,
     },
 }
 
@@ -316,6 +349,11 @@ async fn serve(config: PathBuf, data_dir: PathBuf, db: Option<String>) -> anyhow
     if db.is_some() {
         config.db = db;
     }
+    // Not dumpable: other processes of this user (a server run unconfined, say) cannot
+    // read the daemon's memory or environment through /proc or ptrace.
+    if let Err(error) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(%error, "could not make the daemon non-dumpable");
+    }
     let daemon = Daemon::start(&config, &data_dir).await?;
     // Whoever started the daemon may stop reading its output: that is no reason to stop.
     let mut out = std::io::stdout();
@@ -332,8 +370,104 @@ async fn serve(config: PathBuf, data_dir: PathBuf, db: Option<String>) -> anyhow
     Ok(())
 }
 
-fn ask(data_dir: Option<PathBuf>, request: &Request) -> anyhow::Result<()> {
-    let socket = paths::socket_in(&self::data_dir(data_dir)?);
+/// `gate check`'s report on confinement: what this machine enforces, and which stdio
+/// servers run unconfined.
+fn check_confinement(config: &Config) {
+    let stdio: Vec<&gate::config::ServerConfig> = config
+        .servers
+        .iter()
+        .filter(|s| matches!(s.transport, gate::config::Transport::Stdio(_)))
+        .collect();
+    if stdio.is_empty() {
+        return;
+    }
+    let (lines, complete) = gatekeeper_mcp::confine::protections();
+    println!("confinement of stdio servers on this machine:");
+    for line in lines {
+        println!("  {line}");
+    }
+    for server in stdio {
+        match &server.confinement {
+            None => println!(
+                "  server {:?} runs unconfined (confine = false): it can read this configuration, the data directory and the daemon's environment",
+                server.name
+            ),
+            Some(c) => {
+                let write = c.write.as_ref().map_or(
+                    "wherever its user may, but the gate's files".to_string(),
+                    |p| {
+                        p.iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                );
+                println!(
+                    "  server {:?}: confined; writes: {write}; network: {}",
+                    server.name,
+                    if c.network { "yes" } else { "no" }
+                );
+            }
+        }
+    }
+    if !complete {
+        println!(
+            "  missing protections: run `gate serve` as its own OS user (see the README) so that a server cannot reach your account's files"
+        );
+    }
+}
+
+/// `gate check`'s report on who may use the person's socket, and where it is.
+fn check_deciders(config: &Config) {
+    let socket = config.socket.as_ref().map_or_else(
+        || "gate.sock in the data directory".to_owned(),
+        |s| s.display().to_string(),
+    );
+    match &config.deciders {
+        None => println!(
+            "the person's socket ({socket}) is for the daemon's own user alone (no deciders)"
+        ),
+        Some(deciders) => {
+            let mut who: Vec<String> = deciders.users().map(str::to_owned).collect();
+            who.extend(deciders.groups().map(|g| format!("members of group {g}")));
+            println!(
+                "the person's socket ({socket}) is for: {}; the daemon's own user only if listed",
+                who.join(", ")
+            );
+        }
+    }
+}
+
+/// Where the person's commands find the daemon's socket.
+#[derive(Debug, clap::Args)]
+struct SocketArgs {
+    /// The daemon's data directory, whose gate.sock is its socket (default:
+    /// $XDG_DATA_HOME/gate).
+    #[arg(long, global = true, conflicts_with = "socket")]
+    data_dir: Option<PathBuf>,
+    /// The daemon's socket, for a daemon whose configuration sets `socket` (default:
+    /// $GATE_SOCKET, else gate.sock in the data directory).
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
+}
+
+/// The socket to ask: --socket, else --data-dir's, else $GATE_SOCKET, else the default
+/// data directory's.
+fn socket_path(at: SocketArgs) -> anyhow::Result<PathBuf> {
+    if let Some(socket) = at.socket {
+        return Ok(socket);
+    }
+    if let Some(dir) = at.data_dir {
+        return Ok(paths::socket_in(&dir));
+    }
+    if let Some(socket) = std::env::var_os("GATE_SOCKET").filter(|s| !s.is_empty()) {
+        return Ok(PathBuf::from(socket));
+    }
+    Ok(paths::socket_in(&paths::default_data_dir()?))
+}
+
+fn ask(at: SocketArgs, request: &Request) -> anyhow::Result<()> {
+    let socket = socket_path(at)?;
     let response = control::request(&socket, request)?;
     println!("{}", response.text);
     if !response.ok {
@@ -358,7 +492,28 @@ fn main() -> anyhow::Result<()> {
                 config.servers.len(),
                 config.agents.len()
             );
+            check_confinement(&config);
+            check_deciders(&config);
             Ok(())
+        }
+        Command::Confine {
+            inside,
+            deny,
+            write,
+            write_nowhere,
+            no_network,
+            command,
+        } => {
+            let Some(launcher) = inside else {
+                gate::confine::launch(std::env::args_os().skip(2).collect());
+            };
+            let confinement = gatekeeper_mcp::confine::Confinement {
+                deny,
+                write: (write_nowhere || !write.is_empty()).then_some(write),
+                network: !no_network,
+            };
+            let (program, args) = command.split_first().context("no program to confine")?;
+            gate::confine::inside(launcher, &confinement, program, args)
         }
         Command::Serve {
             config,
@@ -375,7 +530,8 @@ fn main() -> anyhow::Result<()> {
                 )
                 // Colours only for a terminal: a log file holds no escape sequences.
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_writer(std::io::stderr)
+                // Every line redacted of secrets (the configuration's, once it is read).
+                .with_writer(gate::redaction::LogWriter)
                 .init();
             let config = config_path(config)?;
             let data_dir = self::data_dir(data_dir)?;
@@ -384,7 +540,13 @@ fn main() -> anyhow::Result<()> {
                 .build()?
                 .block_on(serve(config, data_dir, db))
         }
-        Command::Mcp { agent, config } => {
+        Command::Mcp {
+            agent,
+            config,
+            token_file,
+            endpoint,
+            url,
+        } => {
             // Stdout carries the MCP stream: logs go to stderr, warnings only.
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -392,56 +554,61 @@ fn main() -> anyhow::Result<()> {
                         .unwrap_or_else(|_| "warn".into()),
                 )
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_writer(std::io::stderr)
+                .with_writer(gate::redaction::LogWriter)
                 .init();
-            let config = Config::load(&config_path(config)?)?;
-            tokio::runtime::Builder::new_multi_thread()
+            let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
-                .build()?
-                .block_on(gate::bridge::run(&config, &agent))?;
+                .build()?;
+            match (token_file, agent) {
+                (Some(token_file), _) => {
+                    let url = gate::bridge::agents_url(endpoint.as_deref(), url.as_deref())?;
+                    runtime.block_on(gate::bridge::run_with_token_file(&token_file, &url))?;
+                }
+                (None, Some(agent)) => {
+                    let config = Config::load(&config_path(config)?)?;
+                    runtime.block_on(gate::bridge::run(&config, &agent))?;
+                }
+                (None, None) => {
+                    bail!("name the agent with --agent NAME, or give --token-file PATH")
+                }
+            }
             Ok(())
         }
-        Command::Pending { data_dir } => ask(data_dir, &Request::Pending),
-        Command::Catalog {
-            action: None,
-            data_dir,
-        } => ask(data_dir, &Request::Catalog),
+        Command::Pending { at } => ask(at, &Request::Pending),
+        Command::Catalog { action: None, at } => ask(at, &Request::Catalog),
         Command::Catalog {
             action: Some(CatalogAction::Accept { server }),
-            data_dir,
-        } => ask(data_dir, &Request::CatalogAccept { server }),
+            at,
+        } => ask(at, &Request::CatalogAccept { server }),
         Command::Show {
             ids,
             full,
-            data_dir,
-        } => ask(data_dir, &Request::Show { ids, full }),
+            reveal,
+            at,
+        } => ask(at, &Request::Show { ids, full, reveal }),
         Command::Approve {
             ids,
             all_of_kind,
             full_seen,
-            data_dir,
+            at,
         } => ask(
-            data_dir,
+            at,
             &Request::Approve {
                 ids,
                 all_of_kind,
                 full_seen,
             },
         ),
-        Command::Reject {
-            ids,
-            reason,
-            data_dir,
-        } => ask(data_dir, &Request::Reject { ids, reason }),
-        Command::Rules { command, data_dir } => ask(
-            data_dir,
+        Command::Reject { ids, reason, at } => ask(at, &Request::Reject { ids, reason }),
+        Command::Rules { command, at } => ask(
+            at,
             &match command.unwrap_or(RulesCommand::List) {
                 RulesCommand::List => Request::Rules,
                 RulesCommand::Add { server, tag } => Request::RuleAdd { server, tag },
                 RulesCommand::Remove { server, tag } => Request::RuleRemove { server, tag },
             },
         ),
-        Command::Revert { id, data_dir } => ask(data_dir, &Request::Revert { id }),
+        Command::Revert { id, at } => ask(at, &Request::Revert { id }),
         Command::Ledger {
             agent,
             server,
@@ -451,7 +618,8 @@ fn main() -> anyhow::Result<()> {
             before,
             limit,
             json,
-            data_dir,
+            reveal,
+            at,
         } => {
             let time = |t: Option<String>| -> anyhow::Result<Option<u64>> {
                 t.map(|t| parse_time(&t).map_err(anyhow::Error::msg))
@@ -466,18 +634,17 @@ fn main() -> anyhow::Result<()> {
                 before,
                 limit,
                 json,
+                reveal,
             };
-            ask(data_dir, &Request::Ledger { query })
+            ask(at, &Request::Ledger { query })
         }
-        Command::Lockdown { command, data_dir } => ask(
-            data_dir,
+        Command::Lockdown { command, at } => ask(
+            at,
             &match command.unwrap_or(LockdownCommand::Status) {
                 LockdownCommand::Status => Request::Lockdown,
                 LockdownCommand::Lift { agent, reason } => Request::LockdownLift { agent, reason },
             },
         ),
-        Command::Review { data_dir } => {
-            gate::review::run(&paths::socket_in(&self::data_dir(data_dir)?))
-        }
+        Command::Review { at } => gate::review::run(&socket_path(at)?),
     }
 }

@@ -5,8 +5,9 @@
 //! and with `GATE_COUNT`, `GATE_AGENT`, `GATE_SERVER` and `GATE_TOOL` in its environment.
 //! Those are the only fields it gets: a count, and names the gate itself checked
 //! (agents' and servers' names from the configuration, tools' names as agents see them),
-//! each cleaned to `[A-Za-z0-9_.-]` and at most [`MAX_FIELD_CHARS`] characters. Nothing
-//! an agent wrote (arguments, titles) reaches it.
+//! each redacted of secrets ([`crate::redaction`]: a name that is or holds a token becomes a
+//! marker), then cleaned to `[A-Za-z0-9_.-]` and at most [`MAX_FIELD_CHARS`] characters.
+//! Nothing an agent wrote (arguments, titles) reaches it.
 //!
 //! Stages are batched: a notification waits until no new stage arrived for [`QUIET`] (or
 //! the interval has passed since the first), and two notifications are at least the
@@ -14,7 +15,10 @@
 //! Fields that differ within a batch are `several`.
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
+
+use prompt_sanitize::Redactor;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -119,6 +123,7 @@ pub fn clean_field(value: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Notifier {
     tx: mpsc::UnboundedSender<Staged>,
+    redactor: Arc<Redactor>,
 }
 
 impl Notifier {
@@ -126,15 +131,26 @@ impl Notifier {
     pub fn start(config: NotifyConfig) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(config, rx));
-        Self { tx }
+        Self {
+            tx,
+            redactor: Arc::new(Redactor::new()),
+        }
+    }
+
+    /// The same notifier, redacting its fields with `redactor` (the deployment's; the
+    /// well-known patterns by default).
+    pub fn redacting(mut self, redactor: Arc<Redactor>) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     /// Tell the notifier that `agent` staged a call of `tool` on `server`.
     pub fn staged(&self, agent: &str, server: &str, tool: &str) {
+        let field = |value: &str| clean_field(&self.redactor.text(value).value);
         let _ = self.tx.send(Staged {
-            agent: clean_field(agent),
-            server: clean_field(server),
-            tool: clean_field(tool),
+            agent: field(agent),
+            server: field(server),
+            tool: field(tool),
         });
     }
 }
@@ -242,6 +258,29 @@ mod tests {
         assert_eq!(clean_field("files__write"), "files__write");
         assert_eq!(clean_field("a b;$(rm -rf)\n"), "a_b___rm_-rf__");
         assert_eq!(clean_field(&"x".repeat(500)).len(), MAX_FIELD_CHARS);
+    }
+
+    #[tokio::test]
+    async fn fields_are_redacted_before_they_are_cleaned() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let notifier = Notifier {
+            tx,
+            redactor: Arc::new(Redactor::with_literals([(
+                "coder-token-0123456789",
+                "agent token",
+            )])),
+        };
+        notifier.staged(
+            "coder-token-0123456789",
+            "files",
+            "files__ghp_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5",
+        );
+        let staged = rx.recv().await.expect("told");
+        assert_eq!(staged.agent, "_redacted__agent_token__22_characters_");
+        assert_eq!(
+            staged.tool,
+            "files___redacted__GitHub_token__40_characters_"
+        );
     }
 
     #[test]

@@ -29,6 +29,23 @@ pub fn peer_person(stream: &UnixStream) -> Result<String, String> {
     Ok(user_name(uid))
 }
 
+/// Why the process behind a connection may not use the person's socket at all, when it is
+/// one the daemon started (a downstream server, or anything it started, at any depth),
+/// whichever user it runs as: only a person decides, or reads what waits for a decision.
+pub fn started_by_gate(stream: &UnixStream) -> Option<String> {
+    let pid = stream.peer_cred().ok()?.pid()?;
+    if !gatekeeper_mcp::confine::started_by_this_process(pid) {
+        return None;
+    }
+    tracing::warn!(
+        pid,
+        "control.refused: a process the gate started (a downstream server or one of its children) connected to the person's socket"
+    );
+    Some(format!(
+        "refused: process {pid} was started by the gate (a downstream server, or a process one started); only a person uses this socket, from a terminal of their own"
+    ))
+}
+
 /// The login name of user `uid`, or `uid N` when the system has no entry for it.
 pub fn user_name(uid: u32) -> String {
     match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
@@ -58,6 +75,9 @@ pub struct LedgerQuery {
     pub limit: usize,
     /// Answer with JSON instead of lines for a person.
     pub json: bool,
+    /// Show the secrets a view redacts ([`crate::redaction`]): the ledger as recorded.
+    #[serde(default)]
+    pub reveal: bool,
 }
 
 /// The states a ledger filter may name.
@@ -180,8 +200,14 @@ fn ledger(gateway: &Gateway, query: &LedgerQuery) -> Response {
                     .unwrap_or_else(|e| json!({"id": entry.id.0, "unreadable": e.to_string()})),
                 Err((id, reason)) => json!({"id": id.0, "unreadable": reason}),
             })
+            // Each string redacted on its own: a secret in one field never swallows another.
+            .map(|entry| match query.reveal {
+                true => entry,
+                false => gateway.redactor().json(&entry).value,
+            })
             .collect();
-        let text = json!({"entries": entries, "next_before": next}).to_string();
+        let text =
+            json!({"entries": entries, "next_before": next, "revealed": query.reveal}).to_string();
         return Response { ok: true, text };
     }
     let mut lines = Vec::new();
@@ -210,6 +236,12 @@ fn ledger(gateway: &Gateway, query: &LedgerQuery) -> Response {
     }
     if let Some(next) = next {
         lines.push(format!("(more: add --before {next} for the next page)"));
+    }
+    if query.reveal {
+        lines.insert(
+            0,
+            "(secrets revealed: --reveal shows the ledger as recorded)".to_owned(),
+        );
     }
     Response {
         ok: true,

@@ -2,7 +2,9 @@
 //! action as a row, with its approval prompt, as JSON.
 //!
 //! Every string in a row was rendered by the shell crate ([`shell::queue_rows`]) from
-//! sanitized pieces, so the screen only lays it out.
+//! sanitized pieces, so the screen only lays it out. The daemon's answer is redacted of
+//! secrets, field by field ([`snapshot`], [`crate::redaction`]); the screen asks for the real
+//! arguments of one action only when the person presses `v` (`gate show ID --reveal`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -47,8 +49,12 @@ pub struct Row {
     /// How to take a rule for its kind back, when one may be enabled from the screen:
     /// `None` when its kind cannot be allowed as a whole.
     pub revoke: Option<String>,
-    /// The approval prompt, exactly as the shell renders it.
+    /// The approval prompt, exactly as the shell renders it (redacted of secrets in the
+    /// daemon's answer).
     pub prompt: String,
+    /// How many secrets the daemon redacted from this row (`v` shows them).
+    #[serde(default)]
+    pub hidden: usize,
 }
 
 /// Whether `text` can stand in a shell command unquoted.
@@ -69,12 +75,32 @@ fn revoke_command(server: &str, kind_tag: &str) -> Sanitized {
     }
 }
 
-/// The open work of `gateway` now.
-pub fn snapshot(gateway: &Gateway) -> Result<Queue, kernel::DecisionError> {
+/// The open work of `gateway` now, every field redacted of secrets (a prompt around its
+/// call's real arguments, [`crate::redaction::prompt`]).
+pub async fn snapshot(gateway: &Gateway) -> Result<Queue, kernel::DecisionError> {
     let overseer = gateway.overseer();
     let open = overseer.open_actions()?;
     let rules = overseer.rules()?;
     let mut queue = rows(&open, &rules, |agent| gateway.lockdown_of(agent));
+    let redactor = gateway.redactor();
+    for row in &mut queue.rows {
+        let args = gateway.arguments_of(LedgerId(row.id)).await;
+        let prompt = crate::redaction::prompt(redactor, &row.prompt, args.as_ref());
+        row.prompt = prompt.value;
+        row.hidden = prompt.hidden;
+        // The prompt holds these too, and counts what they hide.
+        for field in [
+            &mut row.title,
+            &mut row.agent,
+            &mut row.kind,
+            &mut row.server,
+        ] {
+            *field = redactor.text(field).value;
+        }
+        for flag in &mut row.flags {
+            *flag = redactor.text(flag).value;
+        }
+    }
     let now = overseer.now();
     for row in &mut queue.rows {
         let expires = open
@@ -137,6 +163,7 @@ pub fn rows(
                     .filter(|_| row.kind_allowable)
                     .map(|tag| revoke_command(&entry.gatekeeper, tag).into_string()),
                 prompt: row.prompt.into_string(),
+                hidden: 0,
             }
         })
         .collect();

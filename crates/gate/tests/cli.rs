@@ -127,3 +127,133 @@ fn check_refuses_a_file_others_may_write_and_warns_of_one_they_may_read() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn check_reports_what_confines_each_stdio_server_and_refuses_paths_it_could_not_enforce() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let dir = scratch("confine");
+    let path = dir.join("gate.toml");
+    let write = |server: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "[[server]]\nname = \"files\"\ncommand = \"/bin/cat\"\n{server}\n\n[[agent]]\nname = \"coder\"\ntoken = \"0123456789abcdef0123456789abcdef\"\n"
+            ),
+        )
+        .expect("written");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    };
+    let shown = path.to_string_lossy().into_owned();
+    write(&format!(
+        "paths = [{:?}]\nnetwork = false",
+        dir.to_string_lossy()
+    ));
+    let checked = gate(&["check", "--config", &shown]);
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{checked:?}");
+    assert!(
+        out.contains("confinement of stdio servers on this machine:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  Landlock: "),
+        "what the kernel enforces is said: {out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "server \"files\": confined; writes: {}; network: no",
+            dir.display()
+        )),
+        "{out}"
+    );
+
+    write("confine = false");
+    let unconfined =
+        String::from_utf8_lossy(&gate(&["check", "--config", &shown]).stdout).into_owned();
+    assert!(
+        unconfined.contains(
+            "server \"files\" runs unconfined (confine = false): it can read this configuration"
+        ),
+        "{unconfined}"
+    );
+
+    write("paths = [\"notes\"]");
+    let relative = gate(&["check", "--config", &shown]);
+    assert!(!relative.status.success());
+    assert!(
+        String::from_utf8_lossy(&relative.stderr)
+            .contains("paths entry \"notes\" is not an absolute path to a directory that exists"),
+        "{relative:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_confined_program_reads_and_writes_its_own_files_but_not_the_gates() {
+    let dir = scratch("confined");
+    let gate_dir = dir.join("gate");
+    let notes = dir.join("notes");
+    std::fs::create_dir_all(&gate_dir).expect("gate's");
+    std::fs::create_dir_all(&notes).expect("notes");
+    std::fs::write(gate_dir.join("gate.toml"), "token").expect("written");
+    std::fs::write(dir.join("other.txt"), "other").expect("written");
+    let run = |extra: &[&str], script: &str| {
+        let mut args = vec!["confine", "--deny", gate_dir.to_str().expect("utf-8")];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
+        let out = gate(&args);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let gate_file = gate_dir.join("gate.toml");
+    let (_, read) = run(
+        &[],
+        &format!(
+            "cat {} 2>/dev/null || echo denied; cat {}",
+            gate_file.display(),
+            dir.join("other.txt").display()
+        ),
+    );
+    assert_eq!(
+        read, "denied\nother",
+        "the gate's file only is out of reach"
+    );
+    let (code, _) = run(&[], "exit 7");
+    assert_eq!(code, Some(7), "the server's exit status is the launcher's");
+    let only_notes = ["--write", notes.to_str().expect("utf-8")];
+    let (_, wrote) = run(
+        &only_notes,
+        &format!(
+            "echo a > {}/a && echo notes-ok; echo b > {}/b 2>/dev/null || echo elsewhere-denied",
+            notes.display(),
+            dir.display()
+        ),
+    );
+    assert_eq!(wrote, "notes-ok\nelsewhere-denied\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nothing_a_confined_server_started_outlives_it() {
+    let dir = scratch("outlive");
+    let out = gate(&[
+        "confine",
+        "--deny",
+        dir.to_str().expect("utf-8"),
+        "--",
+        "/bin/sh",
+        "-c",
+        "sleep 60 >/dev/null 2>&1 & echo $!",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z"),
+        "the server's orphan {pid} was killed with it: {stat}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

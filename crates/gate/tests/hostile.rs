@@ -238,3 +238,81 @@ async fn a_call_whose_prompt_cannot_show_all_its_arguments_is_approved_only_once
     let short = daemon::action_id(&short).to_string();
     assert!(gate.person(&["approve", &short]).status.success());
 }
+
+#[tokio::test]
+async fn a_stdio_server_cannot_reach_the_gates_files_environment_or_socket_from_inside_a_call() {
+    let gate = Gate::start_with_env("break-out", "byo", &[("MCP_FIXTURE_RICH", "1")]);
+    let agent = gate.agent(CODER_TOKEN).await;
+    let staged =
+        daemon::text(&call(agent.peer(), "fixture__write_note", json!({"text": "x"})).await);
+    let id = daemon::action_id(&staged);
+    let data = gate.dir.join("data");
+    let approve = serde_json::to_string(&gate::control::Request::Approve {
+        ids: vec![id],
+        all_of_kind: false,
+        full_seen: false,
+    })
+    .expect("a request serialises");
+    let report = daemon::text(
+        &call(
+            agent.peer(),
+            "fixture__break_out",
+            json!({
+                "read": [
+                    gate.config.to_string_lossy(),
+                    data.join("gate.db").to_string_lossy(),
+                    "/etc/passwd",
+                ],
+                "socket": data.join("gate.sock").to_string_lossy(),
+                "request": approve,
+            }),
+        )
+        .await,
+    );
+    let line = |start: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in {report}"))
+            .to_string()
+    };
+    assert!(
+        line(&format!("read {}", gate.config.display())).contains("refused"),
+        "the configuration (every agent's token) is out of reach: {report}"
+    );
+    assert!(
+        line(&format!("read {}", data.join("gate.db").display())).contains("refused"),
+        "the data directory is out of reach: {report}"
+    );
+    assert!(
+        line("read /etc/passwd").contains("ok"),
+        "what is not the gate's stays the server's: {report}"
+    );
+    // Its first two ancestors are its launcher and the daemon: neither is dumpable, and
+    // the server has no capability to read them anyway.
+    let environs: Vec<&str> = report.lines().filter(|l| l.contains("/environ")).collect();
+    assert!(
+        environs.len() >= 2 && environs[..2].iter().all(|l| l.contains("refused")),
+        "the daemon's environment (and its launcher's) cannot be read: {report}"
+    );
+    assert!(
+        report
+            .lines()
+            .filter(|l| l.starts_with("signal "))
+            .all(|l| l.ends_with("refused")),
+        "no ancestor can be signalled: {report}"
+    );
+    for who in ["socket, itself", "socket, from a child"] {
+        let said = line(who);
+        assert!(
+            said.contains("refused") && said.contains("started by the gate"),
+            "the person's socket refuses the server and what it starts: {said}"
+        );
+    }
+    let pending = gate.person(&["pending"]);
+    assert!(
+        String::from_utf8_lossy(&pending.stdout).contains(&format!("#{id}")),
+        "the write still waits for the person: {pending:?}"
+    );
+    assert!(gate.deliveries().is_empty(), "nothing was sent");
+}

@@ -281,6 +281,9 @@ fn no_key_but_a_decides_a_single_action_in_the_list() {
                 matches!(key, Key::Char('q') | Key::Esc | Key::Interrupt),
                 "{key:?} quit"
             ),
+            Some(Command::Reveal(id)) => {
+                assert_eq!(key, Key::Char('v'), "{key:?} revealed #{id}")
+            }
             None => {}
         }
     }
@@ -480,4 +483,85 @@ fn rows_flag_an_unknown_outcome_and_an_action_held_behind_an_earlier_one() {
     assert_eq!(flags(3), ["held behind #1"]);
     assert_eq!(flags(5), ["depends on #2, rejected, failed or reverted"]);
     assert!(flags(4).is_empty());
+}
+
+/// A GitHub token, as an agent might put it in a call's arguments.
+const TOKEN: &str = "ghp_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5";
+
+/// Two actions, the first carrying a token and a password, each row redacted as the
+/// daemon's `queue` answer redacts it (`gate::queue::snapshot`).
+fn secret_queue() -> (Queue, String) {
+    let args = json!({"text": format!("deploy with {TOKEN}"), "password": "hunter2hunter2"});
+    let open = [
+        pending(Call {
+            id: 1,
+            agent: "coder",
+            server: "notes",
+            tool: write_tool("write_note", "Writes a note."),
+            args: args.clone(),
+            vetted: false,
+        }),
+        simple(2, "coder", "notes", "write_note"),
+    ];
+    let mut q = queue_of(&open, &[]);
+    let real = q.rows[0].prompt.clone();
+    let redactor = prompt_sanitize::Redactor::new();
+    let redacted = gate::redaction::prompt(&redactor, &q.rows[0].prompt, Some(&args));
+    q.rows[0].prompt = redacted.value;
+    q.rows[0].hidden = redacted.hidden;
+    (q, real)
+}
+
+#[test]
+fn a_prompts_secrets_are_redacted_until_v_reveals_them_and_moving_hides_them_again() {
+    let (q, real) = secret_queue();
+    assert!(real.contains(TOKEN));
+    let mut model = Model::new(q);
+    let shown = screen(&model);
+    assert!(!shown.contains(TOKEN), "{shown}");
+    assert!(!shown.contains("hunter2hunter2"), "{shown}");
+    insta::assert_snapshot!(shown);
+
+    // `v` asks the daemon for the real prompt; it decides nothing.
+    assert_eq!(
+        model.input(Input::Key(Key::Char('v'))),
+        Some(Command::Reveal(1))
+    );
+    assert_eq!(
+        gate::review::request_to_reveal(1),
+        gate::control::Request::Show {
+            ids: vec![1],
+            full: false,
+            reveal: true
+        }
+    );
+    model.revealed(1, true, &real);
+    let revealed = screen(&model);
+    assert!(revealed.contains(TOKEN), "{revealed}");
+    assert!(revealed.contains("SECRETS REVEALED"), "{revealed}");
+
+    // Moving to another action hides them, and coming back shows the redacted prompt.
+    press(&mut model, &[Key::Down, Key::Up]);
+    assert_eq!(model.revealed, None);
+    assert!(!screen(&model).contains(TOKEN));
+
+    // `v` again on a revealed prompt hides it; on one with nothing redacted, it says so.
+    assert_eq!(
+        model.input(Input::Key(Key::Char('v'))),
+        Some(Command::Reveal(1))
+    );
+    model.revealed(1, true, &real);
+    assert_eq!(model.input(Input::Key(Key::Char('v'))), None);
+    assert!(!screen(&model).contains(TOKEN));
+    press(&mut model, &[Key::Down]);
+    assert_eq!(model.input(Input::Key(Key::Char('v'))), None);
+    assert!(
+        model.status[0].contains("nothing is redacted"),
+        "{:?}",
+        model.status
+    );
+
+    // An answer about an action the cursor has left is dropped.
+    model.revealed(1, true, &real);
+    assert_eq!(model.revealed, None);
 }

@@ -44,6 +44,9 @@ impl Team {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("scratch directory");
         let log = dir.join("deliveries.log");
+        // The fixture's log exists before the daemon starts its confined server: a file
+        // made later beside the configuration would be out of that server's reach.
+        std::fs::write(&log, "").expect("the fixture's log");
         Self {
             dir,
             log,
@@ -580,8 +583,19 @@ async fn a_drain_held_up_by_a_dead_daemons_claim_goes_on_once_the_claim_is_settl
     );
 }
 
-/// The fixture server daemon `parent` started: the process whose parent it is and whose
-/// command is `mcp-fixture` (from `/proc/<pid>/stat`).
+/// The parent of process `pid`, from `/proc/<pid>/stat` ("pid (comm) state ppid …").
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The fixture server daemon `parent` started: the process whose command is `mcp-fixture`
+/// and whose parent is the daemon or the daemon's child (the confining launcher), from
+/// `/proc/<pid>/stat`.
 fn fixture_child_of(parent: u32) -> nix::unistd::Pid {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc lists processes") {
@@ -605,7 +619,9 @@ fn fixture_child_of(parent: u32) -> nix::unistd::Pid {
             .split_whitespace()
             .nth(1)
             .and_then(|p| p.parse::<u32>().ok());
-        if comm == "mcp-fixture" && ppid == Some(parent) {
+        if comm == "mcp-fixture"
+            && (ppid == Some(parent) || ppid.and_then(parent_of) == Some(parent))
+        {
             found.push(pid);
         }
     }

@@ -63,6 +63,10 @@ pub struct StdioCommand {
     pub args: Vec<String>,
     /// Environment variables set for it (besides [`INHERITED_ENV`]).
     pub env: Vec<(String, String)>,
+    /// A program (and its arguments) that starts this one, the program and its arguments
+    /// following: the gate's own confinement (`gate confine … --`). `None`: started
+    /// directly.
+    pub launcher: Option<(String, Vec<String>)>,
 }
 
 impl StdioCommand {
@@ -72,7 +76,15 @@ impl StdioCommand {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
+            launcher: None,
         }
+    }
+
+    /// The same command, started through `program` with `args` (the command and its own
+    /// arguments appended).
+    pub fn through(mut self, program: impl Into<String>, args: Vec<String>) -> Self {
+        self.launcher = Some((program.into(), args));
+        self
     }
 
     /// The same command with these arguments.
@@ -99,7 +111,14 @@ impl StdioCommand {
     }
 
     fn command(&self) -> Command {
-        let mut command = Command::new(&self.program);
+        let mut command = match &self.launcher {
+            Some((launcher, args)) => {
+                let mut command = Command::new(launcher);
+                command.args(args).arg(&self.program);
+                command
+            }
+            None => Command::new(&self.program),
+        };
         command.args(&self.args).env_clear().kill_on_drop(true);
         for key in INHERITED_ENV {
             if let Some(value) = std::env::var_os(key) {
@@ -359,7 +378,44 @@ pub(crate) struct Wiring {
 /// process (killed when the connection is dropped).
 pub(crate) struct Connection {
     running: RunningService<RoleClient, Handler>,
-    _child: Option<tokio::process::Child>,
+    child: Option<tokio::process::Child>,
+}
+
+/// How long a stdio server has to end after its connection is dropped and it is asked to
+/// (SIGTERM) before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+impl Drop for Connection {
+    /// Ask the server's process to end (a launcher in front of it then ends everything
+    /// beneath it), and kill it if it has not within [`STOP_GRACE`].
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let asked = child.id().is_some_and(|pid| {
+            i32::try_from(pid).is_ok_and(|pid| {
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGTERM,
+                )
+                .is_ok()
+            })
+        });
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if asked => {
+                runtime.spawn(async move {
+                    if tokio::time::timeout(STOP_GRACE, child.wait())
+                        .await
+                        .is_err()
+                    {
+                        let _ = child.kill().await;
+                    }
+                });
+            }
+            // Dropped outside a runtime, or not asked: killed at once (kill_on_drop).
+            _ => drop(child),
+        }
+    }
 }
 
 impl Connection {
@@ -468,10 +524,7 @@ impl Connection {
                 ));
             }
         };
-        Ok(Self {
-            running,
-            _child: child,
-        })
+        Ok(Self { running, child })
     }
 
     /// Whether the connection can still carry a request.

@@ -38,6 +38,7 @@
 
 pub mod backoff;
 pub mod catalog;
+pub mod confine;
 mod connection;
 pub mod limit;
 pub mod oversize;

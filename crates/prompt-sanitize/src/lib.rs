@@ -53,9 +53,17 @@
 //! # What it does not cover
 //!
 //! **Architecture invariant:** this crate is pure functions over strings. It does no I/O, keeps
-//! no state, spawns nothing and depends on nothing but `serde_json`; its Unicode tables (Cf and
-//! `Default_Ignorable_Code_Point`) are written out in the source rather than pulled from a
-//! Unicode crate.
+//! no state, spawns nothing and depends on nothing but `serde_json` and `regex` (for
+//! [`redact`]); its Unicode tables (Cf and `Default_Ignorable_Code_Point`) are written out in
+//! the source rather than pulled from a Unicode crate.
+//!
+//! # Secrets
+//!
+//! [`Redactor`] (module [`redact`]) replaces secrets in text, in [`Sanitized`] text and in JSON
+//! values with a marker that says what and how long, `[redacted: GitHub token, 40
+//! characters]`: well-known token patterns, members whose names say secret, and literal values
+//! a deployment names. It lives here because it is pure text for the same surfaces, and because
+//! a redacted [`Sanitized`] must stay one, which only this crate can vouch for.
 //!
 //! It does not parse or re-render Markdown, and it does not judge content:
 //!
@@ -72,10 +80,12 @@
 //!   caller's to choose.
 
 mod controls;
+pub mod redact;
 mod render;
 mod sanitized;
 
 pub use controls::neutralize_controls;
+pub use redact::{Redacted, Redactor, is_secret_key};
 pub use render::{
     LABEL_CLOSE, LABEL_OPEN, MAX_ARGUMENTS_CHARS, MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS,
     MAX_SERVER_NAME_CHARS, code_span, defuse_fences, json_arguments, one_line, plain_inline,

@@ -5,7 +5,8 @@
 //! - [`view`]: draws the model on a ratatui frame (tests draw it on `TestBackend`).
 //! - [`run`]: the thin terminal loop: it reads keys, asks the daemon for the open work every
 //!   [`POLL`], and sends the decisions the model yields as the socket's `approve` and
-//!   `reject` requests.
+//!   `reject` requests; `v` asks for one action's prompt with its secrets revealed
+//!   (`show --reveal`), which decides nothing.
 //!
 //! A key the screen did not ask for, the end of input and a resize decide nothing; leaving
 //! decides nothing.
@@ -75,6 +76,16 @@ pub fn request_for(decision: &Decision) -> Request {
     }
 }
 
+/// The request that shows action `id`'s prompt with its secrets revealed (`v`): the real
+/// arguments, as `gate show ID --reveal` prints them. It decides nothing.
+pub fn request_to_reveal(id: u64) -> Request {
+    Request::Show {
+        ids: vec![id],
+        full: false,
+        reveal: true,
+    }
+}
+
 /// Draw one frame of the screen, setting the rows a page moves by from the frame's height.
 pub fn draw(model: &mut Model, frame: &mut ratatui::Frame) {
     // The list takes 40% of the screen, less its heading line.
@@ -122,6 +133,12 @@ fn screen(
                     }
                     // Show the decision's effect at once.
                     due = Instant::now();
+                }
+                Some(Command::Reveal(id)) => {
+                    match control::request(socket, &request_to_reveal(id)) {
+                        Ok(response) => model.revealed(id, response.ok, &response.text),
+                        Err(error) => model.unreachable(&error.to_string()),
+                    }
                 }
                 None => {}
             }

@@ -76,6 +76,10 @@ pub enum Command {
     /// Send this decision over the person's socket, then report the answer with
     /// [`Model::decided`].
     Send(Decision),
+    /// Ask the daemon for this action's prompt with its secrets revealed
+    /// (`gate show ID --reveal`), then hand the answer to [`Model::revealed`]. Decides
+    /// nothing.
+    Reveal(u64),
     /// Leave the screen. Nothing is decided.
     Quit,
 }
@@ -165,6 +169,9 @@ pub struct Model {
     /// stopped waiting: the next decision key only says so, since the person may have
     /// meant the action that left.
     pub moved: Option<(u64, Option<u64>)>,
+    /// The prompt of one action with its secrets revealed (`v`), by ledger id: shown in
+    /// place of its redacted prompt until the cursor leaves it or `v` hides it again.
+    pub revealed: Option<(u64, String)>,
 }
 
 /// The most actions listed by name in a confirmation; more are counted.
@@ -192,6 +199,7 @@ impl Model {
             state_width: 0,
             rule_width: 0,
             moved: None,
+            revealed: None,
         };
         model.lay_out(queue);
         model
@@ -285,6 +293,7 @@ impl Model {
         let now = self.current().map(|r| r.id);
         if now != at {
             self.detail_scroll = 0;
+            self.revealed = None;
             if let Some(gone) = at {
                 self.moved = Some((gone, now));
             }
@@ -340,7 +349,9 @@ impl Model {
         let at = self.cursor;
         let command = self.browse_key(key);
         if self.cursor != at {
+            // Moving on hides what was revealed: secrets are shown for one action at a time.
             self.detail_scroll = 0;
+            self.revealed = None;
         }
         command
     }
@@ -351,6 +362,16 @@ impl Model {
             Key::Char(']') => self.detail_scroll = self.detail_scroll.saturating_add(5),
             Key::Char('[') => self.detail_scroll = self.detail_scroll.saturating_sub(5),
             Key::Char('q') | Key::Esc | Key::Interrupt => return Some(Command::Quit),
+            Key::Char('v') => {
+                let (id, hidden) = self.current().map(|r| (r.id, r.hidden))?;
+                if self.revealed.take().is_some() {
+                    self.status = vec![format!("#{id}: its secrets are hidden again.")];
+                } else if hidden == 0 {
+                    self.status = vec![format!("#{id}: nothing is redacted in its prompt.")];
+                } else {
+                    return Some(Command::Reveal(id));
+                }
+            }
             Key::Up | Key::Char('k') => self.cursor = self.cursor.saturating_sub(1),
             Key::Down | Key::Char('j') => self.cursor = (self.cursor + 1).min(last),
             Key::PageUp => self.cursor = self.cursor.saturating_sub(self.page.max(1)),
@@ -468,6 +489,26 @@ impl Model {
                     });
                 }
             }
+        }
+    }
+
+    /// Report the daemon's answer to [`Command::Reveal`]: the prompt of `id` with its secrets
+    /// revealed, shown while the cursor stays on it. An answer about an action the cursor
+    /// has left is dropped.
+    pub fn revealed(&mut self, id: u64, ok: bool, text: &str) {
+        if self.current().map(|r| r.id) != Some(id) {
+            return;
+        }
+        if ok {
+            self.revealed = Some((id, text.to_owned()));
+            self.status = vec![format!(
+                "#{id}: secrets revealed: the prompt shows the real arguments, as approving sends them; v or moving hides them."
+            )];
+        } else {
+            self.status = text
+                .lines()
+                .map(|l| neutralize_controls(l).into_string())
+                .collect();
         }
     }
 

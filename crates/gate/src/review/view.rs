@@ -155,12 +155,23 @@ fn draw_detail(model: &Model, frame: &mut Frame, area: Rect) {
         frame.render_widget(Block::new().borders(Borders::TOP), area);
         return;
     };
+    let revealed = model
+        .revealed
+        .as_ref()
+        .filter(|(id, _)| *id == row.id)
+        .map(|(_, text)| text.as_str());
+    let about = match (revealed, row.hidden) {
+        (Some(_), _) => " · SECRETS REVEALED, v hides them".to_owned(),
+        (None, 0) => String::new(),
+        (None, 1) => " · 1 secret redacted, v reveals it".to_owned(),
+        (None, n) => format!(" · {n} secrets redacted, v reveals them"),
+    };
     let block = Block::new().borders(Borders::TOP).title(format!(
-        " #{} · staged {} · approval prompt ",
+        " #{} · staged {} · approval prompt{about} ",
         row.id,
         safe(&row.staged_at)
     ));
-    let text = Text::from(safe(&row.prompt));
+    let text = Text::from(safe(revealed.unwrap_or(&row.prompt)));
     frame.render_widget(
         Paragraph::new(text)
             .block(block)
@@ -212,7 +223,7 @@ fn draw_footer(model: &Model, frame: &mut Frame, area: Rect) {
         }
         Mode::Confirm(_) => TextLine::from("y sends · any other key goes back, sending nothing"),
         Mode::Browse => TextLine::from(
-            "a approve · r reject · s skip · space select · A allow the kind · ↑↓ move · [ ] scroll prompt · q quit (decides nothing)",
+            "a approve · r reject · s skip · space select · A allow kind · v reveal · ↑↓ move · [ ] scroll · q quit (decides nothing)",
         ),
     };
     frame.render_widget(Paragraph::new(line), area);

@@ -110,6 +110,9 @@ impl Gate {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("scratch directory");
         let log = dir.join("deliveries.log");
+        // The fixture's log exists before the daemon starts its confined server: a file
+        // made later beside the configuration would be out of that server's reach.
+        std::fs::write(&log, "").expect("the fixture's log");
         let config = dir.join("gate.toml");
         std::fs::write(
             &config,

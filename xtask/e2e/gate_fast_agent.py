@@ -7,8 +7,9 @@ agent's token. Its `passthrough` model stands in for the LLM: a user message
 the model answers the tool's text.
 
 Over each transport the agent lists the gate's tools, reads a file through the filesystem
-server, calls write_file and is answered "Staged as action N" (not an error); the person
-approves with `gate approve N`, and `gate_action_result` says it applied.
+server, lists the resources and reads the memory server's one resource at the gate's
+address for it, calls write_file and is answered "Staged as action N" (not an error); the
+person approves with `gate approve N`, and `gate_action_result` says it applied.
 
 It prints one line per check, `ok - WHAT` or `FAIL - WHAT: WHY`. Every wait is bounded. The
 name of this file must not be the name of a module fast-agent imports (`fast_agent` is
@@ -31,6 +32,8 @@ STEP_SECONDS = 30
 DRAIN_SECONDS = 15
 # The protocol fast-agent's default mode adopts after `server/discover`.
 MODERN_PROTOCOL = "2026-07-28"
+# The memory server's one resource, at the address the gate shows it under.
+GATE_MEMORY_RESOURCE = "gate://memory/memory://knowledge-graph"
 # fast-agent's names for the gate, one per transport; its tools are `<server>__<gate's name>`.
 SERVERS = ("stdio", "http")
 
@@ -130,6 +133,21 @@ async def session(opts, agent, server):
     is_error, text = await call(agent, f"{server}__files__read_text_file", {"path": str(target)})
     check(f"{what}: the passthrough model's read_text_file answers the file's content",
           is_error is False and seeded.strip() in text, f"error {is_error}: {text}")
+
+    try:
+        listed = await asyncio.wait_for(agent.list_resources(server_name=server), STEP_SECONDS)
+        uris = [str(uri) for uri in listed.get(server, [])]
+        check(f"{what}: resources/list shows the memory server's resource at the gate's address",
+              GATE_MEMORY_RESOURCE in uris, f"listed {uris}")
+        read = await asyncio.wait_for(agent.get_resource(GATE_MEMORY_RESOURCE, server_name=server),
+                                      STEP_SECONDS)
+        contents = [(str(c.uri), getattr(c, "text", None)) for c in read.contents]
+        check(f"{what}: resources/read of {GATE_MEMORY_RESOURCE} answers the memory server's graph",
+              len(contents) == 1 and contents[0][0] == GATE_MEMORY_RESOURCE and contents[0][1] is not None,
+              f"read {contents}")
+    except Exception as error:  # noqa: BLE001 - a failed read is a failed check, with its story
+        check(f"{what}: reads the memory server's resource through the gate", False,
+              f"{type(error).__name__}: {error}")
 
     content = f"written by fast-agent over {server}, approved by a person\n"
     is_error, text = await call(agent, f"{server}__files__write_file", {"path": str(target), "content": content})

@@ -28,6 +28,11 @@
 //! install. `xtask/e2e/gate_fast_agent.py` runs it in its default mode (protocol 2026-07-28
 //! after `server/discover`) with its `passthrough` model calling the tools, over stdio and
 //! over HTTP.
+//!
+//! Last, the official MCP conformance suite's server scenarios, directly and through `gate`
+//! ([`conformance`]; `--conformance` runs only that part).
+
+mod conformance;
 
 use std::collections::HashMap;
 use std::fs;
@@ -116,15 +121,17 @@ impl Report {
     }
 }
 
-/// Run `cargo xtask e2e [--transcript]`.
+/// Run `cargo xtask e2e [--transcript] [--conformance]`.
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut show_transcript = false;
+    let mut conformance_only = false;
     for arg in args {
         match arg.as_str() {
             "--transcript" => show_transcript = true,
+            "--conformance" => conformance_only = true,
             other => {
                 return Err(format!(
-                    "cargo xtask e2e: unknown argument {other:?}; it takes only --transcript"
+                    "cargo xtask e2e: unknown argument {other:?}; it takes --transcript and --conformance"
                 ));
             }
         }
@@ -137,7 +144,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let _ = fs::remove_file(&kept);
     let mut report = Report::default();
     let mut processes = Processes::new();
-    let outcome = scenario(&root, &work, &mut report, &mut processes, show_transcript);
+    let outcome = if conformance_only {
+        Ok(())
+    } else {
+        scenario(&root, &work, &mut report, &mut processes, show_transcript)
+    };
+    // The official conformance suite, through the gate and not (`--conformance`: only this).
+    conformance::run(&root, &work, &mut report, &mut processes);
     processes.stop_all();
     if let Err(why) = outcome {
         report.check("the run reached its end", Err(why));
@@ -676,7 +689,10 @@ impl Scratch {
     fn new() -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!("gate-e2e-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        for sub in ["home", "config/gate", "data", "root"] {
+        // Each server's files live in a directory of their own, made before the daemon
+        // starts: a confined server may write only its `paths`, and a file made later
+        // beside the gate's own directories would be out of its reach.
+        for sub in ["home", "config/gate", "data", "root", "memory"] {
             fs::create_dir_all(dir.join(sub))
                 .map_err(|e| format!("could not create {}: {e}", dir.join(sub).display()))?;
         }
@@ -767,12 +783,14 @@ impl<'a> Session<'a> {
              name = \"files\"\n\
              command = {files}\n\
              args = [{root}]\n\
+             paths = [{root}]\n\
              trust = \"vetted\"\n\
              deadline_seconds = 30\n\n\
              [[server]]\n\
              name = \"memory\"\n\
              command = {memory}\n\
              env = {{ MEMORY_FILE_PATH = {memory_file} }}\n\
+             paths = [{memory_dir}]\n\
              deadline_seconds = 30\n\n\
              [[agent]]\n\
              name = \"{AGENT}\"\n\
@@ -785,7 +803,8 @@ impl<'a> Session<'a> {
             files = toml_string(&path_of(bin.join("mcp-server-filesystem"))),
             root = toml_string(&path_of(scratch.dir.join("root"))),
             memory = toml_string(&path_of(bin.join("mcp-server-memory"))),
-            memory_file = toml_string(&path_of(scratch.dir.join("memory.jsonl"))),
+            memory_file = toml_string(&path_of(scratch.dir.join("memory").join("memory.jsonl"))),
+            memory_dir = toml_string(&path_of(scratch.dir.join("memory"))),
         );
         write(scratch.dir.join("config/gate/gate.toml"), &config)?;
         Ok(Self {
@@ -873,7 +892,7 @@ impl<'a> Session<'a> {
             .arg("--root")
             .arg(self.scratch.dir.join("root"))
             .arg("--memory-file")
-            .arg(self.scratch.dir.join("memory.jsonl"))
+            .arg(self.scratch.dir.join("memory").join("memory.jsonl"))
             .arg("--transcript")
             .arg(self.scratch.transcript())
             .arg("--hide")

@@ -16,14 +16,16 @@ cargo xtask <task>
 
 Tasks:
   lecture <name>|all|--list [--interactive] [--db PATH]
-                 run a lecture (ex01..ex13), all of them in order, or list them
+                 run a lecture (ex01..ex14), all of them in order, or list them
   lecture ledger --db PATH [--limit N] [--before ID] [--check]
                  read a database a run left, read-only: a page of its ledger, most
                  recent first, and its open actions; or its full integrity check
   tidy           check file headers and the crate dependency direction
-  e2e [--transcript]
-                 gate in front of real MCP servers (npm) and a real MCP client (Python):
-                 needs node/npm and python3; installs the rest into target/e2e
+  e2e [--transcript] [--conformance]
+                 gate in front of real MCP servers (npm) and a real MCP client (Python),
+                 then the official MCP conformance suite directly and through gate
+                 (--conformance: only the suite): needs node/npm and python3; installs
+                 the rest into target/e2e
   ci             what CI runs: fmt --check, clippy -D warnings, tests, e2e
 ";
 

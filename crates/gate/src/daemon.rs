@@ -228,6 +228,8 @@ impl Daemon {
         );
         let catalogs = data_dir.join(CATALOGS_DIR);
 
+        // Questions servers ask during the person's sends, held for the person.
+        let questions = Arc::new(crate::questions::Questions::new(overseer.clone()));
         let mut downstreams = Vec::new();
         for server in &config.servers {
             let endpoint = endpoint(server, config, data_dir)?;
@@ -238,6 +240,7 @@ impl Daemon {
                     .max_catalog_pages(server.max_catalog_pages)
                     .reads(server.reads.clone())
                     .forward_questions(server.forward_sampling, server.forward_elicitation)
+                    .question_wait(server.question_wait)
                     .max_result_bytes(server.max_result_bytes),
             )
             .await
@@ -311,11 +314,10 @@ impl Daemon {
             }
             // The kernel reaches the gatekeeper only through the lockdown guard.
             overseer
-                .register(Arc::new(Guarded::new(
-                    gatekeeper.clone(),
-                    ledger.clone(),
-                    latches.clone(),
-                )))
+                .register(Arc::new(
+                    Guarded::new(gatekeeper.clone(), ledger.clone(), latches.clone())
+                        .with_questions(questions.clone()),
+                ))
                 .map_err(|e| StartError(e.to_string()))?;
             info!(server = %server.name, tools = mcp.catalog().tools().len(), "server.ready");
             downstreams.push(Downstream {
@@ -359,7 +361,8 @@ impl Daemon {
                 .iter()
                 .map(|a| (a.name.as_str(), a.token.as_str())),
         );
-        let mut gateway = Gateway::new(overseer, downstreams, views, latches);
+        let mut gateway =
+            Gateway::new(overseer, downstreams, views, latches).with_questions(questions);
         if let Some(notify) = &config.notify {
             gateway =
                 gateway.with_notifier(Notifier::start(notify.clone()).redacting(redactor.clone()));

@@ -433,6 +433,8 @@ pub struct Gateway {
     subscribing: Mutex<()>,
     /// What every view of the person's redacts ([`crate::redaction`]).
     redactor: Arc<prompt_sanitize::Redactor>,
+    /// Questions servers ask during the person's sends ([`crate::questions`]).
+    questions: Arc<crate::questions::Questions>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -555,6 +557,7 @@ impl Gateway {
         agents: Vec<AgentView>,
         latches: Arc<Latches>,
     ) -> Self {
+        let overseer_for_questions = overseer.clone();
         Self {
             overseer,
             downstreams,
@@ -573,7 +576,34 @@ impl Gateway {
             subscribers: std::sync::Mutex::new(HashMap::new()),
             subscribing: Mutex::new(()),
             redactor: Arc::new(prompt_sanitize::Redactor::new()),
+            questions: Arc::new(crate::questions::Questions::new(overseer_for_questions)),
         }
+    }
+
+    /// Hold the questions servers ask during the person's sends in `questions` (the ones
+    /// the gatekeepers' guards put them to).
+    pub fn with_questions(mut self, questions: Arc<crate::questions::Questions>) -> Self {
+        self.questions = questions;
+        self
+    }
+
+    /// The questions servers ask during the person's sends.
+    pub fn questions(&self) -> &Arc<crate::questions::Questions> {
+        &self.questions
+    }
+
+    /// What action `ledger`'s server asked during its send, as the ledger records it, as
+    /// lines for `gate show` (`None` when it asked nothing).
+    pub fn exchanges_of(&self, ledger: LedgerId) -> Option<String> {
+        let entry = self.overseer.entry(ledger).ok().flatten()?;
+        entry.action()?;
+        let found = self.questions.exchanges(&entry);
+        (!found.is_empty()).then(|| {
+            format!(
+                "  what its server asked during the send:\n{}",
+                found.join("\n")
+            )
+        })
     }
 
     /// Redact the person's views with `redactor` (the well-known patterns by default).

@@ -53,6 +53,7 @@ pub mod names;
 pub mod notify;
 pub mod paths;
 pub mod person;
+pub mod questions;
 pub mod queue;
 pub mod redaction;
 pub mod review;

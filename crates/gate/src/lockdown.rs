@@ -20,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gatekeeper_core::ToolGatekeeper;
 use kernel::{
-    ActionKind, DriverActionId, Gatekeeper, GatekeeperError, LedgerStore, RejectOutcome,
+    ActionKind, DriverActionId, Gatekeeper, GatekeeperError, LedgerId, LedgerStore, RejectOutcome,
     RevertOutcome,
 };
 use prompt_sanitize::{MAX_DESCRIPTION_CHARS, one_line};
@@ -230,6 +230,8 @@ pub struct Guarded {
     inner: Arc<ToolGatekeeper>,
     ledger: Arc<dyn LedgerStore>,
     latches: Arc<Latches>,
+    /// Where questions its server asks during a send go ([`crate::questions`]).
+    questions: Option<Arc<crate::questions::Questions>>,
 }
 
 impl std::fmt::Debug for Guarded {
@@ -251,11 +253,19 @@ impl Guarded {
             inner,
             ledger,
             latches,
+            questions: None,
         }
     }
 
-    /// The agent that staged `action`, from the ledger.
-    fn caller(&self, action: DriverActionId) -> Result<Option<String>, String> {
+    /// The same guard, putting the questions its server asks during a send to the person
+    /// through `questions`.
+    pub fn with_questions(mut self, questions: Arc<crate::questions::Questions>) -> Self {
+        self.questions = Some(questions);
+        self
+    }
+
+    /// The ledger id of `action` and the agent that staged it, from the ledger.
+    fn staged(&self, action: DriverActionId) -> Result<Option<(LedgerId, String)>, String> {
         let Some(id) = self
             .ledger
             .find_action(self.inner.name(), action)
@@ -267,7 +277,29 @@ impl Guarded {
             .ledger
             .get(id)
             .map_err(|e| e.to_string())?
-            .map(|entry| entry.caller.to_string()))
+            .map(|entry| (id, entry.caller.to_string())))
+    }
+
+    /// The send itself, its server's questions put to the person when the action is
+    /// known.
+    async fn send(
+        &self,
+        action: DriverActionId,
+        staged: Option<&(LedgerId, String)>,
+    ) -> Result<(), GatekeeperError> {
+        match (&self.questions, staged) {
+            (Some(questions), Some((id, caller))) => {
+                questions
+                    .during(
+                        *id,
+                        self.inner.name(),
+                        caller,
+                        self.inner.apply_action(action),
+                    )
+                    .await
+            }
+            _ => self.inner.apply_action(action).await,
+        }
     }
 }
 
@@ -278,16 +310,17 @@ impl Gatekeeper for Guarded {
     }
 
     async fn apply_action(&self, action: DriverActionId) -> Result<(), GatekeeperError> {
-        let caller = self.caller(action).map_err(|error| {
+        let staged = self.staged(action).map_err(|error| {
             GatekeeperError::retryable(format!(
                 "nothing was sent: the gate could not read who staged this action to check their lockdown ({error}); approve it again later"
             ))
         })?;
+        let caller = staged.as_ref().map(|(_, caller)| caller.clone());
         let latch = caller
             .as_deref()
             .and_then(|agent| self.latches.agents.get(agent));
         let Some(latch) = latch else {
-            return self.inner.apply_action(action).await;
+            return self.send(action, staged.as_ref()).await;
         };
         let _applying = latch.applying.read().await;
         if let Some(why) = latch.why() {
@@ -309,7 +342,7 @@ impl Gatekeeper for Guarded {
                 .into_string(),
             ));
         }
-        self.inner.apply_action(action).await
+        self.send(action, staged.as_ref()).await
     }
 
     async fn reject_action(

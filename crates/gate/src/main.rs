@@ -139,6 +139,26 @@ enum Command {
         #[command(flatten)]
         at: SocketArgs,
     },
+    /// Answer the question a server asks during your approved send of an action (`gate
+    /// pending` and `gate show ID` show it): accept with the answer it asks for, decline
+    /// or cancel.
+    #[command(group(clap::ArgGroup::new("answer").required(true).args(["accept", "decline", "cancel"])))]
+    Answer {
+        /// Action id.
+        id: u64,
+        /// Accept, with the answer as a JSON object (`--accept '{"name": "Ada"}'`); alone
+        /// for a question that only asks you to visit an address.
+        #[arg(long, num_args = 0..=1, value_name = "JSON")]
+        accept: Option<Option<String>>,
+        /// Decline: the server is told you said no.
+        #[arg(long)]
+        decline: bool,
+        /// Cancel: the server is told you dismissed the question.
+        #[arg(long)]
+        cancel: bool,
+        #[command(flatten)]
+        at: SocketArgs,
+    },
     /// Reject actions: nothing is sent, ever.
     Reject {
         /// Action ids.
@@ -599,6 +619,27 @@ fn main() -> anyhow::Result<()> {
                 full_seen,
             },
         ),
+        Command::Answer {
+            id,
+            accept,
+            decline,
+            cancel: _,
+            at,
+        } => {
+            let (action, content) = match (accept, decline) {
+                (Some(content), _) => ("accept", content),
+                (None, true) => ("decline", None),
+                (None, false) => ("cancel", None),
+            };
+            ask(
+                at,
+                &Request::Answer {
+                    id,
+                    action: action.to_owned(),
+                    content,
+                },
+            )
+        }
         Command::Reject { ids, reason, at } => ask(at, &Request::Reject { ids, reason }),
         Command::Rules { command, at } => ask(
             at,

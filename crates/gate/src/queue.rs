@@ -22,6 +22,10 @@ use crate::gateway::Gateway;
 pub struct Queue {
     /// Every open action, in ascending id.
     pub rows: Vec<Row>,
+    /// The questions servers ask during the person's sends, one line each (which action,
+    /// what it asks, the command that answers), redacted ([`crate::questions`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub questions: Vec<String>,
 }
 
 /// One open action.
@@ -101,6 +105,15 @@ pub async fn snapshot(gateway: &Gateway) -> Result<Queue, kernel::DecisionError>
             *flag = redactor.text(flag).value;
         }
     }
+    for (id, notice) in gateway.questions().notices() {
+        let notice = redactor.text(&notice).value;
+        if let Some(row) = queue.rows.iter_mut().find(|r| r.id == id) {
+            row.flags.push(format!(
+                "its server asks you a question: `gate answer {id}` (see below the list)"
+            ));
+        }
+        queue.questions.push(notice);
+    }
     let now = overseer.now();
     for row in &mut queue.rows {
         let expires = open
@@ -167,7 +180,10 @@ pub fn rows(
             }
         })
         .collect();
-    Queue { rows }
+    Queue {
+        rows,
+        questions: Vec::new(),
+    }
 }
 
 /// Ask the daemon whose socket is `path` for its open work.

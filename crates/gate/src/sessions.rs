@@ -11,8 +11,9 @@
 //!   deleted) no longer count: bindings are pruned against rmcp's own session table.
 //! - **Not logged**: session ids are secrets of their agent; the gate never logs them.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use dashmap::DashMap;
 
 use axum::body::Body;
 use axum::http::{Method, Request, Response, StatusCode};
@@ -42,7 +43,7 @@ impl Default for SessionLimits {
 /// The sessions rmcp keeps, with the agent each belongs to.
 pub struct Sessions {
     manager: Arc<LocalSessionManager>,
-    bound: Mutex<HashMap<String, String>>,
+    bound: DashMap<String, String>,
     limits: SessionLimits,
 }
 
@@ -60,19 +61,15 @@ impl Sessions {
     pub fn new(manager: Arc<LocalSessionManager>, limits: SessionLimits) -> Self {
         Self {
             manager,
-            bound: Mutex::new(HashMap::new()),
+            bound: DashMap::new(),
             limits,
         }
-    }
-
-    fn bound(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.bound.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Forget bindings of sessions rmcp no longer has.
     async fn prune(&self) {
         let live = self.manager.sessions.read().await;
-        self.bound().retain(|id, _| live.contains_key(id.as_str()));
+        self.bound.retain(|id, _| live.contains_key(id.as_str()));
     }
 
     /// Whether `agent` may send a request naming `session` (or none), and, for one that
@@ -84,7 +81,7 @@ impl Sessions {
         opening: bool,
     ) -> Result<Admission, Response<Body>> {
         if let Some(session) = session {
-            let owner = self.bound().get(session).cloned();
+            let owner = self.bound.get(session).map(|owner| owner.value().clone());
             return match owner {
                 Some(owner) if owner != agent => Err(answer(
                     StatusCode::NOT_FOUND,
@@ -97,8 +94,8 @@ impl Sessions {
             return Ok(Admission::Passes);
         }
         self.prune().await;
-        let bound = self.bound();
-        let mine = bound.values().filter(|owner| *owner == agent).count();
+        let bound = &self.bound;
+        let mine = bound.iter().filter(|owner| owner.value() == agent).count();
         if mine >= self.limits.per_agent {
             return Err(answer(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -130,13 +127,13 @@ impl Sessions {
             .and_then(|v| v.to_str().ok());
         match (named, handed_out) {
             (None, Some(id)) => {
-                self.bound().insert(id.to_owned(), agent.to_owned());
+                self.bound.insert(id.to_owned(), agent.to_owned());
             }
             (Some(id), _)
                 if response.status() == StatusCode::NOT_FOUND
                     || (method == Method::DELETE && response.status().is_success()) =>
             {
-                self.bound().remove(id);
+                self.bound.remove(id);
             }
             _ => {}
         }
@@ -144,12 +141,12 @@ impl Sessions {
 
     /// How many sessions are bound now (for tests and the bench).
     pub fn len(&self) -> usize {
-        self.bound().len()
+        self.bound.len()
     }
 
     /// Whether no session is bound.
     pub fn is_empty(&self) -> bool {
-        self.bound().is_empty()
+        self.bound.is_empty()
     }
 }
 

@@ -676,3 +676,34 @@ async fn the_review_queue_says_when_a_pending_action_expires() {
         "{flags}"
     );
 }
+
+#[tokio::test]
+async fn a_tool_name_in_a_message_to_the_person_keeps_its_underscores() {
+    let gate = Gate::start("names");
+    let agent = gate.agent(CODER_TOKEN).await;
+    let answer = text(&call(agent.peer(), "fixture__write_note", json!({"text": "x"})).await);
+    let id = action_id(&answer).to_string();
+    let reason = "use fixture__tag_note instead";
+    assert!(
+        gate.person(&["reject", &id, "--reason", reason])
+            .status
+            .success()
+    );
+    let shown = stdout(&gate.person(&["show", &id]));
+    assert!(
+        shown.contains("fixture__tag_note"),
+        "the reason names the tool as the agent calls it: {shown}"
+    );
+    let told = text(
+        &call(
+            agent.peer(),
+            "gate_action_result",
+            json!({"action_id": id.parse::<u64>().unwrap()}),
+        )
+        .await,
+    );
+    assert!(
+        told.contains("fixture__tag_note"),
+        "and so is the agent told: {told}"
+    );
+}

@@ -565,3 +565,25 @@ fn a_prompts_secrets_are_redacted_until_v_reveals_them_and_moving_hides_them_aga
     model.revealed(1, true, &real);
     assert_eq!(model.revealed, None);
 }
+
+#[test]
+fn a_question_a_server_asks_during_a_send_is_shown_with_the_command_that_answers_it() {
+    let mut queue = queue_of(&[simple(1, "coder", "notes", "write_note")], &[]);
+    queue.questions.push(
+        "#1 asks: «Which name?» (declined in 40s unless answered) · answer with `gate answer 1 --accept '{\"name\":\"...\"}'`, `gate answer 1 --decline` or `gate answer 1 --cancel`"
+            .to_owned(),
+    );
+    let shown = screen(&Model::new(queue));
+    assert!(
+        shown.contains("a server asks you (answer in another terminal)")
+            && shown.contains("#1 asks: «Which name?»")
+            && shown.contains("gate answer 1 --accept"),
+        "{shown}"
+    );
+    // Without a question the screen is as before: no heading for it.
+    let quiet = screen(&Model::new(queue_of(
+        &[simple(1, "coder", "notes", "write_note")],
+        &[],
+    )));
+    assert!(!quiet.contains("a server asks you"), "{quiet}");
+}

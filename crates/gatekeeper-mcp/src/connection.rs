@@ -268,8 +268,9 @@ impl ClientHandler for Handler {
         self.progress.deliver(params).await;
     }
 
-    /// A server's question during a read goes to that read's agent ([`crate::relay`]);
-    /// the connection declares sampling only when the server's configuration allows it.
+    /// A server's question during a read goes to that read's agent, during a person's
+    /// send to the gate, which declines it ([`crate::relay`]); the connection declares
+    /// sampling only when the server's configuration allows it.
     #[allow(deprecated)]
     async fn create_message(
         &self,
@@ -296,6 +297,9 @@ impl ClientHandler for Handler {
         })
     }
 
+    /// A server's question during a read goes to that read's agent, during a person's
+    /// send to the person ([`crate::relay`]); declared only when the server's
+    /// configuration allows it.
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
@@ -303,7 +307,7 @@ impl ClientHandler for Handler {
     ) -> Result<ElicitResult, ErrorData> {
         if self.capabilities.elicitation.is_none() {
             return Err(ErrorData::invalid_request(
-                "the gate does not let this server's elicitation requests through (forward_elicitation is off)",
+                "the gate does not let this server's elicitation requests through, to an agent or to a person (forward_elicitation is off)",
                 None,
             ));
         }

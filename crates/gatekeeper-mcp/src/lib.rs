@@ -51,7 +51,9 @@ pub use catalog::{
     Catalog, CatalogChanges, CatalogTool, canonical_json, definition_digest, withheld_reason,
 };
 pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, ServerEvent, StdioCommand};
-pub use relay::{Ask, PROGRESS_BUFFER, PendingAsk, ReadRelay};
+pub use relay::{
+    Ask, PROGRESS_BUFFER, PendingAsk, PersonAsk, ReadRelay, SEND_CANNOT_SAMPLE, for_person,
+};
 pub use server::{
     DEFAULT_DEADLINE, DEFAULT_MAX_CATALOG_PAGES, DEFAULT_MAX_RESULT_BYTES, FORWARDED, McpError,
     McpServer, McpServerConfig,

@@ -18,17 +18,22 @@
 //!
 //! Writes carry no relay: a staged call belongs to the gate once staged, and when a person
 //! sends it later no agent is waiting on it; an agent's cancellation never reaches a
-//! person's send.
+//! person's send. A question the server asks during a person's send (the only call in
+//! flight on the connection) goes to the person instead, when the gate runs the send
+//! inside [`for_person`]: as a [`PersonAsk`], with the time by which it is declined.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 #[allow(deprecated)] // sampling: deprecated in the protocol's newest revision, still in use
 use rmcp::model::CreateMessageRequestParams;
 use rmcp::model::{ElicitRequestParams, ProgressNotificationParam, ProgressToken};
 use serde_json::Value;
 use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -92,6 +97,70 @@ impl ReadRelay {
     }
 }
 
+/// A question a server asked during a person's approved send, on its way to the person:
+/// the gate holds it until the person answers or `until` passes, then declines it.
+#[derive(Debug)]
+pub struct PersonAsk {
+    /// The question (a sampling request is declined by the gate at once: no model
+    /// answers for a person).
+    pub ask: Ask,
+    /// When the question is declined if nobody answered: before the send's own deadline,
+    /// so the server still hears the decline.
+    pub until: Instant,
+    /// The answer (the protocol's result as JSON), or why there is none.
+    pub reply: oneshot::Sender<Result<Value, String>>,
+}
+
+tokio::task_local! {
+    /// Where questions go during a person's send run by [`for_person`].
+    static PERSON: mpsc::Sender<PersonAsk>;
+}
+
+/// Run `send` (a gatekeeper's apply of one approved action) so that a question its server
+/// asks while the send is the only call in flight on the connection goes to `asks`, for
+/// the person, instead of being declined.
+pub async fn for_person<F: Future>(asks: mpsc::Sender<PersonAsk>, send: F) -> F::Output {
+    PERSON.scope(asks, send).await
+}
+
+/// Where a person's send run by [`for_person`] takes questions, if this is one.
+pub(crate) fn person_in_scope() -> Option<mpsc::Sender<PersonAsk>> {
+    PERSON.try_with(Clone::clone).ok()
+}
+
+/// How long a person may take over a question of a send whose deadline is `deadline`: the
+/// deadline less a tenth (at least a second, at most half), so the decline reaches the
+/// server before the gate gives up on the send.
+pub(crate) fn person_window(deadline: Duration) -> Duration {
+    let margin = (deadline / 10)
+        .max(Duration::from_secs(1))
+        .min(deadline / 2);
+    deadline.saturating_sub(margin)
+}
+
+/// Who takes the questions of one call in flight.
+#[derive(Debug, Clone)]
+pub(crate) enum Asker {
+    /// An agent's read whose session takes questions.
+    Agent(mpsc::Sender<PendingAsk>),
+    /// A person's approved send: questions go to the person until `until`, or until
+    /// `wait` after each was asked, whichever comes first.
+    Person {
+        /// Where they go.
+        asks: mpsc::Sender<PersonAsk>,
+        /// The end of the send's window.
+        until: Instant,
+        /// The longest a question waits.
+        wait: Duration,
+    },
+    /// A call that takes none (a read whose agent cannot be asked, a listing, a send
+    /// outside [`for_person`]).
+    Nobody,
+}
+
+/// The gate's answer to a sampling request during a person's send.
+pub const SEND_CANNOT_SAMPLE: &str = "a person's approved send cannot sample: no model answers on a person's behalf, so the gate declines";
+
 /// One in-flight read's route for progress.
 #[derive(Debug)]
 pub(crate) struct Route {
@@ -109,10 +178,9 @@ pub struct ProgressRoutes {
     /// Notes that did not reach their agent (the sink was full or gone, or the note came
     /// out of order, or after its read ended).
     dropped: AtomicU64,
-    /// The calls in flight, by an id of the connection's own: a read that takes
-    /// questions carries where they go; a call that takes none (a person's send) carries
-    /// `None`, and while one is in flight no question is put to anyone.
-    askers: std::sync::Mutex<Vec<(u64, Option<mpsc::Sender<PendingAsk>>)>>,
+    /// The calls in flight, by an id of the connection's own, with who takes their
+    /// questions: a question is put to a call only while it is the one in flight.
+    askers: std::sync::Mutex<Vec<(u64, Asker)>>,
     next_asker: AtomicU64,
 }
 
@@ -162,8 +230,14 @@ impl ProgressRoutes {
     /// Note a call in flight, taking the server's questions to `asks` (`None`: a call that
     /// takes none); returns the id to [`ProgressRoutes::stop_asking`] with.
     pub(crate) fn start_asking(&self, asks: Option<mpsc::Sender<PendingAsk>>) -> u64 {
+        self.start_call(asks.map_or(Asker::Nobody, Asker::Agent))
+    }
+
+    /// Note a call in flight whose questions `asker` takes; returns the id to
+    /// [`ProgressRoutes::stop_asking`] with.
+    pub(crate) fn start_call(&self, asker: Asker) -> u64 {
         let id = self.next_asker.fetch_add(1, Ordering::Relaxed);
-        self.askers().push((id, asks));
+        self.askers().push((id, asker));
         id
     }
 
@@ -172,20 +246,24 @@ impl ProgressRoutes {
         self.askers().retain(|(asker, _)| *asker != id);
     }
 
-    fn askers(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Option<mpsc::Sender<PendingAsk>>)>> {
+    fn askers(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Asker)>> {
         self.askers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Put a server's question to the read in flight, and wait for its answer; `Err` says
-    /// why there is none (no read, several, or the agent's session declined).
+    /// Put a server's question to the call in flight (an agent's read, or a person's send),
+    /// and wait for its answer; `Err` says why there is none (no call, several, a call
+    /// that takes no questions, or the agent or the person declined).
     pub(crate) async fn ask(&self, ask: Ask) -> Result<Value, String> {
         let asker = {
             let askers = self.askers();
             match askers.as_slice() {
-                [(_, Some(one))] => one.clone(),
-                [(_, None)] => {
+                [(_, Asker::Agent(one))] => Ok(one.clone()),
+                [(_, Asker::Person { asks, until, wait })] => {
+                    Err((asks.clone(), (*until).min(Instant::now() + *wait)))
+                }
+                [(_, Asker::Nobody)] => {
                     return Err(
-                        "the call in flight takes no questions (a person's approved send, or a read whose agent cannot be asked), so the gate declines".to_owned(),
+                        "the call in flight takes no questions (a read whose agent cannot be asked, or a send no person can be asked about), so the gate declines".to_owned(),
                     );
                 }
                 [] => {
@@ -201,6 +279,10 @@ impl ProgressRoutes {
                 }
             }
         };
+        let asker = match asker {
+            Ok(agent) => agent,
+            Err((person, until)) => return ask_person(person, ask, until).await,
+        };
         let (reply, answer) = oneshot::channel();
         asker
             .send(PendingAsk { ask, reply })
@@ -214,6 +296,26 @@ impl ProgressRoutes {
     /// How many notes did not reach an agent so far.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Hand `ask` to the person (through the gate, which holds it until `until`), and wait
+/// for the answer, a little past `until` at most: the gate declines first.
+async fn ask_person(
+    asks: mpsc::Sender<PersonAsk>,
+    ask: Ask,
+    until: Instant,
+) -> Result<Value, String> {
+    let (reply, answer) = oneshot::channel();
+    asks.send(PersonAsk { ask, until, reply })
+        .await
+        .map_err(|_| "the person's send that asked has ended".to_owned())?;
+    match tokio::time::timeout_at(until + Duration::from_secs(2), answer).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => {
+            Err("the gate dropped the question without an answer; it declines".to_owned())
+        }
+        Err(_) => Err("nobody answered the question in time, so the gate declines".to_owned()),
     }
 }
 
@@ -276,6 +378,66 @@ mod tests {
         let declined = routes.ask(question()).await.expect_err("a send takes none");
         assert!(declined.contains("takes no questions"), "{declined}");
         routes.stop_asking(send);
+    }
+
+    #[tokio::test]
+    async fn a_question_during_a_persons_send_goes_to_the_person_until_its_time_is_up() {
+        let routes = Arc::new(ProgressRoutes::default());
+        let (asks, mut questions) = mpsc::channel(1);
+        let send = routes.start_call(Asker::Person {
+            asks,
+            until: Instant::now() + Duration::from_secs(60),
+            wait: Duration::from_secs(30),
+        });
+        let asking = tokio::spawn({
+            let routes = routes.clone();
+            async move { routes.ask(question()).await }
+        });
+        let held: PersonAsk = questions.recv().await.expect("put to the person");
+        assert!(matches!(held.ask, Ask::Elicitation(_)));
+        assert!(
+            held.until <= Instant::now() + Duration::from_secs(30),
+            "the shorter wait"
+        );
+        held.reply
+            .send(Ok(serde_json::json!({"action": "accept", "content": {}})))
+            .expect("replied");
+        let answer = asking.await.expect("joined").expect("answered");
+        assert_eq!(answer["action"], "accept");
+
+        // Nobody answers: the driver gives up a little after the question's time.
+        routes.stop_asking(send);
+        let (asks, mut questions) = mpsc::channel(1);
+        let send = routes.start_call(Asker::Person {
+            asks,
+            until: Instant::now() + Duration::from_millis(50),
+            wait: Duration::from_secs(30),
+        });
+        let asking = tokio::spawn({
+            let routes = routes.clone();
+            async move { routes.ask(question()).await }
+        });
+        let held = questions.recv().await.expect("put to the person");
+        drop(held);
+        let declined = asking.await.expect("joined").expect_err("no answer");
+        assert!(declined.contains("without an answer"), "{declined}");
+        routes.stop_asking(send);
+    }
+
+    #[test]
+    fn a_person_has_most_of_the_sends_deadline() {
+        assert_eq!(
+            person_window(Duration::from_secs(60)),
+            Duration::from_secs(54)
+        );
+        assert_eq!(
+            person_window(Duration::from_secs(5)),
+            Duration::from_secs(4)
+        );
+        assert_eq!(
+            person_window(Duration::from_secs(1)),
+            Duration::from_millis(500)
+        );
     }
 
     #[tokio::test]

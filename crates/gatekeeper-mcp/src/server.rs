@@ -58,7 +58,7 @@ use crate::catalog::{Catalog, CatalogTool};
 use crate::connection::{
     self, Connection, EVENT_BUFFER, Endpoint, Failure, ServerEvent, Wiring, seconds,
 };
-use crate::relay::{ReadRelay, SharedRoutes};
+use crate::relay::{Asker, ReadRelay, SharedRoutes, person_in_scope, person_window};
 use crate::stderr::StderrTail;
 
 /// The largest answer of a stdio server the gate reads unless its configuration says
@@ -98,6 +98,10 @@ pub struct McpServerConfig {
     /// The largest answer of a stdio server the gate reads, in bytes; a larger one is
     /// replaced by the gate's note ([`crate::oversize`]).
     pub max_result_bytes: usize,
+    /// The longest a question the server asks during a person's send waits for the
+    /// person ([`crate::relay::for_person`]); `None`: until shortly before the send's
+    /// deadline. Either way it is declined before the deadline.
+    pub question_wait: Option<Duration>,
 }
 
 impl McpServerConfig {
@@ -115,7 +119,15 @@ impl McpServerConfig {
             forward_sampling: false,
             forward_elicitation: false,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            question_wait: None,
         }
+    }
+
+    /// The same server, declining a question asked during a person's send once it has
+    /// waited `wait` for the person (at most until shortly before the send's deadline).
+    pub fn question_wait(mut self, wait: Option<Duration>) -> Self {
+        self.question_wait = wait;
+        self
     }
 
     /// The same server with another cap on the size of one answer.
@@ -602,8 +614,9 @@ impl McpServer {
     }
 
     /// Send `request` under the server's deadline. With an agent's `relay`, its progress,
-    /// cancellation and questions travel with it; without, it is a person's send or a
-    /// listing, during which the server's questions are put to no one.
+    /// cancellation and questions travel with it; without, it is a person's send (whose
+    /// questions go to the person when the gate runs it in [`crate::relay::for_person`])
+    /// or a listing, during which the server's questions are put to no one.
     async fn send(
         &self,
         peer: &Peer<RoleClient>,
@@ -620,8 +633,17 @@ impl McpServer {
             )
             .await;
         }
-        let call = self.progress.start_asking(None);
-        let reply = connection::request(peer, request, self.config.deadline).await;
+        let deadline = self.config.deadline;
+        let asker = match person_in_scope() {
+            Some(asks) => Asker::Person {
+                asks,
+                until: Instant::now() + person_window(deadline),
+                wait: self.config.question_wait.unwrap_or(deadline),
+            },
+            None => Asker::Nobody,
+        };
+        let call = self.progress.start_call(asker);
+        let reply = connection::request(peer, request, deadline).await;
         self.progress.stop_asking(call);
         reply
     }

@@ -303,18 +303,33 @@ fn inline_keeps(text: &str, max_chars: usize, remove: &[char]) -> bool {
 /// [`inline`]'s whole pass: neutralize, delete, collapse, clip.
 fn inline_pass(text: &str, max_chars: usize, remove: &[char]) -> String {
     let neutral = neutralize(text);
-    // One pass: delete `remove` (an `_` between two letters or digits stays: CommonMark
-    // never opens or closes emphasis there), and collapse whitespace to one space, trimmed.
+    // One pass: delete `remove` (a run of `_` between two letters or digits stays, as in
+    // `files__read_text_file`: CommonMark never opens or closes emphasis there), and
+    // collapse whitespace to one space, trimmed.
+    let chars: Vec<char> = neutral.chars().collect();
+    // Which `_` stand in a run with a letter or digit on both sides.
+    let mut intraword = vec![false; chars.len()];
+    let mut start = 0;
+    while start < chars.len() {
+        if chars[start] != '_' {
+            start += 1;
+            continue;
+        }
+        let end = chars[start..]
+            .iter()
+            .position(|&c| c != '_')
+            .map_or(chars.len(), |n| start + n);
+        let alnum = |c: Option<&char>| c.is_some_and(|c| c.is_alphanumeric());
+        if alnum(start.checked_sub(1).and_then(|b| chars.get(b))) && alnum(chars.get(end)) {
+            intraword[start..end].fill(true);
+        }
+        start = end;
+    }
     let mut collapsed = String::with_capacity(neutral.len());
     let mut space = false;
-    let mut before: Option<char> = None;
-    let mut chars = neutral.chars().peekable();
-    while let Some(c) = chars.next() {
-        let after = chars.peek().copied();
-        let inside_word =
-            before.is_some_and(char::is_alphanumeric) && after.is_some_and(char::is_alphanumeric);
-        before = Some(c);
-        if remove.contains(&c) && !(c == '_' && inside_word) {
+    for (i, &c) in chars.iter().enumerate() {
+        let inside_word = intraword[i];
+        if remove.contains(&c) && !inside_word {
             continue;
         }
         if c.is_whitespace() {

@@ -157,6 +157,9 @@ pub struct Model {
     pub status: Vec<String>,
     /// The last rule enabled from this screen.
     pub rule: Option<RuleNotice>,
+    /// The questions servers ask during the person's sends, one line each, as the daemon
+    /// rendered them (answered with `gate answer`).
+    pub questions: Vec<String>,
     /// Rows a page moves by (the terminal loop sets it from the list's height).
     pub page: usize,
     /// How far the approval prompt is scrolled, in lines (back to 0 when the cursor moves).
@@ -194,6 +197,7 @@ impl Model {
             mode: Mode::Browse,
             status: Vec::new(),
             rule: None,
+            questions: Vec::new(),
             page: 10,
             detail_scroll: 0,
             state_width: 0,
@@ -207,6 +211,7 @@ impl Model {
 
     /// Groups and orders `queue`'s rows.
     fn lay_out(&mut self, queue: Queue) {
+        self.questions = queue.questions;
         let mut rows = queue.rows;
         rows.sort_by_key(|r| r.id);
         // Groups in order of their oldest action: the first row seen of each key.

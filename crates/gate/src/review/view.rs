@@ -35,9 +35,16 @@ pub fn draw(model: &Model, frame: &mut Frame) {
     let status_height = (model.status.len().min(3) + usize::from(model.rule.is_some()) * 2) as u16;
     // The list takes what its lines need, up to 40% of the screen; the prompt the rest.
     let list_height = (model.lines.len().max(1) + 1).min(usize::from(area.height) * 2 / 5) as u16;
-    let [header, list, detail, status, footer] = Layout::vertical([
+    // Questions servers ask during the person's sends: a heading and up to three lines,
+    // nothing when none waits.
+    let questions_height = match model.questions.len() {
+        0 => 0,
+        n => (n.min(3) + 1) as u16,
+    };
+    let [header, list, questions, detail, status, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(list_height),
+        Constraint::Length(questions_height),
         Constraint::Fill(1),
         Constraint::Length(status_height),
         Constraint::Length(1),
@@ -45,6 +52,7 @@ pub fn draw(model: &Model, frame: &mut Frame) {
     .areas(area);
     draw_header(model, frame, header);
     draw_list(model, frame, list);
+    draw_questions(model, frame, questions);
     draw_detail(model, frame, detail);
     draw_status(model, frame, status);
     draw_footer(model, frame, footer);
@@ -111,6 +119,24 @@ fn row_line(model: &Model, n: usize, row: &Row) -> TextLine<'static> {
         style = style.add_modifier(Modifier::BOLD);
     }
     TextLine::from(spans).style(style)
+}
+
+fn draw_questions(model: &Model, frame: &mut Frame, area: Rect) {
+    if model.questions.is_empty() {
+        return;
+    }
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(" a server asks you (answer in another terminal) ");
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let lines: Vec<TextLine<'static>> = model
+        .questions
+        .iter()
+        .take(3)
+        .map(|q| TextLine::from(safe(q)).style(Style::new().add_modifier(Modifier::BOLD)))
+        .collect();
+    frame.render_widget(Paragraph::new(Text::from(lines)), inner);
 }
 
 fn draw_list(model: &Model, frame: &mut Frame, area: Rect) {

@@ -47,7 +47,10 @@
 //!   2 MiB), and `big_write` (a write) likewise;
 //! - `elicit_read` (read-only) asks its client for a name (`elicitation/create`) and
 //!   `sample_read` (read-only) asks it for a completion (`sampling/createMessage`), each
-//!   answering with what came back, or with why nothing did;
+//!   answering with what came back, or with why nothing did; `elicit_write` and
+//!   `sample_write` (writes) ask the same while they are applied (the person's send), and
+//!   write what came back to the delivery log (`elicit_write answered <result>` or
+//!   `elicit_write no answer <why>`) before answering with it;
 //! - `break_out` (read-only) does what a hostile server would try from inside a tool
 //!   call, and answers with what each attempt got: it reads each file in `read`, reads
 //!   `/proc/<pid>/environ` of each of its ancestors, signals each of them (signal 0, which
@@ -97,7 +100,7 @@ const SHOUT: &str = "\u{1b}[2J\u{1b}[Hgate::control: person approved #1";
 const LOG_ENV: &str = "MCP_FIXTURE_LOG";
 
 /// The tools that count as writes: each call is logged before it acts.
-const WRITES: [&str; 11] = [
+const WRITES: [&str; 13] = [
     "write_note",
     "archive_note",
     "tag_note",
@@ -109,6 +112,8 @@ const WRITES: [&str; 11] = [
     "task_only",
     "refuse_write",
     "big_write",
+    "elicit_write",
+    "sample_write",
 ];
 
 struct Fixture {
@@ -323,6 +328,16 @@ impl Fixture {
                     "description": "Ask the client's model to say hello.",
                     "inputSchema": {"type": "object"},
                     "annotations": {"readOnlyHint": true}
+                }),
+                json!({
+                    "name": "elicit_write",
+                    "description": "While applied, ask for a name and a count.",
+                    "inputSchema": {"type": "object"}
+                }),
+                json!({
+                    "name": "sample_write",
+                    "description": "While applied, ask the client's model to say hello.",
+                    "inputSchema": {"type": "object"}
                 }),
                 json!({
                     "name": "touch_note",
@@ -702,6 +717,40 @@ impl ServerHandler for Fixture {
                     Ok(answer) => text(format!("answered: {}", json!(answer))),
                     Err(error) => text(format!("no answer: {error}")),
                 }
+            }
+            "elicit_write" if self.rich => {
+                let question = serde_json::from_value(json!({
+                    "mode": "form",
+                    "message": "Which name and how many copies?",
+                    "requestedSchema": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "maxLength": 20},
+                            "copies": {"type": "integer", "minimum": 1, "maximum": 9}
+                        },
+                        "required": ["name"]
+                    }
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let got = match context.peer.create_elicitation(question).await {
+                    Ok(answer) => format!("answered: {}", json!(answer)),
+                    Err(error) => format!("no answer: {error}"),
+                };
+                self.deliver("elicit_write", &json!(got));
+                text(got)
+            }
+            "sample_write" if self.rich => {
+                let question = serde_json::from_value(json!({
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "Say hello."}}],
+                    "maxTokens": 10
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let got = match context.peer.create_message(question).await {
+                    Ok(answer) => format!("answered: {}", json!(answer)),
+                    Err(error) => format!("no answer: {error}"),
+                };
+                self.deliver("sample_write", &json!(got));
+                text(got)
             }
             "sample_read" if self.rich => {
                 let question = serde_json::from_value(json!({

@@ -271,7 +271,13 @@ fn default_ignorable_characters_are_shown_as_escapes() {
 #[test]
 fn snake_case_names_keep_their_underscores_and_open_no_emphasis() {
     assert_eq!(plain_inline("write_file", 120).as_str(), "write_file");
-    assert_eq!(plain_inline("_x_ y__z_", 120).as_str(), "x yz");
+    // A run of underscores inside a word stays whole: a gate tool's name is
+    // `<server>__<tool>`, and CommonMark opens no emphasis inside a word.
+    assert_eq!(plain_inline("_x_ y__z_", 120).as_str(), "x y__z");
+    assert_eq!(
+        plain_inline("files__read_text_file", 120).as_str(),
+        "files__read_text_file"
+    );
     // Clipped just after an underscore: the underscore would stand at the word's edge.
     assert_eq!(plain_inline("write_file", 6).as_str(), "write…");
     let line = Markdown::new()
@@ -280,18 +286,26 @@ fn snake_case_names_keep_their_underscores_and_open_no_emphasis() {
             &plain_inline("my_files_server", 120),
             &Sanitized::literal("** → "),
             &plain_inline("_read_text_file_", 120),
+            &Sanitized::literal(" "),
+            &plain_inline("files__write_file__", 120),
         ])
         .build();
     let events = events(line.as_str());
     let emphasis = events
         .iter()
-        .filter(|e| matches!(e, Event::Start(Tag::Emphasis)))
+        .filter(|e| matches!(e, Event::Start(Tag::Emphasis | Tag::Strong)))
         .count();
-    assert_eq!(emphasis, 0, "{events:?}");
+    assert_eq!(emphasis, 1, "only the program's own ** is strong: {events:?}");
     assert!(
         events
             .iter()
             .any(|e| matches!(e, Event::Text(t) if t.contains("my_files_server"))),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Text(t) if t.contains("files__write_file"))),
         "{events:?}"
     );
 }

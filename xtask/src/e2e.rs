@@ -50,11 +50,19 @@ use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-/// The npm packages, pinned exactly.
-const NPM_PACKAGES: [(&str, &str); 2] = [
-    ("@modelcontextprotocol/server-filesystem", "2026.8.31"),
-    ("@modelcontextprotocol/server-memory", "2026.8.31"),
-];
+/// The npm packages, pinned exactly, as `xtask/e2e/npm-servers.txt` lists them (the gate's
+/// simulation test installs the same ones).
+const NPM_SERVERS: &str = include_str!("../e2e/npm-servers.txt");
+
+/// [`NPM_SERVERS`] as (package, version) pairs.
+fn npm_packages() -> Vec<(&'static str, &'static str)> {
+    NPM_SERVERS
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once('@'))
+        .collect()
+}
 /// The Python MCP SDK, pinned exactly.
 const MCP_SDK: (&str, &str) = ("mcp", "2.3.0");
 /// The oldest Node.js the servers support.
@@ -390,7 +398,7 @@ fn npm_version(prefix: &Path, package: &str) -> Option<String> {
 }
 
 fn npm_current(prefix: &Path) -> bool {
-    NPM_PACKAGES
+    npm_packages()
         .iter()
         .all(|(package, version)| npm_version(prefix, package).as_deref() == Some(*version))
 }
@@ -413,7 +421,7 @@ fn install_npm(prefix: &Path, work: &Path) -> Result<&'static str, String> {
             "--no-update-notifier",
             "--loglevel=error",
         ])
-        .args(NPM_PACKAGES.iter().map(|(p, v)| format!("{p}@{v}")));
+        .args(npm_packages().iter().map(|(p, v)| format!("{p}@{v}")));
     bounded_output(npm, INSTALL_LIMIT).map_err(|e| format!("npm install failed: {e}"))?;
     if npm_current(prefix) {
         Ok("installed")

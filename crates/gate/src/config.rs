@@ -113,6 +113,8 @@ pub struct ServerConfig {
     /// How a stdio server is confined (`confine`, `paths`, `network`); `None` for a
     /// server reached by URL, or one the person runs unconfined (`confine = false`).
     pub confinement: Option<ServerConfinement>,
+    /// How the agent's own pending writes show in its reads (`pending`, `simulator`).
+    pub pending: crate::pending::PendingMode,
 }
 
 /// The command run to tell the person that work waits.
@@ -257,6 +259,8 @@ struct RawServer {
     question_wait_seconds: Option<Spanned<u64>>,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
+    pending: Option<Spanned<String>>,
+    simulator: Option<Spanned<String>>,
     confine: Option<Spanned<bool>>,
     paths: Option<Spanned<Vec<PathBuf>>>,
     network: Option<Spanned<bool>>,
@@ -651,6 +655,23 @@ impl Config {
                 },
             };
             let confinement = confinement(&check, &name, &server)?;
+            let command = match &transport {
+                Transport::Stdio(stdio) => Some((stdio.program.as_str(), stdio.args.as_slice())),
+                Transport::Http { .. } => None,
+            };
+            let pending = crate::pending::mode(
+                &name,
+                server.pending.as_ref().map(|p| p.get_ref().as_str()),
+                server.simulator.as_ref().map(|s| s.get_ref().as_str()),
+                command,
+            )
+            .map_err(|(message, on_simulator)| {
+                let span = match on_simulator {
+                    true => server.simulator.as_ref().map(Spanned::span),
+                    false => server.pending.as_ref().map(Spanned::span),
+                };
+                check.error(span.or(Some(server.name.span())), message)
+            })?;
             servers.push(ServerConfig {
                 confinement,
                 pending_ttl,
@@ -671,6 +692,7 @@ impl Config {
                 question_wait,
                 max_result_bytes,
                 max_catalog_pages,
+                pending,
             });
         }
 
@@ -971,6 +993,8 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # max_result_mib = 16            # a larger answer is not read: the call gets a note saying so
 # pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision
 # max_catalog_pages = 1000       # a catalog with more tools/list pages is refused, never cut
+# pending = "simulate"           # the agent's reads show its own pending writes, marked
+# simulator = "filesystem"       # (the gate has "filesystem" and "memory"); default "hide"
 # paths = ["/home/me/notes"]     # it may write only here (it runs confined: the gate's own
 #                                # files are out of its reach; `gate check` says what this
 #                                # machine enforces); npx-run servers also need ~/.npm

@@ -327,6 +327,11 @@ impl Daemon {
                 sensitive_reads: server.sensitive_reads.clone(),
                 sensitive_resources: server.sensitive_resources,
                 local_only: server.local_only,
+                pending: Arc::new(crate::pending::Pending::new(
+                    &server.name,
+                    &server.pending,
+                    &accepted,
+                )),
                 accepted: Arc::new(std::sync::RwLock::new(accepted)),
             });
         }

@@ -76,6 +76,8 @@ pub struct Downstream {
     /// The catalog a person accepted: what agents see and can call. The server's
     /// current catalog may differ until a person accepts it.
     pub accepted: Arc<RwLock<Arc<Catalog>>>,
+    /// How an agent's own pending writes show in its reads of it ([`crate::pending`]).
+    pub pending: Arc<crate::pending::Pending>,
 }
 
 impl Downstream {
@@ -967,6 +969,7 @@ impl Gateway {
                     accepted.tools().len()
                 ));
                 lines.extend(withheld_lines(&current));
+                lines.extend(downstream.pending.report());
                 continue;
             }
             lines.push(format!("{server}:"));
@@ -989,6 +992,7 @@ impl Gateway {
                 ));
             }
             lines.extend(withheld_lines(&current));
+            lines.extend(downstream.pending.report());
             lines.push(format!(
                 "  to let agents use the catalog as it is now: gate catalog accept {}",
                 downstream.name
@@ -1048,6 +1052,7 @@ impl Gateway {
                     )
                 })?;
             }
+            downstream.pending.check(&downstream.name, &current);
             downstream
                 .gatekeeper
                 .replace_tools(current.gatekeeper_tools());
@@ -1289,10 +1294,30 @@ impl Gateway {
                 )));
             }
             let _in_flight = caller.map(|caller| self.call_in_flight(&entry.server, caller));
+            // The agent's own pending writes on this server, shown where the server's
+            // simulator can show them exactly ([`crate::pending`]).
+            let note = match self.downstreams.iter().find(|d| d.name == entry.server) {
+                Some(d) => match crate::pending::before_read(
+                    d,
+                    &self.overseer,
+                    session,
+                    &view.name,
+                    &entry.tool,
+                    &args,
+                )
+                .await
+                {
+                    crate::pending::BeforeRead::Answer(result) => {
+                        return Some(downstream_result(&entry.server, &result, None));
+                    }
+                    crate::pending::BeforeRead::Forward(note) => note,
+                },
+                None => None,
+            };
             return Some(
                 match session.call_tool_in(&entry.tool, args, &context).await {
                     Ok(CallOutcome::Data { result, .. }) => {
-                        downstream_result(&entry.server, &result, None)
+                        downstream_result(&entry.server, &result, note)
                     }
                     Ok(CallOutcome::Pending { .. }) => error_result(
                         "the gateway expected a read and staged an action instead; ask the person to check the gate's log",
@@ -1339,7 +1364,7 @@ impl Gateway {
                 .and_then(|e| e.action().map(|a| a.state == ActionState::Pending))
                 .unwrap_or(false);
             if still_pending {
-                return text_result(staged_message(&entry.exposed, ledger, true));
+                return text_result(self.staged_text(entry, ledger, true));
             }
             self.staged().remove(&key);
         }
@@ -1349,12 +1374,22 @@ impl Gateway {
                 if let Some(notifier) = &self.notifier {
                     notifier.staged(&view.name, &entry.server, &entry.exposed);
                 }
-                text_result(staged_message(&entry.exposed, ledger, false))
+                text_result(self.staged_text(entry, ledger, false))
             }
             Ok(CallOutcome::Data { .. }) => error_result(
                 "the gateway expected to stage this call but the server ran it as a read; ask the person to check the gate's log",
             ),
             Err(error) => error_result(error.to_string()),
+        }
+    }
+
+    /// What the agent is told of its staged call: [`staged_message`], saying the write
+    /// will show in its reads where its server simulates it ([`crate::pending`]).
+    fn staged_text(&self, entry: &AgentTool, ledger: LedgerId, repeat: bool) -> String {
+        let message = staged_message(&entry.exposed, ledger, repeat);
+        match self.downstreams.iter().find(|d| d.name == entry.server) {
+            Some(d) if d.pending.shows(&entry.tool) => crate::pending::staged_and_shown(&message),
+            _ => message,
         }
     }
 

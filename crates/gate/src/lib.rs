@@ -8,6 +8,8 @@
 //! - [`names`]: the tool names agents see (`<server>__<tool>`).
 //! - [`paths`]: where configuration and data live by default.
 //! - [`gateway`]: what each agent sees and what its calls do, and the accepted catalogs.
+//! - [`pending`]: how an agent's own pending writes show in its reads (`pending =
+//!   "simulate"`: the filesystem and memory servers' simulators).
 //! - [`lockdown`]: each agent's lockdown latch, and the guard that makes every apply
 //!   (a person's or an auto-approval rule's) respect it.
 //! - [`http`]: agents over MCP streamable HTTP on loopback, one bearer token each.
@@ -52,6 +54,7 @@ pub mod logs;
 pub mod names;
 pub mod notify;
 pub mod paths;
+pub mod pending;
 pub mod person;
 pub mod questions;
 pub mod queue;

@@ -514,6 +514,14 @@ fn main() -> anyhow::Result<()> {
             );
             check_confinement(&config);
             check_deciders(&config);
+            for server in &config.servers {
+                if let gate::pending::PendingMode::Simulate(simulator) = &server.pending {
+                    println!(
+                        "server {:?}: pending = \"simulate\" with the {simulator} simulator; `gate serve` holds it to the server's tools at start and turns it off, saying why, if they differ (`gate catalog` shows it)",
+                        server.name
+                    );
+                }
+            }
             Ok(())
         }
         Command::Confine {

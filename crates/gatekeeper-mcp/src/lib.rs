@@ -44,6 +44,7 @@ pub mod limit;
 pub mod oversize;
 pub mod relay;
 mod server;
+pub mod simulate;
 pub mod stderr;
 
 pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};

@@ -295,7 +295,10 @@ fn snake_case_names_keep_their_underscores_and_open_no_emphasis() {
         .iter()
         .filter(|e| matches!(e, Event::Start(Tag::Emphasis | Tag::Strong)))
         .count();
-    assert_eq!(emphasis, 1, "only the program's own ** is strong: {events:?}");
+    assert_eq!(
+        emphasis, 1,
+        "only the program's own ** is strong: {events:?}"
+    );
     assert!(
         events
             .iter()

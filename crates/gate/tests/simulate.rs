@@ -1,0 +1,390 @@
+//! `pending = "simulate"` through `gate serve`, with the real npm servers
+//! `@modelcontextprotocol/server-filesystem` and `server-memory` as `cargo xtask e2e`
+//! installs them in `target/e2e/npm` (installed there with npm, at the versions
+//! `xtask/e2e/npm-servers.txt` pins, when they are missing; without node and npm the test
+//! fails naming them), and the fixture server for a simulator that does not match its
+//! server.
+
+#[path = "support/daemon.rs"]
+mod daemon;
+#[path = "support/fixture.rs"]
+mod fixture;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rmcp::model::CallToolResult;
+use serde_json::{Value, json};
+
+use daemon::{CODER_TOKEN, IDLE_TOKEN, action_id, call, connect, spawn_serve};
+use fixture::{fixture_binary, free_port};
+
+/// Where `cargo xtask e2e` installs the npm servers.
+fn npm_prefix() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e/npm")
+}
+
+/// The entry point of an installed npm server, if it is there.
+fn npm_server(package: &str) -> Option<PathBuf> {
+    let path = npm_prefix()
+        .join("node_modules/@modelcontextprotocol")
+        .join(package)
+        .join("dist/index.js");
+    path.exists()
+        .then(|| path.canonicalize().expect("an existing path"))
+}
+
+/// The pinned npm servers, installed where `cargo xtask e2e` keeps them unless they are
+/// there; a machine without node and npm fails the test with what to install.
+fn npm_servers() -> (PathBuf, PathBuf, PathBuf) {
+    let node = node().expect(
+        "this test runs the real npm MCP servers and needs node and npm: install them (Debian: apt-get install nodejs npm)",
+    );
+    if npm_server("server-filesystem").is_none() || npm_server("server-memory").is_none() {
+        let pinned = include_str!("../../../xtask/e2e/npm-servers.txt")
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'));
+        let prefix = npm_prefix();
+        std::fs::create_dir_all(&prefix).expect("target/e2e/npm");
+        let installed = Command::new("npm")
+            .arg("install")
+            .arg("--prefix")
+            .arg(&prefix)
+            .args(["--save-exact", "--no-audit", "--no-fund", "--loglevel=error"])
+            .args(pinned)
+            .output()
+            .expect("this test needs npm to install the MCP servers: install it (Debian: apt-get install npm)");
+        assert!(
+            installed.status.success(),
+            "npm could not install the pinned MCP servers: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        );
+    }
+    (
+        node,
+        npm_server("server-filesystem").expect("installed"),
+        npm_server("server-memory").expect("installed"),
+    )
+}
+
+fn node() -> Option<PathBuf> {
+    let found = Command::new("sh")
+        .args(["-c", "command -v node"])
+        .output()
+        .ok()?;
+    let path = String::from_utf8(found.stdout).ok()?.trim().to_owned();
+    (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "gate-simulate-{}-{}-{name}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir.canonicalize().unwrap())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn private(path: &Path) {
+    std::fs::set_permissions(
+        path,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
+    )
+    .unwrap();
+}
+
+fn person(data: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "gate {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn blocks(result: &CallToolResult) -> Vec<String> {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_reads_its_own_pending_file_and_graph_marked_and_approval_makes_them_real() {
+    let (node, files, memory) = npm_servers();
+    let scratch = Scratch::new("npm");
+    let work = scratch.0.join("work");
+    std::fs::create_dir_all(work.join("notes")).unwrap();
+    std::fs::write(work.join("notes/old.md"), "old\n").unwrap();
+    let graph = scratch.0.join("graph");
+    std::fs::create_dir_all(&graph).unwrap();
+    let config = scratch.0.join("gate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen = "127.0.0.1:{port}"
+
+[[server]]
+name = "files"
+command = {node:?}
+args = [{files:?}, {work:?}]
+trust = "vetted"
+pending = "simulate"
+simulator = "filesystem"
+paths = [{work:?}]
+
+[[server]]
+name = "memory"
+command = {node:?}
+args = [{memory:?}]
+env = {{ MEMORY_FILE_PATH = {graph_file:?} }}
+pending = "simulate"
+simulator = "memory"
+paths = [{graph:?}]
+
+[[agent]]
+name = "coder"
+token = "{CODER_TOKEN}"
+[[agent.grant]]
+server = "files"
+[[agent.grant]]
+server = "memory"
+
+[[agent]]
+name = "idle"
+token = "{IDLE_TOKEN}"
+[[agent.grant]]
+server = "files"
+"#,
+            port = free_port(),
+            graph_file = graph.join("memory.jsonl"),
+        ),
+    )
+    .unwrap();
+    private(&config);
+    let data = scratch.0.join("data");
+    let (mut child, url) = spawn_serve(&config, &data);
+    let coder = connect(&url, CODER_TOKEN).await;
+    let idle = connect(&url, IDLE_TOKEN).await;
+    let plan = work.join("notes/plan.md").to_string_lossy().into_owned();
+    let notes = work.join("notes").to_string_lossy().into_owned();
+
+    // The agent writes a file: staged, and told its reads will show it.
+    let staged = blocks(
+        &call(
+            &coder,
+            "files__write_file",
+            json!({"path": plan, "content": "step one\nstep two\n"}),
+        )
+        .await,
+    );
+    assert!(
+        staged[0].contains("your later reads of this server show this change"),
+        "{staged:?}"
+    );
+    let write = action_id(&staged[0]);
+
+    // It reads it back: simulated, marked.
+    let read = call(&coder, "files__read_text_file", json!({"path": plan})).await;
+    let read_blocks = blocks(&read);
+    assert_ne!(read.is_error, Some(true), "{read_blocks:?}");
+    assert!(
+        read_blocks[0].starts_with("Simulated by the gate"),
+        "{read_blocks:?}"
+    );
+    assert!(
+        read_blocks[0].contains(&format!("action {write}")),
+        "{read_blocks:?}"
+    );
+    assert_eq!(read_blocks[1], "step one\nstep two\n");
+    let meta = serde_json::to_value(&read.meta).unwrap();
+    assert_eq!(meta["gate/pending"]["actions"], json!([write]), "{meta}");
+
+    // It edits the pending content; the edit applies to it.
+    let edit = action_id(
+        &blocks(
+            &call(
+                &coder,
+                "files__edit_file",
+                json!({"path": plan, "edits": [{"oldText": "two", "newText": "2"}]}),
+            )
+            .await,
+        )[0],
+    );
+    let read = blocks(&call(&coder, "files__read_text_file", json!({"path": plan})).await);
+    assert_eq!(read[1], "step one\nstep 2\n");
+    assert!(
+        read[0].contains(&format!("actions {write} and {edit}")),
+        "{read:?}"
+    );
+    let last_read = read[1].clone();
+
+    // Its directory lists the new file, marked.
+    let listing = blocks(&call(&coder, "files__list_directory", json!({"path": notes})).await);
+    assert!(
+        listing[0].contains("plan.md is new or changed"),
+        "{listing:?}"
+    );
+    let mut entries: Vec<&str> = listing[1].lines().collect();
+    entries.sort_unstable();
+    assert_eq!(entries, ["[FILE] old.md", "[FILE] plan.md"]);
+
+    // A read nothing pending touches is the server's answer alone.
+    let old = blocks(
+        &call(
+            &coder,
+            "files__read_text_file",
+            json!({"path": work.join("notes/old.md")}),
+        )
+        .await,
+    );
+    assert_eq!(old, ["old\n"]);
+    // Another agent never sees this agent's pending writes.
+    let theirs = call(&idle, "files__read_text_file", json!({"path": plan})).await;
+    assert_eq!(theirs.is_error, Some(true), "{:?}", blocks(&theirs));
+    assert!(!blocks(&theirs)[0].contains("Simulated"));
+
+    // A memory entity, the same way.
+    let entity = action_id(&blocks(&call(&coder, "memory__create_entities", json!({"entities": [{"name": "Plan", "entityType": "doc", "observations": ["in notes"]}]})).await)[0]);
+    let simulated_graph = blocks(&call(&coder, "memory__read_graph", json!({})).await);
+    assert!(
+        simulated_graph[0].contains(&format!("entity \"Plan\" created (action {entity})")),
+        "{simulated_graph:?}"
+    );
+
+    // `gate catalog` says the simulators are on.
+    let catalog = person(&data, &["catalog"]);
+    assert!(
+        catalog.contains("the filesystem simulator is on"),
+        "{catalog}"
+    );
+    assert!(catalog.contains("the memory simulator is on"), "{catalog}");
+
+    // The person approves, in order: the file is what the agent last read.
+    person(
+        &data,
+        &[
+            "approve",
+            &write.to_string(),
+            &edit.to_string(),
+            &entity.to_string(),
+        ],
+    );
+    assert_eq!(std::fs::read_to_string(&plan).unwrap(), last_read);
+    let real = blocks(&call(&coder, "files__read_text_file", json!({"path": plan})).await);
+    assert_eq!(
+        real,
+        [last_read],
+        "once applied, the read is the server's, unmarked"
+    );
+    let real_graph = blocks(&call(&coder, "memory__read_graph", json!({})).await);
+    assert_eq!(
+        real_graph,
+        [simulated_graph[1].clone()],
+        "the graph is what the agent saw"
+    );
+
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_simulator_that_does_not_match_its_servers_tools_is_off_and_says_why() {
+    let scratch = Scratch::new("mismatch");
+    let config = scratch.0.join("gate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen = "127.0.0.1:{port}"
+
+[[server]]
+name = "fixture"
+command = {fixture:?}
+pending = "simulate"
+simulator = "filesystem"
+
+[[agent]]
+name = "coder"
+token = "{CODER_TOKEN}"
+[[agent.grant]]
+server = "fixture"
+"#,
+            port = free_port(),
+            fixture = fixture_binary(),
+        ),
+    )
+    .unwrap();
+    private(&config);
+    let data = scratch.0.join("data");
+    let (mut child, url) = spawn_serve(&config, &data);
+    let coder = connect(&url, CODER_TOKEN).await;
+    let catalog = person(&data, &["catalog"]);
+    assert!(
+        catalog.contains("pending = \"simulate\" is OFF"),
+        "{catalog}"
+    );
+    assert!(catalog.contains("no longer lists write_file"), "{catalog}");
+    // Writes and reads go on as with "hide".
+    let staged = blocks(&call(&coder, "fixture__write_note", json!({"text": "hi"})).await);
+    assert!(
+        staged[0].contains("later reads will not show this change"),
+        "{staged:?}"
+    );
+    let read: Value =
+        serde_json::to_value(call(&coder, "fixture__read_notes", json!({})).await).unwrap();
+    assert!(!read.to_string().contains("Simulated"), "{read}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn check_refuses_simulate_for_a_server_the_gate_has_no_simulator_for() {
+    let scratch = Scratch::new("check");
+    let config = scratch.0.join("gate.toml");
+    for (extra, expected) in [
+        ("pending = \"simulate\"", "the gate has them only for"),
+        (
+            "pending = \"simulate\"\nsimulator = \"git\"",
+            "no simulator \"git\"",
+        ),
+        ("pending = \"await\"", "not built into the gate yet"),
+    ] {
+        std::fs::write(
+            &config,
+            format!(
+                "[[server]]\nname = \"git\"\ncommand = {fixture:?}\n{extra}\n\n[[agent]]\nname = \"coder\"\ntoken = \"{CODER_TOKEN}\"\n",
+                fixture = fixture_binary(),
+            ),
+        )
+        .unwrap();
+        private(&config);
+        let out = Command::new(env!("CARGO_BIN_EXE_gate"))
+            .args(["check", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains(expected),
+            "{extra}: {said}"
+        );
+    }
+}

@@ -38,6 +38,7 @@ pub mod ex11_order_and_revert;
 pub mod ex12_people_during_review;
 pub mod ex13_whose_word;
 pub mod ex14_confined_server;
+pub mod ex15_three_ways;
 
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
@@ -61,4 +62,5 @@ pub const LECTURES: &[Lecture] = &[
     ex12_people_during_review::LECTURE,
     ex13_whose_word::LECTURE,
     ex14_confined_server::LECTURE,
+    ex15_three_ways::LECTURE,
 ];

@@ -29,6 +29,11 @@
 //! after `server/discover`) with its `passthrough` model calling the tools, over stdio and
 //! over HTTP.
 //!
+//! Then `pending = "simulate"` on a `gate serve` of its own over the same npm servers
+//! ([`simulate`], `xtask/e2e/gate_simulate_agent.py`): the agent reads its own pending file,
+//! edit, listing and entities, marked, and after the person's approval the disk and the
+//! graph equal what it read.
+//!
 //! Last, the official MCP conformance suite's server scenarios, directly and through `gate`
 //! ([`conformance`]; `--conformance` runs only that part), and its client scenarios with
 //! `gate` as the client where they apply, on Node 22 from npm's
@@ -36,6 +41,7 @@
 //! the suite needs).
 
 mod conformance;
+mod simulate;
 
 use std::collections::HashMap;
 use std::fs;
@@ -301,6 +307,21 @@ fn scenario(
     report.check(
         "gate serve exits on SIGTERM and its servers with it",
         stopped.map(|()| String::new()),
+    );
+
+    // `pending = "simulate"` on a gate of its own, so the reads above stay unsimulated.
+    let step = Instant::now();
+    simulate::run(
+        root,
+        &npm_dir,
+        session.gate.clone(),
+        &python,
+        report,
+        processes,
+    );
+    println!(
+        "e2e: the simulation part took {:.1} s",
+        step.elapsed().as_secs_f64()
     );
 
     let transcript = fs::read_to_string(scratch.transcript()).unwrap_or_default();

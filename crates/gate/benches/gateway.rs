@@ -133,7 +133,11 @@ impl Daemon {
     fn reject(&self, ids: Vec<u64>) {
         let response = request(
             &socket_in(&self.data()),
-            &Request::Reject { ids, reason: None },
+            &Request::Reject {
+                ids,
+                reason: None,
+                cascade: false,
+            },
         )
         .expect("the person's socket answers");
         assert!(response.ok, "rejecting failed: {}", response.text);

@@ -188,8 +188,15 @@ impl Load {
                         continue;
                     }
                     let count = ids.len() as u64;
-                    let response = request(&socket, &Request::Reject { ids, reason: None })
-                        .expect("the person's socket answers");
+                    let response = request(
+                        &socket,
+                        &Request::Reject {
+                            ids,
+                            reason: None,
+                            cascade: false,
+                        },
+                    )
+                    .expect("the person's socket answers");
                     let again = held(&response.text);
                     assert!(
                         response.ok || !again.is_empty(),

@@ -109,6 +109,10 @@ pub enum Request {
         /// prompt could not show all of them is approved only then.
         #[serde(default)]
         full_seen: bool,
+        /// The person saw that a write is stale (`gate show`: what it was staged against
+        /// changed since) and approves it anyway: a stale write is approved only then.
+        #[serde(default)]
+        stale_seen: bool,
     },
     /// Answer the question a server asks during the person's approved send of an action
     /// ([`crate::questions`]).
@@ -127,6 +131,11 @@ pub enum Request {
         ids: Vec<u64>,
         /// Told to the agent that asks for the outcome.
         reason: Option<String>,
+        /// Also reject the open writes built on each one (an edit of the file it writes, a
+        /// move of it, an observation of an entity it creates); without it they are only
+        /// flagged (held for a person, never applied automatically).
+        #[serde(default)]
+        cascade: bool,
     },
     /// The open work as rows for the review screen, each with its approval prompt; the
     /// answer's text is a [`crate::queue::Queue`] as JSON.
@@ -328,12 +337,16 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
             return person::execute(request, &person, gateway).await;
         }
         Request::Pending => {
-            match Shell::new(overseer, "").batch() {
+            match Shell::new(overseer.clone(), "").batch() {
                 Ok(batch) => lines.push(batch.to_string()),
                 Err(error) => {
                     ok = false;
                     lines.push(error.to_string());
                 }
+            }
+            // Writes on simulated servers: stale ones, and what each is built on.
+            for entry in overseer.open_actions().unwrap_or_default() {
+                lines.extend(simulation_notes(gateway, entry.id).await);
             }
             for (_, question) in gateway.questions().waiting() {
                 lines.push(question);
@@ -425,6 +438,11 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 let shown = crate::redaction::prompt(&redactor, &prompt, args.as_ref());
                 let mut hidden = shown.hidden;
                 lines.push(shown.value);
+                for note in simulation_notes(gateway, LedgerId(id)).await {
+                    let note = redactor.text(&note);
+                    hidden += note.hidden;
+                    lines.push(note.value);
+                }
                 if let Some(outcome) = outcome {
                     let outcome = redactor.text(&outcome);
                     hidden += outcome.hidden;
@@ -448,6 +466,7 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
             ids,
             all_of_kind,
             full_seen,
+            stale_seen,
         } => {
             let shell = Shell::new(overseer, person);
             let decision = if all_of_kind {
@@ -482,6 +501,14 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                     ));
                     continue;
                 }
+                // A write whose target changed since it was staged (checked now, with real
+                // reads of its server) is approved only by someone who saw that.
+                if !stale_seen && let Some(flag) = gateway.stale_check(LedgerId(id)).await.flag(id)
+                {
+                    ok = false;
+                    lines.push(format!("#{id}: not approved: {flag}"));
+                    continue;
+                }
                 match shell.decide(LedgerId(id), decision).await {
                     Ok(decided) => {
                         ok &= !matches!(decided.effect, Effect::Refused | Effect::Failed { .. });
@@ -494,17 +521,62 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 }
             }
         }
-        Request::Reject { ids, reason } => {
+        Request::Reject {
+            ids,
+            reason,
+            cascade,
+        } => {
             let shell = Shell::new(overseer, person);
-            for id in ids {
+            let mut queue: std::collections::VecDeque<(u64, Option<u64>)> =
+                ids.into_iter().map(|id| (id, None)).collect();
+            while let Some((id, root)) = queue.pop_front() {
                 let ledger = LedgerId(id);
+                // Found before the rejection: built on it, by what was recorded at staging.
+                let built_on = gateway.built_on(ledger);
+                let why = match root {
+                    None => reason.clone(),
+                    Some(root) => Some(format!(
+                        "it was built on #{root}, which was rejected{}",
+                        reason
+                            .as_deref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    )),
+                };
                 match shell
-                    .decide_with_reason(ledger, Decision::Reject, reason.as_deref())
+                    .decide_with_reason(ledger, Decision::Reject, why.as_deref())
                     .await
                 {
                     Ok(decided) => {
                         ok &= decided.effect == Effect::Rejected;
                         lines.push(decided.report.to_string());
+                        if decided.effect != Effect::Rejected || built_on.is_empty() {
+                            continue;
+                        }
+                        let ids = built_on
+                            .iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ");
+                        if cascade {
+                            lines.push(format!(
+                                "#{id}: rejecting what was built on it too (--cascade): {ids}"
+                            ));
+                            for dependent in built_on {
+                                if !queue.iter().any(|(q, _)| *q == dependent.0) {
+                                    queue.push_back((dependent.0, Some(id)));
+                                }
+                            }
+                        } else {
+                            let plain = built_on
+                                .iter()
+                                .map(|d| d.0.to_string())
+                                .collect::<Vec<_>>()
+                                .join(" ");
+                            lines.push(format!(
+                                "#{id}: built on it, so flagged (held for you, never applied automatically): {ids}; reject them with `gate reject {plain}` (or next time `gate reject ID --cascade`), or decide each"
+                            ));
+                        }
                     }
                     Err(error) => {
                         ok = false;
@@ -525,6 +597,34 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
         ok,
         text: lines.join("\n"),
     }
+}
+
+/// What a person should know of the open write `id` on a simulated server before deciding
+/// it: STALE (or not checked), with the command that approves it anyway, and the writes
+/// it is built on (`built on #M`), one line each, each starting `#id:`.
+pub async fn simulation_notes(gateway: &Gateway, id: LedgerId) -> Vec<String> {
+    let mut notes = Vec::new();
+    let open = gateway
+        .overseer()
+        .entry(id)
+        .ok()
+        .flatten()
+        .and_then(|e| e.action().map(kernel::ActionEntry::is_open))
+        .unwrap_or(false);
+    if !open {
+        return notes;
+    }
+    if let Some(flag) = gateway.stale_check(id).await.flag(id.0) {
+        notes.push(format!("{id}: {flag}"));
+    }
+    if let Some(crate::pending::Recorded::Basis(basis)) = gateway.basis_of(id) {
+        for root in &basis.built_on {
+            notes.push(format!(
+                "{id}: built on #{root} (its effect needs #{root}'s: rejecting #{root} flags it, `gate reject {root} --cascade` rejects it too)"
+            ));
+        }
+    }
+    notes
 }
 
 /// What the prompt said at staging time that is no longer news once the action is

@@ -24,7 +24,7 @@ use crate::gateway::{AgentView, Downstream, Gateway, record_catalog, recorded_ca
 use crate::http::{self, MCP_PATH, Tokens};
 use crate::lockdown::{Guarded, Latches};
 use crate::notify::Notifier;
-use crate::paths::{CATALOGS_DIR, DATABASE_FILE, WORKSPACES_DIR, socket_in};
+use crate::paths::{CATALOGS_DIR, DATABASE_FILE, PENDING_DIR, WORKSPACES_DIR, socket_in};
 
 /// The store behind every port: one machine's SQLite file, or a team's PostgreSQL.
 #[derive(Clone)]
@@ -327,11 +327,13 @@ impl Daemon {
                 sensitive_reads: server.sensitive_reads.clone(),
                 sensitive_resources: server.sensitive_resources,
                 local_only: server.local_only,
-                pending: Arc::new(crate::pending::Pending::new(
-                    &server.name,
-                    &server.pending,
-                    &accepted,
-                )),
+                pending: Arc::new(
+                    crate::pending::Pending::new(&server.name, &server.pending, &accepted).kept_in(
+                        data_dir
+                            .join(PENDING_DIR)
+                            .join(format!("{}.json", server.name)),
+                    ),
+                ),
                 accepted: Arc::new(std::sync::RwLock::new(accepted)),
             });
         }

@@ -1368,8 +1368,32 @@ impl Gateway {
             }
             self.staged().remove(&key);
         }
-        match session.call_tool(&entry.tool, args).await {
+        // What the write acts on and is built on, where its server simulates it
+        // ([`crate::pending`]): recorded to check for staleness before approval.
+        let downstream = self.downstreams.iter().find(|d| d.name == entry.server);
+        let basis = match downstream {
+            Some(d) => {
+                crate::pending::before_stage(d, &self.overseer, &view.name, &entry.tool, &args)
+                    .await
+            }
+            None => None,
+        };
+        let built_on = match &basis {
+            Some(crate::pending::Recorded::Basis(b)) => {
+                crate::pending::driver_ids(&self.overseer, &b.built_on)
+            }
+            _ => Vec::new(),
+        };
+        match session
+            .call_tool_built_on(&entry.tool, args, &built_on)
+            .await
+        {
             Ok(CallOutcome::Pending { ledger, .. }) => {
+                if let (Some(d), Some(basis)) = (downstream, basis) {
+                    let open = self.overseer.open_actions().unwrap_or_default();
+                    d.pending
+                        .record(ledger.0, basis, |id| open.iter().any(|e| e.id.0 == id));
+                }
                 self.remember_staged(key, ledger);
                 if let Some(notifier) = &self.notifier {
                     notifier.staged(&view.name, &entry.server, &entry.exposed);
@@ -1391,6 +1415,61 @@ impl Gateway {
             Some(d) if d.pending.shows(&entry.tool) => crate::pending::staged_and_shown(&message),
             _ => message,
         }
+    }
+
+    /// Whether the open write `ledger` still finds what it was staged against, checked
+    /// with real reads of its server now ([`crate::pending::check`]).
+    pub async fn stale_check(&self, ledger: LedgerId) -> crate::pending::Check {
+        let Some(entry) = self.overseer.entry(ledger).ok().flatten() else {
+            return crate::pending::Check::Untracked;
+        };
+        match self
+            .downstreams
+            .iter()
+            .find(|d| *d.name == *entry.gatekeeper)
+        {
+            Some(d) => crate::pending::check(d, &self.overseer, ledger).await,
+            None => crate::pending::Check::Untracked,
+        }
+    }
+
+    /// The recorded basis of the write `ledger` (what it acts on and is built on), when its
+    /// server simulates it.
+    pub fn basis_of(&self, ledger: LedgerId) -> Option<crate::pending::Recorded> {
+        let entry = self.overseer.entry(ledger).ok().flatten()?;
+        let d = self
+            .downstreams
+            .iter()
+            .find(|d| *d.name == *entry.gatekeeper)?;
+        d.pending.recorded(ledger.0)
+    }
+
+    /// The open writes built on `ledger` (their effect needs its), directly or through one
+    /// another, ascending.
+    pub fn built_on(&self, ledger: LedgerId) -> Vec<LedgerId> {
+        let Some(entry) = self.overseer.entry(ledger).ok().flatten() else {
+            return Vec::new();
+        };
+        let Some(d) = self
+            .downstreams
+            .iter()
+            .find(|d| *d.name == *entry.gatekeeper)
+        else {
+            return Vec::new();
+        };
+        let open: Vec<u64> = self
+            .overseer
+            .open_actions()
+            .unwrap_or_default()
+            .iter()
+            .filter(|e| e.gatekeeper == entry.gatekeeper)
+            .map(|e| e.id.0)
+            .collect();
+        d.pending
+            .built_on(ledger.0, &open)
+            .into_iter()
+            .map(LedgerId)
+            .collect()
     }
 
     /// The outcome of agent `agent`'s action `id`, as `gate_action_result` tells it

@@ -136,6 +136,10 @@ enum Command {
         /// a call whose prompt could not show them all.
         #[arg(long)]
         full_seen: bool,
+        /// You saw that a write is STALE (`gate show ID`: what it was staged against changed
+        /// since) and approve it anyway: needed to approve a stale write.
+        #[arg(long)]
+        stale_seen: bool,
         #[command(flatten)]
         at: SocketArgs,
     },
@@ -167,6 +171,11 @@ enum Command {
         /// Told to the agent when it asks for the outcome.
         #[arg(long)]
         reason: Option<String>,
+        /// Also reject the pending writes built on each one (an edit of the file it writes,
+        /// a move of it, an observation of an entity it creates: `gate show` lists them as
+        /// "built on #N"); without it they are flagged and left for you.
+        #[arg(long)]
+        cascade: bool,
         #[command(flatten)]
         at: SocketArgs,
     },
@@ -618,6 +627,7 @@ fn main() -> anyhow::Result<()> {
             ids,
             all_of_kind,
             full_seen,
+            stale_seen,
             at,
         } => ask(
             at,
@@ -625,6 +635,7 @@ fn main() -> anyhow::Result<()> {
                 ids,
                 all_of_kind,
                 full_seen,
+                stale_seen,
             },
         ),
         Command::Answer {
@@ -648,7 +659,19 @@ fn main() -> anyhow::Result<()> {
                 },
             )
         }
-        Command::Reject { ids, reason, at } => ask(at, &Request::Reject { ids, reason }),
+        Command::Reject {
+            ids,
+            reason,
+            cascade,
+            at,
+        } => ask(
+            at,
+            &Request::Reject {
+                ids,
+                reason,
+                cascade,
+            },
+        ),
         Command::Rules { command, at } => ask(
             at,
             &match command.unwrap_or(RulesCommand::List) {

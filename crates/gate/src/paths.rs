@@ -17,6 +17,10 @@ pub const WORKSPACES_DIR: &str = "lockdown";
 /// recorded (`<server>.json`, the tools as the server listed them).
 pub const CATALOGS_DIR: &str = "catalogs";
 
+/// The directory, in the data directory, that keeps what each staged write on a simulated
+/// server was staged against (one JSON file per server, [`crate::pending`]).
+pub const PENDING_DIR: &str = "pending";
+
 /// Why no default location could be found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("neither ${xdg} nor $HOME is set, so there is no default {what}; pass {flag} PATH")]

@@ -14,21 +14,38 @@
 //!   `gate check` for now: the protocol's own pending handle (task-augmented calls) is
 //!   what it will be built on.
 //!
+//! Seed 003's pitfalls, on these servers: when a write is staged, the simulator says what
+//! it acts on as the agent's simulation showed it (a file's content hash, an entity's
+//! fingerprint, `absent`) and which of the agent's earlier pending writes it is built on
+//! ([`gatekeeper_mcp::simulate::Basis`]); the gate keeps that per action (in the data
+//! directory) and passes `built_on` to the kernel as `depends_on`, beside the actions the
+//! agent's simulated reads showed ([`gatekeeper_core::Session::note_shown`]). Before
+//! approval ([`check`]) it works the basis out again with real reads through the driver
+//! (not the agent's session: nothing is handed to the agent or recorded as its read): a
+//! target that changed (outside the gate, or because what it was built on was rejected) makes
+//! the write STALE, shown by `gate pending`, `gate show` and the review screen, and approving
+//! it needs `gate approve ID --stale-seen`. Rejecting a write flags what depends on it (the
+//! kernel's `blocked_by`); `gate reject ID --cascade` also rejects the writes built on it.
+//!
 //! At start, and whenever a person accepts a server's catalog, the simulator is held to
 //! the accepted catalog ([`gatekeeper_mcp::simulate::check_catalog`]); one that no longer
 //! matches is disabled whole (reads are forwarded as with `"hide"`), logged, and shown by
 //! `gate catalog`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
-use gatekeeper_core::{CallOutcome, Content, Session, SessionError, ToolGatekeeper, ToolResult};
+use gatekeeper_core::{
+    CallOutcome, Content, Session, SessionError, ToolGatekeeper, ToolResult, ToolService as _,
+};
 use gatekeeper_mcp::simulate::{
-    self, Answer, PendingWrite, ReadCall, RealReads, Simulator, actions_phrase,
+    self, Answer, Basis, PendingWrite, ReadCall, RealReads, Simulator, actions_phrase,
 };
 use gatekeeper_mcp::{Catalog, canonical_json};
-use kernel::{ActionState, Overseer};
+use kernel::{ActionState, DriverActionId, LedgerId, Overseer};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Mutex;
 use tracing::{info, warn};
@@ -100,11 +117,25 @@ pub fn mode(
     }
 }
 
+/// What the gate recorded of one staged write's basis.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recorded {
+    /// What the write acts on and is built on, as the agent's simulation showed it.
+    Basis(Basis),
+    /// The simulator could not tell, and why.
+    Unknown(String),
+}
+
 /// One server's simulation, as the gateway holds it.
 pub struct Pending {
     simulator: Option<Arc<dyn Simulator>>,
     /// Why the simulator is off although the configuration asks for it.
     disabled: RwLock<Option<String>>,
+    /// Each open staged write's basis, by ledger id.
+    bases: std::sync::Mutex<BTreeMap<u64, Recorded>>,
+    /// Where the bases are kept across restarts, or `None` for memory only.
+    file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Pending {
@@ -122,7 +153,83 @@ impl Pending {
         Self {
             simulator: None,
             disabled: RwLock::new(None),
+            bases: std::sync::Mutex::default(),
+            file: None,
         }
+    }
+
+    /// Keep the bases of staged writes in `file` (read now, written at every staging), so a
+    /// restart still knows what each open write was staged against.
+    pub fn kept_in(mut self, file: PathBuf) -> Self {
+        if self.simulator.is_some() {
+            match std::fs::read(&file) {
+                Ok(bytes) => match serde_json::from_slice(&bytes) {
+                    Ok(bases) => *self.lock_bases() = bases,
+                    Err(error) => {
+                        warn!(file = %file.display(), %error, "pending.bases: unreadable, starting without them (open writes are shown as not checked for staleness)")
+                    }
+                },
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    warn!(file = %file.display(), %error, "pending.bases: unreadable, starting without them (open writes are shown as not checked for staleness)")
+                }
+            }
+        }
+        self.file = Some(file);
+        self
+    }
+
+    fn lock_bases(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Recorded>> {
+        self.bases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Record the basis of the write staged as `ledger`, dropping those `open` says are no
+    /// longer open, and keep them in the file when there is one.
+    pub fn record(&self, ledger: u64, recorded: Recorded, open: impl Fn(u64) -> bool) {
+        let snapshot = {
+            let mut bases = self.lock_bases();
+            bases.retain(|id, _| open(*id));
+            bases.insert(ledger, recorded);
+            bases.clone()
+        };
+        let Some(file) = &self.file else {
+            return;
+        };
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = file.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let partial = file.with_extension("json.partial");
+            std::fs::write(
+                &partial,
+                serde_json::to_vec(&snapshot).map_err(std::io::Error::other)?,
+            )?;
+            std::fs::rename(&partial, file)
+        };
+        if let Err(error) = write() {
+            warn!(file = %file.display(), %error, "pending.bases: not kept (a restart will show these writes as not checked for staleness)");
+        }
+    }
+
+    /// The recorded basis of the write staged as `ledger`, if any.
+    pub fn recorded(&self, ledger: u64) -> Option<Recorded> {
+        self.lock_bases().get(&ledger).cloned()
+    }
+
+    /// The writes among `open` built on `root`, directly or through one another, ascending.
+    pub fn built_on(&self, root: u64, open: &[u64]) -> Vec<u64> {
+        let bases = self.lock_bases();
+        let mut roots: BTreeSet<u64> = BTreeSet::from([root]);
+        let mut found = Vec::new();
+        for id in open.iter().copied().filter(|id| *id > root) {
+            if let Some(Recorded::Basis(basis)) = bases.get(&id)
+                && basis.built_on.iter().any(|b| roots.contains(b))
+            {
+                roots.insert(id);
+                found.push(id);
+            }
+        }
+        found
     }
 
     /// Server `server`'s simulation for `mode`, held to its accepted `catalog`.
@@ -134,6 +241,8 @@ impl Pending {
         let pending = Self {
             simulator,
             disabled: RwLock::new(None),
+            bases: std::sync::Mutex::default(),
+            file: None,
         };
         pending.check(server, catalog);
         pending
@@ -327,10 +436,201 @@ pub async fn before_read(
     };
     match simulator.simulate(read, &writes, &reads).await {
         Answer::Untouched => BeforeRead::Forward(None),
-        Answer::Simulated(result) => BeforeRead::Answer(result),
+        Answer::Simulated(result) => {
+            // The agent now sees these pending writes as done: what it stages next
+            // depends on them (the kernel's `depends_on`).
+            let shown: Vec<u64> = result
+                .extra
+                .get("_meta")
+                .and_then(|m| m.get(simulate::META_KEY))
+                .and_then(|p| p.get("actions"))
+                .and_then(Value::as_array)
+                .map(|ids| ids.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default();
+            session.note_shown(&driver_ids(overseer, &shown));
+            BeforeRead::Answer(result)
+        }
         Answer::Cannot { reason, actions } => {
             BeforeRead::Forward(Some(cannot_note(&reason, &actions)))
         }
+    }
+}
+
+/// The driver ids of the ledger's actions `ids` (those it knows).
+pub fn driver_ids(overseer: &Overseer, ids: &[u64]) -> Vec<DriverActionId> {
+    ids.iter()
+        .filter_map(|id| overseer.entry(LedgerId(*id)).ok().flatten())
+        .filter_map(|entry| entry.action().map(|a| a.driver_id))
+        .collect()
+}
+
+/// Reads of the real server through its driver, for the gate's own checks: nothing read
+/// is handed to an agent or recorded as an agent's read. Only the server's reads, never
+/// one the person marked sensitive, each under the server's deadline.
+struct DriverReads<'a> {
+    downstream: &'a crate::gateway::Downstream,
+}
+
+#[async_trait]
+impl RealReads for DriverReads<'_> {
+    async fn read(&self, tool: &str, args: Value) -> Result<ToolResult, String> {
+        let gatekeeper = &self.downstream.gatekeeper;
+        if self.downstream.sensitive_reads.iter().any(|s| s == tool) {
+            return Err(format!(
+                "checking it needs a read of {tool}, which the person marked sensitive on this server"
+            ));
+        }
+        if !gatekeeper.classification(tool).is_some_and(|c| c.is_read()) {
+            return Err(format!(
+                "checking it needs {tool}, which the gate does not treat as a read on this server"
+            ));
+        }
+        let deadline = gatekeeper.call_deadline();
+        let definition = gatekeeper.tool(tool).and_then(|t| t.definition);
+        let call = self
+            .downstream
+            .server
+            .call_defined(tool, definition.as_deref(), &args);
+        match tokio::time::timeout(deadline, call).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(error)) => Err(format!("reading {tool} failed ({error})")),
+            Err(_) => Err(format!("the server did not answer {tool} in time")),
+        }
+    }
+}
+
+/// The basis of agent `agent`'s write of `tool` with `args` on `downstream`, about to be
+/// staged after its pending writes there; `None` when its server does not simulate it.
+pub async fn before_stage(
+    downstream: &crate::gateway::Downstream,
+    overseer: &Overseer,
+    agent: &str,
+    tool: &str,
+    args: &Value,
+) -> Option<Recorded> {
+    let simulator = downstream.pending.active()?;
+    if !simulator.models(tool) {
+        return None;
+    }
+    let before =
+        match pending_writes(overseer, &downstream.gatekeeper, &downstream.name, agent).await {
+            Ok(before) => before,
+            Err(reason) => return Some(Recorded::Unknown(reason)),
+        };
+    let write = PendingWrite {
+        action: u64::MAX,
+        tool: tool.to_owned(),
+        args: args.clone(),
+    };
+    let reads = DriverReads { downstream };
+    Some(match simulator.basis(&write, &before, &reads).await {
+        Ok(basis) => Recorded::Basis(basis),
+        Err(reason) => Recorded::Unknown(reason),
+    })
+}
+
+/// Whether a staged write still finds what it was staged against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    /// Not a write the gate simulates, or none was recorded (staged through another gate).
+    Untracked,
+    /// Everything it acts on is as the agent's simulation showed it when it was staged.
+    Fresh,
+    /// Something it acts on changed since it was staged: each change, in the person's words.
+    Stale(Vec<String>),
+    /// The gate cannot tell, and why.
+    Unknown(String),
+}
+
+impl Check {
+    /// The flag a person sees before deciding action `id`, if any.
+    pub fn flag(&self, id: u64) -> Option<String> {
+        match self {
+            Check::Untracked | Check::Fresh => None,
+            Check::Stale(changes) => Some(format!(
+                "STALE: {} (it changed since the agent staged this write); check it, then approve with `gate approve {id} --stale-seen`, or reject it",
+                changes.join("; ")
+            )),
+            Check::Unknown(reason) => Some(format!(
+                "not checked for staleness: {reason}; approving it needs `gate approve {id} --stale-seen`"
+            )),
+        }
+    }
+}
+
+/// Check the open write `ledger` against the real server now: the pending writes its
+/// agent staged before it are applied over real reads (those already applied are real by
+/// now), and what it acts on is compared with what was recorded when it was staged.
+pub async fn check(
+    downstream: &crate::gateway::Downstream,
+    overseer: &Overseer,
+    ledger: LedgerId,
+) -> Check {
+    let Some(recorded) = downstream.pending.recorded(ledger.0) else {
+        return Check::Untracked;
+    };
+    let then = match recorded {
+        Recorded::Basis(basis) => basis,
+        Recorded::Unknown(reason) => {
+            return Check::Unknown(format!(
+                "when it was staged the gate could not tell what it acts on ({reason})"
+            ));
+        }
+    };
+    let Some(simulator) = downstream.pending.active() else {
+        return Check::Unknown(
+            "the server's simulator is off (`gate catalog` says why)".to_owned(),
+        );
+    };
+    let entry = match overseer.entry(ledger) {
+        Ok(Some(entry)) => entry,
+        Ok(None) => return Check::Untracked,
+        Err(error) => return Check::Unknown(format!("the ledger could not be read ({error})")),
+    };
+    let Some(action) = entry.action().filter(|a| a.is_open()) else {
+        return Check::Untracked;
+    };
+    let writes = match pending_writes(
+        overseer,
+        &downstream.gatekeeper,
+        &downstream.name,
+        &entry.caller,
+    )
+    .await
+    {
+        Ok(writes) => writes,
+        Err(reason) => return Check::Unknown(reason),
+    };
+    let before: Vec<PendingWrite> = writes
+        .iter()
+        .filter(|w| w.action < ledger.0)
+        .cloned()
+        .collect();
+    let record = match downstream.gatekeeper.store().get(action.driver_id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return Check::Untracked,
+        Err(error) => {
+            return Check::Unknown(format!("the action store could not be read ({error})"));
+        }
+    };
+    let write = PendingWrite {
+        action: ledger.0,
+        tool: record.tool.to_string(),
+        args: (*record.args).clone(),
+    };
+    match simulator
+        .basis(&write, &before, &DriverReads { downstream })
+        .await
+    {
+        Ok(now) => {
+            let changes = now.changes_since(&then);
+            if changes.is_empty() {
+                Check::Fresh
+            } else {
+                Check::Stale(changes)
+            }
+        }
+        Err(reason) => Check::Unknown(reason),
     }
 }
 

@@ -114,6 +114,16 @@ pub async fn snapshot(gateway: &Gateway) -> Result<Queue, kernel::DecisionError>
         }
         queue.questions.push(notice);
     }
+    // Writes on simulated servers: STALE (checked now, with real reads), built on another.
+    for row in &mut queue.rows {
+        for note in crate::control::simulation_notes(gateway, LedgerId(row.id)).await {
+            let note = note
+                .strip_prefix(&format!("#{}: ", row.id))
+                .unwrap_or(&note)
+                .to_owned();
+            row.flags.push(redactor.text(&note).value);
+        }
+    }
     let now = overseer.now();
     for row in &mut queue.rows {
         let expires = open

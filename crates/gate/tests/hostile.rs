@@ -251,6 +251,7 @@ async fn a_stdio_server_cannot_reach_the_gates_files_environment_or_socket_from_
         ids: vec![id],
         all_of_kind: false,
         full_seen: false,
+        stale_seen: false,
     })
     .expect("a request serialises");
     let report = daemon::text(

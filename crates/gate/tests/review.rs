@@ -223,6 +223,7 @@ fn allowing_a_kind_confirms_then_says_the_rule_is_on_and_how_to_take_it_back() {
             ids: vec![3],
             all_of_kind: true,
             full_seen: false,
+            stale_seen: false,
         }
     );
     model.decided(

@@ -388,3 +388,221 @@ fn check_refuses_simulate_for_a_server_the_gate_has_no_simulator_for() {
         );
     }
 }
+
+/// `gate ARGS`, whether it succeeded, and what it printed (out and err).
+fn person_may_fail(data: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_changed_after_staging_is_stale_and_rejecting_a_write_flags_or_rejects_what_was_built_on_it()
+ {
+    let (node, files, memory) = npm_servers();
+    let scratch = Scratch::new("stale");
+    let work = scratch.0.join("work");
+    std::fs::create_dir_all(work.join("notes")).unwrap();
+    let real = work.join("notes/real.md");
+    std::fs::write(&real, "original\n").unwrap();
+    let graph = scratch.0.join("graph");
+    std::fs::create_dir_all(&graph).unwrap();
+    let config = scratch.0.join("gate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen = "127.0.0.1:{port}"
+
+[[server]]
+name = "files"
+command = {node:?}
+args = [{files:?}, {work:?}]
+trust = "vetted"
+pending = "simulate"
+simulator = "filesystem"
+paths = [{work:?}]
+
+[[server]]
+name = "memory"
+command = {node:?}
+args = [{memory:?}]
+env = {{ MEMORY_FILE_PATH = {graph_file:?} }}
+pending = "simulate"
+simulator = "memory"
+paths = [{graph:?}]
+
+[[agent]]
+name = "coder"
+token = "{CODER_TOKEN}"
+[[agent.grant]]
+server = "files"
+[[agent.grant]]
+server = "memory"
+"#,
+            port = free_port(),
+            graph_file = graph.join("memory.jsonl"),
+        ),
+    )
+    .unwrap();
+    private(&config);
+    let data = scratch.0.join("data");
+    let (child, url) = spawn_serve(&config, &data);
+    let _serve = Stop(child);
+    let coder = connect(&url, CODER_TOKEN).await;
+    let stage = |tool: &'static str, args: Value| {
+        let coder = &coder;
+        async move {
+            let staged = blocks(&call(coder, tool, args).await);
+            action_id(&staged[0])
+        }
+    };
+
+    // Stale: an edit staged against the file as it was; someone changes it on disk.
+    let real_path = real.to_string_lossy().into_owned();
+    let edit = stage(
+        "files__edit_file",
+        json!({"path": real_path, "edits": [{"oldText": "original", "newText": "edited"}]}),
+    )
+    .await;
+    let pending = person(&data, &["pending"]);
+    assert!(!pending.contains("STALE"), "nothing changed yet: {pending}");
+    std::fs::write(&real, "original, and a line someone else wrote\n").unwrap();
+    let pending = person(&data, &["pending"]);
+    assert!(
+        pending.contains(&format!("#{edit}: STALE: {real_path} was content sha256:")),
+        "{pending}"
+    );
+    let shown = person(&data, &["show", &edit.to_string()]);
+    assert!(
+        shown.contains("STALE") && shown.contains(&format!("gate approve {edit} --stale-seen")),
+        "{shown}"
+    );
+    let (approved, said) = person_may_fail(&data, &["approve", &edit.to_string()]);
+    assert!(
+        !approved && said.contains(&format!("#{edit}: not approved: STALE")),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&real).unwrap(),
+        "original, and a line someone else wrote\n",
+        "nothing was sent"
+    );
+    let (approved, said) = person_may_fail(&data, &["approve", &edit.to_string(), "--stale-seen"]);
+    assert!(approved, "{said}");
+    assert_eq!(
+        std::fs::read_to_string(&real).unwrap(),
+        "edited, and a line someone else wrote\n"
+    );
+
+    // Built on: a write, an edit of its content, a move of the file; a write elsewhere
+    // after a simulated read that showed the first.
+    let plan = work.join("notes/plan.md").to_string_lossy().into_owned();
+    let moved = work.join("notes/moved.md").to_string_lossy().into_owned();
+    let other = work.join("notes/other.md").to_string_lossy().into_owned();
+    let write = stage(
+        "files__write_file",
+        json!({"path": plan, "content": "step one\n"}),
+    )
+    .await;
+    let on_it = stage(
+        "files__edit_file",
+        json!({"path": plan, "edits": [{"oldText": "one", "newText": "1"}]}),
+    )
+    .await;
+    let moving = stage(
+        "files__move_file",
+        json!({"source": plan, "destination": moved}),
+    )
+    .await;
+    let read = blocks(&call(&coder, "files__read_text_file", json!({"path": moved})).await);
+    assert!(read[0].starts_with("Simulated by the gate"), "{read:?}");
+    let after_read = stage(
+        "files__write_file",
+        json!({"path": other, "content": "seen the plan"}),
+    )
+    .await;
+    let shown = person(&data, &["show", &on_it.to_string()]);
+    assert!(
+        shown.contains(&format!("#{on_it}: built on #{write}")),
+        "{shown}"
+    );
+    let shown = person(&data, &["show", &moving.to_string()]);
+    assert!(
+        shown.contains(&format!("built on #{write}"))
+            && shown.contains(&format!("built on #{on_it}")),
+        "{shown}"
+    );
+    // Rejecting the write flags, by default, what was built on it and what the agent
+    // saw it in; nothing else is decided.
+    let rejected = person(&data, &["reject", &write.to_string()]);
+    assert!(
+        rejected.contains("built on it, so flagged")
+            && rejected.contains(&format!("#{on_it}, #{moving}")),
+        "{rejected}"
+    );
+    let pending = person(&data, &["pending"]);
+    for flagged in [on_it, moving, after_read] {
+        assert!(pending.contains(&format!("#{flagged}")), "{pending}");
+    }
+    assert!(
+        pending
+            .matches(&format!("depends on #{write}, which was rejected"))
+            .count()
+            >= 3,
+        "{pending}"
+    );
+    // The person's choice: reject the edit and what was built on it.
+    let cascaded = person(&data, &["reject", &on_it.to_string(), "--cascade"]);
+    assert!(
+        cascaded.contains(&format!(
+            "rejecting what was built on it too (--cascade): #{moving}"
+        )),
+        "{cascaded}"
+    );
+    let pending = person(&data, &["pending"]);
+    assert!(
+        !pending.contains(&format!("#{moving} ")) && pending.contains(&format!("#{after_read}")),
+        "{pending}"
+    );
+    assert!(!Path::new(&plan).exists() && !Path::new(&moved).exists());
+
+    // The memory server: an observation of an entity a pending write creates.
+    let entity = stage(
+        "memory__create_entities",
+        json!({"entities": [{"name": "Plan", "entityType": "doc", "observations": []}]}),
+    )
+    .await;
+    let observation = stage(
+        "memory__add_observations",
+        json!({"observations": [{"entityName": "Plan", "contents": ["in notes"]}]}),
+    )
+    .await;
+    let shown = person(&data, &["show", &observation.to_string()]);
+    assert!(shown.contains(&format!("built on #{entity}")), "{shown}");
+    let cascaded = person(&data, &["reject", &entity.to_string(), "--cascade"]);
+    assert!(
+        cascaded.contains(&format!("(--cascade): #{observation}")),
+        "{cascaded}"
+    );
+}
+
+/// Stops the daemon when dropped, also when the test fails.
+struct Stop(std::process::Child);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -251,6 +251,41 @@ impl Session {
         self.inner.shown.ids()
     }
 
+    /// Remember that a read of this session showed the pending actions `ids` as done,
+    /// when a simulator outside the gatekeeper answered it (the gate's simulators of real
+    /// MCP servers): actions staged afterwards depend on them, and rejecting one asks for
+    /// the agent to be restarted, as for the gatekeeper's own [`Simulator`](crate::Simulator).
+    pub fn note_shown(&self, ids: &[DriverActionId]) {
+        if ids.is_empty() {
+            return;
+        }
+        self.inner.shown.extend(ids.iter().copied());
+        self.inner.gatekeeper.note_shown(ids);
+    }
+
+    /// [`Session::call_tool`] for a write known to be built on the pending actions
+    /// `built_on` (its effect needs theirs, as a simulator worked out): it depends on them
+    /// as well as on what earlier reads showed. A read ignores `built_on`.
+    pub async fn call_tool_built_on(
+        &self,
+        name: &str,
+        args: Value,
+        built_on: &[DriverActionId],
+    ) -> Result<CallOutcome, SessionError> {
+        let entry = self.granted(name);
+        match entry {
+            Some(entry) if !entry.classified.is_read() => {
+                let args = match args {
+                    Value::Object(_) => args,
+                    Value::Null => Value::Object(Map::new()),
+                    _ => return Err(SessionError::ArgumentsNotObject),
+                };
+                self.act(&entry, args, built_on).await
+            }
+            _ => self.call_tool(name, args).await,
+        }
+    }
+
     fn granted(&self, tool: &str) -> Option<Arc<ToolEntry>> {
         if !self.inner.allowed.iter().any(|name| &**name == tool) {
             return None;
@@ -289,7 +324,7 @@ impl Session {
         if entry.classified.is_read() {
             self.read(&entry, args, context).await
         } else {
-            self.act(&entry, args).await
+            self.act(&entry, args, &[]).await
         }
     }
 
@@ -453,7 +488,12 @@ impl Session {
             .map_err(SessionError::Observation)
     }
 
-    async fn act(&self, entry: &ToolEntry, args: Value) -> Result<CallOutcome, SessionError> {
+    async fn act(
+        &self,
+        entry: &ToolEntry,
+        args: Value,
+        built_on: &[DriverActionId],
+    ) -> Result<CallOutcome, SessionError> {
         let gk = &self.inner.gatekeeper;
         let (title, description) = entry.prompt.describe(&args);
         let action = gk
@@ -472,7 +512,13 @@ impl Session {
             await_decision: !gk.simulates(&entry.name),
             auto_approvable: entry.classified.auto_approvable(),
             action_kind: Some(entry.kind.clone()),
-            depends_on: self.shown_actions(),
+            depends_on: {
+                let mut depends_on = self.shown_actions();
+                depends_on.extend(built_on.iter().copied());
+                depends_on.sort_unstable();
+                depends_on.dedup();
+                depends_on
+            },
         };
         match self.inner.queue.submit_action(action, description).await {
             Ok(ledger) => Ok(CallOutcome::Pending {

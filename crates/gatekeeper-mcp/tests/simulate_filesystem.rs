@@ -607,6 +607,81 @@ fn a_write_that_would_fail_is_not_shown_and_the_note_says_why() {
     );
 }
 
+#[test]
+fn a_write_records_what_it_builds_on_and_a_change_on_disk_makes_it_stale() {
+    let dir = Scratch::new();
+    std::fs::write(dir.at("real.md"), "real one").unwrap();
+    let server = Server::new();
+    let pending = [
+        write(
+            3,
+            "write_file",
+            json!({"path": dir.at("plan.md"), "content": "step one\n"}),
+        ),
+        write(
+            4,
+            "edit_file",
+            json!({"path": dir.at("plan.md"), "edits": [{"oldText": "one", "newText": "1"}]}),
+        ),
+        write(5, "create_directory", json!({"path": dir.at("new")})),
+        write(
+            6,
+            "move_file",
+            json!({"source": dir.at("plan.md"), "destination": dir.at("new/plan.md")}),
+        ),
+        write(
+            7,
+            "edit_file",
+            json!({"path": dir.at("real.md"), "edits": [{"oldText": "one", "newText": "1"}]}),
+        ),
+    ];
+    let basis = |i: usize, before: &[PendingWrite]| {
+        block_on(Filesystem.basis(&pending[i], before, &server)).unwrap()
+    };
+    // The edit needs the pending write's content; the move needs the file and the
+    // directory; an edit of a real file is built on nothing.
+    assert_eq!(basis(1, &pending[..1]).built_on, [3]);
+    assert_eq!(basis(3, &pending[..3]).built_on, [3, 4, 5]);
+    let edit_of_real = basis(4, &pending[..4]);
+    assert!(edit_of_real.built_on.is_empty());
+    assert!(
+        edit_of_real.targets[0].state.starts_with("content sha256:"),
+        "{edit_of_real:?}"
+    );
+    // A write_file over a pending write replaces it: not built on it, but its target names it.
+    let over = write(
+        8,
+        "write_file",
+        json!({"path": dir.at("plan.md"), "content": "x"}),
+    );
+    let replaced = block_on(Filesystem.basis(&over, &pending[..2], &server)).unwrap();
+    assert!(replaced.built_on.is_empty());
+    assert_eq!(replaced.targets[0].by, [3, 4]);
+
+    // Nothing changed: worked out again, the same basis.
+    assert!(
+        basis(4, &pending[..4])
+            .changes_since(&edit_of_real)
+            .is_empty()
+    );
+    // The file changed on disk after staging: stale, and the change is said.
+    std::fs::write(dir.at("real.md"), "someone else's").unwrap();
+    let changes = basis(4, &pending[..4]).changes_since(&edit_of_real);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert!(
+        changes[0].contains("real.md was content sha256:")
+            && changes[0].contains("and is now content sha256:"),
+        "{changes:?}"
+    );
+    // The write it was built on rejected: the edit's target is no longer what it saw.
+    let then = basis(1, &pending[..1]);
+    let changes = basis(1, &[]).changes_since(&then);
+    assert!(
+        changes[0].contains("as action 3 left it") && changes[0].ends_with("is now absent"),
+        "{changes:?}"
+    );
+}
+
 // ---- The property: simulated reads before == the server's reads after. ----
 
 /// Paths of the generated trees: up to three levels of the names a, b and c.md.
@@ -816,6 +891,167 @@ proptest! {
             prop_assert_eq!(is_error, real.is_error, "{} {} showed {:?}, the server answers {:?}", tool, args, text, real_text);
             if !is_error {
                 prop_assert_eq!(canonical(tool, &text), canonical(tool, real_text), "{} {}", tool, args);
+            }
+        }
+    }
+}
+
+// ---- Rejections: the simulation equals applying the rest, or flags what depended. ----
+
+/// The paths a read names, as written.
+fn paths_of_read(args: &Value) -> Vec<String> {
+    match args.get("paths").and_then(Value::as_array) {
+        Some(paths) => paths
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        None => vec![arg(args, "path").to_owned()],
+    }
+}
+
+/// The paths a write names.
+fn paths_of_write(w: &PendingWrite) -> Vec<String> {
+    match w.tool.as_str() {
+        "move_file" => vec![
+            arg(&w.args, "source").to_owned(),
+            arg(&w.args, "destination").to_owned(),
+        ],
+        _ => vec![arg(&w.args, "path").to_owned()],
+    }
+}
+
+fn related(a: &str, b: &str) -> bool {
+    a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"))
+}
+
+/// Reads compared after a rejection that no rejected or flagged write excused.
+static KEPT_EQUAL: AtomicUsize = AtomicUsize::new(0);
+/// Writes found built on a rejected one, and writes found stale.
+static BUILT_ON_REJECTED: AtomicUsize = AtomicUsize::new(0);
+static STALE_AFTER_REJECTION: AtomicUsize = AtomicUsize::new(0);
+
+#[test]
+fn the_rejection_property_compares_reads_and_finds_dependents() {
+    after_rejecting_any_subset_the_simulation_equals_applying_the_rest_or_flags_what_depended();
+    let (kept, built, stale) = (
+        KEPT_EQUAL.load(Ordering::Relaxed),
+        BUILT_ON_REJECTED.load(Ordering::Relaxed),
+        STALE_AFTER_REJECTION.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "{kept} reads kept what the agent saw, {built} writes built on a rejected one, {stale} stale"
+    );
+    assert!(
+        kept > 200 && built >= 3 && stale >= 3,
+        "{kept} {built} {stale}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+
+    /// The agent staged `staged` and saw the simulation of all of them; a person rejects a
+    /// subset. Then (1) the simulation of the rest equals the server's reads after applying
+    /// the rest, and (2) every read that differs from what the agent saw involves a
+    /// rejected write or one the gate flags: built on a rejected one (by the bases recorded
+    /// at staging, transitively; the kernel's `depends_on`), or stale (its basis worked out
+    /// again before approval differs from the one recorded at staging).
+    #[test]
+    fn after_rejecting_any_subset_the_simulation_equals_applying_the_rest_or_flags_what_depended(
+        setup in prop::collection::vec(gen_op(), 0..6),
+        staged in prop::collection::vec(gen_op(), 1..7),
+        rejected in prop::collection::vec(any::<bool>(), 7),
+    ) {
+        let dir = Scratch::new();
+        let server = Server::new();
+        for (i, op) in setup.iter().enumerate() {
+            let w = to_write(&dir, i as u64, op);
+            let _ = server.apply(&w.tool, &w.args);
+        }
+        let pending: Vec<PendingWrite> = staged
+            .iter()
+            .enumerate()
+            .map(|(i, op)| to_write(&dir, 100 + i as u64, op))
+            .collect();
+        // What the gate records as each write is staged.
+        let bases: Vec<_> = (0..pending.len())
+            .map(|i| block_on(Filesystem.basis(&pending[i], &pending[..i], &server)))
+            .collect();
+        let reads = reads_of(&dir);
+        let seen: Vec<_> = reads
+            .iter()
+            .map(|(tool, args)| simulate(&server, &pending, tool, args.clone()))
+            .collect();
+        let is_rejected = |i: usize| rejected[i];
+        let rest: Vec<PendingWrite> = (0..pending.len())
+            .filter(|i| !is_rejected(*i))
+            .map(|i| pending[i].clone())
+            .collect();
+        // Flagged: built on a rejected (or flagged-built-on) write, or stale, or not known.
+        let mut tainted: Vec<u64> = (0..pending.len()).filter(|i| is_rejected(*i)).map(|i| pending[i].action).collect();
+        let mut flagged = Vec::new();
+        for (i, w) in pending.iter().enumerate() {
+            if is_rejected(i) {
+                continue;
+            }
+            let before: Vec<PendingWrite> = rest.iter().filter(|r| r.action < w.action).cloned().collect();
+            let built = match &bases[i] {
+                Ok(basis) => basis.built_on.iter().any(|b| tainted.contains(b)),
+                Err(_) => true,
+            };
+            let stale = match (&bases[i], block_on(Filesystem.basis(w, &before, &server))) {
+                (Ok(then), Ok(now)) => !now.changes_since(then).is_empty(),
+                _ => true,
+            };
+            if built {
+                BUILT_ON_REJECTED.fetch_add(1, Ordering::Relaxed);
+                tainted.push(w.action);
+            }
+            if stale {
+                STALE_AFTER_REJECTION.fetch_add(1, Ordering::Relaxed);
+            }
+            if built || stale {
+                flagged.push(w.clone());
+            }
+        }
+        let rest_simulated: Vec<_> = reads
+            .iter()
+            .map(|(tool, args)| simulate(&server, &rest, tool, args.clone()))
+            .collect();
+        for w in &rest {
+            let _ = server.apply(&w.tool, &w.args);
+        }
+        let excused: Vec<String> = pending
+            .iter()
+            .enumerate()
+            .filter(|(i, w)| is_rejected(*i) || flagged.contains(w))
+            .flat_map(|(_, w)| paths_of_write(w))
+            .collect();
+        for (((tool, args), simulated), seen) in reads.iter().zip(rest_simulated).zip(seen) {
+            let real = server.read_now(tool, args);
+            let real_text = text_blocks(&real)[0];
+            // (1) The simulation of the rest is what applying the rest leaves.
+            if let Ok((_, text, is_error)) = simulated {
+                prop_assert_eq!(is_error, real.is_error, "{} {} (rest)", tool, args);
+                if !is_error {
+                    prop_assert_eq!(canonical(tool, &text), canonical(tool, real_text), "{} {} (rest)", tool, args);
+                }
+            }
+            // (2) What the agent saw holds, unless a rejected or flagged write is involved.
+            let Ok((note, text, is_error)) = seen else { continue };
+            let involved = paths_of_read(args)
+                .iter()
+                .any(|r| excused.iter().any(|x| related(r, x)));
+            if involved {
+                continue;
+            }
+            if note.is_some() {
+                KEPT_EQUAL.fetch_add(1, Ordering::Relaxed);
+            }
+            prop_assert_eq!(is_error, real.is_error, "{} {}: the agent saw {:?}, the server answers {:?}", tool, args, text, real_text);
+            if !is_error {
+                prop_assert_eq!(canonical(tool, &text), canonical(tool, real_text), "{} {} (what the agent saw)", tool, args);
             }
         }
     }

@@ -6,7 +6,7 @@
 //! changed, including actions the drain applied on its own. It refuses to do anything the
 //! kernel does not offer: it cannot send, retry or fake an effect itself.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, Write};
 
@@ -418,10 +418,13 @@ impl Shell {
         Ok(Effect::Refused)
     }
 
-    fn snapshot(&self) -> Result<HashMap<LedgerId, Seen>, ShellError> {
+    fn snapshot(&self) -> Result<BTreeMap<LedgerId, Seen>, ShellError> {
+        // Only an open action can change with a decision (a closed one changes only by a
+        // revert), so the open ones are all a report needs: read by id, whatever the
+        // ledger's size.
         Ok(self
             .overseer
-            .ledger()?
+            .open_actions()?
             .into_iter()
             .filter_map(|e| {
                 e.action().map(|a| {
@@ -440,33 +443,33 @@ impl Shell {
     /// Lines describing what happened to actions (other than `quiet`) since `before`.
     fn changes_since(
         &self,
-        before: &HashMap<LedgerId, Seen>,
+        before: &BTreeMap<LedgerId, Seen>,
         quiet: Option<LedgerId>,
     ) -> Result<Vec<Sanitized>, ShellError> {
         let mut out = Vec::new();
-        for entry in self.overseer.ledger()? {
+        for (id, was) in before {
+            let Some(entry) = self.overseer.entry(*id)? else {
+                continue;
+            };
             let Some(action) = entry.action() else {
                 continue;
             };
-            let Some(was) = before.get(&entry.id) else {
-                continue;
-            };
             let id = entry.id;
-            let title = name(entry.title());
+            let title = || name(entry.title());
             if Some(id) != quiet && was.state != action.state {
                 let resolution = action.resolution.as_ref();
                 let line = match action.state {
                     ActionState::Approved if resolution.is_some_and(|r| r.auto) => {
                         Sanitized::concat(&[
                             &ours(format!("  then the drain applied {id} (")),
-                            &title,
+                            &title(),
                             &ours(") automatically, under the rule enabled by "),
                             &name(&resolution.map(|r| r.by.clone()).unwrap_or_default()),
                         ])
                     }
                     ActionState::Failed => Sanitized::concat(&[
                         &ours(format!("  then the drain tried {id} (")),
-                        &title,
+                        &title(),
                         &ours("), and it failed: "),
                         &message(
                             &action
@@ -478,13 +481,13 @@ impl Shell {
                     ]),
                     ActionState::Rejected => Sanitized::concat(&[
                         &ours(format!("  {id} (")),
-                        &title,
+                        &title(),
                         &ours(") was rejected with it: "),
                         &message(&resolution.and_then(|r| r.cause.clone()).unwrap_or_default()),
                     ]),
                     other => Sanitized::concat(&[
                         &ours(format!("  {id} (")),
-                        &title,
+                        &title(),
                         &ours(format!(") is now {other}")),
                     ]),
                 };
@@ -496,7 +499,7 @@ impl Shell {
             {
                 out.push(Sanitized::concat(&[
                     &ours(format!("  {id} (")),
-                    &title,
+                    &title(),
                     &ours(format!(
                         ") depends on rejected {root}: held for a person, never applied automatically"
                     )),

@@ -31,8 +31,9 @@ use std::sync::Arc;
 use gatekeeper_core::{ActionRecord, ActionState, StateTag};
 use kernel::LedgerEntry;
 
-/// Past this many cached ledger entries the cache starts over.
-const LEDGER_ENTRIES: usize = 4096;
+/// Past this many cached ledger entries the cache starts over: enough for the entries a
+/// burst of decisions moves, small enough that the cache is not a copy of the ledger.
+const LEDGER_ENTRIES: usize = 256;
 
 /// What one connection knows; lives in [`crate::db::Conn`], behind its mutex.
 #[derive(Default)]

@@ -56,8 +56,9 @@ pub struct SqliteLedger {
 /// rewritten, and ledger ids are never reused, so a hit saves parsing its JSON again.
 pub(crate) type Descriptions = HashMap<u64, Arc<ActionDescription>>;
 
-/// Past this many entries the cache starts over.
-const DESCRIPTION_CACHE: usize = 4096;
+/// Past this many entries the cache starts over (small: it must not grow with the
+/// ledger, and a decision parses only the descriptions of the rows it decides).
+const DESCRIPTION_CACHE: usize = 256;
 
 /// Keep the description of ledger entry `id` (the cache starts over when full).
 fn remember_description(

@@ -59,19 +59,24 @@ pub fn request_for(decision: &Decision) -> Request {
     match decision {
         // The screen shows a prompt's first 4,000 characters of arguments: a call with
         // more is refused by the daemon, which says to read it all with `gate show --full`.
+        // A stale write (its row's STALE flag) is refused the same way, with the command
+        // that approves it anyway.
         Decision::Approve { ids } => Request::Approve {
             ids: ids.clone(),
             all_of_kind: false,
             full_seen: false,
+            stale_seen: false,
         },
         Decision::Reject { ids, reason } => Request::Reject {
             ids: ids.clone(),
             reason: reason.clone(),
+            cascade: false,
         },
         Decision::AllowKind { id } => Request::Approve {
             ids: vec![*id],
             all_of_kind: true,
             full_seen: false,
+            stale_seen: false,
         },
     }
 }

@@ -25,8 +25,8 @@ use tokio::sync::Mutex;
 
 use super::glob::Glob;
 use super::{
-    Answer, Expectation, JsValue, PendingWrite, ReadCall, RealReads, Simulator, actions_phrase,
-    simulated, text_of,
+    Answer, Basis, Expectation, JsValue, PendingWrite, ReadCall, RealReads, Simulator, Target,
+    actions_phrase, fingerprint, simulated, text_of,
 };
 
 /// The simulator for the reference filesystem server.
@@ -598,6 +598,51 @@ fn read_paths(read: ReadCall<'_>) -> Vec<String> {
     }
 }
 
+/// Which of `ops` bear on `paths`: those whose paths, or their directories, are related
+/// to a path named, transitively.
+fn relevant(mut paths: Vec<String>, ops: &[(u64, Op)]) -> Vec<bool> {
+    let mut relevant = vec![false; ops.len()];
+    let mut grown = true;
+    while grown {
+        grown = false;
+        for (i, (_, op)) in ops.iter().enumerate() {
+            if relevant[i] {
+                continue;
+            }
+            let hit = match op {
+                Op::Refused(_) => false,
+                op => op
+                    .paths()
+                    .iter()
+                    .any(|x| paths.iter().any(|r| related(x, r))),
+            };
+            if hit {
+                relevant[i] = true;
+                grown = true;
+                for x in op.paths() {
+                    paths.push(x.to_owned());
+                    paths.push(parent(x));
+                }
+            }
+        }
+    }
+    relevant
+}
+
+/// The pending actions that made the directory `dir` exist where it is (a new directory,
+/// or a real one moved there, at `dir` or above it); none when it is real where it is.
+fn location_by(state: &State<'_>, dir: &str) -> Vec<u64> {
+    let mut at = dir.to_owned();
+    loop {
+        match state.keys.get(&at) {
+            Some(Node::Dir { by } | Node::Alias { by, .. }) => return by.clone(),
+            Some(_) => return Vec::new(),
+            None if at == "/" => return Vec::new(),
+            None => at = parent(&at),
+        }
+    }
+}
+
 /// What the simulation gathered for the note.
 #[derive(Default)]
 struct Marks {
@@ -647,31 +692,7 @@ impl Filesystem {
         for path in read_paths(read) {
             paths.push(absolute(&path)?);
         }
-        let mut relevant = vec![false; ops.len()];
-        let mut grown = true;
-        while grown {
-            grown = false;
-            for (i, (_, op)) in ops.iter().enumerate() {
-                if relevant[i] {
-                    continue;
-                }
-                let hit = match op {
-                    Op::Refused(_) => false,
-                    op => op
-                        .paths()
-                        .iter()
-                        .any(|x| paths.iter().any(|r| related(x, r))),
-                };
-                if hit {
-                    relevant[i] = true;
-                    grown = true;
-                    for x in op.paths() {
-                        paths.push(x.to_owned());
-                        paths.push(parent(x));
-                    }
-                }
-            }
-        }
+        let relevant = relevant(paths, ops);
         let mut state = State::new(real);
         for ((id, op), relevant) in ops.iter().zip(relevant) {
             if relevant {
@@ -723,6 +744,40 @@ impl Filesystem {
             is_error,
             &ids,
         )))
+    }
+
+    /// `path` as the overlay shows it, fingerprinted: a file's content hash, `a directory`
+    /// or `absent`, with the pending actions that left it so.
+    async fn target(&self, state: &State<'_>, path: &str) -> Result<Target, String> {
+        let (shown, by) = match state.look(path) {
+            Look::Real(real) => {
+                let by = if real == path {
+                    Vec::new()
+                } else {
+                    self.moved_by(state, path)
+                };
+                let shown = match state.real_kind(&real).await? {
+                    Kind::File => fingerprint(&state.real_content(&real).await?),
+                    Kind::Dir => "a directory".to_owned(),
+                    Kind::Missing => "absent".to_owned(),
+                };
+                (shown, by)
+            }
+            Look::Node(Node::File { content, by }) => {
+                let text = match content {
+                    Content::Known(text) => text,
+                    Content::Real(real) => state.real_content(&real).await?,
+                };
+                (fingerprint(&text), by)
+            }
+            Look::Node(Node::Dir { by } | Node::Alias { by, .. }) => ("a directory".to_owned(), by),
+            Look::Node(Node::Absent { by }) | Look::Missing(by) => ("absent".to_owned(), by),
+        };
+        Ok(Target {
+            name: path.to_owned(),
+            state: shown,
+            by,
+        })
     }
 
     /// A file's text once the pending writes are applied: `Ok(Err(message))` for a
@@ -1493,6 +1548,65 @@ impl Simulator for Filesystem {
             Ok(answer) => answer,
             Err(reason) => cannot(reason),
         }
+    }
+
+    /// A write's targets are its paths (a move's source and destination), each as the
+    /// pending writes before it leave it. It is built on the actions that made the
+    /// directory it lands in (a pending `create_directory`, a move of an ancestor) and,
+    /// for an edit or a move's source, on those that made the content it changes or moves;
+    /// a `write_file` over a pending write's content replaces it and is not built on it
+    /// (its target's fingerprint still names it).
+    async fn basis(
+        &self,
+        write: &PendingWrite,
+        before: &[PendingWrite],
+        real: &dyn RealReads,
+    ) -> Result<Basis, String> {
+        let op = match parse(write)? {
+            Some(op) => op,
+            None => return Err(format!("{} is not a write the gate models", write.tool)),
+        };
+        let mut ops = Vec::new();
+        for earlier in before {
+            match parse(earlier) {
+                Ok(Some(op)) => ops.push((earlier.action, op)),
+                Ok(None) => {
+                    return Err(format!(
+                        "action {} calls {}, which the gate does not model",
+                        earlier.action, earlier.tool
+                    ));
+                }
+                Err(reason) => return Err(format!("action {}: {reason}", earlier.action)),
+            }
+        }
+        let named: Vec<String> = op.paths().into_iter().map(str::to_owned).collect();
+        let mut paths = named.clone();
+        paths.extend(named.iter().map(|p| parent(p)));
+        let mut state = State::new(real);
+        for ((id, earlier), relevant) in ops.iter().zip(relevant(paths, &ops)) {
+            if relevant {
+                state.apply(*id, earlier).await?;
+            }
+        }
+        let mut built_on = BTreeSet::new();
+        let mut targets = Vec::new();
+        for (i, path) in named.iter().enumerate() {
+            let target = self.target(&state, path).await?;
+            built_on.extend(location_by(&state, &parent(path)));
+            let needs_content = match &op {
+                Op::Edit { .. } => true,
+                Op::Move { .. } => i == 0,
+                _ => false,
+            };
+            if needs_content {
+                built_on.extend(target.by.iter().copied());
+            }
+            targets.push(target);
+        }
+        Ok(Basis {
+            targets,
+            built_on: built_on.into_iter().collect(),
+        })
     }
 }
 

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    Answer, Expectation, JsValue, PendingWrite, ReadCall, RealReads, Simulator, actions_phrase,
-    simulated, text_of,
+    Answer, Basis, Expectation, JsValue, PendingWrite, ReadCall, RealReads, Simulator, Target,
+    actions_phrase, fingerprint, simulated, text_of,
 };
 
 /// The simulator for the reference memory (knowledge graph) server.
@@ -321,6 +321,66 @@ impl Graph {
     }
 }
 
+impl Entity {
+    /// Its fingerprint: a hash of its type and observations, in order.
+    fn state(&self) -> String {
+        let mut text = self.entity_type.clone();
+        for (o, _) in &self.observations {
+            text.push('\n');
+            text.push_str(o);
+        }
+        fingerprint(&text).replacen("content", "type and observations", 1)
+    }
+
+    /// The pending actions that made it what it is (created it, added observations).
+    fn made_by(&self) -> Vec<u64> {
+        let mut by: Vec<u64> = self
+            .by
+            .iter()
+            .chain(self.observations.iter().filter_map(|(_, by)| by.as_ref()))
+            .copied()
+            .collect();
+        by.sort_unstable();
+        by.dedup();
+        by
+    }
+}
+
+/// The entity names and relations a write names (a relation as `(from, type, to)`).
+fn named(write: &PendingWrite) -> (Vec<String>, Vec<(String, String, String)>) {
+    let args = &write.args;
+    let mut names = Vec::new();
+    let mut relations = Vec::new();
+    let list = |key: &str| items(args, key).cloned().unwrap_or_default();
+    match write.tool.as_str() {
+        "create_entities" => {
+            names.extend(list("entities").iter().filter_map(|e| str_of(e, "name")))
+        }
+        "add_observations" | "delete_observations" => {
+            let key = if write.tool == "add_observations" {
+                "observations"
+            } else {
+                "deletions"
+            };
+            names.extend(list(key).iter().filter_map(|o| str_of(o, "entityName")));
+        }
+        "delete_entities" => names.extend(strings(args.get("entityNames")).unwrap_or_default()),
+        "create_relations" | "delete_relations" => {
+            for r in list("relations") {
+                if let Some(r) = relation_of(&r, None) {
+                    names.push(r.from.clone());
+                    names.push(r.to.clone());
+                    relations.push((r.from, r.relation_type, r.to));
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    (names, relations)
+}
+
 fn graph_js(entities: &[&Entity], relations: &[&Relation]) -> JsValue {
     let entities = entities
         .iter()
@@ -479,6 +539,99 @@ impl Simulator for Memory {
             false,
             &shown,
         ))
+    }
+
+    /// A write's targets are the entities it names (each fingerprinted by its type and
+    /// observations, or `absent`) and the relations it creates or deletes, from one real
+    /// `read_graph` with the pending writes before it applied. It is built on the actions
+    /// that created an entity it adds observations to, relates or deletes, that added an
+    /// observation it deletes, or that created a relation it deletes; `create_entities`
+    /// is built on nothing (the server skips a name that exists).
+    async fn basis(
+        &self,
+        write: &PendingWrite,
+        before: &[PendingWrite],
+        real: &dyn RealReads,
+    ) -> Result<Basis, String> {
+        if !self.models(&write.tool) {
+            return Err(format!("{} is not a write the gate models", write.tool));
+        }
+        let answer = real.read("read_graph", json!({})).await?;
+        if answer.is_error {
+            return Err(format!(
+                "the server could not read the graph ({})",
+                text_of(&answer).unwrap_or_default()
+            ));
+        }
+        let parsed = answer
+            .structured_content
+            .clone()
+            .or_else(|| text_of(&answer).and_then(|t| serde_json::from_str(t).ok()));
+        let Some(mut graph) = parsed.as_ref().and_then(Graph::parse) else {
+            return Err(
+                "the server's read_graph answer is not the graph the gate knows".to_owned(),
+            );
+        };
+        for earlier in before {
+            graph.apply(earlier)?;
+        }
+        let (names, relations) = named(write);
+        let mut targets = Vec::new();
+        let mut built_on = std::collections::BTreeSet::new();
+        let deleted: Vec<String> = items(&write.args, "deletions")
+            .into_iter()
+            .flatten()
+            .filter_map(|d| strings(d.get("observations")))
+            .flatten()
+            .collect();
+        for name in names {
+            let entity = graph.entities.iter().find(|e| e.name == name);
+            let target = match entity {
+                Some(entity) => {
+                    if write.tool != "create_entities" {
+                        built_on.extend(entity.by);
+                    }
+                    if write.tool == "delete_observations" {
+                        built_on.extend(
+                            entity
+                                .observations
+                                .iter()
+                                .filter(|(o, _)| deleted.contains(o))
+                                .filter_map(|(_, by)| *by),
+                        );
+                    }
+                    Target {
+                        name: format!("entity {name:?}"),
+                        state: entity.state(),
+                        by: entity.made_by(),
+                    }
+                }
+                None => Target {
+                    name: format!("entity {name:?}"),
+                    state: "absent".to_owned(),
+                    by: Vec::new(),
+                },
+            };
+            targets.push(target);
+        }
+        if write.tool == "delete_relations" {
+            for (from, relation_type, to) in relations {
+                let found = graph
+                    .relations
+                    .iter()
+                    .find(|r| r.from == from && r.relation_type == relation_type && r.to == to);
+                built_on.extend(found.and_then(|r| r.by));
+                targets.push(Target {
+                    name: format!("relation {from:?} {relation_type:?} {to:?}"),
+                    state: if found.is_some() { "present" } else { "absent" }.to_owned(),
+                    by: found.and_then(|r| r.by).into_iter().collect(),
+                });
+            }
+        }
+        Ok(Basis {
+            targets,
+            built_on: built_on.into_iter().collect(),
+        })
     }
 }
 
@@ -686,6 +839,66 @@ mod tests {
             "{\n  \"entities\": [\n    {\n      \"name\": \"Z\",\n      \"entityType\": \"t\",\n      \"observations\": []\n    }\n  ],\n  \"relations\": []\n}"
         );
         assert_eq!(result.extra["_meta"]["gate/pending"]["actions"], json!([1]));
+    }
+
+    #[tokio::test]
+    async fn an_observation_of_a_pending_entity_is_built_on_it_and_a_changed_entity_is_stale() {
+        let pending = [
+            write(
+                3,
+                "create_entities",
+                json!({"entities": [{"name": "Cy", "entityType": "robot", "observations": []}]}),
+            ),
+            write(
+                4,
+                "add_observations",
+                json!({"observations": [{"entityName": "Cy", "contents": ["beeps"]}]}),
+            ),
+            write(
+                5,
+                "add_observations",
+                json!({"observations": [{"entityName": "Ada", "contents": ["reads"]}]}),
+            ),
+            write(
+                6,
+                "delete_observations",
+                json!({"deletions": [{"entityName": "Cy", "observations": ["beeps"]}]}),
+            ),
+        ];
+        let pending = &pending;
+        let basis = |i: usize, real: Real| async move {
+            Memory
+                .basis(&pending[i], &pending[..i], &real)
+                .await
+                .unwrap()
+        };
+        assert_eq!(basis(1, real()).await.built_on, [3]);
+        assert_eq!(basis(3, real()).await.built_on, [3, 4]);
+        let on_ada = basis(2, real()).await;
+        assert!(on_ada.built_on.is_empty());
+        assert_eq!(on_ada.targets[0].name, "entity \"Ada\"");
+        assert!(basis(2, real()).await.changes_since(&on_ada).is_empty());
+        // Someone added an observation to Ada outside the gate: stale.
+        let mut changed = real();
+        changed.0["entities"][0]["observations"] = json!(["wrote notes", "left"]);
+        let now = Memory
+            .basis(&pending[2], &pending[..2], &changed)
+            .await
+            .unwrap();
+        let changes = now.changes_since(&on_ada);
+        assert!(
+            changes.len() == 1
+                && changes[0].starts_with("entity \"Ada\" was type and observations sha256:"),
+            "{changes:?}"
+        );
+        // Ada deleted outside the gate: stale, absent.
+        let mut gone = real();
+        gone.0["entities"] = json!([{"name": "Bob", "entityType": "person", "observations": []}]);
+        let now = Memory
+            .basis(&pending[2], &pending[..2], &gone)
+            .await
+            .unwrap();
+        assert!(now.changes_since(&on_ada)[0].ends_with("is now absent"));
     }
 
     #[tokio::test]

@@ -14,6 +14,13 @@
 //! forwarded as it always was) and then [`Simulator::simulate`], which reads what it needs
 //! of the real server through [`RealReads`]. [`check_catalog`] holds a simulator to the
 //! tool definitions it was written against: one whose tools changed is disabled whole.
+//!
+//! Seed 003's pitfalls: when a write is staged, [`Simulator::basis`] says what it acts on
+//! as the simulation showed it then (each [`Target`] with a fingerprint: a content hash,
+//! "absent", ...) and which earlier pending writes it is built on (an edit of a pending
+//! file's content, a move of a file a pending write created, an observation added to an
+//! entity a pending write created). The gate records it, asks again before approval, and
+//! calls the write stale where a fingerprint changed ([`Basis::changes_since`]).
 
 pub mod filesystem;
 pub mod glob;
@@ -22,7 +29,9 @@ pub mod memory;
 
 use async_trait::async_trait;
 use gatekeeper_core::{Content, ToolResult};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 
 pub use js::JsValue;
 
@@ -80,6 +89,61 @@ pub trait RealReads: Send + Sync {
 /// What a simulator relies on in one tool's input schema: each property and its JSON type.
 pub type Expectation = (&'static str, &'static [(&'static str, &'static str)]);
 
+/// One thing a write acts on, as the simulation showed it just before the write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// What it is, in the person's words (`/w/notes/plan.md`, `entity "Ada"`).
+    pub name: String,
+    /// What it was: `content sha256:…`, `absent`, `a directory`, …
+    pub state: String,
+    /// The agent's pending actions that left it so (empty: as it really was).
+    pub by: Vec<u64>,
+}
+
+/// What a write builds on, worked out when it is staged and again before it is approved.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Basis {
+    /// What it acts on, each as the simulation showed it just before this write.
+    pub targets: Vec<Target>,
+    /// The earlier pending actions whose effect it needs (rejecting one of them changes
+    /// what this write does), ascending.
+    pub built_on: Vec<u64>,
+}
+
+impl Basis {
+    /// How `self` (now) differs from `then` (at staging), one line per changed target, in
+    /// the person's words; empty when nothing changed.
+    pub fn changes_since(&self, then: &Basis) -> Vec<String> {
+        let mut changes = Vec::new();
+        for old in &then.targets {
+            let now = self.targets.iter().find(|t| t.name == old.name);
+            let Some(now) = now else {
+                changes.push(format!("{}: no longer known", old.name));
+                continue;
+            };
+            if now.state != old.state {
+                let then_by = if old.by.is_empty() {
+                    String::new()
+                } else {
+                    format!(" as {} left it", actions_phrase(&old.by))
+                };
+                changes.push(format!(
+                    "{} was {}{then_by} when it was staged, and is now {}",
+                    old.name, old.state, now.state
+                ));
+            }
+        }
+        changes
+    }
+}
+
+/// A text's fingerprint: `content sha256:` and the first 16 hex digits, with its length.
+pub fn fingerprint(text: &str) -> String {
+    let hash = Sha256::digest(text.as_bytes());
+    let hex: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("content sha256:{hex}… ({} bytes)", text.len())
+}
+
 /// Answers an agent's reads of one kind of server as if its pending writes were applied.
 #[async_trait]
 pub trait Simulator: Send + Sync {
@@ -105,6 +169,23 @@ pub trait Simulator: Send + Sync {
         pending: &[PendingWrite],
         real: &dyn RealReads,
     ) -> Answer;
+
+    /// What `write` acts on once `before` (the agent's pending writes staged ahead of it,
+    /// in order) are applied over the real server, and which of them it is built on,
+    /// reading what it needs through `real`. `Err` says why it cannot be told (the gate then
+    /// says so to the person). The default tracks nothing.
+    async fn basis(
+        &self,
+        write: &PendingWrite,
+        before: &[PendingWrite],
+        real: &dyn RealReads,
+    ) -> Result<Basis, String> {
+        let _ = (write, before, real);
+        Err(format!(
+            "the {} simulator does not track what a write builds on",
+            self.name()
+        ))
+    }
 }
 
 /// The simulators this build knows, by their names in `gate.toml`.

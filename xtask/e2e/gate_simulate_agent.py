@@ -1,0 +1,176 @@
+"""A scripted agent for `cargo xtask e2e`'s simulation part: a `gate serve` of its own whose
+two servers (the real npm filesystem and memory servers) have `pending = "simulate"`. Over
+streamable HTTP with the Python MCP SDK, the agent writes a file, reads it back (simulated,
+marked), edits it, reads it again, lists its directory (the new file shown, marked); the
+person approves both writes in order with `gate approve`, and the file on disk must equal
+what the agent last read. Then the same for memory entities: create them, `read_graph` shows
+them marked, approve, and the real graph equals what the agent was shown.
+
+It prints one line per check, `ok - WHAT` or `FAIL - WHAT: WHY`. Every wait is bounded.
+"""
+
+import argparse
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import anyio
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+try:
+    BaseExceptionGroup
+except NameError:  # Python 3.10: anyio brings the backport
+    from exceptiongroup import BaseExceptionGroup
+
+STEP_SECONDS = 30
+FAILED = 0
+
+
+def check(what, ok, why=""):
+    """Print one check's line; remember a failure."""
+    global FAILED
+    if ok:
+        print(f"ok - simulate: {what}", flush=True)
+    else:
+        FAILED += 1
+        print(f"FAIL - simulate: {what}: {why}", flush=True)
+    return ok
+
+
+def blocks(result):
+    return [block.text for block in result.content if getattr(block, "type", "") == "text"]
+
+
+def staged_id(answer):
+    found = re.search(r"Staged as action (\d+)", answer)
+    return int(found.group(1)) if found else None
+
+
+def pending_ids(result):
+    meta = result.meta or {}
+    return (meta.get("gate/pending") or {}).get("actions")
+
+
+def person(gate, *argv):
+    done = subprocess.run([gate, *argv], capture_output=True, text=True, timeout=STEP_SECONDS,
+                          stdin=subprocess.DEVNULL)
+    return done.returncode == 0, done.stdout + done.stderr
+
+
+async def call(session, tool, args):
+    with anyio.fail_after(STEP_SECONDS):
+        return await session.call_tool(tool, args)
+
+
+async def files(session, opts):
+    root = opts.root
+    plan = str(root / "notes" / "plan.md")
+    written = "step one\nstep two\n"
+    staged = blocks(await call(session, "files__write_file", {"path": plan, "content": written}))
+    write = staged_id(staged[0]) if staged else None
+    check("write_file is staged, and the agent is told its reads will show it",
+          write is not None and "your later reads of this server show this change" in staged[0], staged)
+
+    read = await call(session, "files__read_text_file", {"path": plan})
+    shown = blocks(read)
+    check("the agent reads its pending file back: simulated, marked with the action id",
+          len(shown) == 2 and shown[0].startswith("Simulated by the gate") and f"action {write}" in shown[0]
+          and shown[1] == written and pending_ids(read) == [write], (shown, read.meta))
+    check("nothing is on disk yet", not Path(plan).exists(), "notes/plan.md exists before approval")
+
+    staged = blocks(await call(session, "files__edit_file",
+                               {"path": plan, "edits": [{"oldText": "two", "newText": "2"}]}))
+    edit = staged_id(staged[0]) if staged else None
+    check("edit_file of the pending file is staged", edit is not None, staged)
+    read = await call(session, "files__read_text_file", {"path": plan})
+    shown = blocks(read)
+    last = shown[1] if len(shown) == 2 else None
+    check("the edit applies to the pending content, marked with both actions",
+          last == "step one\nstep 2\n" and f"actions {write} and {edit}" in shown[0], shown)
+
+    listing = await call(session, "files__list_directory", {"path": str(root / "notes")})
+    shown = blocks(listing)
+    entries = sorted(shown[1].splitlines()) if len(shown) == 2 else []
+    check("the directory lists the new file, marked",
+          entries == ["[FILE] old.md", "[FILE] plan.md"] and "plan.md is new or changed" in shown[0], shown)
+
+    old = blocks(await call(session, "files__read_text_file", {"path": str(root / "notes" / "old.md")}))
+    check("a read nothing pending touches is the server's answer alone", old == ["old\n"], old)
+
+    ok, said = person(opts.gate, "approve", str(write), str(edit))
+    check("the person approves both, in order", ok, said)
+    on_disk = Path(plan).read_text(encoding="utf-8") if Path(plan).exists() else None
+    check("the file on disk equals what the agent last read", on_disk == last, (on_disk, last))
+    real = blocks(await call(session, "files__read_text_file", {"path": plan}))
+    check("once applied, the read is the server's, unmarked", real == [last], real)
+
+
+async def memory(session, opts):
+    entities = [{"name": "Plan", "entityType": "doc", "observations": ["in notes"]},
+                {"name": "Gate", "entityType": "tool", "observations": ["holds the send"]}]
+    staged = blocks(await call(session, "memory__create_entities", {"entities": entities}))
+    create = staged_id(staged[0]) if staged else None
+    check("create_entities is staged", create is not None, staged)
+    staged = blocks(await call(session, "memory__create_relations",
+                               {"relations": [{"from": "Gate", "to": "Plan", "relationType": "guards"}]}))
+    relate = staged_id(staged[0]) if staged else None
+    check("create_relations is staged", relate is not None, staged)
+
+    read = await call(session, "memory__read_graph", {})
+    shown = blocks(read)
+    graph = json.loads(shown[1]) if len(shown) == 2 else {}
+    names = sorted(e.get("name") for e in graph.get("entities", []))
+    check("read_graph shows the pending entities and relation, marked",
+          shown and shown[0].startswith("Simulated by the gate")
+          and f'entity "Plan" created (action {create})' in shown[0]
+          and names == ["Gate", "Plan"] and len(graph.get("relations", [])) == 1, shown)
+    found = blocks(await call(session, "memory__search_nodes", {"query": "notes"}))
+    check("search_nodes finds a pending entity, marked",
+          len(found) == 2 and found[0].startswith("Simulated by the gate") and "Plan" in found[1], found)
+
+    ok, said = person(opts.gate, "approve", str(create), str(relate))
+    check("the person approves both, in order", ok, said)
+    real = blocks(await call(session, "memory__read_graph", {}))
+    check("the real graph equals what the agent was shown, unmarked",
+          len(real) == 1 and len(shown) == 2 and json.loads(real[0]) == graph, (real, shown))
+
+
+async def main(opts):
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {opts.token}"},
+                                timeout=httpx2.Timeout(STEP_SECONDS))
+    async with client:
+        async with streamable_http_client(opts.url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                with anyio.fail_after(STEP_SECONDS):
+                    await session.initialize()
+                await files(session, opts)
+                await memory(session, opts)
+
+
+def leaves(error):
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gate", required=True, help="the gate binary")
+    parser.add_argument("--url", required=True, help="the gate's agent endpoint")
+    parser.add_argument("--token", required=True, help="the agent's token")
+    parser.add_argument("--root", required=True, type=Path, help="the filesystem server's root")
+    options = parser.parse_args()
+    try:
+        asyncio.run(main(options))
+    except BaseException as error:  # noqa: BLE001 - any stop is a failed check, with its story
+        why = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves(error))
+        check("the agent script ran to its end", False, why)
+        traceback.print_exc(file=sys.stderr)
+        sys.exit(1)
+    sys.exit(1 if FAILED else 0)

@@ -32,7 +32,9 @@
 //! Then `pending = "simulate"` on a `gate serve` of its own over the same npm servers
 //! ([`simulate`], `xtask/e2e/gate_simulate_agent.py`): the agent reads its own pending file,
 //! edit, listing and entities, marked, and after the person's approval the disk and the
-//! graph equal what it read.
+//! graph equal what it read; a file changed on disk after staging is flagged stale (approved
+//! only with `--stale-seen`), and rejecting a write flags what was built on it (`--cascade`
+//! rejects it, for the memory server too).
 //!
 //! Last, the official MCP conformance suite's server scenarios, directly and through `gate`
 //! ([`conformance`]; `--conformance` runs only that part), and its client scenarios with

@@ -2,7 +2,11 @@
 //! own, so the main scenario's reads stay unsimulated, over the same pinned npm servers with
 //! `pending = "simulate"` (`simulator = "filesystem"` and `"memory"`), driven by
 //! `xtask/e2e/gate_simulate_agent.py` over streamable HTTP, which also plays the person with
-//! `gate approve`. Its checks are counted with the rest.
+//! `gate approve`. Then seed 003's pitfalls on the same servers: the script changes a file on
+//! disk after the agent staged an edit of it (`gate pending` and `gate show` say STALE, `gate
+//! approve` is refused, `--stale-seen` applies it), and the person rejects writes that others
+//! were built on (`gate reject` flags the edit, `--cascade` rejects it, and an observation
+//! of an entity whose creation is rejected). Its checks are counted with the rest.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -415,11 +415,11 @@ pub struct Gateway {
     listeners: std::sync::Mutex<Vec<Listener>>,
     /// The agents' calls in flight on each server, by server: who hears its log while
     /// exactly one is.
-    in_flight: std::sync::Mutex<HashMap<String, Vec<(u64, Listener)>>>,
+    in_flight: dashmap::DashMap<String, Vec<(u64, Listener)>>,
     /// The next id of a call in flight.
     next_call: std::sync::atomic::AtomicU64,
     /// Each server's budget of log messages.
-    limiters: std::sync::Mutex<HashMap<String, Limiter>>,
+    limiters: dashmap::DashMap<String, Limiter>,
     /// The SQLite database behind the kernel (this daemon's alone, behind its journal),
     /// whose file is read page by page for the person's `gate ledger`.
     database: Option<store_sqlite::Journaled>,
@@ -520,17 +520,13 @@ struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        let mut in_flight = self
-            .gateway
+        // One server's entry, changed and dropped under its shard's lock alone.
+        self.gateway
             .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(calls) = in_flight.get_mut(&self.server) {
-            calls.retain(|(id, _)| *id != self.id);
-            if calls.is_empty() {
-                in_flight.remove(&self.server);
-            }
-        }
+            .remove_if_mut(&self.server, |_, calls| {
+                calls.retain(|(id, _)| *id != self.id);
+                calls.is_empty()
+            });
     }
 }
 
@@ -569,9 +565,9 @@ impl Gateway {
             catalogs: None,
             accepting: Mutex::new(()),
             listeners: std::sync::Mutex::new(Vec::new()),
-            in_flight: std::sync::Mutex::new(HashMap::new()),
+            in_flight: dashmap::DashMap::new(),
             next_call: std::sync::atomic::AtomicU64::new(0),
-            limiters: std::sync::Mutex::new(HashMap::new()),
+            limiters: dashmap::DashMap::new(),
             database: None,
             clock: Arc::new(SystemClock),
             notifier: None,
@@ -739,8 +735,6 @@ impl Gateway {
             .next_call
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .entry(server.to_owned())
             .or_default()
             .push((id, caller));
@@ -822,8 +816,6 @@ impl Gateway {
         let now = tokio::time::Instant::now();
         let verdict = self
             .limiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .entry(server.to_owned())
             .or_insert_with(|| Limiter::new(logs::MAX_LOGS_PER_SECOND, now))
             .admit(now);
@@ -834,8 +826,6 @@ impl Gateway {
         };
         let in_flight: Vec<Listener> = self
             .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .get(server)
             .map(|calls| calls.iter().map(|(_, l)| l.clone()).collect())
             .unwrap_or_default();

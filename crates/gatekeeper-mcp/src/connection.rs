@@ -585,22 +585,31 @@ pub(crate) async fn request_relayed(
     routes: &ProgressRoutes,
     relay: &ReadRelay,
 ) -> Result<ServerResult, Failure> {
+    // The read takes the server's questions before it is sent: a server may ask as soon
+    // as it has the request.
+    let asker = routes.start_asking(relay.asks.clone());
     // The token is registered before a note for it can be delivered: delivery takes the
     // same lock.
-    let handle = {
+    let sent = {
         let mut held = routes.lock().await;
-        let handle = send(peer, request, deadline).await?;
-        if let Some(sink) = &relay.progress {
+        let sent = send(peer, request, deadline).await;
+        if let (Ok(handle), Some(sink)) = (&sent, &relay.progress) {
             ProgressRoutes::register(&mut held, handle.progress_token.clone(), sink.clone());
         }
-        handle
+        sent
+    };
+    let handle = match sent {
+        Ok(handle) => handle,
+        Err(failure) => {
+            routes.stop_asking(asker);
+            return Err(failure);
+        }
     };
     let (id, token, downstream) = (
         handle.id.clone(),
         handle.progress_token.clone(),
         handle.peer.clone(),
     );
-    let asker = routes.start_asking(relay.asks.clone());
     let outcome = tokio::select! {
         outcome = answer(handle.await_response(), deadline) => outcome,
         () = relay.cancelled.cancelled() => {

@@ -857,3 +857,64 @@ async fn identical_calls_racing_each_other_stage_one_action() {
     let pending = text(&call(&coder, "gate_pending", json!({})).await);
     assert_eq!(pending.lines().count(), 2, "one waiting action: {pending}");
 }
+
+/// A read's observation waits for no sync (issue 42): a daemon killed right after an
+/// ordinary read may lose that observation's record and nothing else; killed right after
+/// a sensitive read, it holds the agent's lockdown when it starts again (the latch file
+/// is synced before the read is forwarded).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_right_after_a_read_loses_at_most_its_observation_and_never_a_sensitive_lockdown() {
+    let mut gate = Gate::start("read-kill");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let staged = action_id(&text(
+        &call(&coder, "fixture__write_note", json!({"text": "before"})).await,
+    ));
+    let read = call(&coder, "fixture__read_notes", json!({})).await;
+    assert_ne!(read.is_error, Some(true), "{}", text(&read));
+    drop(coder);
+    gate.kill_and_restart();
+
+    let out = gate.person(&["ledger", "--json", "--limit", "100"]);
+    assert!(out.status.success(), "{out:?}");
+    let page: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let entries = page["entries"].as_array().expect("entries");
+    let action = entries
+        .iter()
+        .find(|e| e["id"] == staged)
+        .unwrap_or_else(|| panic!("the staged write is kept: {page}"));
+    assert_eq!(action["body"]["Action"]["state"], "Pending", "{action}");
+    let others: Vec<&Value> = entries.iter().filter(|e| e["id"] != staged).collect();
+    assert!(
+        others.len() <= 1
+            && others.iter().all(|e| {
+                e["body"]["Observation"].is_object() && e["id"].as_u64() > Some(staged)
+            }),
+        "at most the read's observation besides the write: {page}"
+    );
+    let coder = gate.agent(CODER_TOKEN).await;
+    let next = action_id(&text(
+        &call(&coder, "fixture__write_note", json!({"text": "after"})).await,
+    ));
+    assert!(next > staged, "{next} after {staged}");
+    drop(coder);
+
+    // The same read made sensitive: killed right after it, the agent is still locked down.
+    gate.reconfigure(|text| {
+        text.replace(
+            "trust = \"byo\"\n",
+            "trust = \"byo\"\nsensitive_reads = [\"read_notes\"]\n",
+        )
+    });
+    let coder = gate.agent(CODER_TOKEN).await;
+    let read = call(&coder, "fixture__read_notes", json!({})).await;
+    assert_ne!(read.is_error, Some(true), "{}", text(&read));
+    drop(coder);
+    gate.kill_and_restart();
+    let coder = gate.agent(CODER_TOKEN).await;
+    let refused = call(&coder, "fixture__write_note", json!({"text": "leak"})).await;
+    assert_eq!(refused.is_error, Some(true), "{}", text(&refused));
+    assert!(text(&refused).contains("locked down"), "{}", text(&refused));
+    let approve = gate.person(&["approve", &staged.to_string()]);
+    assert!(!approve.status.success(), "{approve:?}");
+    assert!(gate.deliveries().is_empty());
+}

@@ -1005,24 +1005,34 @@ impl Overseer {
     ) -> Result<LedgerId, QueueError> {
         let inner = &self.inner;
         let storage = |e: StorageError| QueueError::Storage(e.0);
-        if description.prohibit_all_sharing && !inner.store.locked_down().map_err(storage)? {
+        let sensitive = description.prohibit_all_sharing;
+        if sensitive && !inner.store.locked_down().map_err(storage)? {
             inner.store.latch_lockdown().map_err(storage)?;
             warn!(gatekeeper = %gatekeeper, "sensitive data observed: lockdown latched");
         }
         let now = inner.clock.now();
         let mut description = Some(description);
-        let (id, durable) = inner
-            .store
-            .insert_durable_later(&mut |id| LedgerEntry {
-                id,
-                gatekeeper: gatekeeper.clone(),
-                caller: caller.clone(),
-                created_at: now,
-                body: EntryBody::Observation(description.take().unwrap_or_default()),
-            })
-            .map_err(storage)?;
-        // The data is handed over only once its observation is durable, as a submission.
-        durable.await.map_err(storage)?;
+        let mut make = |id| LedgerEntry {
+            id,
+            gatekeeper: gatekeeper.clone(),
+            caller: caller.clone(),
+            created_at: now,
+            body: EntryBody::Observation(description.take().unwrap_or_default()),
+        };
+        let id = if sensitive {
+            let (id, durable) = inner
+                .store
+                .insert_durable_later(&mut make)
+                .map_err(storage)?;
+            // Sensitive data is handed over only once its observation (and the lockdown
+            // latched above) is durable: a crash cannot forget what the caller saw.
+            durable.await.map_err(storage)?;
+            id
+        } else {
+            // An ordinary observation rides on the store's next sync: a crash before it
+            // may lose this record, and nothing else, so the read does not wait for one.
+            inner.store.insert_lazy(&mut make).map_err(storage)?
+        };
         debug!(observation = %id, gatekeeper = %gatekeeper, "observation authorized");
         Ok(id)
     }

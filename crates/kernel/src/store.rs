@@ -7,9 +7,10 @@
 //! The port is synchronous on purpose: each call is one small read or one write, and a
 //! backend that blocks (SQLite) is expected to be fast enough to call from a task. The
 //! Overseer never holds a store call across an `.await`. One wait is worth a future: a
-//! submission's or an observation's wait for its entry to become durable
+//! submission's or a sensitive observation's wait for its entry to become durable
 //! ([`LedgerStore::insert_durable_later`]), which a store that groups many callers' writes
-//! into one sync may answer later, without holding a thread meanwhile.
+//! into one sync may answer later, without holding a thread meanwhile. An ordinary
+//! observation waits for no sync ([`LedgerStore::insert_lazy`]).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -49,9 +50,9 @@ pub trait LedgerStore: Send + Sync {
     ) -> Result<LedgerId, StorageError>;
 
     /// [`LedgerStore::insert`] for a caller that can wait without holding a thread (the
-    /// Overseer's submissions and observations, answered from a task): the entry is stored when this
-    /// returns, but it may become durable only when the returned future resolves, and the
-    /// caller tells nobody of the id before. A store that groups many callers' writes
+    /// Overseer's submissions and sensitive observations, answered from a task): the
+    /// entry is stored when this returns, but it may become durable only when the returned
+    /// future resolves, and the caller tells nobody of the id before. A store that groups many callers' writes
     /// into one sync lets tasks wait for it this way instead of each holding a thread.
     ///
     /// The default is [`LedgerStore::insert`], durable when it returns.
@@ -61,6 +62,20 @@ pub trait LedgerStore: Send + Sync {
     ) -> Result<(LedgerId, DurableFuture), StorageError> {
         let id = self.insert(make)?;
         Ok((id, Box::pin(std::future::ready(Ok(())))))
+    }
+
+    /// [`LedgerStore::insert`] of an entry that nothing waits to be durable (an ordinary
+    /// observation): stored when this returns, and durable with the store's next sync,
+    /// which this call neither makes nor waits for. A crash before that sync may lose the
+    /// entry; a store whose syncs cover everything written before them (a log in order)
+    /// then loses only entries after the last durable one, never one before it.
+    ///
+    /// The default is [`LedgerStore::insert`], durable when it returns.
+    fn insert_lazy(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<LedgerId, StorageError> {
+        self.insert(make)
     }
 
     /// One entry by id.

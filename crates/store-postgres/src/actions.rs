@@ -11,7 +11,8 @@
 //!   its advisory lock), in the same statement.
 //! - **The open cap** holds across daemons: staging locks the store's row of
 //!   `action_ids` (which also hands out the id), then counts and inserts, in one
-//!   transaction; every stage of one store waits for the one before.
+//!   statement (`gate_stage`, one round trip); every stage of one store waits for the
+//!   one before.
 //! - **A rejection is a decision**: in one transaction it locks the ledger row, is refused
 //!   while another live session is deciding the action, and otherwise marks it as this
 //!   session's decision together with the driver's `rejected`.
@@ -61,18 +62,12 @@ const SELECT_IN_STATE: &str =
             definition
      FROM actions WHERE gatekeeper = $1 AND state = $2 ORDER BY id";
 
-/// Create (or lock) the store's id row; returns the last id handed out.
-const LOCK_IDS: &str = "INSERT INTO action_ids (gatekeeper, last_id) VALUES ($1, 0)
-     ON CONFLICT (gatekeeper) DO UPDATE SET last_id = action_ids.last_id
-     RETURNING last_id";
-
 const COUNT_OPEN: &str = "SELECT count(*) FROM actions WHERE gatekeeper = $1
        AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable))";
 
-/// The new row and the id it takes, in one statement.
-const INSERT: &str = "WITH taken AS (UPDATE action_ids SET last_id = $2 WHERE gatekeeper = $1)
-     INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at, staged_by, definition)
-     VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7)";
+/// Lock the id row, count the open calls, insert with the next id: one statement
+/// (`gate_stage`, schema version 2); NULL when the store is full.
+const STAGE: &str = "SELECT gate_stage($1, $2, $3, $4, $5, $6, $7)";
 
 /// `$1` gatekeeper, `$2` id, `$3` from, `$4` state, `$5` claimed_at, `$6` this session,
 /// `$7` retryable, `$8` error, `$9` result.
@@ -241,26 +236,15 @@ impl ActionStorage for PostgresActionStorage {
         let me = self.db.session();
         self.db
             .call_async(move |link| {
-                link.transaction(|link| {
-                    let last: i64 = link
-                        .write_returning(LOCK_IDS, &[&gatekeeper])
-                        .map_err(sql)?[0]
-                        .get(0);
-                    let open: i64 = link
-                        .query_one(COUNT_OPEN, &[&gatekeeper])
-                        .map_err(sql)?
-                        .get(0);
-                    if open >= max_open {
-                        return Ok(None);
-                    }
-                    let id = last + 1;
-                    link.execute(
-                        INSERT,
-                        &[&gatekeeper, &id, &tool, &args, &at, &me, &definition],
+                let rows = link
+                    .write_returning(
+                        STAGE,
+                        &[&gatekeeper, &tool, &args, &at, &me, &definition, &max_open],
                     )
                     .map_err(sql)?;
-                    Ok(Some(DriverActionId(u64_of(id, "action id")?)))
-                })
+                let id: Option<i64> = rows.first().and_then(|row| row.get(0));
+                id.map(|id| Ok(DriverActionId(u64_of(id, "action id")?)))
+                    .transpose()
             })
             .await
             .map_err(port)

@@ -23,7 +23,8 @@ use postgres::{Client, NoTls, Row, Statement};
 
 use crate::error::StoreError;
 use crate::schema::{
-    CREATE, EXPECTED_TABLES, LEDGER_LOCKS, MIGRATION_LOCK, SCHEMA_VERSION, SESSION_LOCKS, UPGRADES,
+    CREATE, EXPECTED_TABLES, LEDGER_LOCKS, MIGRATION_LOCK, SCHEMA_VERSION, SESSION_LOCKS,
+    STAGE_FUNCTION, UPGRADES,
 };
 
 /// How many worker connections a [`Database`] keeps.
@@ -131,18 +132,34 @@ impl Link<'_> {
         self.client.execute(&statement, params)
     }
 
-    /// Run `work` in one transaction, committed if it returns `Ok`, rolled back otherwise.
-    pub(crate) fn transaction<R>(
+    /// Run `work` in one transaction whose first statement, `first` (SQL without
+    /// parameters that returns one row of one value), goes with the `BEGIN` in one round
+    /// trip; `work` gets that value as text. Committed if `work` returns `Ok`, rolled back
+    /// otherwise.
+    pub(crate) fn transaction_opening<R>(
         &mut self,
-        work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError>,
+        first: &str,
+        work: impl FnOnce(&mut Link<'_>, Option<String>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
         self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.client
-            .batch_execute("BEGIN")
-            .map_err(|e| sql_error(&e))?;
+        let opened = self.client.simple_query(&format!("BEGIN; {first}"));
+        let value = match opened {
+            Ok(messages) => messages.into_iter().find_map(|message| match message {
+                postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            }),
+            Err(error) => {
+                let _ = self.client.batch_execute("ROLLBACK");
+                return Err(sql_error(&error));
+            }
+        };
         self.in_tx = true;
-        let result = work(self);
+        let result = work(self, value);
         self.in_tx = false;
+        self.finish(result)
+    }
+
+    fn finish<R>(&mut self, result: Result<R, StoreError>) -> Result<R, StoreError> {
         self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(value) => {
@@ -157,6 +174,21 @@ impl Link<'_> {
                 Err(error)
             }
         }
+    }
+
+    /// Run `work` in one transaction, committed if it returns `Ok`, rolled back otherwise.
+    pub(crate) fn transaction<R>(
+        &mut self,
+        work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.client
+            .batch_execute("BEGIN")
+            .map_err(|e| sql_error(&e))?;
+        self.in_tx = true;
+        let result = work(self);
+        self.in_tx = false;
+        self.finish(result)
     }
 }
 
@@ -626,6 +658,8 @@ fn migrate(url: &str, shown: &str) -> Result<(), StoreError> {
         if tables.is_empty() {
             let mut tx = client.transaction().map_err(|e| sql_error(&e))?;
             tx.batch_execute(CREATE).map_err(|e| sql_error(&e))?;
+            tx.batch_execute(STAGE_FUNCTION)
+                .map_err(|e| sql_error(&e))?;
             tx.execute(
                 "INSERT INTO gate_schema (version) VALUES ($1)",
                 &[&SCHEMA_VERSION],

@@ -295,9 +295,13 @@ const RECORD_ATTEMPT: &str = "UPDATE ledger SET resolved_by = $2, auto_approved 
        AND CASE WHEN deciding_session IS NULL OR deciding_session = $6 THEN true
            ELSE NOT gate_session_alive(deciding_session) END";
 
-/// Take the insert lock (`$1`, 0), held to the commit, then the next id.
-const NEXT_ID: &str =
-    "SELECT nextval('ledger_ids') FROM (SELECT pg_advisory_xact_lock($1, 0)) AS locked";
+/// Take the insert lock (`LEDGER_LOCKS`, 0), held to the commit, then the next id: sent
+/// with the `BEGIN`, in one round trip.
+fn next_id() -> String {
+    format!(
+        "SELECT nextval('ledger_ids') FROM (SELECT pg_advisory_xact_lock({LEDGER_LOCKS}, 0)) AS locked"
+    )
+}
 
 /// A new entry's row, built on the caller's thread and written by a worker.
 #[derive(Clone)]
@@ -475,11 +479,10 @@ impl LedgerStore for PostgresLedger {
         let done = self
             .db
             .call_later(move |link| {
-                link.transaction(|link| {
-                    let next: i64 = link
-                        .query_one(NEXT_ID, &[&LEDGER_LOCKS])
-                        .map_err(sql)?
-                        .get(0);
+                link.transaction_opening(&next_id(), |link, next| {
+                    let next: i64 = next
+                        .and_then(|n| n.parse().ok())
+                        .ok_or_else(|| StoreError::Missing("no ledger id was handed out".into()))?;
                     let _ = id_tx.send(next);
                     let Ok(Some(row)) = entry_rx.recv() else {
                         return Err(StoreError::Missing("the entry was not built".into()));

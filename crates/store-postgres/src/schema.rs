@@ -18,7 +18,8 @@
 /// The schema version this build writes and reads.
 ///
 /// - Version 1: the first.
-pub const SCHEMA_VERSION: i32 = 1;
+/// - Version 2: `gate_stage`, a stage in one statement (lock the id row, count, insert).
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The first key of the advisory locks that mark a live session (second key: its id).
 pub(crate) const SESSION_LOCKS: i32 = 0x4753;
@@ -208,6 +209,35 @@ CREATE TRIGGER rules_changed AFTER INSERT OR UPDATE OR DELETE ON auto_approval_r
     FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
 "#;
 
+/// Version 2: stage a call in one statement, one round trip. It locks the store's row of
+/// `action_ids` (waiting for a stage of another daemon to commit), counts the open calls
+/// with a snapshot taken after the lock (each statement of a PL/pgSQL function takes its
+/// own under READ COMMITTED, so the other stage is counted), and inserts the row with
+/// the next id; NULL when the store is full. Every stage of one store waits for the one
+/// before, so the open cap holds across daemons.
+pub(crate) const STAGE_FUNCTION: &str = r#"
+CREATE OR REPLACE FUNCTION gate_stage(p_gatekeeper text, p_tool text, p_args text, p_at bigint,
+    p_session integer, p_definition text, p_max_open bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    last bigint;
+    open bigint;
+BEGIN
+    INSERT INTO action_ids (gatekeeper, last_id) VALUES (p_gatekeeper, 0)
+        ON CONFLICT (gatekeeper) DO UPDATE SET last_id = action_ids.last_id
+        RETURNING last_id INTO last;
+    SELECT count(*) INTO open FROM actions WHERE gatekeeper = p_gatekeeper
+        AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable));
+    IF open >= p_max_open THEN
+        RETURN NULL;
+    END IF;
+    UPDATE action_ids SET last_id = last + 1 WHERE gatekeeper = p_gatekeeper;
+    INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at, staged_by, definition)
+        VALUES (p_gatekeeper, last + 1, p_tool, p_args, 'pending', p_at, p_session, p_definition);
+    RETURN last + 1;
+END $$;
+"#;
+
 /// The tables a database of the current version has, checked on open.
 pub(crate) const EXPECTED_TABLES: [&str; 7] = [
     "gate_schema",
@@ -219,5 +249,5 @@ pub(crate) const EXPECTED_TABLES: [&str; 7] = [
     "kv",
 ];
 
-/// Each upgrade step, from the version it starts at (none yet: version 1 is the first).
-pub(crate) const UPGRADES: [(i32, &str); 0] = [];
+/// Each upgrade step, from the version it starts at.
+pub(crate) const UPGRADES: [(i32, &str); 1] = [(1, STAGE_FUNCTION)];

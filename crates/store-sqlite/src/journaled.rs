@@ -19,9 +19,11 @@
 //! - **Durable now** (a submission, the claim, a rejection, a rule, the lockdown): the
 //!   call returns after the journal was synced past its record. Concurrent callers share
 //!   syncs (group commit, see `journal.rs`).
-//! - **Committed** (a person's outcome): its record is written to the journal file before
-//!   the call returns, so a crash of the process keeps it; a power cut before the next
-//!   sync may lose it, and then the synced claim is recovered as "interrupted".
+//! - **Committed** (a person's outcome, an ordinary observation): its record is written
+//!   to the journal file before the call returns, so a crash of the process keeps it; a
+//!   power cut before the next sync may lose it, and then the synced claim is recovered
+//!   as "interrupted" (an outcome), or the read is not in the ledger (an observation: the
+//!   sensitive ones, which latch a lockdown, are durable now).
 //! - **Deferred** (the driver's stage and outcome, an automatic outcome, who decided):
 //!   written to the journal with the next record that is written, as SQLite's deferred
 //!   writes ride with the next commit on a shared file. Losing one is safe for the same
@@ -1453,6 +1455,16 @@ impl LedgerStore for HotLedger {
                 .map_err(kernel_port)
         };
         Ok((id, Box::pin(durable)))
+    }
+
+    fn insert_lazy(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<LedgerId, kernel::StorageError> {
+        let (id, seq) = self.append_insert(make)?;
+        // Written (a crash of the process keeps it), synced by whoever syncs next.
+        self.wait(seq, Durability::Lazy)?;
+        Ok(id)
     }
 
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, kernel::StorageError> {

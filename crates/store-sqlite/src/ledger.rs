@@ -467,35 +467,17 @@ pub(crate) fn put_durability(entry: &LedgerEntry) -> Durability {
 }
 
 impl SqliteLedger {
-    fn query_entries(
+    /// [`LedgerStore::insert`] committed as `durability` says: synced (`Now`), or
+    /// committed and durable with the next sync (`Lazy`, an ordinary observation).
+    fn insert_as(
         &self,
-        sql: &str,
-        params: impl rusqlite::Params,
-    ) -> Result<Vec<LedgerEntry>, StorageError> {
-        self.db
-            .shared()
-            .read(|db| {
-                let mut statement = db.prepare_cached(sql)?;
-                let mut rows = statement.query(params)?;
-                let mut entries = Vec::new();
-                while let Some(row) = rows.next()? {
-                    entries.push(entry_of(row, &mut self.descriptions())?);
-                }
-                Ok(entries)
-            })
-            .map_err(port)
-    }
-}
-
-impl LedgerStore for SqliteLedger {
-    fn insert(
-        &self,
+        durability: Durability,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
     ) -> Result<LedgerId, StorageError> {
         let (id, description) = self
             .db
             .shared()
-            .write(Durability::Now, Steps::One, |conn| {
+            .write(durability, Steps::One, |conn| {
                 let last = match conn.known.ledger.last_id {
                     Some(last) => last,
                     None => u64_of(
@@ -551,10 +533,45 @@ impl LedgerStore for SqliteLedger {
             .map_err(port)?;
         // Committed and synced: the id is this description's for good (a lost transaction
         // could have handed it out again), so a later read need not parse it.
-        if let Some(description) = description {
+        if let Some(description) = description.filter(|_| durability == Durability::Now) {
             remember_description(&mut self.descriptions(), id.0, description);
         }
         Ok(id)
+    }
+
+    fn query_entries(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<LedgerEntry>, StorageError> {
+        self.db
+            .shared()
+            .read(|db| {
+                let mut statement = db.prepare_cached(sql)?;
+                let mut rows = statement.query(params)?;
+                let mut entries = Vec::new();
+                while let Some(row) = rows.next()? {
+                    entries.push(entry_of(row, &mut self.descriptions())?);
+                }
+                Ok(entries)
+            })
+            .map_err(port)
+    }
+}
+
+impl LedgerStore for SqliteLedger {
+    fn insert(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<LedgerId, StorageError> {
+        self.insert_as(Durability::Now, make)
+    }
+
+    fn insert_lazy(
+        &self,
+        make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
+    ) -> Result<LedgerId, StorageError> {
+        self.insert_as(Durability::Lazy, make)
     }
 
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {

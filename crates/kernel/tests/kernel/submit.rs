@@ -178,7 +178,8 @@ fn durable_when_told(fails: bool) -> (Overseer, Arc<dyn kernel::ApprovalQueue>, 
 }
 
 /// The agent is told "pending" about an action only once the store says it is durable (a
-/// crash before could lose it), and is given a read's data only once its observation is.
+/// crash before could lose it), and is given a sensitive read's data only once its
+/// observation is; an ordinary read's observation waits for nothing (issue 42).
 #[tokio::test]
 async fn the_agent_is_answered_only_once_its_action_is_durable() {
     let (overseer, queue, durable) = durable_when_told(false);
@@ -194,10 +195,23 @@ async fn the_agent_is_answered_only_once_its_action_is_durable() {
     let id = submitting.await.unwrap().unwrap();
     assert_eq!(state(&overseer, id), ActionState::Pending);
 
-    // A read's data is handed over only once its observation is durable, likewise.
+    // An ordinary read's observation waits for no sync: it rides on the next one.
+    let id = queue
+        .authorize_observation(ObservationDescription::new("read", ""))
+        .await
+        .unwrap();
+    assert!(matches!(
+        overseer.entry(id).unwrap().unwrap().body,
+        EntryBody::Observation(_)
+    ));
+
+    // A sensitive read's data is handed over only once its observation is durable.
     let observing = tokio::spawn(async move {
         queue
-            .authorize_observation(ObservationDescription::new("read", ""))
+            .authorize_observation(ObservationDescription {
+                prohibit_all_sharing: true,
+                ..ObservationDescription::new("read secrets", "")
+            })
             .await
     });
     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -438,3 +438,117 @@ async fn callers_waiting_for_a_sync_leave_the_runtime_to_others_who_share_it() {
     let syncs = rig.db.syncs() - syncs;
     assert!(syncs < 128, "{syncs} syncs for 128 synced writes");
 }
+
+/// The agent's read of `listIssues` through the whole stack; returns its observation's id.
+async fn read(rig: &Rig<Journaled>) -> kernel::LedgerId {
+    match rig
+        .session
+        .call_tool("listIssues", serde_json::json!({}))
+        .await
+        .expect("read")
+    {
+        gatekeeper_core::CallOutcome::Data { observation, .. } => observation,
+        other => panic!("a read, not {other:?}"),
+    }
+}
+
+/// A sensitive observation through the kernel: it latches the workspace's lockdown.
+async fn read_sensitive(rig: &Rig<Journaled>) -> kernel::LedgerId {
+    rig.overseer
+        .queue_for("issues", "agent")
+        .unwrap()
+        .authorize_observation(kernel::ObservationDescription {
+            prohibit_all_sharing: true,
+            ..kernel::ObservationDescription::new("read secrets", "sensitive")
+        })
+        .await
+        .unwrap()
+}
+
+/// Issue 42: an ordinary read's observation is written to the journal but waits for no
+/// sync (it rides on the next one); a sensitive one is synced before its data is handed
+/// over.
+#[tokio::test]
+async fn an_ordinary_read_waits_for_no_sync_and_a_sensitive_one_for_its_own() {
+    let dir = TempDir::new("journaled-read-syncs");
+    let rig = Rig::new(Journaled::open(dir.join("gate.db")).unwrap()).await;
+    rig.queue_issue("Add dark mode").await;
+    let (syncs, writes) = (rig.db.syncs(), rig.db.writes());
+    for _ in 0..10 {
+        read(&rig).await;
+    }
+    assert_eq!(rig.db.syncs() - syncs, 0, "ten ordinary reads made no sync");
+    assert!(
+        rig.db.writes() > writes,
+        "their records are written, so a process crash keeps them"
+    );
+    let syncs = rig.db.syncs();
+    read_sensitive(&rig).await;
+    assert!(rig.db.syncs() > syncs, "a sensitive read is synced");
+}
+
+/// Issue 42, both sides of the rule: a power cut right after an ordinary read (the
+/// journal cut anywhere past what its last sync covered, the file at either end) may lose
+/// that read's observation and nothing else; a cut right after a sensitive read never
+/// loses the lockdown or its observation.
+#[tokio::test]
+async fn a_cut_after_a_read_loses_at_most_its_observation_and_never_a_lockdown() {
+    let dir = TempDir::new("journaled-read-cut");
+    let path = dir.join("gate.db");
+    let db = Journaled::open(&path).unwrap();
+    let at_open = Wal::at_open(&path);
+    let rig = Rig::new(db).await;
+    let waiting = rig.queue_issue("Add dark mode").await.ledger().unwrap();
+    let observed = read(&rig).await;
+    let synced = rig.db.journal_synced_len();
+
+    let (mut lost, mut kept) = (0, 0);
+    let copies = cuts(synced)
+        .into_iter()
+        .flat_map(|keep| [(at_open, keep), (Wal::Whole, keep)]);
+    for (n, (wal, keep)) in copies.enumerate() {
+        let copy = cut_copy(&path, &dir.join(&format!("ordinary-{n}")), wal, keep);
+        let after = Journaled::open(&copy).unwrap();
+        let entries = after.ledger().entries().unwrap();
+        let cut = format!("{wal:?}, cut at {keep:?}");
+        assert_eq!(
+            entry(&entries, waiting).action().unwrap().state,
+            LedgerState::Pending,
+            "{cut}"
+        );
+        assert!(!after.ledger().locked_down().unwrap(), "{cut}");
+        match entries.iter().find(|e| e.id == observed) {
+            Some(e) => {
+                assert!(e.action().is_none(), "{cut}");
+                kept += 1;
+            }
+            None => lost += 1,
+        }
+        assert!(
+            entries.iter().all(|e| e.id == waiting || e.id == observed),
+            "{cut}: {entries:?}"
+        );
+    }
+    assert!(lost > 0, "no cut lost the unsynced observation");
+    assert!(kept > 0, "no cut kept the written observation");
+
+    let sensitive = read_sensitive(&rig).await;
+    let synced = rig.db.journal_synced_len();
+    let copies = cuts(synced)
+        .into_iter()
+        .flat_map(|keep| [(at_open, keep), (Wal::Whole, keep)]);
+    for (n, (wal, keep)) in copies.enumerate() {
+        let copy = cut_copy(&path, &dir.join(&format!("sensitive-{n}")), wal, keep);
+        let after = Journaled::open(&copy).unwrap();
+        let cut = format!("{wal:?}, cut at {keep:?}");
+        assert!(after.ledger().locked_down().unwrap(), "{cut}");
+        let entries = after.ledger().entries().unwrap();
+        entry(&entries, sensitive);
+        entry(&entries, observed);
+        assert_eq!(
+            entry(&entries, waiting).action().unwrap().state,
+            LedgerState::Pending,
+            "{cut}"
+        );
+    }
+}

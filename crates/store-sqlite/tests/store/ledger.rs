@@ -242,3 +242,35 @@ fn the_schema_refuses_moving_an_action_backwards() {
         ActionState::Rejected
     );
 }
+
+/// Issue 42, on a shared file: an ordinary observation is committed without a sync of its
+/// own (it is durable with the next one); a sensitive one is synced before the kernel
+/// answers, and so is the lockdown it latches.
+#[tokio::test]
+async fn an_ordinary_observation_is_committed_unsynced_and_a_sensitive_one_synced() {
+    let dir = TempDir::new("observation-syncs");
+    let db = Database::open(dir.join("gate.db")).unwrap();
+    let overseer = Overseer::with_store(db.ledger(), Arc::new(StepClock::default()));
+    overseer.register(FakeGatekeeper::new("gk")).unwrap();
+    let queue = overseer.queue_for("gk", "agent").unwrap();
+    let (commits, syncs) = (db.commits(), db.syncs());
+    for _ in 0..5 {
+        queue
+            .authorize_observation(ObservationDescription::new("read", "read"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(db.commits() - commits, 5, "each observation is committed");
+    assert_eq!(db.syncs() - syncs, 0, "and none waits for a sync");
+
+    let syncs = db.syncs();
+    queue
+        .authorize_observation(ObservationDescription {
+            prohibit_all_sharing: true,
+            ..ObservationDescription::new("read secrets", "sensitive")
+        })
+        .await
+        .unwrap();
+    assert!(db.syncs() > syncs, "a sensitive observation is synced");
+    assert!(overseer.is_locked_down().unwrap());
+}

@@ -286,11 +286,14 @@ mod tests {
         std::fs::create_dir_all(&scratch).unwrap();
         let base = scratch.canonicalize().unwrap();
         std::fs::create_dir_all(base.join("home/.config/gate")).unwrap();
-        std::fs::create_dir_all(base.join("home/work")).unwrap();
+        std::fs::create_dir_all(base.join("home/projects")).unwrap();
         std::fs::write(base.join("home/.config/gate/gate.toml"), "").unwrap();
         std::fs::write(base.join("home/.config/other.toml"), "").unwrap();
-        std::os::unix::fs::symlink(base.join("home/.config/gate"), base.join("home/work/link"))
-            .unwrap();
+        std::os::unix::fs::symlink(
+            base.join("home/.config/gate"),
+            base.join("home/projects/link"),
+        )
+        .unwrap();
         std::os::unix::fs::symlink(base.join("home"), base.join("home/up")).unwrap();
         let deny = vec![base.join("home/.config/gate")];
         let mut grants = Vec::new();
@@ -306,7 +309,7 @@ mod tests {
         assert!(has("home/.config/other.toml", Grant::File));
         // A directory holding a link to a denied path is granted whole: the link itself
         // resolves into the denied tree, and Landlock checks the resolved path.
-        assert!(has("home/work", Grant::Tree));
+        assert!(has("home/projects", Grant::Tree));
         assert!(
             !shown
                 .iter()

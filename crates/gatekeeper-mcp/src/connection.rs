@@ -625,10 +625,20 @@ pub(crate) async fn request_relayed(
             ))
         }
     };
+    if relay.progress.is_some() {
+        // rmcp hands each notification to a task of its own but a response to its caller
+        // at once, so a note the server sent just before its answer may still be on its
+        // way to the route: give those tasks a moment before the route goes.
+        tokio::time::sleep(PROGRESS_SETTLE).await;
+    }
     routes.forget(&token).await;
     routes.stop_asking(asker);
     outcome
 }
+
+/// How long a read that relays progress keeps its route after the server answered, for
+/// the notes the server sent before its answer (see [`request_relayed`]).
+const PROGRESS_SETTLE: Duration = Duration::from_millis(20);
 
 /// The answer to a request already handed to the transport, at most `deadline`.
 async fn answer(

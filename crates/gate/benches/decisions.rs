@@ -231,20 +231,7 @@ async fn stage(agent: &Peer<RoleClient>) -> u64 {
         .call_tool(CallToolRequestParams::new("fixture__write_note").with_arguments(args))
         .await
         .unwrap_or_else(|e| panic!("write_note: {e}"));
-    let answer: String = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect();
-    let rest = answer
-        .split("action ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("not a staged answer: {answer:?}"));
-    rest.chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("an action id")
+    daemon::action_id(&daemon::text(&result))
 }
 
 /// Stage `count` writes from `agents` at once, each agent its share in turn; the ids.

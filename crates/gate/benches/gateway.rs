@@ -194,20 +194,7 @@ fn note() -> Value {
 /// Stage one write; its action id.
 async fn stage(agent: &Peer<RoleClient>) -> u64 {
     let result = call(agent, "fixture0__write_note", note()).await;
-    let answer: String = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect();
-    let rest = answer
-        .split("action ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("not a staged answer: {answer:?}"));
-    rest.chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("an action id")
+    daemon::action_id(&daemon::text(&result))
 }
 
 /// Stage `count` writes from `agents` at once, each agent its share in turn; the ids.

@@ -1022,12 +1022,24 @@ proptest! {
         for w in &rest {
             let _ = server.apply(&w.tool, &w.args);
         }
-        let excused: Vec<String> = pending
+        let mut excused: Vec<String> = pending
             .iter()
             .enumerate()
             .filter(|(i, w)| is_rejected(*i) || flagged.contains(w))
             .flat_map(|(_, w)| paths_of_write(w))
             .collect();
+        // A rejected or flagged write's effect travels with a later move of a directory
+        // holding it: what the agent saw where the move put it involved that write too.
+        // One pass in staging order, as the moves apply.
+        for w in pending.iter().filter(|w| w.tool == "move_file") {
+            let (from, to) = (arg(&w.args, "source"), arg(&w.args, "destination"));
+            let carried: Vec<String> = excused
+                .iter()
+                .filter(|x| *x == from || x.starts_with(&format!("{from}/")))
+                .map(|x| format!("{to}{}", &x[from.len()..]))
+                .collect();
+            excused.extend(carried);
+        }
         for (((tool, args), simulated), seen) in reads.iter().zip(rest_simulated).zip(seen) {
             let real = server.read_now(tool, args);
             let real_text = text_blocks(&real)[0];
@@ -1055,4 +1067,27 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_directory_moved_whole_keeps_its_empty_subdirectory_listable() {
+    // Found by the property test: `b/a` exists, `b` is moved to `c.md`; listing
+    // `c.md/a` must show the (empty) directory, as the server will once the move is made.
+    let dir = Scratch::new();
+    let server = Server::new();
+    let w = to_write(&dir, 1, &Gen::Mkdir("b/a".into()));
+    let _ = server.apply(&w.tool, &w.args);
+    let pending = vec![to_write(&dir, 100, &Gen::Move("b".into(), "c.md".into()))];
+    let args = json!({"path": dir.at("c.md/a")});
+    let simulated = simulate(&server, &pending, "list_directory", args.clone());
+    for w in &pending {
+        let _ = server.apply(&w.tool, &w.args);
+    }
+    let real = server.read_now("list_directory", &args);
+    let (_, text, is_error) = simulated.expect("simulated");
+    assert_eq!(
+        (is_error, text.as_str()),
+        (real.is_error, text_blocks(&real)[0]),
+        "simulated against real"
+    );
 }

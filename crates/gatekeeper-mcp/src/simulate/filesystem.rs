@@ -930,6 +930,14 @@ impl Filesystem {
             }
             look => {
                 let real = match look {
+                    // Inside a directory a pending move put here: listed where it really is.
+                    Look::Real(real) if real != path => {
+                        marks.mark(
+                            format!("{path} is {real}, moved"),
+                            &self.moved_by(state, path),
+                        );
+                        real
+                    }
                     Look::Real(real) => real,
                     Look::Node(Node::Alias { real, by }) => {
                         marks.mark(format!("{path} is {real}, moved"), &by);

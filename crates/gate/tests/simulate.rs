@@ -108,32 +108,17 @@ fn private(path: &Path) {
     .unwrap();
 }
 
-fn person(data: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_gate"))
-        .args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "gate {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn blocks(result: &CallToolResult) -> Vec<String> {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect()
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn an_agent_reads_its_own_pending_file_and_graph_marked_and_approval_makes_them_real() {
-    let (node, files, memory) = npm_servers();
-    let scratch = Scratch::new("npm");
+/// A private gate.toml in `scratch` over the real npm servers (`node`, and the two
+/// servers' entry points), both simulated and confined to their own directories, with the
+/// agent `coder` granted both, then `extra`; the filesystem server's root (with an empty
+/// `notes` folder) and the configuration's path.
+fn npm_config(
+    scratch: &Scratch,
+    (node, files, memory): (&Path, &Path, &Path),
+    extra: &str,
+) -> (PathBuf, PathBuf) {
     let work = scratch.0.join("work");
     std::fs::create_dir_all(work.join("notes")).unwrap();
-    std::fs::write(work.join("notes/old.md"), "old\n").unwrap();
     let graph = scratch.0.join("graph");
     std::fs::create_dir_all(&graph).unwrap();
     let config = scratch.0.join("gate.toml");
@@ -167,19 +152,47 @@ token = "{CODER_TOKEN}"
 server = "files"
 [[agent.grant]]
 server = "memory"
-
-[[agent]]
-name = "idle"
-token = "{IDLE_TOKEN}"
-[[agent.grant]]
-server = "files"
-"#,
+{extra}"#,
             port = free_port(),
             graph_file = graph.join("memory.jsonl"),
         ),
     )
     .unwrap();
     private(&config);
+    (work, config)
+}
+
+fn person(data: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "gate {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn blocks(result: &CallToolResult) -> Vec<String> {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_reads_its_own_pending_file_and_graph_marked_and_approval_makes_them_real() {
+    let (node, files, memory) = npm_servers();
+    let scratch = Scratch::new("npm");
+    let (work, config) = npm_config(
+        &scratch,
+        (&node, &files, &memory),
+        &format!(
+            "\n[[agent]]\nname = \"idle\"\ntoken = \"{IDLE_TOKEN}\"\n[[agent.grant]]\nserver = \"files\"\n"
+        ),
+    );
+    std::fs::write(work.join("notes/old.md"), "old\n").unwrap();
     let data = scratch.0.join("data");
     let (mut child, url) = spawn_serve(&config, &data);
     let coder = connect(&url, CODER_TOKEN).await;
@@ -412,50 +425,9 @@ async fn a_file_changed_after_staging_is_stale_and_rejecting_a_write_flags_or_re
  {
     let (node, files, memory) = npm_servers();
     let scratch = Scratch::new("stale");
-    let work = scratch.0.join("work");
-    std::fs::create_dir_all(work.join("notes")).unwrap();
+    let (work, config) = npm_config(&scratch, (&node, &files, &memory), "");
     let real = work.join("notes/real.md");
     std::fs::write(&real, "original\n").unwrap();
-    let graph = scratch.0.join("graph");
-    std::fs::create_dir_all(&graph).unwrap();
-    let config = scratch.0.join("gate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"listen = "127.0.0.1:{port}"
-
-[[server]]
-name = "files"
-command = {node:?}
-args = [{files:?}, {work:?}]
-trust = "vetted"
-pending = "simulate"
-simulator = "filesystem"
-paths = [{work:?}]
-
-[[server]]
-name = "memory"
-command = {node:?}
-args = [{memory:?}]
-env = {{ MEMORY_FILE_PATH = {graph_file:?} }}
-pending = "simulate"
-simulator = "memory"
-paths = [{graph:?}]
-
-[[agent]]
-name = "coder"
-token = "{CODER_TOKEN}"
-[[agent.grant]]
-server = "files"
-[[agent.grant]]
-server = "memory"
-"#,
-            port = free_port(),
-            graph_file = graph.join("memory.jsonl"),
-        ),
-    )
-    .unwrap();
-    private(&config);
     let data = scratch.0.join("data");
     let (child, url) = spawn_serve(&config, &data);
     let _serve = Stop(child);

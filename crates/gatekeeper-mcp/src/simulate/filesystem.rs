@@ -598,6 +598,24 @@ fn read_paths(read: ReadCall<'_>) -> Vec<String> {
     }
 }
 
+/// What the server answers to scanning `path` when the overlay makes it a file or nothing
+/// (marked with the actions that did), or `None` when it is a directory.
+fn scandir_refused(look: &Look, path: &str, marks: &mut Marks) -> Option<String> {
+    match look {
+        Look::Node(Node::File { by, .. }) => {
+            marks.mark(format!("{path} is a file"), by);
+            Some(format!("ENOTDIR: not a directory, scandir '{path}'"))
+        }
+        Look::Node(Node::Absent { by }) | Look::Missing(by) => {
+            marks.mark(format!("{path} does not exist"), by);
+            Some(format!(
+                "ENOENT: no such file or directory, scandir '{path}'"
+            ))
+        }
+        _ => None,
+    }
+}
+
 /// Which of `ops` bear on `paths`: those whose paths, or their directories, are related
 /// to a path named, transitively.
 fn relevant(mut paths: Vec<String>, ops: &[(u64, Op)]) -> Vec<bool> {
@@ -913,17 +931,11 @@ impl Filesystem {
         path: &str,
         marks: &mut Marks,
     ) -> Result<Result<Vec<(String, bool)>, String>, String> {
-        let mut entries: Vec<(String, bool)> = match state.look(path) {
-            Look::Node(Node::File { by, .. }) => {
-                marks.mark(format!("{path} is a file"), &by);
-                return Ok(Err(format!("ENOTDIR: not a directory, scandir '{path}'")));
-            }
-            Look::Node(Node::Absent { by }) | Look::Missing(by) => {
-                marks.mark(format!("{path} does not exist"), &by);
-                return Ok(Err(format!(
-                    "ENOENT: no such file or directory, scandir '{path}'"
-                )));
-            }
+        let look = state.look(path);
+        if let Some(error) = scandir_refused(&look, path, marks) {
+            return Ok(Err(error));
+        }
+        let mut entries: Vec<(String, bool)> = match look {
             Look::Node(Node::Dir { by }) => {
                 marks.mark(format!("{path}: a new directory"), &by);
                 Vec::new()
@@ -1023,21 +1035,11 @@ impl Filesystem {
         )?;
         let excludes = tree_patterns(read.args.get("excludePatterns"))?;
         let excluded = |rel: &str| excludes.iter().any(|g| g.matches(rel));
-        let mut root: Vec<TreeNode> = match state.look(&path) {
-            Look::Node(Node::File { by, .. }) => {
-                marks.mark(format!("{path} is a file"), &by);
-                return Ok(Some((
-                    format!("ENOTDIR: not a directory, scandir '{path}'"),
-                    true,
-                )));
-            }
-            Look::Node(Node::Absent { by }) | Look::Missing(by) => {
-                marks.mark(format!("{path} does not exist"), &by);
-                return Ok(Some((
-                    format!("ENOENT: no such file or directory, scandir '{path}'"),
-                    true,
-                )));
-            }
+        let look = state.look(&path);
+        if let Some(error) = scandir_refused(&look, &path, marks) {
+            return Ok(Some((error, true)));
+        }
+        let mut root: Vec<TreeNode> = match look {
             Look::Node(Node::Dir { by }) => {
                 marks.mark(format!("{path}: a new directory"), &by);
                 Vec::new()
@@ -1061,6 +1063,9 @@ impl Filesystem {
                 let mut tree = real_tree(state.real, &real).await?;
                 prune(&mut tree, "", &excluded);
                 tree
+            }
+            Look::Node(Node::File { .. } | Node::Absent { .. }) | Look::Missing(_) => {
+                unreachable!("refused by scandir_refused above")
             }
         };
         for (key, node) in state.inside(&path) {
@@ -1198,21 +1203,11 @@ impl Filesystem {
         let excluded = |rel: &str| excludes.iter().any(|g| g.matches(rel));
         let hit = |rel: &str| pattern.matches(rel) && !excluded_here_or_above(rel, &excluded);
         // Every result is a path under `path`, in the server's order.
-        let mut results: Vec<String> = match state.look(&path) {
-            Look::Node(Node::File { by, .. }) => {
-                marks.mark(format!("{path} is a file"), &by);
-                return Ok(Some((
-                    format!("ENOTDIR: not a directory, scandir '{path}'"),
-                    true,
-                )));
-            }
-            Look::Node(Node::Absent { by }) | Look::Missing(by) => {
-                marks.mark(format!("{path} does not exist"), &by);
-                return Ok(Some((
-                    format!("ENOENT: no such file or directory, scandir '{path}'"),
-                    true,
-                )));
-            }
+        let look = state.look(&path);
+        if let Some(error) = scandir_refused(&look, &path, marks) {
+            return Ok(Some((error, true)));
+        }
+        let mut results: Vec<String> = match look {
             Look::Node(Node::Dir { by }) => {
                 marks.mark(format!("{path}: a new directory"), &by);
                 Vec::new()

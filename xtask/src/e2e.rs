@@ -646,7 +646,26 @@ fn build_gate() -> Result<PathBuf, String> {
 
 /// Run a command with no input, up to `limit`; its stdout when it exits 0, otherwise what
 /// it said.
-fn bounded_output(mut command: Command, limit: Duration) -> Result<String, String> {
+fn bounded_output(command: Command, limit: Duration) -> Result<String, String> {
+    let shown = format!("{command:?}");
+    let (status, out, err) = run_bounded(command, limit)?;
+    if status.success() {
+        Ok(out)
+    } else {
+        Err(format!(
+            "{shown} exited with {status}: {}",
+            last_lines(&err, 20)
+        ))
+    }
+}
+
+/// Run `command` (no standard input, its output read to the end) for at most `limit`: its
+/// exit status, standard output and standard error; a command that outlives the limit is
+/// killed with everything it started, and `Err` says so.
+fn run_bounded(
+    mut command: Command,
+    limit: Duration,
+) -> Result<(std::process::ExitStatus, String, String), String> {
     let shown = format!("{command:?}");
     let mut child = command
         .stdin(Stdio::null())
@@ -656,27 +675,19 @@ fn bounded_output(mut command: Command, limit: Duration) -> Result<String, Strin
         .map_err(|e| format!("could not start {shown}: {e}"))?;
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
-    let status = match wait_until(&mut child, Instant::now() + limit) {
-        Some(status) => status,
-        None => {
-            kill_tree(child.id());
-            let _ = child.wait();
-            return Err(format!(
-                "{shown} did not finish within {} s",
-                limit.as_secs()
-            ));
-        }
+    let Some(status) = wait_until(&mut child, Instant::now() + limit) else {
+        kill_tree(child.id());
+        let _ = child.wait();
+        return Err(format!(
+            "{shown} did not finish within {} s",
+            limit.as_secs()
+        ));
     };
-    let out = stdout.join().unwrap_or_default();
-    let err = stderr.join().unwrap_or_default();
-    if status.success() {
-        Ok(out)
-    } else {
-        Err(format!(
-            "{shown} exited with {status}: {}",
-            last_lines(&err, 20)
-        ))
-    }
+    Ok((
+        status,
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default(),
+    ))
 }
 
 /// Read a pipe to its end on a thread.

@@ -24,7 +24,7 @@ mod client;
 
 use super::{
     Processes, Report, Scratch, Session, build_gate, drain, free_port, kill_tree, last_lines,
-    lines_of, npm_version, random_token, tail, toml_string, wait_until,
+    lines_of, npm_version, random_token, run_bounded, tail, toml_string,
 };
 
 /// The suite, the SDK and Node, pinned exactly.
@@ -366,25 +366,9 @@ fn suite(layout: &Layout, url: &str, label: &str) -> Result<Outcomes, String> {
             "PATH",
             std::env::join_paths(paths).map_err(|e| e.to_string())?,
         )
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("could not start the conformance suite: {e}"))?;
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
-    let Some(_status) = wait_until(&mut child, Instant::now() + SUITE_LIMIT) else {
-        kill_tree(child.id());
-        let _ = child.wait();
-        return Err(format!(
-            "the conformance suite did not finish within {} s against {url}",
-            SUITE_LIMIT.as_secs()
-        ));
-    };
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
+        .env("NO_COLOR", "1");
+    let (_status, stdout, stderr) = run_bounded(command, SUITE_LIMIT)
+        .map_err(|e| format!("the conformance suite against {url}: {e}"))?;
     let log = out.join("suite.log");
     let _ = fs::write(&log, format!("{stdout}\n── stderr ──\n{stderr}"));
     // The scenarios it ran, in its order; the suite's exit status only says whether one failed.

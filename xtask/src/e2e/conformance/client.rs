@@ -10,12 +10,12 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::super::{Report, bounded_output, drain, kill_tree, last_lines, wait_until};
+use super::super::{Report, bounded_output, last_lines, run_bounded};
 use super::{Layout, PACKAGES};
 
 /// The pinned suite's client scenarios (`conformance list`): 4 core, 22 `auth/*`.
@@ -198,28 +198,10 @@ fn scenario(layout: &Layout, gate: &Path, name: &str, work: &Path) -> Outcome {
         .env("GATE_BIN", gate)
         .env("GATE_SDK_MODULES", &layout.modules)
         .env("GATE_CLIENT_WORK", work)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("could not start the conformance suite: {e}"))?;
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
-    let Some(status) = wait_until(&mut child, Instant::now() + SCENARIO_LIMIT) else {
-        kill_tree(child.id());
-        let _ = child.wait();
-        return Err(format!(
-            "the conformance suite did not finish {name} within {} s",
-            SCENARIO_LIMIT.as_secs()
-        ));
-    };
-    let said = format!(
-        "{}\n{}",
-        stdout.join().unwrap_or_default(),
-        stderr.join().unwrap_or_default()
-    );
+        .env_remove("RUST_LOG");
+    let (status, stdout, stderr) = run_bounded(command, SCENARIO_LIMIT)
+        .map_err(|e| format!("the conformance suite's scenario {name}: {e}"))?;
+    let said = format!("{stdout}\n{stderr}");
     let _ = fs::write(out.join("suite.log"), &said);
     let saved = saved_run(&out)
         .ok_or_else(|| format!("it saved no checks ({status}):\n{}", last_lines(&said, 20)))?;

@@ -7,7 +7,9 @@ Each transport is driven twice: with `ClientSession.initialize()` (the handshake
 `server/discover` and adopts protocol 2026-07-28 (its per-request envelope). In each of the
 four sessions the agent also lists the resources and reads the memory server's one resource
 (`memory://knowledge-graph`) through the gate, at the gate's address for it
-(`gate://memory/memory://knowledge-graph`).
+(`gate://memory/memory://knowledge-graph`), and calls `asking__greet`, a read on the Python
+SDK's own server (`asking_server.py`, reached by the gate on 2026-07-28) that asks for a name
+before it answers: the agent's client answers through the gate, whichever protocol it speaks.
 
 It prints one line per check, `ok - WHAT` or `FAIL - WHAT: WHY`, and writes the stdio
 sessions (what the agent sent, what it was answered, what the person typed and was told) to
@@ -32,7 +34,7 @@ import httpx2
 from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import PaginatedRequestParams
+from mcp.types import ElicitResult, PaginatedRequestParams
 
 try:
     BaseExceptionGroup
@@ -257,6 +259,35 @@ async def downstream_resource(agent, what, entity=None):
           f"answered {contents}" + (f" (expected the entity {entity!r})" if entity else ""))
 
 
+class Answers:
+    """The agent's user, as its client's elicitation callback: it answers the asking
+    server's question with `name` and counts how often it was asked."""
+
+    def __init__(self, name):
+        self.name = name
+        self.asked = 0
+
+    async def __call__(self, context, params):
+        self.asked += 1
+        return ElicitResult(action="accept", content={"name": self.name})
+
+
+async def asking_read(agent, what, answers):
+    """`asking__greet` through the gate: the Python SDK's server asks for a name (on
+    2026-07-28 with an `input_required` result, which the gate hands the agent as it came
+    when the agent speaks 2026-07-28 and answers by asking the agent itself otherwise), the
+    agent's client answers, and the greeting carries the answer."""
+    try:
+        greeted = await agent.call("asking__greet", {})
+    except Exception as error:  # noqa: BLE001 - a refused answer is a failed check, and go on
+        check(f"{what}: a read whose server asks for input is answered by the agent's client through the gate",
+              False, refused(error))
+        return
+    check(f"{what}: a read whose server asks for input is answered by the agent's client through the gate",
+          not greeted.is_error and text_of(greeted) == f"hello, {answers.name}" and answers.asked == 1,
+          f"{text_of(greeted)!r}, asked {answers.asked} times")
+
+
 def refused(error):
     """Why a request raised, in a line or three (a validation error's first lines name the field)."""
     return f"{type(error).__name__}: " + " / ".join(str(error).strip().split("\n")[:3])
@@ -272,8 +303,9 @@ async def stdio_session(opts, person, transcript):
         env=agent_env(),
     )
     transcript.say(f"# agent {opts.agent!r} over stdio: gate mcp --agent {opts.agent}")
+    answers = Answers("stdio agent")
     async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, elicitation_callback=answers) as session:
             with anyio.fail_after(STEP_SECONDS):
                 await session.initialize()
             transcript.say(f"agent negotiated protocol {session.protocol_version} (by initialize)")
@@ -296,6 +328,7 @@ async def stdio_session(opts, person, transcript):
             check(f"stdio: initialize negotiates {HANDSHAKE_PROTOCOL} through the gate",
                   session.protocol_version == HANDSHAKE_PROTOCOL, f"negotiated {session.protocol_version}")
             await downstream_resource(agent, f"stdio {session.protocol_version}")
+            await asking_read(agent, f"stdio {session.protocol_version}", answers)
 
             listing = await agent.call("files__list_directory", {"path": str(root)})
             check("stdio: list_directory passes through to the filesystem server",
@@ -386,8 +419,9 @@ async def http_session(opts, person, staged_over_stdio, transcript):
     client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {opts.token}"},
                                 timeout=httpx2.Timeout(STEP_SECONDS))
     async with client:
+        answers = Answers("http agent")
         async with streamable_http_client(opts.url, http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, elicitation_callback=answers) as session:
                 with anyio.fail_after(STEP_SECONDS):
                     await session.initialize()
                 transcript.say(f"# agent {opts.agent!r} over http negotiated protocol {session.protocol_version} (by initialize)")
@@ -401,6 +435,7 @@ async def http_session(opts, person, staged_over_stdio, transcript):
 
                 graph = await agent.call("memory__read_graph", {})
                 check("http: memory read_graph passes through", not graph.is_error, text_of(graph))
+                await asking_read(agent, f"http {session.protocol_version}", answers)
                 entity = {"name": "gate-e2e", "entityType": "test", "observations": ["staged over http"]}
                 staged = await agent.call("memory__create_entities", {"entities": [entity]})
                 created = action_id(text_of(staged))
@@ -444,7 +479,7 @@ async def http_session(opts, person, staged_over_stdio, transcript):
                       f"action {action_id(text_of(write))}" in text_of(mine), text_of(mine))
 
 
-async def modern_session(opts, label, client, person, transcript=None):
+async def modern_session(opts, label, client, answers, person, transcript=None):
     """One agent on protocol 2026-07-28 through `client` (the SDK's `Client`, default mode):
     it lists the tools, reads a file, stages a write the person approves, and learns that it
     applied. `label` names the transport in the checks and the file. Answers the version the
@@ -475,6 +510,7 @@ async def modern_session(opts, label, client, person, transcript=None):
                   all(tool in tools for tool in ("files__read_text_file", "files__write_file", "gate_action_result")),
                   sorted(tools))
             await downstream_resource(agent, what, entity="gate-e2e")
+            await asking_read(agent, what, answers)
             read = await agent.call("files__read_text_file", {"path": str(target)})
             check(f"{what}: read_text_file passes through and answers the file's content",
                   not read.is_error and seeded.strip() in text_of(read), text_of(read))
@@ -507,7 +543,9 @@ async def modern_stdio_session(opts, person, transcript):
     """`gate mcp` launched by the SDK's `Client` from a stdio command, in its default mode."""
     params = StdioServerParameters(command=opts.gate, args=["mcp", "--agent", opts.agent], env=agent_env())
     transcript.say(f"# agent {opts.agent!r} over stdio, on {MODERN_PROTOCOL}: gate mcp --agent {opts.agent}")
-    return await modern_session(opts, "stdio", Client(params), person, transcript)
+    answers = Answers(f"stdio agent on {MODERN_PROTOCOL}")
+    return await modern_session(opts, "stdio", Client(params, elicitation_callback=answers), answers,
+                                person, transcript)
 
 
 async def modern_http_session(opts, person, transcript):
@@ -516,7 +554,9 @@ async def modern_http_session(opts, person, transcript):
                                 timeout=httpx2.Timeout(STEP_SECONDS))
     async with client:
         transport = streamable_http_client(opts.url, http_client=client)
-        told = await modern_session(opts, "http", Client(transport), person)
+        answers = Answers(f"http agent on {MODERN_PROTOCOL}")
+        told = await modern_session(opts, "http", Client(transport, elicitation_callback=answers), answers,
+                                    person)
     transcript.say(f"# agent {opts.agent!r} over http, on {MODERN_PROTOCOL}, negotiated protocol {told}")
 
 

@@ -9,10 +9,12 @@
 //! a scratch directory that also stands for the person's home (`XDG_CONFIG_HOME`,
 //! `XDG_DATA_HOME` and `HOME` point into it: nothing lands in the real home), runs
 //! `gate serve` over both servers (the filesystem server `vetted`, over a scratch root; the
-//! memory server `byo`, its file in the scratch directory) and lets the scripted agent
-//! `xtask/e2e/gate_agent.py` drive it through `gate mcp` and over HTTP (the servers' tools,
-//! and the memory server's resource read at the gate's address for it) while it plays the
-//! person with the `gate` commands.
+//! memory server `byo`, its file in the scratch directory) and a third on the Python SDK
+//! (`xtask/e2e/asking_server.py`, reached on protocol 2026-07-28, whose read asks its client
+//! for input), and lets the scripted agent `xtask/e2e/gate_agent.py` drive it through
+//! `gate mcp` and over HTTP (the servers' tools, the memory server's resource read at the
+//! gate's address for it, the asking read answered by the agent's client) while it plays
+//! the person with the `gate` commands.
 //!
 //! One line per check, `ok - …` or `FAIL - …`, then exactly `N passed, N failed`; the exit
 //! status is non-zero when anything failed. Every wait is bounded, and every process the run
@@ -243,12 +245,13 @@ fn scenario(
     };
 
     let scratch = Scratch::new()?;
-    let session = Session::prepare(&scratch, &npm_dir, gate)?;
+    let python = work.join("venv").join("bin").join("python");
+    let session = Session::prepare(&scratch, &npm_dir, gate, &python, root)?;
     let checked = session.command(&["check"]);
     report.check(
         "gate check finds and accepts the configuration at $XDG_CONFIG_HOME/gate/gate.toml",
         checked.and_then(|out| {
-            if out.contains(" ok (2 servers, 1 agents)") {
+            if out.contains(" ok (3 servers, 1 agents)") {
                 Ok(String::new())
             } else {
                 Err(out)
@@ -260,14 +263,14 @@ fn scenario(
     let url = match session.serve(processes) {
         Ok(url) => {
             report.check(
-                "gate serve starts over the filesystem and memory servers",
+                "gate serve starts over the filesystem, memory and asking servers",
                 Ok(format!("{:.1} s", step.elapsed().as_secs_f64())),
             );
             url
         }
         Err(why) => {
             report.check(
-                "gate serve starts over the filesystem and memory servers",
+                "gate serve starts over the filesystem, memory and asking servers",
                 Err(format!("{why}\n{}", tail(&scratch.serve_log(), 30))),
             );
             scratch.keep();
@@ -277,7 +280,6 @@ fn scenario(
     };
 
     let step = Instant::now();
-    let python = work.join("venv").join("bin").join("python");
     let finished = session.agent(&python, root, &url, processes, report);
     if let Err(why) = finished {
         report.check("the scripted agent finishes", Err(why));
@@ -809,8 +811,16 @@ fn free_port() -> Result<u16, String> {
 }
 
 impl<'a> Session<'a> {
-    /// Seed the root and write the configuration where `gate` looks by default.
-    fn prepare(scratch: &'a Scratch, npm_dir: &Path, gate: PathBuf) -> Result<Self, String> {
+    /// Seed the root and write the configuration where `gate` looks by default: the npm
+    /// filesystem and memory servers, and `xtask/e2e/asking_server.py` on the Python SDK
+    /// (`python`), which asks its client questions and is reached on protocol 2026-07-28.
+    fn prepare(
+        scratch: &'a Scratch,
+        npm_dir: &Path,
+        gate: PathBuf,
+        python: &Path,
+        root: &Path,
+    ) -> Result<Self, String> {
         let write = |path: PathBuf, text: &str| {
             fs::write(&path, text).map_err(|e| format!("could not write {}: {e}", path.display()))
         };
@@ -837,19 +847,33 @@ impl<'a> Session<'a> {
              env = {{ MEMORY_FILE_PATH = {memory_file} }}\n\
              paths = [{memory_dir}]\n\
              deadline_seconds = 30\n\n\
+             [[server]]\n\
+             name = \"asking\"\n\
+             command = {python}\n\
+             args = [{asking}]\n\
+             env = {{ PYTHONDONTWRITEBYTECODE = \"1\" }}\n\
+             protocol = \"2026-07-28\"\n\
+             forward_elicitation = true\n\
+             deadline_seconds = 30\n\n\
              [[agent]]\n\
              name = \"{AGENT}\"\n\
              token = \"{token}\"\n\n\
              [[agent.grant]]\n\
              server = \"files\"\n\n\
              [[agent.grant]]\n\
-             server = \"memory\"\n",
+             server = \"memory\"\n\n\
+             [[agent.grant]]\n\
+             server = \"asking\"\n",
             port = free_port()?,
             files = toml_string(&path_of(bin.join("mcp-server-filesystem"))),
             root = toml_string(&path_of(scratch.dir.join("root"))),
             memory = toml_string(&path_of(bin.join("mcp-server-memory"))),
             memory_file = toml_string(&path_of(scratch.dir.join("memory").join("memory.jsonl"))),
             memory_dir = toml_string(&path_of(scratch.dir.join("memory"))),
+            python = toml_string(&path_of(python.to_owned())),
+            asking = toml_string(&path_of(
+                root.join("xtask").join("e2e").join("asking_server.py")
+            )),
         );
         write(scratch.dir.join("config/gate/gate.toml"), &config)?;
         Ok(Self {

@@ -102,6 +102,9 @@ pub struct ServerConfig {
     pub question_wait: Option<Duration>,
     /// The largest answer of it the gate reads (`max_result_mib`, default 16).
     pub max_result_bytes: usize,
+    /// Which protocol era the gate speaks to it (`protocol`: `"2025-11-25"`, the default,
+    /// `"2026-07-28"` or `"auto"`).
+    pub protocol: gatekeeper_mcp::Protocol,
     /// Whether reading any of its resources is sensitive (`sensitive_resources = true`).
     pub sensitive_resources: bool,
     /// How long its pending actions wait for a decision before they expire; `None`
@@ -257,6 +260,7 @@ struct RawServer {
     forward_elicitation: bool,
     max_result_mib: Option<Spanned<u64>>,
     question_wait_seconds: Option<Spanned<u64>>,
+    protocol: Option<Spanned<String>>,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
     pending: Option<Spanned<String>>,
@@ -641,6 +645,15 @@ impl Config {
                     )));
                 }
             };
+            let protocol = match &server.protocol {
+                None => gatekeeper_mcp::Protocol::default(),
+                Some(era) => gatekeeper_mcp::Protocol::parse(era.get_ref()).ok_or_else(|| {
+                    check.at(era, format!(
+                        "server {name:?}: protocol = {:?} is not one the gate speaks; write \"2025-11-25\" (the default), \"2026-07-28\" or \"auto\" (try 2026-07-28, fall back)",
+                        era.get_ref()
+                    ))
+                })?,
+            };
             let max_catalog_pages = match &server.max_catalog_pages {
                 None => gatekeeper_mcp::DEFAULT_MAX_CATALOG_PAGES,
                 Some(pages) => match usize::try_from(*pages.get_ref()) {
@@ -691,6 +704,7 @@ impl Config {
                 forward_elicitation: server.forward_elicitation,
                 question_wait,
                 max_result_bytes,
+                protocol,
                 max_catalog_pages,
                 pending,
             });
@@ -990,6 +1004,8 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # question_wait_seconds = 30     # a question during your send is declined after this wait
 #                                # (default: shortly before the send's deadline)
 # forward_sampling = true        # during a read, it may ask the agent's model for a completion
+# protocol = "2026-07-28"        # the era the gate speaks to it: "2025-11-25" (default),
+#                                # "2026-07-28", or "auto" (try 2026-07-28, fall back)
 # max_result_mib = 16            # a larger answer is not read: the call gets a note saying so
 # pending_ttl_seconds = 3600     # its staged writes expire after an hour without a decision
 # max_catalog_pages = 1000       # a catalog with more tools/list pages is refused, never cut

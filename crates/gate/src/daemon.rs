@@ -241,6 +241,7 @@ impl Daemon {
                     .reads(server.reads.clone())
                     .forward_questions(server.forward_sampling, server.forward_elicitation)
                     .question_wait(server.question_wait)
+                    .protocol(server.protocol)
                     .max_result_bytes(server.max_result_bytes),
             )
             .await

@@ -31,12 +31,14 @@ use std::sync::{Arc, RwLock};
 use gatekeeper_core::{
     ActionResult, CallContext, CallOutcome, Session, ToolGatekeeper, ToolResult,
 };
-use gatekeeper_mcp::{Catalog, CatalogTool, McpServer, ServerEvent, canonical_json};
+use gatekeeper_mcp::{Catalog, CatalogTool, McpServer, ReadRelay, ServerEvent, canonical_json};
 use kernel::{ActionState, Clock, LedgerId, Overseer, SystemClock};
 use prompt_sanitize::{
     MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline, untrusted_label,
 };
-use rmcp::model::{CallToolResult, ContentBlock, Tool as McpTool};
+use rmcp::model::{
+    CallToolResponse, CallToolResult, ContentBlock, InputRequiredResult, Tool as McpTool,
+};
 use rmcp::service::{Peer, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -462,6 +464,19 @@ fn error_result(text: impl Into<String>) -> CallToolResult {
 /// `_meta`), its structured content and its `_meta`, after the gate's own text block when
 /// there is a `prefix`. A block the protocol library cannot carry (a type newer than it) is
 /// replaced by a note naming its type.
+/// What one agent's call comes to: an answer, or (protocol 2026-07-28) the server's
+/// `input_required` result as it sent it, for the agent to answer and call again.
+enum Answer {
+    Done(CallToolResult),
+    InputRequired(Value),
+}
+
+impl From<CallToolResult> for Answer {
+    fn from(result: CallToolResult) -> Self {
+        Self::Done(result)
+    }
+}
+
 fn downstream_result(server: &str, result: &ToolResult, prefix: Option<String>) -> CallToolResult {
     let mut content: Vec<ContentBlock> = prefix.into_iter().map(ContentBlock::text).collect();
     for block in &result.content {
@@ -1241,15 +1256,25 @@ impl Gateway {
 
     /// Run one call of agent `agent`. `None` when the agent has no tool of that name.
     pub async fn call_tool(&self, agent: &str, tool: &str, args: Value) -> Option<CallToolResult> {
-        self.call_tool_in(agent, tool, args, CallContext::default(), None)
-            .await
+        match self
+            .call_tool_in(agent, tool, args, CallContext::default(), None)
+            .await?
+        {
+            CallToolResponse::Complete(result) => Some(result),
+            // Without a relay no agent takes `input_required`: the gate answered it.
+            _ => Some(error_result(
+                "the server answered with something other than a tool result",
+            )),
+        }
     }
 
     /// [`Gateway::call_tool`] with the agent's per-call `context` (a
     /// [`gatekeeper_mcp::ReadRelay`]: where the server's progress goes, when the agent
     /// cancelled), which a read hands down to the server; a staged write does not carry it.
     /// While a read is in flight, `caller` (the agent's session) is the one to hear the
-    /// server's log, when it is the only call in flight there.
+    /// server's log, when it is the only call in flight there. A server's `input_required`
+    /// answer reaches an agent whose relay takes it as it was sent, recorded in the ledger
+    /// with the agent's answers when it calls again ([`gatekeeper_mcp::rounds`]).
     pub async fn call_tool_in(
         &self,
         agent: &str,
@@ -1257,13 +1282,45 @@ impl Gateway {
         args: Value,
         context: CallContext,
         caller: Option<Listener>,
-    ) -> Option<CallToolResult> {
+    ) -> Option<CallToolResponse> {
+        let answer = self
+            .call_tool_inner(agent, tool, args, &context, caller)
+            .await?;
+        if let Some(retry) = context.get::<ReadRelay>().and_then(|r| r.retry.as_ref()) {
+            let answers = json!(retry.input_responses);
+            self.record_exchange(agent, tool, "input answered", &answers.to_string())
+                .await;
+        }
+        Some(match answer {
+            Answer::Done(result) => CallToolResponse::Complete(result),
+            Answer::InputRequired(raw) => {
+                let questions = raw.get("inputRequests").cloned().unwrap_or(Value::Null);
+                self.record_exchange(agent, tool, "input required", &questions.to_string())
+                    .await;
+                match serde_json::from_value::<InputRequiredResult>(raw) {
+                    Ok(needed) => CallToolResponse::InputRequired(needed),
+                    Err(error) => CallToolResponse::Complete(error_result(format!(
+                        "the server asked for input in a form the gate cannot read ({error})"
+                    ))),
+                }
+            }
+        })
+    }
+
+    async fn call_tool_inner(
+        &self,
+        agent: &str,
+        tool: &str,
+        args: Value,
+        context: &CallContext,
+        caller: Option<Listener>,
+    ) -> Option<Answer> {
         let view = self.agents.get(agent)?;
         match tool {
-            ACTION_RESULT_TOOL => return Some(self.action_result(view, &args).await),
+            ACTION_RESULT_TOOL => return Some(self.action_result(view, &args).await.into()),
             PENDING_TOOL => {
                 self.expire_due().await;
-                return Some(self.pending(view));
+                return Some(self.pending(view).into());
             }
             _ => {}
         }
@@ -1272,16 +1329,19 @@ impl Gateway {
         let session = current.sessions.get(&entry.server)?;
         if entry.read {
             if let Some(refusal) = self.read_refused(&view.name, entry.local_only, &entry.exposed) {
-                return Some(error_result(refusal));
+                return Some(error_result(refusal).into());
             }
             // The latch is written before the read is forwarded: if the daemon dies
             // after the data left the server, the agent is still locked down.
             if entry.sensitive
                 && let Err(error) = self.latches.latch(&view.name, &entry.exposed).await
             {
-                return Some(error_result(format!(
-                    "the gateway could not record that this read is sensitive ({error}), so it was not sent; ask the person to check the gate's data directory"
-                )));
+                return Some(
+                    error_result(format!(
+                        "the gateway could not record that this read is sensitive ({error}), so it was not sent; ask the person to check the gate's data directory"
+                    ))
+                    .into(),
+                );
             }
             let _in_flight = caller.map(|caller| self.call_in_flight(&entry.server, caller));
             // The agent's own pending writes on this server, shown where the server's
@@ -1298,25 +1358,25 @@ impl Gateway {
                 .await
                 {
                     crate::pending::BeforeRead::Answer(result) => {
-                        return Some(downstream_result(&entry.server, &result, None));
+                        return Some(downstream_result(&entry.server, &result, None).into());
                     }
                     crate::pending::BeforeRead::Forward(note) => note,
                 },
                 None => None,
             };
-            return Some(
-                match session.call_tool_in(&entry.tool, args, &context).await {
-                    Ok(CallOutcome::Data { result, .. }) => {
-                        downstream_result(&entry.server, &result, note)
-                    }
-                    Ok(CallOutcome::Pending { .. }) => error_result(
-                        "the gateway expected a read and staged an action instead; ask the person to check the gate's log",
-                    ),
-                    Err(error) => error_result(error.to_string()),
+            return Some(match session.call_tool_in(&entry.tool, args, context).await {
+                Ok(CallOutcome::Data { result, .. }) => match result.input_required {
+                    Some(raw) => Answer::InputRequired(raw),
+                    None => downstream_result(&entry.server, &result, note).into(),
                 },
-            );
+                Ok(CallOutcome::Pending { .. }) => error_result(
+                    "the gateway expected a read and staged an action instead; ask the person to check the gate's log",
+                )
+                .into(),
+                Err(error) => error_result(error.to_string()).into(),
+            });
         }
-        Some(self.stage(view, entry, session, args).await)
+        Some(self.stage(view, entry, session, args).await.into())
     }
 
     async fn stage(

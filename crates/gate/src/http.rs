@@ -19,15 +19,16 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use gatekeeper_core::CallContext;
-use gatekeeper_mcp::{Ask, PROGRESS_BUFFER, PendingAsk, ReadRelay, ServerEvent};
+use gatekeeper_mcp::{Ask, InputRetry, PROGRESS_BUFFER, PendingAsk, ReadRelay, ServerEvent};
 use kernel::ActionState;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ResourceContents, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
-    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, InputRequiredResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ResourceContents, ResourceUpdatedNotificationParam,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams,
 };
 // Logging is deprecated in the protocol's newest revision, but 2025-11-25 clients use it.
 #[allow(deprecated)]
@@ -333,10 +334,34 @@ fn listed(answer: Result<Vec<Value>, String>) -> Result<Vec<Value>, ErrorData> {
     answer.map_err(|message| ErrorData::internal_error(message, None))
 }
 
-/// The per-call context of an agent's forwarded read: its cancellation (no progress: the
-/// caller wires that for tool calls, where servers send it).
-fn cancellation_only(context: &RequestContext<RoleServer>) -> CallContext {
-    CallContext::new(ReadRelay::new(None, context.ct.clone()))
+/// Whether the agent speaks protocol 2026-07-28 or later, and so takes a server's
+/// `input_required` answer itself and calls again with its answers.
+fn takes_input_required(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// The per-call context of an agent's forwarded resource read or prompt: its cancellation
+/// (no progress: the caller wires that for tool calls, where servers send it), and on
+/// protocol 2026-07-28 its `retry` of an earlier `input_required` answer, passed down.
+fn forwarded_read(context: &RequestContext<RoleServer>, retry: Option<InputRetry>) -> CallContext {
+    CallContext::new(
+        ReadRelay::new(None, context.ct.clone()).with_input(takes_input_required(context), retry),
+    )
+}
+
+/// A forwarded answer that asks the agent for input first (protocol 2026-07-28), as the
+/// server sent it; `None` for any other answer.
+fn input_required(answer: &Value) -> Option<Result<InputRequiredResult, ErrorData>> {
+    (answer.get("resultType").and_then(Value::as_str) == Some("input_required")).then(|| {
+        serde_json::from_value(answer.clone()).map_err(|e| {
+            ErrorData::internal_error(
+                format!("the server asked for input in a form the gate cannot read ({e})"),
+                None,
+            )
+        })
+    })
 }
 
 impl ServerHandler for AgentHandler {
@@ -415,16 +440,20 @@ impl ServerHandler for AgentHandler {
         let arguments = request
             .arguments
             .map(|a| serde_json::to_value(a).unwrap_or_default());
+        let retry = InputRetry::of(request.input_responses, request.request_state);
         let answer = self
             .gateway
             .get_prompt(
                 &agent,
                 &request.name,
                 arguments,
-                cancellation_only(&context),
+                forwarded_read(&context, retry),
             )
             .await
             .map_err(|failure| forward_error("prompt", failure))?;
+        if let Some(needed) = input_required(&answer) {
+            return Ok(GetPromptResponse::InputRequired(needed?));
+        }
         Ok(typed::<GetPromptResult>(answer)?.into())
     }
 
@@ -459,14 +488,21 @@ impl ServerHandler for AgentHandler {
         };
         let agent = agent_of(&context).ok_or_else(not_found)?;
         let Some(id) = action_of_uri(&request.uri) else {
+            let retry = InputRetry::of(
+                request.input_responses.clone(),
+                request.request_state.clone(),
+            );
             let answer = self
                 .gateway
-                .read_resource(&agent, &request.uri, cancellation_only(&context))
+                .read_resource(&agent, &request.uri, forwarded_read(&context, retry))
                 .await
                 .map_err(|failure| match failure {
                     None => not_found(),
                     Some(message) => ErrorData::internal_error(message, None),
                 })?;
+            if let Some(needed) = input_required(&answer) {
+                return Ok(ReadResourceResponse::InputRequired(needed?));
+            }
             return Ok(typed::<ReadResourceResult>(answer)?.into());
         };
         self.gateway
@@ -679,11 +715,16 @@ impl ServerHandler for AgentHandler {
         };
         let progress = relay_progress(&context);
         let (asks, mut questions) = tokio::sync::mpsc::channel::<PendingAsk>(1);
+        // An agent on protocol 2026-07-28 takes a server's `input_required` answer itself
+        // and calls again with its answers, which go down untouched.
+        let modern = takes_input_required(&context);
+        let retry = InputRetry::of(request.input_responses, request.request_state);
         let relay = ReadRelay::new(
             progress.as_ref().map(|(sink, _)| sink.clone()),
             context.ct.clone(),
         )
-        .with_asks(asks);
+        .with_asks(asks)
+        .with_input(modern, retry);
         let call = self.gateway.call_tool_in(
             &agent,
             &name,
@@ -720,7 +761,7 @@ impl ServerHandler for AgentHandler {
             let _ = forwarder.await;
         }
         match answer {
-            Some(result) => Ok(result.into()),
+            Some(answer) => Ok(answer),
             None => Err(ErrorData::invalid_params(
                 format!("no tool named {name:?}; list the tools to see what you may call"),
                 None,

@@ -194,3 +194,59 @@ async fn sampling_during_a_send_is_declined_and_recorded() {
         "{ledger}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_2026_07_28_a_question_in_an_input_required_result_goes_to_the_person_and_sampling_ends_the_send()
+ {
+    let gate = asking_gate("input-required", "protocol = \"2026-07-28\"");
+    let id = staged(&gate, "fixture__elicit_write").await;
+    let shown_id = id.to_string();
+    std::thread::scope(|scope| {
+        let approving = scope.spawn(|| gate.person(&["approve", &shown_id]));
+        let pending = pending_question(&gate);
+        assert!(
+            pending.contains("«Which name and how many copies?»"),
+            "{pending}"
+        );
+        let answered = gate.person(&[
+            "answer",
+            &shown_id,
+            "--accept",
+            r#"{"name": "Ada", "copies": 3}"#,
+        ]);
+        assert!(answered.status.success(), "{}", out(&answered));
+        let approved = approving.join().expect("approve returns");
+        assert!(approved.status.success(), "{}", out(&approved));
+    });
+    let delivered = gate.deliveries();
+    assert_eq!(
+        delivered.len(),
+        2,
+        "one call, answered on its retry: {delivered:?}"
+    );
+    assert!(
+        delivered[1].contains(r#"\"name\":\"Ada\""#) && delivered[1].contains(r#"\"copies\":3"#),
+        "the server's retry carried the person's answer: {delivered:?}"
+    );
+
+    // No model answers for a person, and the protocol has no way to decline sampling in
+    // an answer: the send ends, said so, and nothing was applied.
+    let id = staged(&gate, "fixture__sample_write").await;
+    let approved = gate.person(&["approve", &id.to_string()]);
+    assert!(
+        out(&approved).contains("sampling completion"),
+        "{}",
+        out(&approved)
+    );
+    let delivered = gate.deliveries();
+    assert_eq!(
+        delivered.last().map(String::as_str),
+        Some("sample_write {}"),
+        "asked, never completed: {delivered:?}"
+    );
+    let shown = out(&gate.person(&["show", &id.to_string()]));
+    assert!(
+        shown.contains("a person's approved send cannot sample"),
+        "{shown}"
+    );
+}

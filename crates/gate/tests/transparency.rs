@@ -700,3 +700,132 @@ async fn an_answer_larger_than_the_gate_reads_is_told_at_once_and_a_send_of_one_
     );
     assert_eq!(gate.deliveries(), ["big_write {}"], "sent once");
 }
+
+/// The same answering agent on protocol 2026-07-28 (`server/discover`, no session).
+async fn modern_answering_agent(gate: &Gate) -> (Answering, RunningService<RoleClient, Answering>) {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    let answering = Answering::default();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(CODER_TOKEN),
+    );
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+    };
+    let running = answering
+        .clone()
+        .serve_with_lifecycle(transport, lifecycle)
+        .await
+        .expect("connected on 2026-07-28");
+    (answering, running)
+}
+
+#[tokio::test]
+async fn a_servers_input_required_on_2026_07_28_reaches_a_modern_agent_untouched_and_is_answered_for_an_older_one()
+ {
+    use rmcp::model::CallToolResponse;
+    let mut gate = rich_gate("input-required");
+    gate.reconfigure(|text| {
+        text.replace(
+            "trust = \"byo\"",
+            "trust = \"byo\"\nforward_elicitation = true\nforward_sampling = true\nprotocol = \"2026-07-28\"",
+        )
+    });
+
+    // A modern agent gets the server's result as it was sent, request state included, and
+    // its retry carries its answer down untouched.
+    let (answering, agent) = modern_answering_agent(&gate).await;
+    let first = agent
+        .peer()
+        .call_tool_once(CallToolRequestParams::new("fixture__elicit_read"))
+        .await
+        .expect("answered");
+    let CallToolResponse::InputRequired(needed) = first else {
+        panic!("the server's input_required result reaches the agent: {first:?}")
+    };
+    assert_eq!(
+        needed.request_state.as_deref(),
+        Some("fixture-state: asked once")
+    );
+    let question = serde_json::to_value(&needed.input_requests).expect("serialises");
+    assert_eq!(question["ask"]["method"], "elicitation/create");
+    assert_eq!(
+        question["ask"]["params"]["message"],
+        "What name should the note carry?"
+    );
+    let mut retry = CallToolRequestParams::new("fixture__elicit_read");
+    retry.input_responses = Some(
+        [(
+            "ask".to_owned(),
+            json!({"action": "accept", "content": {"name": "Grace"}}),
+        )]
+        .into(),
+    );
+    retry.request_state = needed.request_state.clone();
+    let CallToolResponse::Complete(done) =
+        agent.peer().call_tool_once(retry).await.expect("answered")
+    else {
+        panic!("the retry completes")
+    };
+    assert_eq!(
+        text(&done),
+        r#"answered: {"action":"accept","content":{"name":"Grace"}}"#,
+        "the server saw the agent's answer and its own state"
+    );
+    // A resource read that asks crosses the same way, under the gate's address.
+    let address = "gate://fixture/fixture://notes/ask";
+    let read = agent
+        .peer()
+        .read_resource_once(ReadResourceRequestParams::new(address))
+        .await
+        .expect("answered");
+    let rmcp::model::ReadResourceResponse::InputRequired(needed) = read else {
+        panic!("the resource read asks the agent: {read:?}")
+    };
+    let mut retry = ReadResourceRequestParams::new(address);
+    retry.input_responses = Some(
+        [(
+            "ask".to_owned(),
+            json!({"action": "accept", "content": {"name": "Lin"}}),
+        )]
+        .into(),
+    );
+    retry.request_state = needed.request_state;
+    let rmcp::model::ReadResourceResponse::Complete(read) = agent
+        .peer()
+        .read_resource_once(retry)
+        .await
+        .expect("answered")
+    else {
+        panic!("the retried read completes")
+    };
+    let shown = serde_json::to_value(&read.contents).expect("serialises");
+    assert_eq!(shown[0]["text"], "note for \"Lin\"");
+    assert_eq!(shown[0]["uri"], address, "under the gate's address");
+    // The protocol library's own rounds work through the gate the same way.
+    let sampled = agent
+        .call_tool(CallToolRequestParams::new("fixture__sample_read"))
+        .await
+        .expect("completed");
+    assert!(
+        text(&sampled).contains("hello from the agent's model"),
+        "{}",
+        text(&sampled)
+    );
+    assert_eq!(answering.asked(), 1, "the library asked its handler once");
+    let ledger = String::from_utf8_lossy(&gate.person(&["ledger"]).stdout).into_owned();
+    assert!(
+        ledger.contains("input required") && ledger.contains("input answered"),
+        "both halves of the exchange are in the ledger: {ledger}"
+    );
+    drop(agent);
+
+    // An agent on the older protocol cannot take that result: the gate asks it the older
+    // way and calls again itself.
+    let (answering, agent) = answering_agent(&gate).await;
+    let named = text(&call(agent.peer(), "fixture__elicit_read", json!({})).await);
+    assert_eq!(
+        named,
+        r#"answered: {"action":"accept","content":{"name":"Ada"}}"#
+    );
+    assert_eq!(answering.asked(), 1);
+}

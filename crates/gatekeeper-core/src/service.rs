@@ -140,6 +140,11 @@ pub struct ToolResult {
     /// the server sent it.
     #[serde(flatten, default, skip_serializing_if = "Map::is_empty")]
     pub extra: Map<String, Value>,
+    /// Not an answer yet: the service needs input from the caller first (MCP's
+    /// `input_required` result: its questions and state, kept as the service sent them, for
+    /// the caller to answer and call again). Empty content goes with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_required: Option<Value>,
 }
 
 impl ToolResult {
@@ -160,8 +165,15 @@ impl ToolResult {
     }
 
     /// A reply read from a `tools/call` result as JSON; the era's `resultType` framing is
-    /// left out.
+    /// left out, except that an `input_required` result is kept whole in
+    /// [`ToolResult::input_required`].
     pub fn from_json(mut reply: Value) -> Result<Self, serde_json::Error> {
+        if reply.get("resultType").and_then(Value::as_str) == Some("input_required") {
+            return Ok(Self {
+                input_required: Some(reply),
+                ..Self::default()
+            });
+        }
         if let Some(map) = reply.as_object_mut() {
             map.remove("resultType");
         }

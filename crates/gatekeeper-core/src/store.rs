@@ -499,7 +499,10 @@ fn result_size_bound(result: &ToolResult) -> Option<usize> {
     // `{"type":"text","text":},` (the text's quotes are in its own bound), rounded up;
     // any other block is bounded as the JSON it is.
     const BLOCK: usize = 32;
-    if result.structured_content.is_some() || !result.extra.is_empty() {
+    if result.structured_content.is_some()
+        || !result.extra.is_empty()
+        || result.input_required.is_some()
+    {
         return None;
     }
     result.content.iter().try_fold(FRAME, |bound, block| {
@@ -558,6 +561,16 @@ fn retain_parts(result: ToolResult) -> ToolResult {
         }
         Err(_) => Map::new(),
     };
+    let input_required = result
+        .input_required
+        .and_then(|asked| match encoded_len(&asked) {
+            Ok(bytes) if take(bytes) => Some(asked),
+            Ok(bytes) => {
+                dropped.push(note("request for input", bytes));
+                None
+            }
+            Err(_) => None,
+        });
     let mut content = content;
     content.extend(dropped);
     ToolResult {
@@ -565,6 +578,7 @@ fn retain_parts(result: ToolResult) -> ToolResult {
         structured_content,
         is_error: result.is_error,
         extra,
+        input_required,
     }
 }
 

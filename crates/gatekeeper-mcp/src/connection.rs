@@ -26,16 +26,16 @@ use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientConfig,
     ClientRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
     ElicitResult, ErrorData, Implementation, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ResourceUpdatedNotificationParam, ServerResult,
+    ProgressNotificationParam, ProtocolVersion, ResourceUpdatedNotificationParam, ServerResult,
 };
 use rmcp::service::{
-    NotificationContext, Peer, PeerRequestOptions, RequestContext, RequestHandle, RoleClient,
-    RunningService,
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, Peer, PeerRequestOptions,
+    RequestContext, RequestHandle, RoleClient, RunningService,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, ServiceError, ServiceExt};
+use rmcp::{ClientHandler, ServiceError};
 use serde_json::Value;
 use tokio::process::Command;
 use tracing::debug;
@@ -376,6 +376,52 @@ pub(crate) struct Wiring {
     pub(crate) capabilities: ClientCapabilities,
     /// The largest answer of a stdio server that is read.
     pub(crate) max_result_bytes: usize,
+    /// Which protocol era the handshake asks for.
+    pub(crate) protocol: Protocol,
+}
+
+/// Which protocol era the gate speaks to a server (`protocol` in its configuration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// `"2025-11-25"`: the `initialize` handshake and a session; the server asks its
+    /// questions mid-call. Every server of that era and most of the newer one take it, so it
+    /// is the default.
+    #[default]
+    Initialize,
+    /// `"2026-07-28"`: `server/discover`, requests that carry their own metadata, and
+    /// questions as `input_required` results ([`crate::rounds`]); a server of the older era
+    /// is refused at start.
+    Discover,
+    /// `"auto"`: `server/discover` first, then `initialize` when the server says it does
+    /// not know it (or is silent for 10 s). Not the default: an older server reached over
+    /// HTTP may answer the probe with an HTTP error rather than a protocol one, and then
+    /// does not start.
+    Auto,
+}
+
+impl Protocol {
+    /// The configuration's spelling.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "2025-11-25" => Some(Self::Initialize),
+            "2026-07-28" => Some(Self::Discover),
+            "auto" => Some(Self::Auto),
+            _ => None,
+        }
+    }
+
+    fn lifecycle(self) -> ClientLifecycleMode {
+        match self {
+            Self::Initialize => ClientLifecycleMode::Initialize,
+            Self::Discover => ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+            Self::Auto => ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+        }
+    }
 }
 
 /// A live connection: the running client and its peer handle, and for a stdio server its
@@ -437,6 +483,7 @@ impl Connection {
             stderr,
             capabilities,
             max_result_bytes,
+            protocol,
         } = wiring;
         let stderr = &stderr;
         let handler = Handler {
@@ -478,7 +525,11 @@ impl Connection {
                 let transport = AsyncRwTransport::new(reader, input)
                     .with_max_line_length(max_result_bytes.saturating_add(OVERSIZE_ANSWER_ROOM));
                 child = Some(spawned);
-                tokio::time::timeout(deadline, handler.serve(transport)).await
+                tokio::time::timeout(
+                    deadline,
+                    handler.serve_with_lifecycle(transport, protocol.lifecycle()),
+                )
+                .await
             }
             Endpoint::Http(http) => {
                 let mut headers = HashMap::new();
@@ -497,7 +548,11 @@ impl Connection {
                     StreamableHttpClientTransportConfig::with_uri(http.url.as_str())
                         .custom_headers(headers),
                 );
-                tokio::time::timeout(deadline, handler.serve(transport)).await
+                tokio::time::timeout(
+                    deadline,
+                    handler.serve_with_lifecycle(transport, protocol.lifecycle()),
+                )
+                .await
             }
         };
         let running = match handshake {

@@ -43,6 +43,7 @@ mod connection;
 pub mod limit;
 pub mod oversize;
 pub mod relay;
+pub mod rounds;
 mod server;
 pub mod simulate;
 pub mod stderr;
@@ -51,9 +52,10 @@ pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};
 pub use catalog::{
     Catalog, CatalogChanges, CatalogTool, canonical_json, definition_digest, withheld_reason,
 };
-pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, ServerEvent, StdioCommand};
+pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, Protocol, ServerEvent, StdioCommand};
 pub use relay::{
-    Ask, PROGRESS_BUFFER, PendingAsk, PersonAsk, ReadRelay, SEND_CANNOT_SAMPLE, for_person,
+    Ask, InputRetry, PROGRESS_BUFFER, PendingAsk, PersonAsk, ReadRelay, SEND_CANNOT_SAMPLE,
+    for_person,
 };
 pub use server::{
     DEFAULT_DEADLINE, DEFAULT_MAX_CATALOG_PAGES, DEFAULT_MAX_RESULT_BYTES, FORWARDED, McpError,

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 #[allow(deprecated)] // sampling: deprecated in the protocol's newest revision, still in use
 use rmcp::model::CreateMessageRequestParams;
-use rmcp::model::{ElicitRequestParams, ProgressNotificationParam, ProgressToken};
+use rmcp::model::{ElicitRequestParams, InputResponses, ProgressNotificationParam, ProgressToken};
 use serde_json::Value;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::time::Instant;
@@ -54,6 +54,36 @@ pub struct ReadRelay {
     /// Where questions the server asks during this read go, when the agent's session can
     /// take them.
     pub asks: Option<mpsc::Sender<PendingAsk>>,
+    /// The agent speaks protocol 2026-07-28 or later: a server's `input_required` result
+    /// goes back to it as it is, for its client to answer and retry ([`crate::rounds`]).
+    /// Otherwise the gate answers the server's questions itself, through [`Self::asks`].
+    pub takes_input_required: bool,
+    /// The agent's retry of an earlier `input_required` result: its answers and the
+    /// server's request state, passed down untouched.
+    pub retry: Option<InputRetry>,
+}
+
+/// What an agent's retry of an `input_required` result carries (protocol 2026-07-28):
+/// passed to the server as the agent sent it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InputRetry {
+    /// `inputResponses`: the answers, by the server's keys.
+    pub input_responses: Option<InputResponses>,
+    /// `requestState`: the server's own state, echoed.
+    pub request_state: Option<String>,
+}
+
+impl InputRetry {
+    /// The retry a request carries, if it carries one.
+    pub fn of(
+        input_responses: Option<InputResponses>,
+        request_state: Option<String>,
+    ) -> Option<Self> {
+        (input_responses.is_some() || request_state.is_some()).then_some(Self {
+            input_responses,
+            request_state,
+        })
+    }
 }
 
 /// A question a server asked during a read.
@@ -87,7 +117,17 @@ impl ReadRelay {
             progress,
             cancelled,
             asks: None,
+            takes_input_required: false,
+            retry: None,
         }
+    }
+
+    /// The same relay for an agent that takes `input_required` results itself (it speaks
+    /// protocol 2026-07-28), carrying its `retry` of an earlier one, if any.
+    pub fn with_input(mut self, takes_input_required: bool, retry: Option<InputRetry>) -> Self {
+        self.takes_input_required = takes_input_required;
+        self.retry = retry;
+        self
     }
 
     /// The same relay, taking the server's questions to `asks`.
@@ -156,6 +196,33 @@ pub(crate) enum Asker {
     /// A call that takes none (a read whose agent cannot be asked, a listing, a send
     /// outside [`for_person`]).
     Nobody,
+}
+
+impl Asker {
+    /// Put a server's question to whoever takes this call's questions, and wait for the
+    /// answer; `Err` says why there is none.
+    pub(crate) async fn put(&self, ask: Ask) -> Result<Value, String> {
+        let agent = match self {
+            Self::Agent(agent) => agent,
+            Self::Person { asks, until, wait } => {
+                let until = (*until).min(Instant::now() + *wait);
+                return ask_person(asks.clone(), ask, until).await;
+            }
+            Self::Nobody => {
+                return Err(
+                    "the call in flight takes no questions (a read whose agent cannot be asked, or a send no person can be asked about), so the gate declines".to_owned(),
+                );
+            }
+        };
+        let (reply, answer) = oneshot::channel();
+        agent
+            .send(PendingAsk { ask, reply })
+            .await
+            .map_err(|_| "the read that asked has ended".to_owned())?;
+        answer
+            .await
+            .map_err(|_| "the read that asked ended before the agent answered".to_owned())?
+    }
 }
 
 /// The gate's answer to a sampling request during a person's send.
@@ -257,15 +324,7 @@ impl ProgressRoutes {
         let asker = {
             let askers = self.askers();
             match askers.as_slice() {
-                [(_, Asker::Agent(one))] => Ok(one.clone()),
-                [(_, Asker::Person { asks, until, wait })] => {
-                    Err((asks.clone(), (*until).min(Instant::now() + *wait)))
-                }
-                [(_, Asker::Nobody)] => {
-                    return Err(
-                        "the call in flight takes no questions (a read whose agent cannot be asked, or a send no person can be asked about), so the gate declines".to_owned(),
-                    );
-                }
+                [(_, one)] => one.clone(),
                 [] => {
                     return Err(
                         "no agent's read is in flight on this server, so the gate has no one to ask; it declines".to_owned(),
@@ -279,18 +338,7 @@ impl ProgressRoutes {
                 }
             }
         };
-        let asker = match asker {
-            Ok(agent) => agent,
-            Err((person, until)) => return ask_person(person, ask, until).await,
-        };
-        let (reply, answer) = oneshot::channel();
-        asker
-            .send(PendingAsk { ask, reply })
-            .await
-            .map_err(|_| "the read that asked has ended".to_owned())?;
-        answer
-            .await
-            .map_err(|_| "the read that asked ended before the agent answered".to_owned())?
+        asker.put(ask).await
     }
 
     /// How many notes did not reach an agent so far.

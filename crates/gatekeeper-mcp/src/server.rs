@@ -56,9 +56,10 @@ use tracing::{info, warn};
 use crate::backoff::Backoff;
 use crate::catalog::{Catalog, CatalogTool};
 use crate::connection::{
-    self, Connection, EVENT_BUFFER, Endpoint, Failure, ServerEvent, Wiring, seconds,
+    self, Connection, EVENT_BUFFER, Endpoint, Failure, Protocol, ServerEvent, Wiring, seconds,
 };
-use crate::relay::{Asker, ReadRelay, SharedRoutes, person_in_scope, person_window};
+use crate::relay::{Asker, InputRetry, ReadRelay, SharedRoutes, person_in_scope, person_window};
+use crate::rounds;
 use crate::stderr::StderrTail;
 
 /// The largest answer of a stdio server the gate reads unless its configuration says
@@ -102,6 +103,8 @@ pub struct McpServerConfig {
     /// person ([`crate::relay::for_person`]); `None`: until shortly before the send's
     /// deadline. Either way it is declined before the deadline.
     pub question_wait: Option<Duration>,
+    /// Which protocol era the gate speaks to it.
+    pub protocol: Protocol,
 }
 
 impl McpServerConfig {
@@ -120,7 +123,14 @@ impl McpServerConfig {
             forward_elicitation: false,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             question_wait: None,
+            protocol: Protocol::Initialize,
         }
+    }
+
+    /// The same server, reached on protocol era `protocol`.
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
     }
 
     /// The same server, declining a question asked during a person's send once it has
@@ -312,6 +322,7 @@ impl McpServer {
                 self.config.forward_elicitation,
             ),
             max_result_bytes: self.config.max_result_bytes,
+            protocol: self.config.protocol,
         };
         let connection = match Connection::start(
             &self.config.endpoint,
@@ -492,7 +503,9 @@ impl McpServer {
 /// A `tools/call` reply as gatekeeper-core's [`ToolResult`], or why it is not one.
 fn tool_result(reply: ServerResult) -> Result<ToolResult, CallError> {
     match reply {
-        ServerResult::CallToolResult(_) | ServerResult::CustomResult(_) => {}
+        ServerResult::CallToolResult(_)
+        | ServerResult::CustomResult(_)
+        | ServerResult::InputRequiredResult(_) => {}
         other => {
             return Err(CallError::Unknown(format!(
                 "the server answered the call with something other than a tool result ({}); check the service for its effect",
@@ -616,36 +629,86 @@ impl McpServer {
     /// Send `request` under the server's deadline. With an agent's `relay`, its progress,
     /// cancellation and questions travel with it; without, it is a person's send (whose
     /// questions go to the person when the gate runs it in [`crate::relay::for_person`])
-    /// or a listing, during which the server's questions are put to no one.
+    /// or a listing, during which the server's questions are put to no one. A server's
+    /// `input_required` answer goes back to an agent that takes it, and is answered by the
+    /// gate for everyone else ([`crate::rounds`]).
     async fn send(
         &self,
         peer: &Peer<RoleClient>,
         request: ClientRequest,
         relay: Option<&ReadRelay>,
     ) -> Result<ServerResult, Failure> {
-        if let Some(relay) = relay {
-            return connection::request_relayed(
-                peer,
-                request,
-                self.config.deadline,
-                &self.progress,
-                relay,
-            )
-            .await;
-        }
         let deadline = self.config.deadline;
-        let asker = match person_in_scope() {
-            Some(asks) => Asker::Person {
-                asks,
-                until: Instant::now() + person_window(deadline),
-                wait: self.config.question_wait.unwrap_or(deadline),
+        let asker = match relay {
+            Some(relay) => relay.asks.clone().map_or(Asker::Nobody, Asker::Agent),
+            None => match person_in_scope() {
+                Some(asks) => Asker::Person {
+                    asks,
+                    until: Instant::now() + person_window(deadline),
+                    wait: self.config.question_wait.unwrap_or(deadline),
+                },
+                None => Asker::Nobody,
             },
-            None => Asker::Nobody,
         };
-        let call = self.progress.start_call(asker);
-        let reply = connection::request(peer, request, deadline).await;
-        self.progress.stop_asking(call);
-        reply
+        let mut request = match relay.and_then(|relay| relay.retry.as_ref()) {
+            Some(retry) => rounds::retried(&request, retry).map_err(|why| {
+                Failure::NotSent(format!(
+                    "the agent's answers could not be passed on ({why})"
+                ))
+            })?,
+            None => request,
+        };
+        let mut rounds = 0;
+        loop {
+            let reply = match relay {
+                Some(relay) => {
+                    connection::request_relayed(
+                        peer,
+                        request.clone(),
+                        deadline,
+                        &self.progress,
+                        relay,
+                    )
+                    .await?
+                }
+                None => {
+                    let call = self.progress.start_call(asker.clone());
+                    let reply = connection::request(peer, request.clone(), deadline).await;
+                    self.progress.stop_asking(call);
+                    reply?
+                }
+            };
+            let ServerResult::InputRequiredResult(needed) = reply else {
+                return Ok(reply);
+            };
+            if relay.is_some_and(|relay| relay.takes_input_required) {
+                return Ok(ServerResult::InputRequiredResult(needed));
+            }
+            rounds += 1;
+            if rounds > rounds::MAX_INPUT_ROUNDS {
+                return Err(Failure::Answered(format!(
+                    "the server asked for input {} times without completing the call, so the gate stopped answering",
+                    rounds::MAX_INPUT_ROUNDS
+                )));
+            }
+            let allowed = connection::capabilities(
+                self.config.forward_sampling,
+                self.config.forward_elicitation,
+            );
+            let answers =
+                rounds::answer(&asker, needed.input_requests.unwrap_or_default(), &allowed)
+                    .await
+                    .map_err(Failure::Answered)?;
+            let retry = InputRetry {
+                input_responses: (!answers.is_empty()).then_some(answers),
+                request_state: needed.request_state,
+            };
+            request = rounds::retried(&request, &retry).map_err(|why| {
+                Failure::Answered(format!(
+                    "the server asked for input, and the gate could not call again with its answers ({why})"
+                ))
+            })?;
+        }
     }
 
     async fn call_relayed(

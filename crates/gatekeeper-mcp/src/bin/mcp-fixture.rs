@@ -50,7 +50,10 @@
 //!   answering with what came back, or with why nothing did; `elicit_write` and
 //!   `sample_write` (writes) ask the same while they are applied (the person's send), and
 //!   write what came back to the delivery log (`elicit_write answered <result>` or
-//!   `elicit_write no answer <why>`) before answering with it;
+//!   `elicit_write no answer <why>`) before answering with it. On protocol 2026-07-28 each
+//!   asks by answering `input_required` (the question under the key `ask`, with a request
+//!   state it checks on the retry), and takes the answer from the client's retry; reading
+//!   the resource `fixture://notes/ask` asks the same as `elicit_read`;
 //! - `break_out` (read-only) does what a hostile server would try from inside a tool
 //!   call, and answers with what each attempt got: it reads each file in `read`, reads
 //!   `/proc/<pid>/environ` of each of its ancestors, signals each of them (signal 0, which
@@ -82,10 +85,11 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, CompleteRequestParams,
     CompleteResult, ContentBlock, CustomResult, GetPromptRequestParams, GetPromptResponse,
-    GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ResourceUpdatedNotificationParam, ServerCapabilities,
-    ServerConfig, ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    GetPromptResult, InputRequest, InputRequests, InputRequiredResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+    ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 #[allow(deprecated)] // the protocol's logging, which the gate carries
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
@@ -450,6 +454,105 @@ fn text(body: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(body)])
 }
 
+/// The request state the fixture's `input_required` results carry, checked on the retry.
+const FIXTURE_STATE: &str = "fixture-state: asked once";
+
+/// What asking the client got.
+enum Asked {
+    /// Its answer, as JSON.
+    Answer(Value),
+    /// Why there is none.
+    Nothing(String),
+    /// Protocol 2026-07-28: the question goes back as an `input_required` result.
+    Later(InputRequiredResult),
+}
+
+/// The question `tool` asks (a name and a count for the writes, a completion for the
+/// sampling tools): on protocol 2026-07-28 as an `input_required` result whose answer
+/// comes with the client's retry, before it as a request to the client mid-call.
+#[allow(deprecated)] // sampling
+async fn ask_client(
+    tool: &str,
+    request: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Result<Asked, ErrorData> {
+    let invalid = |e: serde_json::Error| ErrorData::internal_error(e.to_string(), None);
+    let sampling = tool.starts_with("sample");
+    let params = if sampling {
+        json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": "Say hello."}}],
+            "maxTokens": 10
+        })
+    } else if tool == "elicit_write" {
+        json!({
+            "mode": "form",
+            "message": "Which name and how many copies?",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "maxLength": 20},
+                    "copies": {"type": "integer", "minimum": 1, "maximum": 9}
+                },
+                "required": ["name"]
+            }
+        })
+    } else {
+        json!({
+            "mode": "form",
+            "message": "What name should the note carry?",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}},
+                "required": ["name"]
+            }
+        })
+    };
+    let modern = context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+    if modern {
+        if let Some(answer) = request.input_responses.as_ref().and_then(|a| a.get("ask")) {
+            if request.request_state.as_deref() != Some(FIXTURE_STATE) {
+                return Ok(Asked::Nothing(format!(
+                    "the request state came back changed: {:?}",
+                    request.request_state
+                )));
+            }
+            return Ok(Asked::Answer(answer.clone()));
+        }
+        let method = if sampling {
+            "sampling/createMessage"
+        } else {
+            "elicitation/create"
+        };
+        let question: InputRequest =
+            serde_json::from_value(json!({"method": method, "params": params})).map_err(invalid)?;
+        return Ok(Asked::Later(InputRequiredResult::new(
+            Some(InputRequests::from([("ask".to_owned(), question)])),
+            Some(FIXTURE_STATE.to_owned()),
+        )));
+    }
+    let answered = if sampling {
+        let question = serde_json::from_value(params).map_err(invalid)?;
+        context
+            .peer
+            .create_message(question)
+            .await
+            .map(|a| json!(a))
+    } else {
+        let question = serde_json::from_value(params).map_err(invalid)?;
+        context
+            .peer
+            .create_elicitation(question)
+            .await
+            .map(|a| json!(a))
+    };
+    Ok(match answered {
+        Ok(answer) => Asked::Answer(answer),
+        Err(error) => Asked::Nothing(error.to_string()),
+    })
+}
+
 /// The JSON of a protocol result as rmcp's typed result.
 fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, ErrorData> {
     serde_json::from_value(answer).map_err(|e| ErrorData::internal_error(e.to_string(), None))
@@ -515,9 +618,22 @@ impl ServerHandler for Fixture {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.rich_only()?;
+        if request.uri == "fixture://notes/ask" {
+            let mut calling = CallToolRequestParams::new("elicit_read");
+            calling.input_responses = request.input_responses.clone();
+            calling.request_state = request.request_state.clone();
+            let text = match ask_client("elicit_read", &calling, &context).await? {
+                Asked::Answer(answer) => format!("note for {}", answer["content"]["name"]),
+                Asked::Nothing(why) => format!("no answer: {why}"),
+                Asked::Later(needed) => return Ok(ReadResourceResponse::InputRequired(needed)),
+            };
+            let result: ReadResourceResult =
+                typed(json!({"contents": [{"uri": request.uri, "text": text}]}))?;
+            return Ok(result.into());
+        }
         let Some(id) = request.uri.strip_prefix("fixture://notes/") else {
             return Err(ErrorData::resource_not_found(
                 format!("no resource {:?}", request.uri),
@@ -632,7 +748,8 @@ impl ServerHandler for Fixture {
     ) -> Result<CallToolResponse, ErrorData> {
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let tool = request.name.as_ref();
-        if WRITES.contains(&tool) {
+        // A retry with the client's answers (protocol 2026-07-28) is the same call going on.
+        if WRITES.contains(&tool) && request.input_responses.is_none() {
             self.deliver(tool, &args);
         }
         let result = match tool {
@@ -702,66 +819,16 @@ impl ServerHandler for Fixture {
                     .unwrap_or(2 * 1024 * 1024);
                 text("b".repeat(bytes))
             }
-            "elicit_read" if self.rich => {
-                let question = serde_json::from_value(json!({
-                    "mode": "form",
-                    "message": "What name should the note carry?",
-                    "requestedSchema": {
-                        "type": "object",
-                        "properties": {"name": {"type": "string"}},
-                        "required": ["name"]
-                    }
-                }))
-                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-                match context.peer.create_elicitation(question).await {
-                    Ok(answer) => text(format!("answered: {}", json!(answer))),
-                    Err(error) => text(format!("no answer: {error}")),
-                }
-            }
-            "elicit_write" if self.rich => {
-                let question = serde_json::from_value(json!({
-                    "mode": "form",
-                    "message": "Which name and how many copies?",
-                    "requestedSchema": {
-                        "type": "object",
-                        "properties": {
-                            "name": {"type": "string", "maxLength": 20},
-                            "copies": {"type": "integer", "minimum": 1, "maximum": 9}
-                        },
-                        "required": ["name"]
-                    }
-                }))
-                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-                let got = match context.peer.create_elicitation(question).await {
-                    Ok(answer) => format!("answered: {}", json!(answer)),
-                    Err(error) => format!("no answer: {error}"),
+            "elicit_read" | "elicit_write" | "sample_read" | "sample_write" if self.rich => {
+                let got = match ask_client(tool, &request, &context).await? {
+                    Asked::Answer(answer) => format!("answered: {answer}"),
+                    Asked::Nothing(why) => format!("no answer: {why}"),
+                    Asked::Later(needed) => return Ok(CallToolResponse::InputRequired(needed)),
                 };
-                self.deliver("elicit_write", &json!(got));
-                text(got)
-            }
-            "sample_write" if self.rich => {
-                let question = serde_json::from_value(json!({
-                    "messages": [{"role": "user", "content": {"type": "text", "text": "Say hello."}}],
-                    "maxTokens": 10
-                }))
-                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-                let got = match context.peer.create_message(question).await {
-                    Ok(answer) => format!("answered: {}", json!(answer)),
-                    Err(error) => format!("no answer: {error}"),
-                };
-                self.deliver("sample_write", &json!(got));
-                text(got)
-            }
-            "sample_read" if self.rich => {
-                let question = serde_json::from_value(json!({
-                    "messages": [{"role": "user", "content": {"type": "text", "text": "Say hello."}}],
-                    "maxTokens": 10
-                }))
-                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-                match context.peer.create_message(question).await {
-                    Ok(answer) => text(format!("answered: {}", json!(answer))),
-                    Err(error) => text(format!("no answer: {error}")),
+                if tool.ends_with("_write") {
+                    self.deliver(tool, &json!(got));
                 }
+                text(got)
             }
             "touch_note" if self.rich => {
                 let updated = ResourceUpdatedNotificationParam::new("fixture://notes/1");

@@ -293,7 +293,7 @@ pub(crate) fn simulated(
         content: vec![Content::text(note), Content::text(text)],
         structured_content: structured,
         is_error,
-        extra: serde_json::Map::new(),
+        ..ToolResult::default()
     };
     result.extra.insert(
         "_meta".to_owned(),

@@ -37,7 +37,8 @@ use prompt_sanitize::{
     MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline, untrusted_label,
 };
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ContentBlock, InputRequiredResult, Tool as McpTool,
+    CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult, DetailedTask,
+    InputRequiredResult, Task, TaskPayload, Tool as McpTool,
 };
 use rmcp::service::{Peer, RoleServer};
 use serde_json::{Value, json};
@@ -469,6 +470,8 @@ fn error_result(text: impl Into<String>) -> CallToolResult {
 enum Answer {
     Done(CallToolResult),
     InputRequired(Value),
+    /// A write staged as this action (or already staged as it), with what the agent is told.
+    Staged(CallToolResult, LedgerId),
 }
 
 impl From<CallToolResult> for Answer {
@@ -542,6 +545,38 @@ impl Drop for InFlight<'_> {
                 calls.retain(|(id, _)| *id != self.id);
                 calls.is_empty()
             });
+    }
+}
+
+/// How often a client is asked to poll a task: a person decides in seconds at best.
+const TASK_POLL_MS: u64 = 2000;
+
+/// The task id that stands for action `id` (MCP's tasks extension).
+pub fn task_id(id: u64) -> String {
+    format!("gate-action-{id}")
+}
+
+/// The action a task id stands for, if it is one of the gate's.
+pub fn action_of_task(task: &str) -> Option<u64> {
+    task.strip_prefix("gate-action-")?.parse().ok()
+}
+
+/// Every text block of `result`, one per line.
+pub fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// An ISO 8601 time, in UTC, as tasks carry them.
+fn iso_time(at: kernel::Timestamp) -> String {
+    let shown = at.to_string();
+    match shown.split_once(' ') {
+        Some((day, time)) => format!("{day}T{time}Z"),
+        None => format!("1970-01-01T{shown}Z"),
     }
 }
 
@@ -1257,7 +1292,7 @@ impl Gateway {
     /// Run one call of agent `agent`. `None` when the agent has no tool of that name.
     pub async fn call_tool(&self, agent: &str, tool: &str, args: Value) -> Option<CallToolResult> {
         match self
-            .call_tool_in(agent, tool, args, CallContext::default(), None)
+            .call_tool_in(agent, tool, args, CallContext::default(), None, false)
             .await?
         {
             CallToolResponse::Complete(result) => Some(result),
@@ -1275,6 +1310,9 @@ impl Gateway {
     /// server's log, when it is the only call in flight there. A server's `input_required`
     /// answer reaches an agent whose relay takes it as it was sent, recorded in the ledger
     /// with the agent's answers when it calls again ([`gatekeeper_mcp::rounds`]).
+    ///
+    /// With `tasks` (the agent's client declared MCP's tasks extension), a staged write
+    /// answers with a task that stands for its action ([`Gateway::task`]).
     pub async fn call_tool_in(
         &self,
         agent: &str,
@@ -1282,6 +1320,7 @@ impl Gateway {
         args: Value,
         context: CallContext,
         caller: Option<Listener>,
+        tasks: bool,
     ) -> Option<CallToolResponse> {
         let answer = self
             .call_tool_inner(agent, tool, args, &context, caller)
@@ -1293,6 +1332,14 @@ impl Gateway {
         }
         Some(match answer {
             Answer::Done(result) => CallToolResponse::Complete(result),
+            // The task's first word is what the agent would have been told without it.
+            Answer::Staged(result, ledger) if tasks => match self.task(agent, ledger.0).await {
+                Some(task) => CallToolResponse::Task(CreateTaskResult::new(
+                    task.task.with_status_message(text_of(&result)),
+                )),
+                None => CallToolResponse::Complete(result),
+            },
+            Answer::Staged(result, _) => CallToolResponse::Complete(result),
             Answer::InputRequired(raw) => {
                 let questions = raw.get("inputRequests").cloned().unwrap_or(Value::Null);
                 self.record_exchange(agent, tool, "input required", &questions.to_string())
@@ -1376,7 +1423,7 @@ impl Gateway {
                 Err(error) => error_result(error.to_string()).into(),
             });
         }
-        Some(self.stage(view, entry, session, args).await.into())
+        Some(self.stage(view, entry, session, args).await)
     }
 
     async fn stage(
@@ -1385,7 +1432,7 @@ impl Gateway {
         entry: &AgentTool,
         session: &Session,
         args: Value,
-    ) -> CallToolResult {
+    ) -> Answer {
         let key = (
             view.name.clone(),
             entry.exposed.clone(),
@@ -1396,12 +1443,13 @@ impl Gateway {
             return error_result(format!(
                 "Your workspace is locked down because {why}: none of your writes can be staged or sent any more, so \"{}\" was not staged and nothing was sent. Other agents are not affected; tell the person if this write is needed.",
                 entry.exposed
-            ));
+            ))
+            .into();
         }
         // A write is staged only against the definition the person granted: a tool the
         // server changed since is not callable until a person accepts the new catalog.
         if let Err(refusal) = entry.driver.check_current(&entry.tool, &entry.digest).await {
-            return error_result(format!("{refusal}. Nothing was staged or sent."));
+            return error_result(format!("{refusal}. Nothing was staged or sent.")).into();
         }
         let _turn = view.staging.lock().await;
         let known = self.staged().get(&key).copied();
@@ -1414,7 +1462,7 @@ impl Gateway {
                 .and_then(|e| e.action().map(|a| a.state == ActionState::Pending))
                 .unwrap_or(false);
             if still_pending {
-                return text_result(self.staged_text(entry, ledger, true));
+                return Answer::Staged(text_result(self.staged_text(entry, ledger, true)), ledger);
             }
             self.staged().remove(&key);
         }
@@ -1448,12 +1496,13 @@ impl Gateway {
                 if let Some(notifier) = &self.notifier {
                     notifier.staged(&view.name, &entry.server, &entry.exposed);
                 }
-                text_result(self.staged_text(entry, ledger, false))
+                Answer::Staged(text_result(self.staged_text(entry, ledger, false)), ledger)
             }
             Ok(CallOutcome::Data { .. }) => error_result(
                 "the gateway expected to stage this call but the server ran it as a read; ask the person to check the gate's log",
-            ),
-            Err(error) => error_result(error.to_string()),
+            )
+            .into(),
+            Err(error) => error_result(error.to_string()).into(),
         }
     }
 
@@ -1537,6 +1586,74 @@ impl Gateway {
             return None;
         }
         Some(entry.action()?.state)
+    }
+
+    /// Agent `agent`'s action `id` as a task of MCP's tasks extension: working while it
+    /// waits for a person (or waits again after a send that failed before reaching the
+    /// server), completed with the server's answer once applied, and completed as an error
+    /// carrying what `gate_action_result` says (the person's reason, the failure) when it
+    /// ended any other way. `None` when it is not one of that agent's actions. A task says
+    /// what the gate decided; it does not hold the action: cancelling it cancels nothing.
+    pub async fn task(&self, agent: &str, id: u64) -> Option<DetailedTask> {
+        let view = self.agents.get(agent)?;
+        let entry = self.overseer.entry(LedgerId(id)).ok().flatten()?;
+        if &*entry.caller != agent {
+            return None;
+        }
+        let action = entry.action()?;
+        let told = self.action_result(view, &json!({"action_id": id})).await;
+        let waiting = action.state == ActionState::Pending
+            || (action.state == ActionState::Failed
+                && action.failure.as_ref().is_some_and(|f| f.retryable));
+        let applied = match action.state {
+            ActionState::Approved => self.applied_answer(view, &entry).await,
+            _ => None,
+        };
+        let object = |result: CallToolResult| match serde_json::to_value(result) {
+            Ok(Value::Object(object)) => object,
+            _ => serde_json::Map::new(),
+        };
+        let payload = if waiting {
+            TaskPayload::Working
+        } else if let Some(answer) = applied {
+            TaskPayload::Completed {
+                result: object(answer),
+            }
+        } else {
+            TaskPayload::Completed {
+                result: object(CallToolResult::error(told.content.clone())),
+            }
+        };
+        let status = text_of(&told);
+        let updated = action
+            .resolution
+            .as_ref()
+            .map_or(entry.created_at, |r| r.at);
+        let task = Task::new(
+            task_id(id),
+            payload.status(),
+            iso_time(entry.created_at),
+            iso_time(updated),
+        )
+        .with_status_message(status)
+        .with_poll_interval_ms(TASK_POLL_MS);
+        Some(DetailedTask::new(task, payload))
+    }
+
+    /// The server's answer to an applied action, as the agent sees a read's.
+    async fn applied_answer(
+        &self,
+        view: &AgentView,
+        entry: &kernel::LedgerEntry,
+    ) -> Option<CallToolResult> {
+        let current = view.tools();
+        let session = current.sessions.get(&*entry.gatekeeper)?;
+        match session.get_action_result(entry.action()?.driver_id).await {
+            Ok(ActionResult::Applied { result, .. }) => {
+                Some(downstream_result(&entry.gatekeeper, &result, None))
+            }
+            _ => None,
+        }
     }
 
     async fn action_result(&self, view: &AgentView, args: &Value) -> CallToolResult {

@@ -22,13 +22,13 @@ use gatekeeper_core::CallContext;
 use gatekeeper_mcp::{Ask, InputRetry, PROGRESS_BUFFER, PendingAsk, ReadRelay, ServerEvent};
 use kernel::ActionState;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, GetPromptResult, InputRequiredResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ResourceContents, ResourceUpdatedNotificationParam,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams,
+    GetTaskResult, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ResourceContents, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 // Logging is deprecated in the protocol's newest revision, but 2025-11-25 clients use it.
 #[allow(deprecated)]
@@ -376,6 +376,7 @@ impl ServerHandler for AgentHandler {
                 .enable_prompts()
                 .enable_completions()
                 .enable_logging()
+                .enable_tasks()
                 .build(),
         )
         .with_instructions(
@@ -513,12 +514,7 @@ impl ServerHandler for AgentHandler {
             .action_outcome(&agent, id)
             .await
             .ok_or_else(not_found)?;
-        let text = outcome
-            .content
-            .iter()
-            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let text = crate::gateway::text_of(&outcome);
         Ok(ReadResourceResult::new(vec![ResourceContents::text(text, request.uri)]).into())
     }
 
@@ -689,6 +685,42 @@ impl ServerHandler for AgentHandler {
         Ok(())
     }
 
+    /// A task stands for one of the agent's actions ([`Gateway::task`]).
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let unknown = || {
+            ErrorData::invalid_params(
+                format!(
+                    "you have no task {:?}; a staged write's task is gate-action-<id>",
+                    request.task_id
+                ),
+                None,
+            )
+        };
+        let agent = agent_of(&context).ok_or_else(unknown)?;
+        let id = crate::gateway::action_of_task(&request.task_id).ok_or_else(unknown)?;
+        let task = self.gateway.task(&agent, id).await.ok_or_else(unknown)?;
+        Ok(GetTaskResult::new(task))
+    }
+
+    /// A staged write belongs to the person once staged: its task cannot be cancelled.
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Err(ErrorData::invalid_request(
+            format!(
+                "task {:?} is a staged write, and once staged it is the person's to approve or reject; it was not cancelled (ask the person to reject it)",
+                request.task_id
+            ),
+            None,
+        ))
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -735,6 +767,9 @@ impl ServerHandler for AgentHandler {
                 peer: context.peer.clone(),
                 level: self.level.clone(),
             }),
+            context
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks()),
         );
         let mut call = std::pin::pin!(call);
         // A question the server asks during the read is put to the agent's client here, in

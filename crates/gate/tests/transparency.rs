@@ -829,3 +829,130 @@ async fn a_servers_input_required_on_2026_07_28_reaches_a_modern_agent_untouched
     );
     assert_eq!(answering.asked(), 1);
 }
+
+/// An agent whose client declares MCP's tasks extension, on protocol `version`'s lifecycle.
+async fn tasking_agent(
+    gate: &Gate,
+    modern: bool,
+) -> RunningService<RoleClient, rmcp::model::ClientConfig> {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    let config = rmcp::model::ClientConfig::new(
+        rmcp::model::ClientCapabilities::builder()
+            .enable_tasks()
+            .build(),
+        rmcp::model::Implementation::new("tasking", "1"),
+    );
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(CODER_TOKEN),
+    );
+    let lifecycle = if modern {
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        }
+    } else {
+        ClientLifecycleMode::Initialize
+    };
+    config
+        .serve_with_lifecycle(transport, lifecycle)
+        .await
+        .expect("connected")
+}
+
+#[tokio::test]
+async fn a_staged_write_answers_a_client_that_takes_tasks_with_a_task_that_ends_with_the_decision()
+{
+    use rmcp::model::{CallToolResponse, CancelTaskParams, GetTaskParams, TaskPayload, TaskStatus};
+    let gate = rich_gate("tasks");
+    for (modern, note) in [(false, "by task"), (true, "by task on 2026-07-28")] {
+        let agent = tasking_agent(&gate, modern).await;
+        let arguments = json!({"text": note}).as_object().cloned();
+        let mut params = CallToolRequestParams::new("fixture__write_note");
+        params.arguments = arguments;
+        let answer = agent
+            .peer()
+            .call_tool_once(params.clone())
+            .await
+            .expect("answered");
+        let CallToolResponse::Task(created) = answer else {
+            panic!("a staged write answers with a task: {answer:?}")
+        };
+        assert_eq!(created.task.status, TaskStatus::Working);
+        let id = action_id(created.task.status_message.as_deref().unwrap_or_default());
+        assert_eq!(created.task.task_id, format!("gate-action-{id}"));
+
+        // The task is the person's once staged: cancelling it is refused, nothing changes.
+        let cancel = agent
+            .peer()
+            .cancel_task(CancelTaskParams::new(created.task.task_id.clone()))
+            .await;
+        assert!(
+            cancel.is_err_and(|e| e.to_string().contains("ask the person to reject it")),
+            "cancelling is refused with what to do"
+        );
+        let waiting = agent
+            .peer()
+            .get_task(GetTaskParams::new(created.task.task_id.clone()))
+            .await
+            .expect("the task is known");
+        assert_eq!(waiting.task.status(), TaskStatus::Working);
+
+        let approved = gate.person(&["approve", &id.to_string()]);
+        assert!(approved.status.success(), "{approved:?}");
+        let done = agent
+            .peer()
+            .get_task(GetTaskParams::new(created.task.task_id.clone()))
+            .await
+            .expect("the task is known");
+        let TaskPayload::Completed { result } = &done.task.payload else {
+            panic!("applied: the task completes: {done:?}")
+        };
+        assert_eq!(
+            result["content"][0]["text"],
+            format!("wrote {note:?}"),
+            "its result is the server's answer"
+        );
+        assert_ne!(result.get("isError"), Some(&json!(true)));
+    }
+
+    // A rejected write's task completes as an error with the person's reason.
+    let agent = tasking_agent(&gate, false).await;
+    let mut params = CallToolRequestParams::new("fixture__write_note");
+    params.arguments = json!({"text": "unwanted"}).as_object().cloned();
+    let CallToolResponse::Task(created) =
+        agent.peer().call_tool_once(params).await.expect("answered")
+    else {
+        panic!("a task")
+    };
+    let id = action_id(created.task.status_message.as_deref().unwrap_or_default());
+    let rejected = gate.person(&["reject", &id.to_string(), "--reason", "not this note"]);
+    assert!(rejected.status.success(), "{rejected:?}");
+    let done = agent
+        .peer()
+        .get_task(GetTaskParams::new(created.task.task_id))
+        .await
+        .expect("the task is known");
+    let TaskPayload::Completed { result } = &done.task.payload else {
+        panic!("rejected: the task completes: {done:?}")
+    };
+    assert_eq!(result["isError"], true);
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("rejected by a person") && t.contains("not this note")),
+        "{result:?}"
+    );
+    // Another agent's task, or no task of the gate's, is unknown.
+    let unknown = agent
+        .peer()
+        .get_task(GetTaskParams::new("gate-action-9999"))
+        .await;
+    assert!(unknown.is_err_and(|e| e.to_string().contains("you have no task")));
+    assert_eq!(
+        gate.deliveries(),
+        [
+            "write_note {\"text\":\"by task\"}",
+            "write_note {\"text\":\"by task on 2026-07-28\"}"
+        ],
+        "each approved write sent once, the rejected one never"
+    );
+}

@@ -468,6 +468,9 @@ async def http_session(opts, person, staged_over_stdio, transcript):
                 result = await agent.outcome(second, "approved and sent") if second is not None else staged
                 check("http: a later create_directory applies under the rule, with no one asked",
                       "approved and sent" in text_of(result) and second_dir.is_dir(), text_of(result))
+                check("http: the agent is told at once that the rule applied it, with the server's answer",
+                      text_of(staged).startswith(f"Applied at once as action {second}: the person's rule")
+                      and "Successfully created directory" in text_of(staged), text_of(staged))
                 write = await agent.call("files__write_file", {"path": str(root / "not-under-the-rule.txt"),
                                                                "content": "x"})
                 ok, pending = person.run("pending", record=False)

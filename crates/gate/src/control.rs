@@ -53,20 +53,16 @@ pub enum Request {
     },
     /// The auto-approval rules, and the kinds each server could have one for.
     Rules,
-    /// Enable an auto-approval rule: actions of kind `tag` on `server` that the server marks
-    /// safe to repeat apply without asking.
+    /// Enable an auto-approval rule for the tool `name` names: its agent-facing name, or
+    /// its server and its name ([`crate::kinds::named`]).
     RuleAdd {
-        /// The server (gatekeeper) name.
-        server: String,
-        /// The kind's tag.
-        tag: String,
+        /// The words naming it.
+        name: Vec<String>,
     },
-    /// Remove an auto-approval rule.
+    /// Remove an auto-approval rule, named the same way.
     RuleRemove {
-        /// The server (gatekeeper) name.
-        server: String,
-        /// The kind's tag.
-        tag: String,
+        /// The words naming it.
+        name: Vec<String>,
     },
     /// Ask the server's driver to undo an applied action.
     Revert {
@@ -509,10 +505,33 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                     lines.push(format!("#{id}: not approved: {flag}"));
                     continue;
                 }
+                // A rule is enabled only where `gate rules add` would enable it, and refused
+                // with the same reason.
+                let target = if all_of_kind {
+                    match rule_target_of(gateway, LedgerId(id)) {
+                        Ok(target) => Some(target),
+                        Err(why) => {
+                            ok = false;
+                            lines.push(format!(
+                                "#{id}: not approved, and no rule was enabled: {why}; approve it alone with `gate approve {id}`"
+                            ));
+                            continue;
+                        }
+                    }
+                } else {
+                    None
+                };
                 match shell.decide(LedgerId(id), decision).await {
                     Ok(decided) => {
                         ok &= !matches!(decided.effect, Effect::Refused | Effect::Failed { .. });
                         lines.push(decided.report.to_string());
+                        if let (Some(target), Effect::RuleEnabled) = (target, &decided.effect) {
+                            lines.push(format!(
+                                "  the rule covers {}; remove it with `gate rules remove {}`",
+                                code_span(&target.name, MAX_INLINE_CHARS),
+                                target.name
+                            ));
+                        }
                     }
                     Err(error) => {
                         ok = false;
@@ -694,4 +713,21 @@ pub fn request(path: &Path, request: &Request) -> Result<Response, ControlError>
         .read_line(&mut answer)
         .map_err(|e| unreachable(e.to_string()))?;
     serde_json::from_str(&answer).map_err(|e| unreachable(format!("unreadable answer: {e}")))
+}
+
+/// The tool a rule for action `ledger`'s kind would cover, if a rule can cover it
+/// ([`crate::kinds::rule_target`]).
+fn rule_target_of(gateway: &Gateway, ledger: LedgerId) -> Result<crate::kinds::RuleTarget, String> {
+    let entry = gateway
+        .overseer()
+        .entry(ledger)
+        .ok()
+        .flatten()
+        .ok_or_else(|| "there is no such action".to_owned())?;
+    let tool = entry
+        .action()
+        .and_then(|a| a.description.action_kind.as_ref())
+        .map(|k| k.label.clone())
+        .ok_or_else(|| "it has no kind, so no rule can cover it".to_owned())?;
+    crate::kinds::rule_target(gateway, &entry.gatekeeper, &tool)
 }

@@ -548,6 +548,10 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// The longest an agent's call waits for the send a rule makes at once; past it, the agent
+/// is told the call is staged and covered by the rule.
+const RULE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How often a client is asked to poll a task: a person decides in seconds at best.
 const TASK_POLL_MS: u64 = 2000;
 
@@ -709,6 +713,38 @@ impl Gateway {
     /// The gateway's clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// The downstream server named `name` in the configuration.
+    pub fn downstream(&self, name: &str) -> Option<&Downstream> {
+        self.downstreams.iter().find(|d| d.name == name)
+    }
+
+    /// The name the person reads for tool `tool` of server `server`: the one its agents
+    /// call it by (`files__write_file`), the same for every agent unless two tools clean to
+    /// one name (then the first agent's that holds it).
+    pub fn person_name(&self, server: &str, tool: &str) -> String {
+        self.agents
+            .values()
+            .find_map(|view| {
+                view.tools()
+                    .tools
+                    .iter()
+                    .find(|t| t.server == server && t.tool == tool)
+                    .map(|t| t.exposed.clone())
+            })
+            .unwrap_or_else(|| format!("{server}{}{tool}", crate::names::SEPARATOR))
+    }
+
+    /// The server and tool an agent-facing name stands for, as any agent holds it.
+    pub fn tool_of_name(&self, name: &str) -> Option<(String, String)> {
+        self.agents.values().find_map(|view| {
+            view.tools()
+                .tools
+                .iter()
+                .find(|t| t.exposed == name)
+                .map(|t| (t.server.clone(), t.tool.clone()))
+        })
     }
 
     /// The agents' names, in order.
@@ -1496,6 +1532,9 @@ impl Gateway {
                 if let Some(notifier) = &self.notifier {
                     notifier.staged(&view.name, &entry.server, &entry.exposed);
                 }
+                if let Some(enabled_by) = self.rule_over(entry) {
+                    return self.applied_by_rule(view, entry, ledger, &enabled_by).await;
+                }
                 Answer::Staged(text_result(self.staged_text(entry, ledger, false)), ledger)
             }
             Ok(CallOutcome::Data { .. }) => error_result(
@@ -1504,6 +1543,77 @@ impl Gateway {
             .into(),
             Err(error) => error_result(error.to_string()).into(),
         }
+    }
+
+    /// Who enabled the rule that applies calls of `entry` without asking, if one does (its
+    /// server marks the tool safe to repeat and the person enabled a rule for it).
+    fn rule_over(&self, entry: &AgentTool) -> Option<String> {
+        let gatekeeper = &self.downstream(&entry.server)?.gatekeeper;
+        if !gatekeeper
+            .classification(&entry.tool)
+            .is_some_and(|c| c.auto_approvable())
+        {
+            return None;
+        }
+        let kind = gatekeeper.action_kind(&entry.tool)?;
+        self.overseer
+            .rules()
+            .ok()?
+            .into_iter()
+            .find(|r| r.gatekeeper == entry.server && r.kind.tag == kind.tag)
+            .map(|r| r.enabled_by)
+    }
+
+    /// What the agent is told of a call a rule applies: the kernel's drain sends it at once,
+    /// so the gate waits for that (at most [`RULE_WAIT`]) and says what came of it, and that
+    /// a rule, not a person looking at this call, let it through.
+    async fn applied_by_rule(
+        &self,
+        view: &AgentView,
+        entry: &AgentTool,
+        ledger: LedgerId,
+        enabled_by: &str,
+    ) -> Answer {
+        let _ = tokio::time::timeout(RULE_WAIT, self.overseer.settle()).await;
+        let id = ledger.0;
+        let rule = format!(
+            "the person's rule for \"{}\" (enabled by {}) lets its calls through without asking",
+            entry.exposed,
+            plain_inline(enabled_by, MAX_INLINE_CHARS)
+        );
+        let state = self.action_state(&view.name, id);
+        let told = match state {
+            Some(ActionState::Approved) => {
+                let applied = match self.overseer.entry(ledger).ok().flatten() {
+                    Some(e) => self.applied_answer(view, &e).await,
+                    None => None,
+                };
+                match applied {
+                    Some(mut answer) => {
+                        answer.content.insert(
+                            0,
+                            ContentBlock::text(format!(
+                                "Applied at once as action {id}: {rule}. The server answered:"
+                            )),
+                        );
+                        answer
+                    }
+                    None => text_result(format!("Applied at once as action {id}: {rule}.")),
+                }
+            }
+            Some(ActionState::Pending) => text_result(format!(
+                "{} A rule covers this call ({rule}): it is sent as soon as the actions staged before it on this server are decided.",
+                self.staged_text(entry, ledger, false)
+            )),
+            _ => {
+                let outcome = self.action_result(view, &json!({"action_id": id})).await;
+                text_result(format!(
+                    "Staged as action {id}, and {rule}, so it was sent at once: {}",
+                    text_of(&outcome)
+                ))
+            }
+        };
+        Answer::Staged(told, ledger)
     }
 
     /// What the agent is told of its staged call: [`staged_message`], saying the write

@@ -49,6 +49,7 @@ pub mod daemon;
 pub mod deciders;
 pub mod gateway;
 pub mod http;
+pub mod kinds;
 pub mod lockdown;
 pub mod logs;
 pub mod names;

@@ -246,20 +246,19 @@ enum Command {
 enum RulesCommand {
     /// The rules, and the kinds a rule could cover (the default).
     List,
-    /// Let actions of a kind apply without asking, when the server marks a call safe to
-    /// repeat.
+    /// Let calls of a tool apply without asking (a vetted server must mark it safe to
+    /// repeat): name it as your agents call it (`files__write_file`), or by its server and
+    /// its name (`files write_file`).
     Add {
-        /// The server.
-        server: String,
-        /// The kind's tag, as `gate rules` lists it.
-        tag: String,
+        /// The tool's name, or its server and its name.
+        #[arg(required = true, num_args = 1..=2)]
+        name: Vec<String>,
     },
-    /// Remove a rule: actions of that kind wait for you again.
+    /// Remove a rule: calls of that tool wait for you again.
     Remove {
-        /// The server.
-        server: String,
-        /// The kind's tag.
-        tag: String,
+        /// The tool's name, or its server and its name.
+        #[arg(required = true, num_args = 1..=2)]
+        name: Vec<String>,
     },
 }
 
@@ -676,8 +675,8 @@ fn main() -> anyhow::Result<()> {
             at,
             &match command.unwrap_or(RulesCommand::List) {
                 RulesCommand::List => Request::Rules,
-                RulesCommand::Add { server, tag } => Request::RuleAdd { server, tag },
-                RulesCommand::Remove { server, tag } => Request::RuleRemove { server, tag },
+                RulesCommand::Add { name } => Request::RuleAdd { name },
+                RulesCommand::Remove { name } => Request::RuleRemove { name },
             },
         ),
         Command::Revert { id, at } => ask(at, &Request::Revert { id }),

@@ -264,13 +264,15 @@ fn rules(gateway: &Gateway) -> Response {
     if rules.is_empty() {
         lines.push("No auto-approval rules are enabled.".to_owned());
     } else {
-        lines.push("Auto-approval rules (remove one with `gate rules remove SERVER TAG`):".into());
+        lines.push("Auto-approval rules (remove one with `gate rules remove NAME`):".into());
         for rule in &rules {
             lines.push(format!(
-                "  {} {} ({}), enabled by {}",
+                "  {} (server {}), enabled by {}",
+                code_span(
+                    &gateway.person_name(&rule.gatekeeper, &rule.kind.label),
+                    MAX_INLINE_CHARS
+                ),
                 code_span(&rule.gatekeeper, MAX_INLINE_CHARS),
-                code_span(&rule.kind.tag, MAX_INLINE_CHARS),
-                plain_inline(&rule.kind.label, MAX_INLINE_CHARS),
                 code_span(&rule.enabled_by, MAX_INLINE_CHARS),
             ));
         }
@@ -285,14 +287,15 @@ fn rules(gateway: &Gateway) -> Response {
         })
         .collect();
     if !kinds.is_empty() {
-        lines
-            .push("Kinds a rule could cover (enable one with `gate rules add SERVER TAG`):".into());
+        lines.push(
+            "Tools a rule could cover (a vetted server marks them safe to repeat; enable one with `gate rules add NAME`):"
+                .into(),
+        );
         for (server, kind) in kinds {
             lines.push(format!(
-                "  {} {} ({})",
+                "  {} (server {})",
+                code_span(&gateway.person_name(&server, &kind.label), MAX_INLINE_CHARS),
                 code_span(&server, MAX_INLINE_CHARS),
-                code_span(&kind.tag, MAX_INLINE_CHARS),
-                plain_inline(&kind.label, MAX_INLINE_CHARS),
             ));
         }
     }
@@ -302,64 +305,91 @@ fn rules(gateway: &Gateway) -> Response {
     }
 }
 
-async fn rule_add(gateway: &Gateway, server: &str, tag: &str, person: &str) -> Response {
-    let overseer = gateway.overseer();
-    let kind = overseer
-        .pre_approvable_kinds()
-        .into_iter()
-        .find(|(s, kind)| s == server && kind.tag == tag)
-        .map(|(_, kind)| kind);
-    let Some(kind) = kind else {
-        return Response {
-            ok: false,
-            text: format!(
-                "server {} marks no kind {} safe to repeat, so no rule can cover it (a server not marked `trust = \"vetted\"` has none); `gate rules` lists the kinds a rule could cover",
-                code_span(server, MAX_INLINE_CHARS),
-                code_span(tag, MAX_INLINE_CHARS)
-            ),
-        };
+/// Enable a rule for the tool `words` name ([`crate::kinds::named`]), if a rule can cover
+/// it ([`crate::kinds::rule_target`]).
+async fn rule_add(gateway: &Gateway, words: &[String], person: &str) -> Response {
+    let target = crate::kinds::named(gateway, words)
+        .and_then(|(server, tool)| crate::kinds::rule_target(gateway, &server, &tool));
+    let target = match target {
+        Ok(target) => target,
+        Err(why) => {
+            return Response {
+                ok: false,
+                text: format!("no rule was enabled: {why}"),
+            };
+        }
     };
-    let label = plain_inline(&kind.label, MAX_INLINE_CHARS).to_string();
-    if let Err(error) = overseer.enable_rule(server, kind, person) {
+    let overseer = gateway.overseer();
+    if let Err(error) = overseer.enable_rule(&target.server, target.kind, person) {
         return Response {
             ok: false,
             text: error.to_string(),
         };
     }
     overseer.settle().await;
+    let name = code_span(&target.name, MAX_INLINE_CHARS);
     Response {
         ok: true,
         text: format!(
-            "rule enabled by {}: {} {} ({label}) now applies without asking when the server marks a call safe to repeat; remove it with `gate rules remove {server} {tag}`",
+            "rule enabled by {}: calls of {name} now apply without asking; remove it with `gate rules remove {}`",
             code_span(person, MAX_INLINE_CHARS),
-            code_span(server, MAX_INLINE_CHARS),
-            code_span(tag, MAX_INLINE_CHARS),
+            target.name,
         ),
     }
 }
 
-fn rule_remove(gateway: &Gateway, server: &str, tag: &str, person: &str) -> Response {
-    match gateway.overseer().remove_rule(server, tag) {
-        Ok(true) => {
-            tracing::info!(server, tag, by = %person, "rule removed by the person");
+fn rule_remove(gateway: &Gateway, words: &[String], person: &str) -> Response {
+    let overseer = gateway.overseer();
+    let (server, tag, name) =
+        match crate::kinds::named(gateway, words) {
+            Ok((server, tool)) => {
+                let downstream = gateway.downstream(&server);
+                let tag = downstream
+                    .and_then(|d| d.gatekeeper.action_kind(&tool))
+                    .map(|k| k.tag);
+                let name = gateway.person_name(&server, &tool);
+                (server, tag, name)
+            }
+            // A rule for a tool its server no longer lists: by server and tool as the rule
+            // has them.
+            Err(why) => match words {
+                [server, tool] => match overseer.rules().unwrap_or_default().into_iter().find(|r| {
+                    r.gatekeeper == *server && (r.kind.label == *tool || r.kind.tag == *tool)
+                }) {
+                    Some(rule) => (
+                        server.clone(),
+                        Some(rule.kind.tag),
+                        format!("{server}__{tool}"),
+                    ),
+                    None => {
+                        return Response {
+                            ok: false,
+                            text: format!("no rule was removed: {why}"),
+                        };
+                    }
+                },
+                _ => {
+                    return Response {
+                        ok: false,
+                        text: format!("no rule was removed: {why}"),
+                    };
+                }
+            },
+        };
+    let shown = code_span(&name, MAX_INLINE_CHARS);
+    match tag.map(|tag| overseer.remove_rule(&server, &tag)) {
+        Some(Ok(true)) => {
+            tracing::info!(%server, %name, by = %person, "rule removed by the person");
             Response {
                 ok: true,
-                text: format!(
-                    "rule removed: actions {} of {} wait for a person again",
-                    code_span(tag, MAX_INLINE_CHARS),
-                    code_span(server, MAX_INLINE_CHARS)
-                ),
+                text: format!("rule removed: calls of {shown} wait for a person again"),
             }
         }
-        Ok(false) => Response {
+        Some(Ok(false)) | None => Response {
             ok: false,
-            text: format!(
-                "there is no rule {} on {}; `gate rules` lists them",
-                code_span(tag, MAX_INLINE_CHARS),
-                code_span(server, MAX_INLINE_CHARS)
-            ),
+            text: format!("there is no rule for {shown}; `gate rules` lists them"),
         },
-        Err(error) => Response {
+        Some(Err(error)) => Response {
             ok: false,
             text: error.to_string(),
         },
@@ -493,8 +523,8 @@ fn lockdown_lift(gateway: &Gateway, agent: &str, reason: &str, person: &str) -> 
 pub(crate) async fn execute(request: Request, person: &str, gateway: &Gateway) -> Response {
     match request {
         Request::Rules => rules(gateway),
-        Request::RuleAdd { server, tag } => rule_add(gateway, &server, &tag, person).await,
-        Request::RuleRemove { server, tag } => rule_remove(gateway, &server, &tag, person),
+        Request::RuleAdd { name } => rule_add(gateway, &name, person).await,
+        Request::RuleRemove { name } => rule_remove(gateway, &name, person),
         Request::Revert { id } => revert(gateway, id, person).await,
         Request::Ledger { query } => ledger(gateway, &query),
         Request::Lockdown => lockdown(gateway),

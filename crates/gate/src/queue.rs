@@ -69,13 +69,13 @@ fn shell_word(text: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '%' | '~'))
 }
 
-/// The command that removes a rule for `kind_tag` on `server`, when both are plain words;
-/// otherwise a pointer to the list of rules, where the person finds them.
-fn revoke_command(server: &str, kind_tag: &str) -> Sanitized {
-    if shell_word(server) && shell_word(kind_tag) {
-        neutralize_controls(&format!("gate rules remove {server} {kind_tag}"))
+/// The command that removes a rule for the tool agents call `name`, when it is a plain
+/// word; otherwise a pointer to the list of rules, where the person finds it.
+fn revoke_command(name: &str) -> Sanitized {
+    if shell_word(name) {
+        neutralize_controls(&format!("gate rules remove {name}"))
     } else {
-        Sanitized::literal("gate rules list, then gate rules remove with its server and kind")
+        Sanitized::literal("gate rules list, then gate rules remove with the tool's name")
     }
 }
 
@@ -85,7 +85,12 @@ pub async fn snapshot(gateway: &Gateway) -> Result<Queue, kernel::DecisionError>
     let overseer = gateway.overseer();
     let open = overseer.open_actions()?;
     let rules = overseer.rules()?;
-    let mut queue = rows(&open, &rules, |agent| gateway.lockdown_of(agent));
+    let mut queue = rows(
+        &open,
+        &rules,
+        |agent| gateway.lockdown_of(agent),
+        |server, tool| gateway.person_name(server, tool),
+    );
     let redactor = gateway.redactor();
     for row in &mut queue.rows {
         let args = gateway.arguments_of(LedgerId(row.id)).await;
@@ -149,11 +154,13 @@ pub fn expiry_flag(left_ms: u64) -> String {
 }
 
 /// The rows of the open actions `open` under `rules`, rendered by the shell crate;
-/// `lockdown` says why an agent is locked down, if it is.
+/// `lockdown` says why an agent is locked down, if it is; `name` gives the person's name of
+/// a server's tool ([`Gateway::person_name`]).
 pub fn rows(
     open: &[LedgerEntry],
     rules: &[AutoApprovalRule],
     lockdown: impl Fn(&str) -> Option<String>,
+    name: impl Fn(&str, &str) -> String,
 ) -> Queue {
     let entries: HashMap<LedgerId, &LedgerEntry> = open.iter().map(|e| (e.id, e)).collect();
     let rows = shell::queue_rows(open, rules)
@@ -168,10 +175,10 @@ pub fn rows(
                     plain_inline(&why, MAX_DESCRIPTION_CHARS)
                 ));
             }
-            let kind_tag = entry
+            let tool = entry
                 .action()
                 .and_then(|a| a.description.action_kind.as_ref())
-                .map(|k| k.tag.as_str());
+                .map(|k| k.label.as_str());
             Row {
                 id: row.id.0,
                 agent: row.agent.into_string(),
@@ -182,9 +189,9 @@ pub fn rows(
                 state: row.state.into_string(),
                 flags,
                 rule: row.rule.into_string(),
-                revoke: kind_tag
+                revoke: tool
                     .filter(|_| row.kind_allowable)
-                    .map(|tag| revoke_command(&entry.gatekeeper, tag).into_string()),
+                    .map(|tool| revoke_command(&name(&entry.gatekeeper, tool)).into_string()),
                 prompt: row.prompt.into_string(),
                 hidden: 0,
             }

@@ -125,33 +125,42 @@ async fn rules_are_listed_added_and_removed_over_the_socket() {
         none.contains("No auto-approval rules are enabled."),
         "{none}"
     );
-    // The kind's tag, as the listing shows it: the second code span of its line.
-    let line = none
-        .lines()
-        .find(|l| l.contains("(tag_note)"))
-        .unwrap_or_else(|| panic!("tag_note is a kind a rule could cover: {none}"));
-    let tag = line.split('`').nth(3).expect("a tag").to_owned();
-    assert!(line.trim_start().starts_with("`fixture` "), "{line}");
-    let write_tag = tag.replace("tag_note", "write_note");
+    // Each tool a rule could cover is named as the agents call it, never by its tag.
+    assert!(
+        none.contains("`fixture__tag_note` (server `fixture`)") && !none.contains("%3A"),
+        "{none}"
+    );
 
-    let refused = gate.person(&["rules", "add", "fixture", &write_tag]);
+    let refused = gate.person(&["rules", "add", "fixture__write_note"]);
     assert!(
         !refused.status.success(),
-        "a kind not safe to repeat has no rule"
+        "a tool not safe to repeat has no rule"
     );
     assert!(
-        stdout(&refused).contains("marks no kind"),
-        "{}",
+        stdout(&refused).contains("`fixture__write_note` is not marked safe to repeat"),
+        "the true reason: {}",
         stdout(&refused)
+    );
+    let read = gate.person(&["rules", "add", "fixture", "read_notes"]);
+    assert!(
+        stdout(&read).contains("is a read: it is sent at once"),
+        "{}",
+        stdout(&read)
+    );
+    let unknown = gate.person(&["rules", "add", "fixture__nothing"]);
+    assert!(
+        stdout(&unknown).contains("no tool is named `fixture__nothing`"),
+        "{}",
+        stdout(&unknown)
     );
 
     let pending = action_id(&text(
         &call(&coder, "fixture__tag_note", json!({"tag": "waiting"})).await,
     ));
-    let add = gate.person(&["rules", "add", "fixture", &tag]);
+    let add = gate.person(&["rules", "add", "fixture__tag_note"]);
     assert!(add.status.success(), "{add:?}");
     assert!(
-        stdout(&add).contains(&format!("gate rules remove fixture {tag}")),
+        stdout(&add).contains("gate rules remove fixture__tag_note"),
         "{}",
         stdout(&add)
     );
@@ -162,12 +171,15 @@ async fn rules_are_listed_added_and_removed_over_the_socket() {
     assert_eq!(resolution_by(&applied), me());
     let listed = stdout(&gate.person(&["rules", "list"]));
     assert!(
-        listed.contains(&format!("`fixture` `{tag}` (tag_note)"))
-            && listed.contains(&format!("enabled by `{}`", me())),
+        listed.contains(&format!(
+            "`fixture__tag_note` (server `fixture`), enabled by `{}`",
+            me()
+        )),
         "{listed}"
     );
 
-    let remove = gate.person(&["rules", "remove", "fixture", &tag]);
+    // The server and the tool's own name name it too.
+    let remove = gate.person(&["rules", "remove", "fixture", "tag_note"]);
     assert!(remove.status.success(), "{remove:?}");
     let later = action_id(&text(
         &call(&coder, "fixture__tag_note", json!({"tag": "later"})).await,
@@ -175,12 +187,42 @@ async fn rules_are_listed_added_and_removed_over_the_socket() {
     assert!(gate.person(&["pending"]).status.success());
     let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": later})).await);
     assert!(outcome.contains("still waits"), "{outcome}");
-    let again = gate.person(&["rules", "remove", "fixture", &tag]);
+    let again = gate.person(&["rules", "remove", "fixture__tag_note"]);
     assert!(!again.status.success());
     assert!(
-        stdout(&again).contains("there is no rule"),
+        stdout(&again).contains("there is no rule for `fixture__tag_note`"),
         "{}",
         stdout(&again)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rule_and_approve_all_of_kind_are_refused_alike_on_a_server_that_is_not_vetted() {
+    let gate = Gate::start_with("rules-byo", "byo");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let expected = "server `fixture` is byo; set trust = \"vetted\"";
+    let add = gate.person(&["rules", "add", "fixture__tag_note"]);
+    assert!(!add.status.success());
+    assert!(stdout(&add).contains(expected), "{}", stdout(&add));
+    let id = action_id(&text(
+        &call(&coder, "fixture__tag_note", json!({"tag": "one"})).await,
+    ));
+    let all = gate.person(&["approve", "--all-of-kind", &id.to_string()]);
+    assert!(!all.status.success());
+    assert!(
+        stdout(&all).contains(expected) && stdout(&all).contains("no rule was enabled"),
+        "{}",
+        stdout(&all)
+    );
+    let none = stdout(&gate.person(&["rules"]));
+    assert!(
+        none.contains("No auto-approval rules are enabled."),
+        "{none}"
+    );
+    assert_eq!(
+        entry(&gate, id)["body"]["Action"]["state"],
+        "Pending",
+        "nothing was approved"
     );
 }
 

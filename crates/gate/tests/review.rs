@@ -27,7 +27,12 @@ fn screen(model: &Model) -> String {
 }
 
 fn queue_of(open: &[LedgerEntry], rules: &[AutoApprovalRule]) -> Queue {
-    queue::rows(open, rules, |_| None)
+    queue::rows(
+        open,
+        rules,
+        |_| None,
+        |server, tool| format!("{server}__{tool}"),
+    )
 }
 
 /// A day's work: two agents, three servers, writes and a safe kind with a rule on, a

@@ -683,34 +683,36 @@ async fn a_changed_catalog_is_refused_until_the_person_accepts_it_and_then_calla
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn approve_all_of_kind_lets_later_safe_calls_apply_on_a_vetted_server_only() {
-    for (trust, later) in [("vetted", "applied"), ("byo", "pending")] {
-        let gate = Gate::start_with(&format!("rule-{trust}"), trust);
-        let coder = gate.agent(CODER_TOKEN).await;
-        let first = action_id(&text(
-            &call(&coder, "fixture__tag_note", json!({"tag": "a"})).await,
-        ));
-        let rule = gate.person(&["approve", "--all-of-kind", &first.to_string()]);
-        assert!(rule.status.success(), "{rule:?}");
-        let second = action_id(&text(
-            &call(&coder, "fixture__tag_note", json!({"tag": "b"})).await,
-        ));
-        // Give the kernel's background drain its turn, through the person's socket.
-        assert!(gate.person(&["pending"]).status.success());
-        let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": second})).await);
-        let expected = if later == "applied" {
-            "approved and sent"
-        } else {
-            "still waits"
-        };
-        assert!(outcome.contains(expected), "{trust}: {outcome}");
-        let written: Vec<String> = gate.deliveries();
-        assert_eq!(
-            written.iter().any(|l| l.contains("\"b\"")),
-            later == "applied",
-            "{trust}: {written:?}"
-        );
-    }
+async fn approve_all_of_kind_lets_later_safe_calls_apply_and_the_agent_is_told_a_rule_sent_them() {
+    // (On a server that is not vetted it is refused: `person.rs`.)
+    let gate = Gate::start_with("rule-vetted", "vetted");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let first = action_id(&text(
+        &call(&coder, "fixture__tag_note", json!({"tag": "a"})).await,
+    ));
+    let rule = gate.person(&["approve", "--all-of-kind", &first.to_string()]);
+    assert!(rule.status.success(), "{rule:?}");
+    assert!(
+        String::from_utf8_lossy(&rule.stdout)
+            .contains("remove it with `gate rules remove fixture__tag_note`"),
+        "{rule:?}"
+    );
+    let later = text(&call(&coder, "fixture__tag_note", json!({"tag": "b"})).await);
+    assert!(
+        later.starts_with(
+            "Applied at once as action 2: the person's rule for \"fixture__tag_note\""
+        ) && later.contains("The server answered:")
+            && later.contains("tagged \"b\""),
+        "the agent is told the truth, with the server's answer: {later}"
+    );
+    let outcome = text(&call(&coder, "gate_action_result", json!({"action_id": 2})).await);
+    assert!(outcome.contains("approved and sent"), "{outcome}");
+    let written: Vec<String> = gate.deliveries();
+    assert_eq!(
+        written.iter().filter(|l| l.contains("\"b\"")).count(),
+        1,
+        "{written:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -259,11 +259,84 @@ pub fn classify(tool: &Tool, trust: ServerTrust, person_says_read: bool) -> Clas
     }
 }
 
+/// Why no auto-approval rule can ever apply a call of a tool ([`why_no_rule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoRule {
+    /// The tool is a read: it is sent at once and never waits, so there is nothing to apply.
+    Read,
+    /// The server is not vetted: its word cannot auto-apply anything.
+    NotVetted(ServerTrust),
+    /// The server does not declare the tool both non-destructive and idempotent; what it
+    /// did declare (`None`: nothing).
+    NotRepeatable {
+        /// Its `destructiveHint`.
+        destructive: Option<bool>,
+        /// Its `idempotentHint`.
+        idempotent: Option<bool>,
+    },
+}
+
+/// Why a rule could never apply a call of `tool` on a server of `trust` (`None`: one can),
+/// by the same test as [`classify`]'s `auto_approvable`.
+pub fn why_no_rule(tool: &Tool, trust: ServerTrust, person_says_read: bool) -> Option<NoRule> {
+    let classified = classify(tool, trust, person_says_read);
+    if classified.auto_approvable() {
+        return None;
+    }
+    if classified.is_read() {
+        return Some(NoRule::Read);
+    }
+    if trust != ServerTrust::Vetted {
+        return Some(NoRule::NotVetted(trust));
+    }
+    Some(NoRule::NotRepeatable {
+        destructive: tool.annotations.destructive,
+        idempotent: tool.annotations.idempotent,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_reason_no_rule_applies_is_the_classifiers_own() {
+        let repeatable = json!({"destructiveHint": false, "idempotentHint": true});
+        assert_eq!(
+            why_no_rule(&tool(repeatable.clone()), ServerTrust::Vetted, false),
+            None
+        );
+        assert_eq!(
+            why_no_rule(&tool(repeatable.clone()), ServerTrust::Byo, false),
+            Some(NoRule::NotVetted(ServerTrust::Byo))
+        );
+        assert_eq!(
+            why_no_rule(&tool(repeatable), ServerTrust::Vetted, true),
+            Some(NoRule::Read)
+        );
+        assert_eq!(
+            why_no_rule(
+                &tool(json!({"idempotentHint": true})),
+                ServerTrust::Vetted,
+                false
+            ),
+            Some(NoRule::NotRepeatable {
+                destructive: None,
+                idempotent: Some(true)
+            })
+        );
+        assert_eq!(
+            why_no_rule(
+                &tool(json!({"readOnlyHint": true})),
+                ServerTrust::Untrusted,
+                false
+            ),
+            Some(NoRule::NotVetted(ServerTrust::Untrusted)),
+            "an untrusted server's read hint is not believed either"
+        );
+    }
 
     fn tool(annotations: Value) -> Tool {
         Tool::from_json(json!({"name": "t", "annotations": annotations})).expect("valid tool")

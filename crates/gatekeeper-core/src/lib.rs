@@ -61,7 +61,8 @@ pub mod testkit;
 mod tool;
 
 pub use classify::{
-    ClassifiedBy, ClassifiedTool, Mode, ServerTrust, ToolAnnotations, classify, classify_tool,
+    ClassifiedBy, ClassifiedTool, Mode, NoRule, ServerTrust, ToolAnnotations, classify,
+    classify_tool, why_no_rule,
 };
 pub use describe::{CallPrompt, describe_call};
 pub use gatekeeper::{GatekeeperConfig, MAX_TOOLS_PER_SERVER, ToolGatekeeper};

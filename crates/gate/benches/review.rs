@@ -45,7 +45,7 @@ fn draw(model: &Model) {
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     let open_actions = support::many(ROWS);
-    let rows = queue::rows(&open_actions, &[], |_| None);
+    let rows = queue::rows(&open_actions, &[], |_| None, |s, t| format!("{s}__{t}"));
     assert_eq!(rows.rows.len(), ROWS as usize);
     let json = serde_json::to_string(&rows).expect("serialises");
     println!(
@@ -72,7 +72,12 @@ fn main() {
 
     criterion.bench_function("daemon_rows_10000", |b| {
         b.iter(|| {
-            let rows = queue::rows(black_box(&open_actions), &[], |_| None);
+            let rows = queue::rows(
+                black_box(&open_actions),
+                &[],
+                |_| None,
+                |s, t| format!("{s}__{t}"),
+            );
             black_box(serde_json::to_string(&rows).expect("serialises"))
         });
     });

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use gatekeeper_mcp::{Endpoint, HttpEndpoint, McpServer, McpServerConfig};
 use kernel::{Clock, Overseer, SystemClock};
+use prompt_sanitize::{MAX_DESCRIPTION_CHARS, MAX_INLINE_CHARS, code_span, plain_inline};
 use tracing::{info, warn};
 
 use crate::config::{Config, ServerConfig, Transport};
@@ -198,6 +199,81 @@ fn endpoint(
     }
 }
 
+/// How the driver reaches and presents `server` at `endpoint`.
+fn mcp_config(server: &ServerConfig, endpoint: Endpoint) -> McpServerConfig {
+    McpServerConfig::new(server.name.clone(), endpoint)
+        .trust(server.trust)
+        .deadline(server.deadline)
+        .max_catalog_pages(server.max_catalog_pages)
+        .reads(server.reads.clone())
+        .forward_questions(server.forward_sampling, server.forward_elicitation)
+        .question_wait(server.question_wait)
+        .protocol(server.protocol)
+        .max_result_bytes(server.max_result_bytes)
+}
+
+/// `gate check --servers`: start each server as `gate serve` would (confined, with its
+/// environment, on its protocol), complete the handshake, read its catalog and stop it
+/// again. Each server's line says what it offers, or why it did not start (in its own
+/// words where it wrote any). `Err` when any server failed.
+pub async fn check_servers(config: &Config, data_dir: &Path) -> Result<Vec<String>, Vec<String>> {
+    let mut lines = Vec::new();
+    let mut failed = false;
+    for server in &config.servers {
+        let name = code_span(&server.name, MAX_INLINE_CHARS);
+        let started = match endpoint(server, config, data_dir) {
+            Ok(endpoint) => McpServer::connect(mcp_config(server, endpoint))
+                .await
+                .map_err(|e| e.to_string()),
+            Err(error) => Err(error.0),
+        };
+        match started {
+            Ok(mcp) => lines.push(format!("server {name}: ok, {}", offered(server, &mcp))),
+            Err(why) => {
+                failed = true;
+                lines.push(format!(
+                    "server {name}: does not start: {}",
+                    plain_inline(&why, MAX_DESCRIPTION_CHARS)
+                ));
+            }
+        }
+    }
+    if failed { Err(lines) } else { Ok(lines) }
+}
+
+/// What a started server offers, counted as the gate will treat it.
+fn offered(server: &ServerConfig, mcp: &McpServer) -> String {
+    let catalog = mcp.catalog();
+    let (mut reads, mut writes, mut repeatable, mut withheld) = (0, 0, 0, 0);
+    for tool in catalog.tools() {
+        if tool.withheld.is_some() {
+            withheld += 1;
+            continue;
+        }
+        let person_says_read = server.reads.iter().any(|r| *r == tool.name);
+        let classified = gatekeeper_core::classify(&tool.tool, server.trust, person_says_read);
+        if classified.is_read() {
+            reads += 1;
+        } else {
+            writes += 1;
+            repeatable += usize::from(classified.auto_approvable());
+        }
+    }
+    let mut text = format!(
+        "{} tools: {reads} reads (sent at once), {writes} writes (held for you)",
+        reads + writes + withheld
+    );
+    if repeatable > 0 {
+        text.push_str(&format!(", {repeatable} of them a rule could apply"));
+    }
+    if withheld > 0 {
+        text.push_str(&format!(
+            ", {withheld} not offered to agents (`gate catalog` says why)"
+        ));
+    }
+    text
+}
+
 impl Daemon {
     /// Open the store (the configuration's `db`, or the SQLite file in `data_dir`), start
     /// every downstream server, build every agent's view, and bind the agents' address
@@ -233,19 +309,9 @@ impl Daemon {
         let mut downstreams = Vec::new();
         for server in &config.servers {
             let endpoint = endpoint(server, config, data_dir)?;
-            let mcp = McpServer::connect(
-                McpServerConfig::new(server.name.clone(), endpoint)
-                    .trust(server.trust)
-                    .deadline(server.deadline)
-                    .max_catalog_pages(server.max_catalog_pages)
-                    .reads(server.reads.clone())
-                    .forward_questions(server.forward_sampling, server.forward_elicitation)
-                    .question_wait(server.question_wait)
-                    .protocol(server.protocol)
-                    .max_result_bytes(server.max_result_bytes),
-            )
-            .await
-            .map_err(|e| StartError(e.to_string()))?;
+            let mcp = McpServer::connect(mcp_config(server, endpoint))
+                .await
+                .map_err(|e| StartError(e.to_string()))?;
             let store = database
                 .action_store(&server.name, clock.clone())
                 .await

@@ -36,6 +36,14 @@ enum Command {
         /// The file (default: $XDG_CONFIG_HOME/gate/gate.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Also start each server as `gate serve` would, complete its handshake, report
+        /// what it offers or why it does not start, and stop it again.
+        #[arg(long)]
+        servers: bool,
+        /// The data directory `gate serve` uses (with --servers: the servers are kept out
+        /// of it as they are when served).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
     },
     /// Run a stdio server confined (the daemon starts each of its servers this way).
     #[command(hide = true)]
@@ -508,7 +516,11 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Init { config, force } => init(config_path(config)?, force),
-        Command::Check { config } => {
+        Command::Check {
+            config,
+            servers,
+            data_dir,
+        } => {
             let path = config_path(config)?;
             let config = Config::load(&path)?;
             for warning in &config.warnings {
@@ -529,6 +541,24 @@ fn main() -> anyhow::Result<()> {
                         server.name
                     );
                 }
+            }
+            if servers {
+                let data_dir = self::data_dir(data_dir)?;
+                let runtime = tokio::runtime::Runtime::new()?;
+                let checked = runtime.block_on(gate::daemon::check_servers(&config, &data_dir));
+                let failed = checked.is_err();
+                for line in checked.unwrap_or_else(|lines| lines) {
+                    println!("{line}");
+                }
+                if failed {
+                    anyhow::bail!(
+                        "a server does not start, so `gate serve` would not either; fix what its line says"
+                    );
+                }
+            } else if !config.servers.is_empty() {
+                println!(
+                    "(the servers were not started: `gate check --servers` starts each and says whether it runs)"
+                );
             }
             Ok(())
         }

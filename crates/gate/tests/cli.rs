@@ -1,5 +1,9 @@
 //! The `gate` binary as a person meets it first: `gate init` and `gate check`.
 
+#[path = "support/fixture.rs"]
+#[allow(dead_code)] // the free port is for the daemon's tests
+mod fixture;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -254,6 +258,63 @@ fn nothing_a_confined_server_started_outlives_it() {
     assert!(
         stat.is_empty() || stat.contains(") Z"),
         "the server's orphan {pid} was killed with it: {stat}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_servers_starts_each_server_and_says_what_it_offers_or_why_it_does_not_start() {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let dir = scratch("servers");
+    let path = dir.join("gate.toml");
+    let fixture = fixture::fixture_binary();
+    std::fs::write(
+        &path,
+        format!(
+            "[[server]]\nname = \"notes\"\ncommand = {fixture:?}\ntrust = \"vetted\"\n\n\
+             [[server]]\nname = \"files\"\ncommand = \"/bin/sh\"\n\
+             args = [\"-c\", \"echo 'Error: None of the specified directories are accessible' >&2; exit 1\"]\n\n\
+             [[agent]]\nname = \"coder\"\ntoken = \"0123456789abcdef0123456789abcdef\"\n"
+        ),
+    )
+    .expect("written");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let shown = path.to_string_lossy().into_owned();
+    let data = dir.join("data").to_string_lossy().into_owned();
+
+    let plain = gate(&["check", "--config", &shown]);
+    assert!(plain.status.success(), "the file itself is fine: {plain:?}");
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).contains("`gate check --servers` starts each"),
+        "a plain check says what it did not do"
+    );
+
+    let checked = gate(&[
+        "check",
+        "--config",
+        &shown,
+        "--servers",
+        "--data-dir",
+        &data,
+    ]);
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        !checked.status.success(),
+        "a server that does not start fails the check"
+    );
+    assert!(
+        out.contains("server `notes`: ok, 8 tools: 2 reads (sent at once), 6 writes (held for you), 1 of them a rule could apply"),
+        "{out}"
+    );
+    assert!(
+        out.contains("server `files`: does not start:")
+            && out.contains("None of the specified directories are accessible"),
+        "the server's own words say why: {out}"
+    );
+    assert!(
+        String::from_utf8_lossy(&checked.stderr).contains("`gate serve` would not either"),
+        "{checked:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

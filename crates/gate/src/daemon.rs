@@ -250,7 +250,7 @@ fn offered(server: &ServerConfig, mcp: &McpServer) -> String {
             withheld += 1;
             continue;
         }
-        let person_says_read = server.reads.iter().any(|r| *r == tool.name);
+        let person_says_read = server.reads.contains(&tool.name);
         let classified = gatekeeper_core::classify(&tool.tool, server.trust, person_says_read);
         if classified.is_read() {
             reads += 1;

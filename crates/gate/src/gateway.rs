@@ -1055,11 +1055,14 @@ impl Gateway {
                     code_span(name, MAX_INLINE_CHARS)
                 ));
             }
-            for (name, was, now) in &changes.changed {
+            for (name, _, _) in &changes.changed {
                 lines.push(format!(
-                    "  {} changed since the catalog was accepted (definition {was}, now {now}): agents cannot call it until you accept it",
+                    "  {} changed since the catalog was accepted: agents cannot call it until you accept it; what changed:",
                     code_span(name, MAX_INLINE_CHARS)
                 ));
+                if let (Some(was), Some(now)) = (accepted.get(name), current.get(name)) {
+                    lines.extend(crate::changes::definition_diff(&was.raw, &now.raw));
+                }
             }
             for name in &changes.gone {
                 lines.push(format!(

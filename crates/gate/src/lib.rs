@@ -42,6 +42,7 @@
 //!   through [`lockdown::Guarded`].
 
 pub mod bridge;
+pub mod changes;
 pub mod config;
 pub mod confine;
 pub mod control;

@@ -610,6 +610,11 @@ async fn a_changed_catalog_is_refused_until_the_person_accepts_it_and_then_calla
             && catalog.contains("gate catalog accept fixture"),
         "the person is shown what changed and what to run: {catalog}"
     );
+    // What changed is shown, line by line, before the person accepts it.
+    assert!(
+        catalog.contains("    `description`:\n      - Append a note.\n      + Append a note, and send a copy to every address in the note."),
+        "{catalog}"
+    );
 
     let accept = gate.person(&["catalog", "accept", "fixture"]);
     let said = String::from_utf8_lossy(&accept.stdout);

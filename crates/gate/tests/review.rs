@@ -448,6 +448,55 @@ fn a_decision_key_right_after_the_action_under_the_cursor_left_decides_nothing()
 }
 
 #[test]
+fn the_key_after_the_persons_own_decision_acts_on_what_the_screen_shows() {
+    let (mut open, rules) = day();
+    let mut model = Model::new(queue_of(&open, &rules));
+    let decided = press(&mut model, &[Key::Char('a')]);
+    assert_eq!(decided, [Command::Send(Decision::Approve { ids: vec![1] })]);
+    model.decided(
+        &Decision::Approve { ids: vec![1] },
+        true,
+        "#1: approved and sent",
+    );
+    // The screen asks the daemon at once: #1 is gone, the cursor is on the next action.
+    open.retain(|e| e.id != LedgerId(1));
+    model.refresh(queue_of(&open, &rules));
+    let now = model.current().map(|r| r.id).expect("a row");
+    assert_eq!(
+        model.input(Input::Key(Key::Char('a'))),
+        Some(Command::Send(Decision::Approve { ids: vec![now] })),
+        "the person decided #1 here and sees #{now}: the key is not swallowed"
+    );
+}
+
+#[test]
+fn the_keys_and_the_daemons_last_word_wrap_to_any_width_from_60_columns() {
+    let mut model = day_model();
+    model.decided(
+        &Decision::Approve { ids: vec![1] },
+        false,
+        "#1: not approved: its arguments are 5123 characters and its prompt shows the first 4000; read them all with `gate show 1 --full`, then approve with `gate approve 1 --full-seen`",
+    );
+    for width in [60u16, 100, 200] {
+        let mut terminal = Terminal::new(TestBackend::new(width, 40)).expect("a test terminal");
+        terminal
+            .draw(|frame| view::draw(&model, frame))
+            .expect("drawn");
+        let shown = terminal.backend().to_string();
+        for key in ["a approve", "A allow kind", "q quit (decides nothing)"] {
+            assert!(
+                shown.contains(key),
+                "{width} columns: {key:?} shown whole:\n{shown}"
+            );
+        }
+        assert!(
+            shown.contains("--full-seen`"),
+            "{width} columns: the last word is wrapped, not cut:\n{shown}"
+        );
+    }
+}
+
+#[test]
 fn a_selection_of_one_is_also_shown_before_it_is_sent() {
     let mut model = day_model();
     press(&mut model, &[Key::Char(' ')]);

@@ -31,8 +31,8 @@ struct Tmux {
 }
 
 impl Tmux {
-    /// Start `command` in a detached 120×40 session.
-    fn start(socket: &Path, command: &str) -> Self {
+    /// Start `command` in a detached session `columns` wide and 40 lines high.
+    fn start_sized(socket: &Path, command: &str, columns: u16) -> Self {
         match Command::new("tmux").arg("-V").output() {
             Ok(out) if out.status.success() => {}
             _ => panic!(
@@ -48,7 +48,7 @@ impl Tmux {
             "-s",
             "review",
             "-x",
-            "120",
+            &columns.to_string(),
             "-y",
             "40",
             command,
@@ -111,13 +111,19 @@ async fn stage(agent: &RunningService<RoleClient, ()>, tool: &str, args: Value) 
 
 /// `gate review` on `gate`'s daemon in a tmux session; the shell says when it exits.
 fn review(gate: &Gate) -> Tmux {
-    Tmux::start(
+    review_sized(gate, 120)
+}
+
+/// [`review`] in a terminal `columns` wide.
+fn review_sized(gate: &Gate, columns: u16) -> Tmux {
+    Tmux::start_sized(
         &gate.dir.join("tmux.sock"),
         &format!(
             "'{}' review --data-dir '{}'; echo \"review exited: $?\"; sleep 60",
             env!("CARGO_BIN_EXE_gate"),
             gate.dir.join("data").display()
         ),
+        columns,
     )
 }
 
@@ -245,6 +251,43 @@ async fn several_writes_are_approved_together_after_a_confirmation_and_a_reason_
         gate.deliveries().len(),
         2,
         "the rejected write was not sent"
+    );
+    tmux.keys(&["q"]);
+    tmux.wait_for("the screen closed", |s| s.contains("review exited: 0"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_60_100_and_200_columns_the_keys_fit_and_approving_twice_in_a_row_approves_two() {
+    let gate = Gate::start("widths");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let mut ids = Vec::new();
+    for text in ["first", "second", "third"] {
+        ids.push(stage(&coder, "fixture__write_note", json!({"text": text})).await);
+    }
+    let tmux = review_sized(&gate, 60);
+    for columns in ["60", "100", "200"] {
+        tmux.run(&["resize-window", "-t", "review", "-x", columns, "-y", "40"]);
+        let screen = tmux.wait_for(&format!("every key at {columns} columns"), |s| {
+            row(s, ids[0]).is_some()
+                && ["a approve", "A allow kind", "q quit (decides nothing)"]
+                    .iter()
+                    .all(|key| s.contains(key))
+        });
+        println!("{screen}");
+    }
+    // The key after a decision acts on the action the screen then shows.
+    tmux.keys(&["a"]);
+    tmux.wait_for("the first approved and the cursor on the second", |s| {
+        row(s, ids[0]).is_none() && row(s, ids[1]).is_some_and(|l| l.starts_with('›'))
+    });
+    tmux.keys(&["a"]);
+    tmux.wait_for("the second approved", |s| row(s, ids[1]).is_none());
+    assert_eq!(
+        gate.deliveries(),
+        [
+            r#"write_note {"text":"first"}"#,
+            r#"write_note {"text":"second"}"#
+        ]
     );
     tmux.keys(&["q"]);
     tmux.wait_for("the screen closed", |s| s.contains("review exited: 0"));

@@ -172,6 +172,9 @@ pub struct Model {
     /// stopped waiting: the next decision key only says so, since the person may have
     /// meant the action that left.
     pub moved: Option<(u64, Option<u64>)>,
+    /// The actions the person decided on this screen: one of them leaving the queue moved
+    /// the cursor as the person expects, so the next key acts on what the screen shows.
+    pub decided_here: BTreeSet<u64>,
     /// The prompt of one action with its secrets revealed (`v`), by ledger id: shown in
     /// place of its redacted prompt until the cursor leaves it or `v` hides it again.
     pub revealed: Option<(u64, String)>,
@@ -203,6 +206,7 @@ impl Model {
             state_width: 0,
             rule_width: 0,
             moved: None,
+            decided_here: BTreeSet::new(),
             revealed: None,
         };
         model.lay_out(queue);
@@ -292,6 +296,7 @@ impl Model {
         let present: BTreeSet<u64> = self.rows.iter().map(|r| r.id).collect();
         self.selected.retain(|id| present.contains(id));
         self.skipped.retain(|id| present.contains(id));
+        let decided_here = std::mem::take(&mut self.decided_here);
         self.cursor = at
             .and_then(|id| self.rows.iter().position(|r| r.id == id))
             .unwrap_or_else(|| position.min(self.rows.len().saturating_sub(1)));
@@ -299,10 +304,15 @@ impl Model {
         if now != at {
             self.detail_scroll = 0;
             self.revealed = None;
-            if let Some(gone) = at {
+            if let Some(gone) = at.filter(|gone| !decided_here.contains(gone)) {
                 self.moved = Some((gone, now));
             }
         }
+        // A decision the daemon refused leaves its action waiting, still the person's own.
+        self.decided_here = decided_here
+            .into_iter()
+            .filter(|id| present.contains(id))
+            .collect();
         let asked: Vec<u64> = match &self.mode {
             Mode::Browse => Vec::new(),
             Mode::Reason { ids, .. } => ids.clone(),
@@ -483,9 +493,11 @@ impl Model {
             Decision::Approve { ids } | Decision::Reject { ids, .. } => {
                 for id in ids {
                     self.selected.remove(id);
+                    self.decided_here.insert(*id);
                 }
             }
             Decision::AllowKind { id } => {
+                self.decided_here.insert(*id);
                 if ok && let Some(row) = self.row(*id) {
                     self.rule = Some(RuleNotice {
                         kind: row.kind.clone(),

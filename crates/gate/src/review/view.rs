@@ -32,7 +32,12 @@ fn offset(cursor_line: usize, height: usize) -> usize {
 /// Draw the whole screen.
 pub fn draw(model: &Model, frame: &mut Frame) {
     let area = frame.area();
-    let status_height = (model.status.len().min(3) + usize::from(model.rule.is_some()) * 2) as u16;
+    let width = usize::from(area.width).max(1);
+    // The keys and the daemon's last word wrap to the screen's width, whatever it is.
+    let footer_lines = footer(model, width);
+    let status_lines = status(model, width);
+    let status_height = status_lines.len() as u16;
+    let footer_height = footer_lines.len() as u16;
     // The list takes what its lines need, up to 40% of the screen; the prompt the rest.
     let list_height = (model.lines.len().max(1) + 1).min(usize::from(area.height) * 2 / 5) as u16;
     // Questions servers ask during the person's sends: a heading and up to three lines,
@@ -47,15 +52,15 @@ pub fn draw(model: &Model, frame: &mut Frame) {
         Constraint::Length(questions_height),
         Constraint::Fill(1),
         Constraint::Length(status_height),
-        Constraint::Length(1),
+        Constraint::Length(footer_height),
     ])
     .areas(area);
     draw_header(model, frame, header);
     draw_list(model, frame, list);
     draw_questions(model, frame, questions);
     draw_detail(model, frame, detail);
-    draw_status(model, frame, status);
-    draw_footer(model, frame, footer);
+    frame.render_widget(Paragraph::new(status_lines), status);
+    frame.render_widget(Paragraph::new(footer_lines), footer);
     if let Mode::Confirm(decision) = &model.mode {
         draw_confirm(model, decision, frame, area);
     }
@@ -207,52 +212,155 @@ fn draw_detail(model: &Model, frame: &mut Frame, area: Rect) {
     );
 }
 
-fn draw_status(model: &Model, frame: &mut Frame, area: Rect) {
+/// The most lines the daemon's last word takes, once wrapped.
+const MAX_STATUS_LINES: usize = 4;
+
+/// The rule just enabled (what it covers, how to take it back) and the daemon's last word,
+/// wrapped to `width`; the last word keeps its last [`MAX_STATUS_LINES`] lines.
+fn status(model: &Model, width: usize) -> Vec<TextLine<'static>> {
     let mut lines: Vec<TextLine> = Vec::new();
     if let Some(rule) = &model.rule {
-        lines.push(TextLine::from(format!(
-            "Rule enabled: every {} on {} its server marks safe to repeat now applies without asking.",
-            safe(&rule.kind),
-            safe(&rule.server)
-        )));
-        lines.push(TextLine::from(format!(
-            "To take it back: {}",
-            safe(&rule.revoke)
-        )));
+        let said = [
+            format!(
+                "Rule enabled: every {} on {} its server marks safe to repeat now applies without asking.",
+                safe(&rule.kind),
+                safe(&rule.server)
+            ),
+            format!("To take it back: {}", safe(&rule.revoke)),
+        ];
+        lines.extend(
+            said.iter()
+                .flat_map(|l| wrapped(l, width))
+                .map(TextLine::from),
+        );
     }
-    let shown = model.status.len().min(3);
+    let last: Vec<String> = model
+        .status
+        .iter()
+        .flat_map(|l| wrapped(&safe(l), width))
+        .collect();
+    let shown = last.len().min(MAX_STATUS_LINES);
     lines.extend(
-        model.status[model.status.len() - shown..]
+        last[last.len() - shown..]
             .iter()
-            .map(|l| TextLine::from(safe(l))),
+            .cloned()
+            .map(TextLine::from),
     );
-    frame.render_widget(Paragraph::new(lines), area);
+    lines
 }
 
-fn draw_footer(model: &Model, frame: &mut Frame, area: Rect) {
-    let line = match &model.mode {
+/// The keys this mode takes, wrapped to `width`: in the list, each key's word kept whole.
+fn footer(model: &Model, width: usize) -> Vec<TextLine<'static>> {
+    match &model.mode {
         Mode::Reason { ids, input } => {
             let about = match ids.as_slice() {
                 [id] => format!("#{id}"),
                 ids => format!("{} actions", ids.len()),
             };
-            TextLine::from(vec![
-                Span::styled(
-                    format!(
-                        "Reason for rejecting {about} (optional; Enter rejects, Esc goes back): "
-                    ),
-                    Style::new().add_modifier(Modifier::BOLD),
-                ),
-                Span::raw(safe(input)),
-                Span::raw("▏"),
-            ])
+            let prompt =
+                format!("Reason for rejecting {about} (optional; Enter rejects, Esc goes back): ");
+            let text = format!("{prompt}{}▏", safe(input));
+            wrapped(&text, width)
+                .into_iter()
+                .enumerate()
+                .map(|(i, line)| {
+                    if i == 0 {
+                        let cut = line.len().min(prompt.trim_end().len());
+                        let (bold, rest) = line.split_at(cut);
+                        TextLine::from(vec![
+                            Span::styled(
+                                bold.to_owned(),
+                                Style::new().add_modifier(Modifier::BOLD),
+                            ),
+                            Span::raw(rest.to_owned()),
+                        ])
+                    } else {
+                        TextLine::from(line)
+                    }
+                })
+                .collect()
         }
-        Mode::Confirm(_) => TextLine::from("y sends · any other key goes back, sending nothing"),
-        Mode::Browse => TextLine::from(
-            "a approve · r reject · s skip · space select · A allow kind · v reveal · ↑↓ move · [ ] scroll · q quit (decides nothing)",
+        Mode::Confirm(_) => packed(
+            &["y sends", "any other key goes back, sending nothing"],
+            width,
         ),
-    };
-    frame.render_widget(Paragraph::new(line), area);
+        Mode::Browse => packed(
+            &[
+                "a approve",
+                "r reject",
+                "s skip",
+                "space select",
+                "A allow kind",
+                "v reveal",
+                "↑↓ move",
+                "[ ] scroll",
+                "q quit (decides nothing)",
+            ],
+            width,
+        ),
+    }
+}
+
+/// `items` joined by ` · ` into as few lines of at most `width` columns as they fit in,
+/// never breaking an item (an item wider than the screen takes a line of its own).
+fn packed(items: &[&str], width: usize) -> Vec<TextLine<'static>> {
+    let mut lines: Vec<String> = Vec::new();
+    for item in items {
+        match lines.last_mut() {
+            Some(line) if columns(line) + 3 + columns(item) <= width => {
+                line.push_str(" · ");
+                line.push_str(item);
+            }
+            _ => lines.push((*item).to_owned()),
+        }
+    }
+    lines.into_iter().map(TextLine::from).collect()
+}
+
+/// `text` broken at spaces into lines of at most `width` columns; a word wider than that
+/// is cut into pieces that fit.
+pub fn wrapped(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines: Vec<String> = vec![String::new()];
+    for word in text.split(' ') {
+        let mut word = word.to_owned();
+        loop {
+            let line = lines.last_mut().expect("one line at least");
+            let room = if line.is_empty() {
+                width
+            } else {
+                width.saturating_sub(columns(line) + 1)
+            };
+            if columns(&word) <= room {
+                if !line.is_empty() {
+                    line.push(' ');
+                }
+                line.push_str(&word);
+                break;
+            }
+            if line.is_empty() {
+                // Wider than the screen: cut it.
+                let head: String = word.chars().take(width).collect();
+                word = word.chars().skip(width).collect();
+                line.push_str(&head);
+                lines.push(String::new());
+                if word.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            lines.push(String::new());
+        }
+    }
+    if lines.len() > 1 && lines.last().is_some_and(String::is_empty) {
+        lines.pop();
+    }
+    lines
+}
+
+/// How many terminal columns `text` takes (one per character).
+fn columns(text: &str) -> usize {
+    text.chars().count()
 }
 
 fn draw_confirm(model: &Model, decision: &Decision, frame: &mut Frame, area: Rect) {

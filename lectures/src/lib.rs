@@ -39,6 +39,7 @@ pub mod ex12_people_during_review;
 pub mod ex13_whose_word;
 pub mod ex14_confined_server;
 pub mod ex15_three_ways;
+pub mod ex16_input_required;
 
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
@@ -63,4 +64,5 @@ pub const LECTURES: &[Lecture] = &[
     ex13_whose_word::LECTURE,
     ex14_confined_server::LECTURE,
     ex15_three_ways::LECTURE,
+    ex16_input_required::LECTURE,
 ];

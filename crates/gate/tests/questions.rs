@@ -61,14 +61,25 @@ fn pending_question(gate: &Gate) -> String {
     }
 }
 
+/// Approve action `id` as the person in a thread of its own; once its server's question
+/// shows in `gate pending`, run `meanwhile` with what that says (the person answers there),
+/// then check the approval returned successfully.
+fn approve_answering(gate: &Gate, id: u64, meanwhile: impl FnOnce(&str)) {
+    let shown_id = id.to_string();
+    std::thread::scope(|scope| {
+        let approving = scope.spawn(|| gate.person(&["approve", &shown_id]));
+        meanwhile(&pending_question(gate));
+        let approved = approving.join().expect("approve returns");
+        assert!(approved.status.success(), "{}", out(&approved));
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_during_a_send_reaches_the_person_who_answers_it_with_gate_answer() {
     let gate = asking_gate("answered", "");
     let id = staged(&gate, "fixture__elicit_write").await;
     let shown_id = id.to_string();
-    std::thread::scope(|scope| {
-        let approving = scope.spawn(|| gate.person(&["approve", &shown_id]));
-        let pending = pending_question(&gate);
+    approve_answering(&gate, id, |pending| {
         assert!(
             pending.contains(&format!("#{id}: its server `fixture` asks a question"))
                 && pending.contains("«Which name and how many copies?»")
@@ -114,9 +125,6 @@ async fn a_question_during_a_send_reaches_the_person_who_answers_it_with_gate_an
             "{}",
             out(&answered)
         );
-
-        let approved = approving.join().expect("approve returns");
-        assert!(approved.status.success(), "{}", out(&approved));
     });
     let delivered = gate.deliveries();
     assert_eq!(delivered.len(), 2, "{delivered:?}");
@@ -201,9 +209,7 @@ async fn on_2026_07_28_a_question_in_an_input_required_result_goes_to_the_person
     let gate = asking_gate("input-required", "protocol = \"2026-07-28\"");
     let id = staged(&gate, "fixture__elicit_write").await;
     let shown_id = id.to_string();
-    std::thread::scope(|scope| {
-        let approving = scope.spawn(|| gate.person(&["approve", &shown_id]));
-        let pending = pending_question(&gate);
+    approve_answering(&gate, id, |pending| {
         assert!(
             pending.contains("«Which name and how many copies?»"),
             "{pending}"
@@ -215,8 +221,6 @@ async fn on_2026_07_28_a_question_in_an_input_required_result_goes_to_the_person
             r#"{"name": "Ada", "copies": 3}"#,
         ]);
         assert!(answered.status.success(), "{}", out(&answered));
-        let approved = approving.join().expect("approve returns");
-        assert!(approved.status.success(), "{}", out(&approved));
     });
     let delivered = gate.deliveries();
     assert_eq!(

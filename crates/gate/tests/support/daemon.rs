@@ -224,13 +224,9 @@ pub async fn call(agent: &Peer<RoleClient>, tool: &str, args: Value) -> CallTool
         .unwrap_or_else(|e| panic!("{tool}: {e}"))
 }
 
+/// Every text block of an answer, one per line, as the gate reads them.
 pub fn text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
+    gate::gateway::text_of(result)
 }
 
 /// The action id in a staged answer.

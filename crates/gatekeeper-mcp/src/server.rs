@@ -658,7 +658,7 @@ impl McpServer {
             })?,
             None => request,
         };
-        let mut rounds = 0;
+        let mut answered = 0;
         loop {
             let reply = match relay {
                 Some(relay) => {
@@ -684,8 +684,8 @@ impl McpServer {
             if relay.is_some_and(|relay| relay.takes_input_required) {
                 return Ok(ServerResult::InputRequiredResult(needed));
             }
-            rounds += 1;
-            if rounds > rounds::MAX_INPUT_ROUNDS {
+            answered += 1;
+            if answered > rounds::MAX_INPUT_ROUNDS {
                 return Err(Failure::Answered(format!(
                     "the server asked for input {} times without completing the call, so the gate stopped answering",
                     rounds::MAX_INPUT_ROUNDS

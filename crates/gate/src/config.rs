@@ -102,6 +102,9 @@ pub struct ServerConfig {
     pub question_wait: Option<Duration>,
     /// The largest answer of it the gate reads (`max_result_mib`, default 16).
     pub max_result_bytes: usize,
+    /// The most writes all agents together may stage on it in any hour
+    /// (`max_writes_per_hour`); `None`: no limit.
+    pub max_writes_per_hour: Option<usize>,
     /// Which protocol era the gate speaks to it (`protocol`: `"2025-11-25"`, the default,
     /// `"2026-07-28"` or `"auto"`).
     pub protocol: gatekeeper_mcp::Protocol,
@@ -150,6 +153,11 @@ pub struct AgentConfig {
     pub token: String,
     /// What it may use; nothing by default.
     pub grants: Vec<GrantConfig>,
+    /// The most of its actions that may wait for a decision at once (`max_open_actions`);
+    /// `None`: only the servers' own cap.
+    pub max_open_actions: Option<usize>,
+    /// The most writes it may stage in any hour (`max_writes_per_hour`); `None`: no limit.
+    pub max_writes_per_hour: Option<usize>,
 }
 
 /// A checked configuration.
@@ -261,6 +269,7 @@ struct RawServer {
     max_result_mib: Option<Spanned<u64>>,
     question_wait_seconds: Option<Spanned<u64>>,
     protocol: Option<Spanned<String>>,
+    max_writes_per_hour: Option<Spanned<u64>>,
     pending_ttl_seconds: Option<Spanned<u64>>,
     max_catalog_pages: Option<Spanned<u64>>,
     pending: Option<Spanned<String>>,
@@ -277,6 +286,8 @@ struct RawAgent {
     token: Spanned<String>,
     #[serde(default, rename = "grant")]
     grants: Vec<RawGrant>,
+    max_open_actions: Option<Spanned<u64>>,
+    max_writes_per_hour: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -284,6 +295,33 @@ struct RawAgent {
 struct RawGrant {
     server: Spanned<String>,
     tools: Option<Vec<String>>,
+}
+
+/// The most a quota may be.
+const MAX_QUOTA: u64 = 100_000;
+
+/// A quota `key` of `whose` (`agent "coder"`, `server "files"`), checked: 1 to [`MAX_QUOTA`];
+/// `example` is shown in the error.
+fn quota(
+    check: &Checker<'_>,
+    value: &Option<Spanned<u64>>,
+    whose: &str,
+    key: &str,
+    example: u64,
+) -> Result<Option<usize>, ConfigError> {
+    match value {
+        None => Ok(None),
+        Some(n) => match usize::try_from(*n.get_ref()) {
+            Ok(n) if (1..=MAX_QUOTA as usize).contains(&n) => Ok(Some(n)),
+            _ => Err(check.at(
+                n,
+                format!(
+                    "{whose}: {key} = {} is out of range; write a number from 1 to {MAX_QUOTA}, for example {key} = {example}, or leave it out for no limit",
+                    n.get_ref()
+                ),
+            )),
+        },
+    }
 }
 
 /// A server's confinement from its `confine`, `paths` and `network`: only a stdio server is
@@ -645,6 +683,13 @@ impl Config {
                     )));
                 }
             };
+            let max_writes_per_hour = quota(
+                &check,
+                &server.max_writes_per_hour,
+                &format!("server {name:?}"),
+                "max_writes_per_hour",
+                120,
+            )?;
             let protocol = match &server.protocol {
                 None => gatekeeper_mcp::Protocol::default(),
                 Some(era) => gatekeeper_mcp::Protocol::parse(era.get_ref()).ok_or_else(|| {
@@ -705,6 +750,7 @@ impl Config {
                 question_wait,
                 max_result_bytes,
                 protocol,
+                max_writes_per_hour,
                 max_catalog_pages,
                 pending,
             });
@@ -758,10 +804,26 @@ impl Config {
                     tools: grant.tools,
                 });
             }
+            let max_open_actions = quota(
+                &check,
+                &agent.max_open_actions,
+                &format!("agent {name:?}"),
+                "max_open_actions",
+                10,
+            )?;
+            let max_writes_per_hour = quota(
+                &check,
+                &agent.max_writes_per_hour,
+                &format!("agent {name:?}"),
+                "max_writes_per_hour",
+                60,
+            )?;
             agents.push(AgentConfig {
                 name,
                 token,
                 grants,
+                max_open_actions,
+                max_writes_per_hour,
             });
         }
 
@@ -1004,6 +1066,7 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 # question_wait_seconds = 30     # a question during your send is declined after this wait
 #                                # (default: shortly before the send's deadline)
 # forward_sampling = true        # during a read, it may ask the agent's model for a completion
+# max_writes_per_hour = 120      # the most writes all agents together stage on it in an hour
 # protocol = "2026-07-28"        # the era the gate speaks to it: "2025-11-25" (default),
 #                                # "2026-07-28", or "auto" (try 2026-07-28, fall back)
 # max_result_mib = 16            # a larger answer is not read: the call gets a note saying so
@@ -1030,6 +1093,8 @@ args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
 [[agent]]
 name = "coder"
 token = "{TOKEN}"   # `gate init` wrote a random one; or: openssl rand -hex 24
+# max_open_actions = 10        # the most of its writes that wait for you at once
+# max_writes_per_hour = 60     # the most writes it stages in any hour
 
 [[agent.grant]]
 server = "files"
@@ -1182,6 +1247,22 @@ mod tests {
             refused("[[server]]\nname = \"a\"\ncommand = \"sh\"\nmax_catalog_pages = 0\n");
         assert!(
             message.starts_with("gate.toml:4: server \"a\": max_catalog_pages = 0 is out of range"),
+            "{message}"
+        );
+        let message =
+            refused("[[server]]\nname = \"a\"\ncommand = \"sh\"\nmax_writes_per_hour = 0\n");
+        assert!(
+            message
+                .starts_with("gate.toml:4: server \"a\": max_writes_per_hour = 0 is out of range")
+                && message.contains("or leave it out for no limit"),
+            "{message}"
+        );
+        let message = refused(
+            "[[agent]]\nname = \"coder\"\ntoken = \"0123456789abcdef0123456789abcdef\"\nmax_open_actions = 0\n",
+        );
+        assert!(
+            message
+                .starts_with("gate.toml:4: agent \"coder\": max_open_actions = 0 is out of range"),
             "{message}"
         );
     }

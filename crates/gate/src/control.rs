@@ -347,6 +347,9 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
             for (_, question) in gateway.questions().waiting() {
                 lines.push(question);
             }
+            // What the agents use of the person's limits.
+            let open = overseer.open_actions().unwrap_or_default();
+            lines.extend(gateway.quotas().report(&open, overseer.now()));
         }
         Request::Answer {
             id,

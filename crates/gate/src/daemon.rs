@@ -199,6 +199,43 @@ fn endpoint(
     }
 }
 
+/// The person's limits on staging, counted from the ledger's last hour ([`crate::quotas`]);
+/// the ledger is read only when a limit is set.
+fn quotas(config: &Config, overseer: &Overseer) -> Result<crate::quotas::Quotas, StartError> {
+    let agents: Vec<(String, crate::quotas::AgentLimits)> = config
+        .agents
+        .iter()
+        .map(|a| {
+            let limits = crate::quotas::AgentLimits {
+                open: a.max_open_actions,
+                per_hour: a.max_writes_per_hour,
+            };
+            (a.name.clone(), limits)
+        })
+        .collect();
+    let servers: Vec<(String, usize)> = config
+        .servers
+        .iter()
+        .filter_map(|s| Some((s.name.clone(), s.max_writes_per_hour?)))
+        .collect();
+    let limited = !servers.is_empty() || agents.iter().any(|(_, l)| *l != Default::default());
+    let entries = if limited {
+        overseer.ledger().map_err(|e| {
+            StartError(format!(
+                "could not read the ledger to count the last hour's writes: {e}"
+            ))
+        })?
+    } else {
+        Vec::new()
+    };
+    Ok(crate::quotas::Quotas::new(
+        agents,
+        servers,
+        &entries,
+        overseer.now(),
+    ))
+}
+
 /// How the driver reaches and presents `server` at `endpoint`.
 fn mcp_config(server: &ServerConfig, endpoint: Endpoint) -> McpServerConfig {
     McpServerConfig::new(server.name.clone(), endpoint)
@@ -435,8 +472,9 @@ impl Daemon {
                 .iter()
                 .map(|a| (a.name.as_str(), a.token.as_str())),
         );
-        let mut gateway =
-            Gateway::new(overseer, downstreams, views, latches).with_questions(questions);
+        let mut gateway = Gateway::new(overseer.clone(), downstreams, views, latches)
+            .with_questions(questions)
+            .with_quotas(quotas(config, &overseer)?);
         if let Some(notify) = &config.notify {
             gateway =
                 gateway.with_notifier(Notifier::start(notify.clone()).redacting(redactor.clone()));

@@ -440,6 +440,8 @@ pub struct Gateway {
     redactor: Arc<prompt_sanitize::Redactor>,
     /// Questions servers ask during the person's sends ([`crate::questions`]).
     questions: Arc<crate::questions::Questions>,
+    /// The person's limits on staging ([`crate::quotas`]).
+    quotas: Arc<crate::quotas::Quotas>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -629,7 +631,19 @@ impl Gateway {
             subscribing: Mutex::new(()),
             redactor: Arc::new(prompt_sanitize::Redactor::new()),
             questions: Arc::new(crate::questions::Questions::new(overseer_for_questions)),
+            quotas: Arc::default(),
         }
+    }
+
+    /// Hold agents' staging to the person's `quotas`.
+    pub fn with_quotas(mut self, quotas: crate::quotas::Quotas) -> Self {
+        self.quotas = Arc::new(quotas);
+        self
+    }
+
+    /// The person's limits on staging, and what is used of them.
+    pub fn quotas(&self) -> &crate::quotas::Quotas {
+        &self.quotas
     }
 
     /// Hold the questions servers ask during the person's sends in `questions` (the ones
@@ -1505,6 +1519,21 @@ impl Gateway {
             }
             self.staged().remove(&key);
         }
+        // The person's limits: a write over one is not staged, and the agent is told which.
+        let now = self.overseer.now();
+        if !self.quotas.is_empty() {
+            let open = self
+                .overseer
+                .open_actions()
+                .unwrap_or_default()
+                .iter()
+                .filter(|e| *e.caller == *view.name)
+                .filter(|e| e.action().is_some_and(|a| a.state == ActionState::Pending))
+                .count();
+            if let Err(why) = self.quotas.check(&view.name, &entry.server, open, now) {
+                return error_result(why).into();
+            }
+        }
         // What the write acts on and is built on, where its server simulates it
         // ([`crate::pending`]): recorded to check for staleness before approval.
         let downstream = self.downstreams.iter().find(|d| d.name == entry.server);
@@ -1532,6 +1561,7 @@ impl Gateway {
                         .record(ledger.0, basis, |id| open.iter().any(|e| e.id.0 == id));
                 }
                 self.remember_staged(key, ledger);
+                self.quotas.record(&view.name, &entry.server, now);
                 if let Some(notifier) = &self.notifier {
                     notifier.staged(&view.name, &entry.server, &entry.exposed);
                 }

@@ -60,6 +60,7 @@ pub mod pending;
 pub mod person;
 pub mod questions;
 pub mod queue;
+pub mod quotas;
 pub mod redaction;
 pub mod review;
 pub mod sessions;

@@ -749,3 +749,56 @@ async fn a_tool_name_in_a_message_to_the_person_keeps_its_underscores() {
         "and so is the agent told: {told}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_over_its_limits_is_told_which_and_the_person_sees_the_counts_across_a_restart() {
+    let mut gate = Gate::start("quotas");
+    gate.reconfigure(|text| {
+        text.replace(
+            &format!("token = \"{CODER_TOKEN}\"\n"),
+            &format!("token = \"{CODER_TOKEN}\"\nmax_open_actions = 2\nmax_writes_per_hour = 3\n"),
+        )
+    });
+    let coder = gate.agent(CODER_TOKEN).await;
+    let write = |n: u32| json!({"text": format!("note {n}")});
+    let first = action_id(&text(&call(&coder, "fixture__write_note", write(1)).await));
+    action_id(&text(&call(&coder, "fixture__write_note", write(2)).await));
+    let full = call(&coder, "fixture__write_note", write(3)).await;
+    assert_eq!(full.is_error, Some(true));
+    assert!(
+        text(&full).contains("2 of your writes already wait for the person")
+            && text(&full).contains("max_open_actions = 2 for agent coder"),
+        "{}",
+        text(&full)
+    );
+    assert!(
+        gate.person(&["approve", &first.to_string()])
+            .status
+            .success()
+    );
+    action_id(&text(&call(&coder, "fixture__write_note", write(3)).await));
+    let pending = stdout(&gate.person(&["pending"]));
+    assert!(
+        pending.contains("agent coder: 2 of 2 open actions, 3 of 3 writes in the last hour"),
+        "{pending}"
+    );
+
+    // The hour is counted from the ledger: a restart forgets nothing.
+    gate.kill_and_restart();
+    let coder = gate.agent(CODER_TOKEN).await;
+    let pending = stdout(&gate.person(&["pending"]));
+    assert!(
+        pending.contains("3 of 3 writes in the last hour"),
+        "{pending}"
+    );
+    assert!(gate.person(&["approve", "2"]).status.success());
+    let hour = call(&coder, "fixture__write_note", write(4)).await;
+    assert_eq!(hour.is_error, Some(true));
+    assert!(
+        text(&hour).contains("you staged 3 writes in the last hour")
+            && text(&hour).contains("You may stage again in 60 minutes"),
+        "{}",
+        text(&hour)
+    );
+    assert_eq!(gate.deliveries().len(), 2, "nothing over a limit was sent");
+}

@@ -683,17 +683,29 @@ pub(crate) async fn request_relayed(
     if relay.progress.is_some() {
         // rmcp hands each notification to a task of its own but a response to its caller
         // at once, so a note the server sent just before its answer may still be on its
-        // way to the route: give those tasks a moment before the route goes.
-        tokio::time::sleep(PROGRESS_SETTLE).await;
+        // way to the route. Those tasks were spawned before the answer was handed over:
+        // let them run first, and where the server has been sending progress for this
+        // read, give the last of its notes a moment more. A read whose server sent none
+        // (most) does not wait.
+        for _ in 0..SETTLE_YIELDS {
+            tokio::task::yield_now().await;
+        }
+        if routes.heard(&token).await {
+            tokio::time::sleep(PROGRESS_SETTLE).await;
+        }
     }
     routes.forget(&token).await;
     routes.stop_asking(asker);
     outcome
 }
 
-/// How long a read that relays progress keeps its route after the server answered, for
-/// the notes the server sent before its answer (see [`request_relayed`]).
+/// How long a read whose server sent progress keeps its route after the server answered,
+/// for the notes the server sent just before its answer (see [`request_relayed`]).
 const PROGRESS_SETTLE: Duration = Duration::from_millis(20);
+
+/// How many times a read that relays progress lets other tasks run before its route goes:
+/// the notification tasks rmcp spawned before the answer arrived.
+const SETTLE_YIELDS: usize = 4;
 
 /// The answer to a request already handed to the transport, at most `deadline`.
 async fn answer(

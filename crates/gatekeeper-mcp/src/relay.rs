@@ -267,6 +267,15 @@ impl ProgressRoutes {
         routes.insert(token, Route { sink, last: None });
     }
 
+    /// Whether any note for `token` reached its route (the server sends progress for it).
+    pub(crate) async fn heard(&self, token: &ProgressToken) -> bool {
+        self.routes
+            .lock()
+            .await
+            .get(token)
+            .is_some_and(|route| route.last.is_some())
+    }
+
     /// Stop routing `token` (its request ended).
     pub(crate) async fn forget(&self, token: &ProgressToken) {
         self.routes.lock().await.remove(token);

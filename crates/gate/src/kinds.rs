@@ -27,9 +27,12 @@ pub struct RuleTarget {
 /// (`files write_file`), or the server and the kind's tag an older gate printed.
 pub fn named(gateway: &Gateway, words: &[String]) -> Result<(String, String), String> {
     match words {
-        [name] => gateway.tool_of_name(name).ok_or_else(|| {
+        [name] => gateway
+            .tool_of_name(name)
+            .or_else(|| unheld(gateway, name))
+            .ok_or_else(|| {
             format!(
-                "no tool is named {}; name it as your agents call it (for example `files__write_file`), as `gate rules` lists them",
+                "no tool is named {}; name it as your agents call it (for example `files__write_file`), as `gate rules` lists them, or by its server and its name (`files write_file`)",
                 code_span(name, MAX_INLINE_CHARS)
             )
         }),
@@ -56,6 +59,14 @@ pub fn named(gateway: &Gateway, words: &[String]) -> Result<(String, String), St
                 .to_owned(),
         ),
     }
+}
+
+/// The server and tool a name of the plain `server__tool` shape stands for, when no agent
+/// holds it yet (a rule may be made before a grant).
+fn unheld(gateway: &Gateway, name: &str) -> Option<(String, String)> {
+    let (server, tool) = name.split_once(crate::names::SEPARATOR)?;
+    gateway.downstream(server)?.accepted().get(tool)?;
+    Some((server.to_owned(), tool.to_owned()))
 }
 
 /// Whether a rule can cover `tool` of `server`; `Err` says the true reason, and what would

@@ -50,6 +50,9 @@ pub enum Request {
     CatalogAccept {
         /// The server, as named in the configuration.
         server: Option<String>,
+        /// One tool of that server to accept, the rest staying as accepted.
+        #[serde(default)]
+        tool: Option<String>,
     },
     /// The auto-approval rules, and the kinds each server could have one for.
     Rules,
@@ -380,8 +383,11 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
             }
         }
         Request::Catalog => lines.push(gateway.catalog_report().await),
-        Request::CatalogAccept { server } => {
-            match gateway.accept_catalog(server.as_deref()).await {
+        Request::CatalogAccept { server, tool } => {
+            match gateway
+                .accept_catalog(server.as_deref(), tool.as_deref())
+                .await
+            {
                 Ok(text) => lines.push(text),
                 Err(text) => {
                     ok = false;

@@ -1102,7 +1102,14 @@ impl Gateway {
     /// changes, becomes what the server's gatekeeper classifies and what agents see, and
     /// every connected agent is told its tool list changed. Calls staged against an
     /// earlier definition stay refused by the digest check. `Err` says what to do.
-    pub async fn accept_catalog(&self, server: Option<&str>) -> Result<String, String> {
+    ///
+    /// With `tool` (and a server), only that tool is taken as the server lists it now (its
+    /// new definition, or added, or gone); every other tool stays as accepted.
+    pub async fn accept_catalog(
+        &self,
+        server: Option<&str>,
+        tool: Option<&str>,
+    ) -> Result<String, String> {
         let _one_at_a_time = self.accepting.lock().await;
         let chosen: Vec<&Downstream> = match server {
             None => self.downstreams.iter().collect(),
@@ -1130,6 +1137,20 @@ impl Gateway {
                     plain_inline(&error, MAX_DESCRIPTION_CHARS)
                 )
             })?;
+            let current = match tool {
+                None => current,
+                Some(tool) => downstream
+                    .accepted()
+                    .with_tool_from(&current, &downstream.name, tool)
+                    .map(Arc::new)
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: tool {} is as you accepted it (or the server never listed it), so there is nothing to accept; `gate catalog` shows what changed",
+                            code_span(&downstream.name, MAX_INLINE_CHARS),
+                            code_span(tool, MAX_INLINE_CHARS)
+                        )
+                    })?,
+            };
             read.push((downstream, current));
         }
         let mut lines = Vec::new();

@@ -291,6 +291,10 @@ enum CatalogAction {
     Accept {
         /// The server, as named in the configuration.
         server: Option<String>,
+        /// Only this tool of the server (as the server names it): the rest stays as
+        /// accepted.
+        #[arg(requires = "server")]
+        tool: Option<String>,
     },
 }
 
@@ -643,9 +647,9 @@ fn main() -> anyhow::Result<()> {
         Command::Pending { at } => ask(at, &Request::Pending),
         Command::Catalog { action: None, at } => ask(at, &Request::Catalog),
         Command::Catalog {
-            action: Some(CatalogAction::Accept { server }),
+            action: Some(CatalogAction::Accept { server, tool }),
             at,
-        } => ask(at, &Request::CatalogAccept { server }),
+        } => ask(at, &Request::CatalogAccept { server, tool }),
         Command::Show {
             ids,
             full,

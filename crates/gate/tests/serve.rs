@@ -616,13 +616,31 @@ async fn a_changed_catalog_is_refused_until_the_person_accepts_it_and_then_calla
         "{catalog}"
     );
 
+    // One tool at a time: the changed one is accepted, the new one still is not.
+    let one = gate.person(&["catalog", "accept", "fixture", "write_note"]);
+    assert!(one.status.success(), "{one:?}");
+    assert!(
+        String::from_utf8_lossy(&one.stdout).contains("(changed: `write_note`)"),
+        "{one:?}"
+    );
+    let catalog = String::from_utf8_lossy(&gate.person(&["catalog"]).stdout).into_owned();
+    assert!(
+        catalog.contains("`archive_note` is new since the catalog was accepted")
+            && !catalog.contains("`write_note` changed"),
+        "{catalog}"
+    );
+    let again = gate.person(&["catalog", "accept", "fixture", "write_note"]);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("nothing to accept"),
+        "{again:?}"
+    );
+
     let accept = gate.person(&["catalog", "accept", "fixture"]);
     let said = String::from_utf8_lossy(&accept.stdout);
     assert!(accept.status.success(), "{accept:?}");
     assert!(
-        said.contains("The accepted catalog is recorded")
-            && said.contains("new: `archive_note`")
-            && said.contains("changed: `write_note`"),
+        said.contains("The accepted catalog is recorded") && said.contains("new: `archive_note`"),
         "{said}"
     );
     tokio::time::timeout(std::time::Duration::from_secs(10), listening.0.notified())

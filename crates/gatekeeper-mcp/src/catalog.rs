@@ -178,6 +178,30 @@ impl Catalog {
         self.tools.iter().map(|t| t.raw.clone()).collect()
     }
 
+    /// This catalog (the accepted one) with only tool `name` taken as `current` lists it:
+    /// its new definition, or added, or gone; every other tool as accepted. `None` when
+    /// `current` changed nothing about that tool.
+    pub fn with_tool_from(&self, current: &Catalog, server: &str, name: &str) -> Option<Catalog> {
+        let (was, now) = (self.get(name), current.get(name));
+        if was.map(|t| &t.digest) == now.map(|t| &t.digest) {
+            return None;
+        }
+        let mut raw: Vec<Value> = Vec::new();
+        for tool in &self.tools {
+            if tool.name != name {
+                raw.push(tool.raw.clone());
+            } else if let Some(now) = now {
+                raw.push(now.raw.clone());
+            }
+        }
+        if was.is_none()
+            && let Some(now) = now
+        {
+            raw.push(now.raw.clone());
+        }
+        Some(Catalog::from_raw_tools(server, raw))
+    }
+
     /// What `current` changed against this catalog (the accepted one), by tool name.
     pub fn changes(&self, current: &Catalog) -> CatalogChanges {
         let mut changes = CatalogChanges::default();

@@ -1931,15 +1931,30 @@ impl Gateway {
     /// Record in the ledger that, during agent `agent`'s read of `tool`, its server asked
     /// the agent's client for something (`what`), and what came of it (`detail`).
     pub async fn record_exchange(&self, agent: &str, tool: &str, what: &str, detail: &str) {
-        let Some(view) = self.agents.get(agent) else {
-            return;
+        let server = {
+            let Some(view) = self.agents.get(agent) else {
+                return;
+            };
+            let current = view.tools();
+            let Some(i) = current.by_name.get(tool) else {
+                return;
+            };
+            current.tools[*i].server.clone()
         };
-        let current = view.tools();
-        let Some(session) = current
-            .by_name
-            .get(tool)
-            .and_then(|i| current.sessions.get(&current.tools[*i].server))
-        else {
+        self.record_server_exchange(agent, &server, what, detail)
+            .await;
+    }
+
+    /// [`Gateway::record_exchange`] for a read of server `server` that is not a tool call
+    /// (a resource read, a prompt).
+    pub async fn record_server_exchange(
+        &self,
+        agent: &str,
+        server: &str,
+        what: &str,
+        detail: &str,
+    ) {
+        let Some((_, session)) = self.session_for(agent, server) else {
             return;
         };
         if let Err(error) = session.record_exchange(what, detail).await {

@@ -42,7 +42,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::gateway::Gateway;
 use crate::logs::{Listener, SessionLevel};
-use crate::names::resource_of_uri;
+use crate::names::{prompt_of_name, resource_of_uri};
 use crate::sessions::{SessionLimits, Sessions, named_session, opens_session};
 
 /// Where agents reach the gateway over HTTP.
@@ -232,7 +232,54 @@ struct AgentHandler {
     level: SessionLevel,
 }
 
+/// What an agent's read that the server asks questions during is of, for the ledger.
+#[derive(Clone, Copy)]
+enum Asked<'a> {
+    /// A tool call, by the agent's name for the tool.
+    Tool(&'a str),
+    /// A resource read or a prompt of this server.
+    Server(&'a str),
+}
+
 impl AgentHandler {
+    /// Run `call`, an agent's read, putting each question its server asks meanwhile (on
+    /// `questions`) to the agent's client, and recording each exchange in the ledger.
+    /// A question goes to the client from the task that serves the agent's request, so it
+    /// travels on that request's stream.
+    async fn answering<T>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        agent: &str,
+        asked: Asked<'_>,
+        mut questions: tokio::sync::mpsc::Receiver<PendingAsk>,
+        call: impl std::future::Future<Output = T>,
+    ) -> T {
+        let mut call = std::pin::pin!(call);
+        loop {
+            tokio::select! {
+                answer = &mut call => return answer,
+                Some(question) = questions.recv() => {
+                    let (what, answered) = put_to_agent(context, question.ask).await;
+                    let detail = match &answered {
+                        Ok(result) => result.to_string(),
+                        Err(why) => format!("(no answer: {why})"),
+                    };
+                    match asked {
+                        Asked::Tool(tool) => {
+                            self.gateway.record_exchange(agent, tool, what, &detail).await;
+                        }
+                        Asked::Server(server) => {
+                            self.gateway
+                                .record_server_exchange(agent, server, what, &detail)
+                                .await;
+                        }
+                    }
+                    let _ = question.reply.send(answered);
+                }
+            }
+        }
+    }
+
     /// Watch agent `agent`'s action `id` and call `tell` each time it leaves the state it
     /// was last seen in; stop when it reaches a final state or `tell` fails.
     async fn watch<F, Fut>(gateway: Arc<Gateway>, agent: String, id: u64, mut tell: F)
@@ -343,12 +390,18 @@ fn takes_input_required(context: &RequestContext<RoleServer>) -> bool {
 }
 
 /// The per-call context of an agent's forwarded resource read or prompt: its cancellation
-/// (no progress: the caller wires that for tool calls, where servers send it), and on
-/// protocol 2026-07-28 its `retry` of an earlier `input_required` answer, passed down.
-fn forwarded_read(context: &RequestContext<RoleServer>, retry: Option<InputRetry>) -> CallContext {
-    CallContext::new(
-        ReadRelay::new(None, context.ct.clone()).with_input(takes_input_required(context), retry),
-    )
+/// (no progress: the caller wires that for tool calls, where servers send it), where the
+/// server's questions go (the receiver, for [`AgentHandler::answering`]), and on protocol
+/// 2026-07-28 its `retry` of an earlier `input_required` answer, passed down.
+fn forwarded_read(
+    context: &RequestContext<RoleServer>,
+    retry: Option<InputRetry>,
+) -> (CallContext, tokio::sync::mpsc::Receiver<PendingAsk>) {
+    let (asks, questions) = tokio::sync::mpsc::channel::<PendingAsk>(1);
+    let relay = ReadRelay::new(None, context.ct.clone())
+        .with_asks(asks)
+        .with_input(takes_input_required(context), retry);
+    (CallContext::new(relay), questions)
 }
 
 /// A forwarded answer that asks the agent for input first (protocol 2026-07-28), as the
@@ -442,14 +495,13 @@ impl ServerHandler for AgentHandler {
             .arguments
             .map(|a| serde_json::to_value(a).unwrap_or_default());
         let retry = InputRetry::of(request.input_responses, request.request_state);
-        let answer = self
+        let (read, questions) = forwarded_read(&context, retry);
+        let server = prompt_of_name(&request.name).map_or("", |(server, _)| server);
+        let got = self
             .gateway
-            .get_prompt(
-                &agent,
-                &request.name,
-                arguments,
-                forwarded_read(&context, retry),
-            )
+            .get_prompt(&agent, &request.name, arguments, read);
+        let answer = self
+            .answering(&context, &agent, Asked::Server(server), questions, got)
             .await
             .map_err(|failure| forward_error("prompt", failure))?;
         if let Some(needed) = input_required(&answer) {
@@ -493,9 +545,11 @@ impl ServerHandler for AgentHandler {
                 request.input_responses.clone(),
                 request.request_state.clone(),
             );
+            let (read, questions) = forwarded_read(&context, retry);
+            let server = resource_of_uri(&request.uri).map_or("", |(server, _)| server);
+            let reading = self.gateway.read_resource(&agent, &request.uri, read);
             let answer = self
-                .gateway
-                .read_resource(&agent, &request.uri, forwarded_read(&context, retry))
+                .answering(&context, &agent, Asked::Server(server), questions, reading)
                 .await
                 .map_err(|failure| match failure {
                     None => not_found(),
@@ -746,7 +800,7 @@ impl ServerHandler for AgentHandler {
             ));
         };
         let progress = relay_progress(&context);
-        let (asks, mut questions) = tokio::sync::mpsc::channel::<PendingAsk>(1);
+        let (asks, questions) = tokio::sync::mpsc::channel::<PendingAsk>(1);
         // An agent on protocol 2026-07-28 takes a server's `input_required` answer itself
         // and calls again with its answers, which go down untouched.
         let modern = takes_input_required(&context);
@@ -771,23 +825,9 @@ impl ServerHandler for AgentHandler {
                 .client_capabilities()
                 .is_some_and(|c| c.supports_tasks()),
         );
-        let mut call = std::pin::pin!(call);
-        // A question the server asks during the read is put to the agent's client here, in
-        // the task that serves the agent's request, so it travels on that request's stream.
-        let answer = loop {
-            tokio::select! {
-                answer = &mut call => break answer,
-                Some(question) = questions.recv() => {
-                    let (what, answered) = put_to_agent(&context, question.ask).await;
-                    let detail = match &answered {
-                        Ok(result) => result.to_string(),
-                        Err(why) => format!("(no answer: {why})"),
-                    };
-                    self.gateway.record_exchange(&agent, &name, what, &detail).await;
-                    let _ = question.reply.send(answered);
-                }
-            }
-        };
+        let answer = self
+            .answering(&context, &agent, Asked::Tool(&name), questions, call)
+            .await;
         // Every note the server sent before its answer reaches the agent before the answer:
         // the relay's senders are gone with the call, so the forwarder ends once it has
         // passed the last one on.

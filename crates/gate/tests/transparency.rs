@@ -828,6 +828,15 @@ async fn a_servers_input_required_on_2026_07_28_reaches_a_modern_agent_untouched
         r#"answered: {"action":"accept","content":{"name":"Ada"}}"#
     );
     assert_eq!(answering.asked(), 1);
+    // A resource read that asks is answered the same way.
+    let read = agent
+        .peer()
+        .read_resource(ReadResourceRequestParams::new(address))
+        .await
+        .expect("read");
+    let shown = serde_json::to_value(&read.contents).expect("serialises");
+    assert_eq!(shown[0]["text"], "note for \"Ada\"");
+    assert_eq!(answering.asked(), 2);
 }
 
 /// An agent whose client declares MCP's tasks extension, on protocol `version`'s lifecycle.

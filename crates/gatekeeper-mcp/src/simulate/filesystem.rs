@@ -104,6 +104,17 @@ impl Op {
     }
 }
 
+/// A read's `path` argument, made absolute and normal ([`absolute`]); a missing one is
+/// the empty path, which [`absolute`] refuses.
+fn path_of(read: ReadCall<'_>) -> Result<String, String> {
+    absolute(
+        read.args
+            .get("path")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+    )
+}
+
 fn string_arg(args: &Value, key: &str) -> Result<String, String> {
     args.get(key)
         .and_then(Value::as_str)
@@ -861,12 +872,7 @@ impl Filesystem {
         if head.is_some() && tail.is_some() {
             return Ok(None); // The server refuses both at once; its answer says so.
         }
-        let path = absolute(
-            read.args
-                .get("path")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        )?;
+        let path = path_of(read)?;
         let Some(text) = self.file_text(state, &path, marks).await? else {
             return Ok(None);
         };
@@ -1007,12 +1013,7 @@ impl Filesystem {
     }
 
     async fn list(&self, state: &State<'_>, read: ReadCall<'_>, marks: &mut Marks) -> Outcome {
-        let path = absolute(
-            read.args
-                .get("path")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        )?;
+        let path = path_of(read)?;
         Ok(Some(match self.entries(state, &path, marks).await? {
             Err(message) => (message, true),
             Ok(entries) => (
@@ -1027,12 +1028,7 @@ impl Filesystem {
     }
 
     async fn tree(&self, state: &State<'_>, read: ReadCall<'_>, marks: &mut Marks) -> Outcome {
-        let path = absolute(
-            read.args
-                .get("path")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        )?;
+        let path = path_of(read)?;
         let excludes = tree_patterns(read.args.get("excludePatterns"))?;
         let excluded = |rel: &str| excludes.iter().any(|g| g.matches(rel));
         let look = state.look(&path);
@@ -1120,12 +1116,7 @@ impl Filesystem {
     }
 
     async fn info(&self, state: &State<'_>, read: ReadCall<'_>, marks: &mut Marks) -> Outcome {
-        let path = absolute(
-            read.args
-                .get("path")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        )?;
+        let path = path_of(read)?;
         let real_info = |real: String| async move {
             let answer = state
                 .real
@@ -1189,12 +1180,7 @@ impl Filesystem {
     }
 
     async fn search(&self, state: &State<'_>, read: ReadCall<'_>, marks: &mut Marks) -> Outcome {
-        let path = absolute(
-            read.args
-                .get("path")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        )?;
+        let path = path_of(read)?;
         let Some(pattern) = read.args.get("pattern").and_then(Value::as_str) else {
             return Ok(None);
         };

@@ -19,14 +19,12 @@ script's folder comes first on `sys.path`.
 """
 
 import argparse
-import asyncio
 import json
 import os
 import re
 import shlex
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import anyio
@@ -36,10 +34,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitResult, PaginatedRequestParams
 
-try:
-    BaseExceptionGroup
-except NameError:  # Python 3.10: anyio brings the backport
-    from exceptiongroup import BaseExceptionGroup
+from gate_checks import Checks, staged_id
+
 
 # The longest any one MCP request or person's command may take.
 STEP_SECONDS = 30
@@ -52,18 +48,8 @@ MODERN_PROTOCOL = "2026-07-28"
 # The longest one session on that protocol may take, its connection and closing included.
 MODERN_SESSION_SECONDS = 90
 
-FAILED = 0
-
-
-def check(what, ok, why=""):
-    """Print one check's line; remember a failure."""
-    global FAILED
-    if ok:
-        print(f"ok - {what}", flush=True)
-    else:
-        FAILED += 1
-        print(f"FAIL - {what}: {why}", flush=True)
-    return ok
+CHECKS = Checks('')
+check = CHECKS.check
 
 
 class Transcript:
@@ -119,11 +105,6 @@ def action_id(answer):
     found = re.search(r"action (\d+)", answer)
     return int(found.group(1)) if found else None
 
-
-def staged_id(answer):
-    """The action id in an answer that says it staged the call ("Staged as action 7: ...")."""
-    found = re.search(r"Staged as action (\d+)", answer)
-    return int(found.group(1)) if found else None
 
 
 def agent_env():
@@ -575,12 +556,6 @@ async def main(opts):
         transcript.save()
 
 
-def leaves(error):
-    """The exceptions inside task-group wrappers, which say what actually went wrong."""
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
-    return [error]
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -594,11 +569,4 @@ if __name__ == "__main__":
     parser.add_argument("--hide", action="append", default=[], metavar="PATH=LABEL",
                         help="show PATH as LABEL in the transcript")
     options = parser.parse_args()
-    try:
-        asyncio.run(main(options))
-    except BaseException as error:  # noqa: BLE001 - any stop is a failed check, with its story
-        why = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves(error))
-        check("the agent script ran to its end", False, why)
-        traceback.print_exc(file=sys.stderr)
-        sys.exit(1)
-    sys.exit(1 if FAILED else 0)
+    CHECKS.run(main, options, 'the agent script ran to its end')

@@ -23,8 +23,9 @@ import os
 import re
 import subprocess
 import sys
-import traceback
 from pathlib import Path
+
+from gate_checks import Checks, staged_id
 
 # The longest any one agent turn or person's command may take.
 STEP_SECONDS = 30
@@ -37,18 +38,8 @@ GATE_MEMORY_RESOURCE = "gate://memory/memory://knowledge-graph"
 # fast-agent's names for the gate, one per transport; its tools are `<server>__<gate's name>`.
 SERVERS = ("stdio", "http")
 
-FAILED = 0
-
-
-def check(what, ok, why=""):
-    """Print one check's line; remember a failure."""
-    global FAILED
-    if ok:
-        print(f"ok - {what}", flush=True)
-    else:
-        FAILED += 1
-        print(f"FAIL - {what}: {why}", flush=True)
-    return ok
+CHECKS = Checks('')
+check = CHECKS.check
 
 
 def config(opts):
@@ -68,11 +59,6 @@ def config(opts):
         },
     }
 
-
-def staged_id(answer):
-    """The action id in an answer that says it staged the call ("Staged as action 7: ...")."""
-    found = re.search(r"Staged as action (\d+)", answer)
-    return int(found.group(1)) if found else None
 
 
 def approve(opts, action):
@@ -194,12 +180,6 @@ async def main(opts):
             await session(opts, app[server], server)
 
 
-def leaves(error):
-    """The exceptions inside task-group wrappers, which say what actually went wrong."""
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
-    return [error]
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -210,11 +190,4 @@ if __name__ == "__main__":
     parser.add_argument("--root", required=True, type=Path, help="the filesystem server's root")
     parser.add_argument("--workdir", required=True, type=Path, help="fast-agent's working directory")
     options = parser.parse_args()
-    try:
-        asyncio.run(main(options))
-    except BaseException as error:  # noqa: BLE001 - any stop is a failed check, with its story
-        why = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves(error))
-        check("the fast-agent script ran to its end", False, why)
-        traceback.print_exc(file=sys.stderr)
-        sys.exit(1)
-    sys.exit(1 if FAILED else 0)
+    CHECKS.run(main, options, 'the fast-agent script ran to its end')

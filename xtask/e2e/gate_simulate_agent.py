@@ -17,12 +17,10 @@ It prints one line per check, `ok - WHAT` or `FAIL - WHAT: WHY`. Every wait is b
 """
 
 import argparse
-import asyncio
 import json
 import re
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import anyio
@@ -30,33 +28,17 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-try:
-    BaseExceptionGroup
-except NameError:  # Python 3.10: anyio brings the backport
-    from exceptiongroup import BaseExceptionGroup
+from gate_checks import Checks, staged_id
+
 
 STEP_SECONDS = 30
-FAILED = 0
-
-
-def check(what, ok, why=""):
-    """Print one check's line; remember a failure."""
-    global FAILED
-    if ok:
-        print(f"ok - simulate: {what}", flush=True)
-    else:
-        FAILED += 1
-        print(f"FAIL - simulate: {what}: {why}", flush=True)
-    return ok
+CHECKS = Checks('simulate: ')
+check = CHECKS.check
 
 
 def blocks(result):
     return [block.text for block in result.content if getattr(block, "type", "") == "text"]
 
-
-def staged_id(answer):
-    found = re.search(r"Staged as action (\d+)", answer)
-    return int(found.group(1)) if found else None
 
 
 def pending_ids(result):
@@ -257,11 +239,6 @@ async def main(opts):
                 await memory_built_on(session, opts)
 
 
-def leaves(error):
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
-    return [error]
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -270,11 +247,4 @@ if __name__ == "__main__":
     parser.add_argument("--token", required=True, help="the agent's token")
     parser.add_argument("--root", required=True, type=Path, help="the filesystem server's root")
     options = parser.parse_args()
-    try:
-        asyncio.run(main(options))
-    except BaseException as error:  # noqa: BLE001 - any stop is a failed check, with its story
-        why = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves(error))
-        check("the agent script ran to its end", False, why)
-        traceback.print_exc(file=sys.stderr)
-        sys.exit(1)
-    sys.exit(1 if FAILED else 0)
+    CHECKS.run(main, options, 'the agent script ran to its end')

@@ -96,6 +96,15 @@ fn relation_of(value: &Value, by: Option<u64>) -> Option<Relation> {
     })
 }
 
+/// The list `key` of `args` as (entity name, its strings under `inner`) pairs, as
+/// `add_observations` and `delete_observations` take them; `None` if any is malformed.
+fn per_entity(args: &Value, key: &str, inner: &str) -> Option<Vec<(String, Vec<String>)>> {
+    items(args, key)?
+        .iter()
+        .map(|o| Some((str_of(o, "entityName")?, strings(o.get(inner))?)))
+        .collect()
+}
+
 fn items<'a>(args: &'a Value, key: &str) -> Option<&'a Vec<Value>> {
     args.get(key)?.as_array()
 }
@@ -126,6 +135,25 @@ impl Graph {
             relations,
             ..Self::default()
         })
+    }
+
+    /// Remove the relations `gone` picks, each noted as deleted by action `id` (`how`
+    /// says more, as " with its entity").
+    fn drop_relations(&mut self, id: u64, how: &str, gone: impl Fn(&Relation) -> bool) {
+        let removed = &mut self.removed;
+        self.relations.retain(|r| {
+            let drop = gone(r);
+            if drop {
+                removed.push((
+                    format!(
+                        "relation {:?} {:?} {:?} deleted{how}",
+                        r.from, r.relation_type, r.to
+                    ),
+                    id,
+                ));
+            }
+            !drop
+        });
     }
 
     fn fail(&mut self, id: u64, why: impl Into<String>) {
@@ -180,28 +208,11 @@ impl Graph {
                         .collect();
                     self.relations.extend(fresh);
                 } else {
-                    let removed = &mut self.removed;
-                    self.relations.retain(|r| {
-                        let gone = given.iter().any(|g| g.same(r));
-                        if gone {
-                            removed.push((
-                                format!(
-                                    "relation {:?} {:?} {:?} deleted",
-                                    r.from, r.relation_type, r.to
-                                ),
-                                id,
-                            ));
-                        }
-                        !gone
-                    });
+                    self.drop_relations(id, "", |r| given.iter().any(|g| g.same(r)));
                 }
             }
             "add_observations" => {
-                let Some(list) = items(args, "observations").and_then(|list| {
-                    list.iter()
-                        .map(|o| Some((str_of(o, "entityName")?, strings(o.get("contents"))?)))
-                        .collect::<Option<Vec<_>>>()
-                }) else {
+                let Some(list) = per_entity(args, "observations", "contents") else {
                     self.fail(id, invalid);
                     return Ok(());
                 };
@@ -235,26 +246,12 @@ impl Graph {
                     }
                     !gone
                 });
-                self.relations.retain(|r| {
-                    let gone = names.contains(&r.from) || names.contains(&r.to);
-                    if gone {
-                        removed.push((
-                            format!(
-                                "relation {:?} {:?} {:?} deleted with its entity",
-                                r.from, r.relation_type, r.to
-                            ),
-                            id,
-                        ));
-                    }
-                    !gone
+                self.drop_relations(id, " with its entity", |r| {
+                    names.contains(&r.from) || names.contains(&r.to)
                 });
             }
             "delete_observations" => {
-                let Some(list) = items(args, "deletions").and_then(|list| {
-                    list.iter()
-                        .map(|d| Some((str_of(d, "entityName")?, strings(d.get("observations"))?)))
-                        .collect::<Option<Vec<_>>>()
-                }) else {
+                let Some(list) = per_entity(args, "deletions", "observations") else {
                     self.fail(id, invalid);
                     return Ok(());
                 };

@@ -40,6 +40,7 @@ pub mod ex13_whose_word;
 pub mod ex14_confined_server;
 pub mod ex15_three_ways;
 pub mod ex16_input_required;
+pub mod ex17_scoped_grants;
 
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
@@ -65,4 +66,5 @@ pub const LECTURES: &[Lecture] = &[
     ex14_confined_server::LECTURE,
     ex15_three_ways::LECTURE,
     ex16_input_required::LECTURE,
+    ex17_scoped_grants::LECTURE,
 ];

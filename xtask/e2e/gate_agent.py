@@ -461,6 +461,62 @@ async def http_session(opts, person, staged_over_stdio, transcript):
                 mine = await agent.call("gate_pending", {})
                 check("http: gate_pending lists the agent's open action",
                       f"action {action_id(text_of(write))}" in text_of(mine), text_of(mine))
+                await scoped_grants(agent, person, root, action_id(text_of(write)))
+
+
+async def scoped_grants(agent, person, root, waiting_write):
+    """The person's edit of a waiting write, a rule narrowed to one path, and a grant that
+    expires, on the vetted filesystem server."""
+    # An edited approval: the edited arguments are what reaches the server.
+    edit = root.parent / "edit.json"
+    edited_path = root / "edited-by-the-person.txt"
+    edit.write_text(json.dumps({"path": str(edited_path), "content": "as the person wrote it"}),
+                    encoding="utf-8")
+    ok, out = person.run("approve", str(waiting_write), "--arguments", str(edit))
+    check("person: an edited approval sends the edited call, not the agent's",
+          ok and "edited by" in out and edited_path.read_text(encoding="utf-8") == "as the person wrote it"
+          and not (root / "not-under-the-rule.txt").exists(), out)
+    told = await agent.call("gate_action_result", {"action_id": waiting_write})
+    check("http: the agent is told its call was approved with changes, and what changed",
+          "approved with changes" in text_of(told) and "edited-by-the-person.txt" in text_of(told),
+          text_of(told))
+
+    # A rule narrowed to one path: applies under it, not beside it.
+    ok, out = person.run("rules", "remove", "files__create_directory", record=False)
+    narrow = root / "narrow"
+    ok, out = person.run("rules", "add", "files__create_directory", "--under", f"path={narrow}")
+    check("person: a rule narrowed to a path is enabled and says so", ok and "is under" in out, out)
+    inside = await agent.call("files__create_directory", {"path": str(narrow / "inside")})
+    check("http: under the narrowed rule a directory inside the path applies at once",
+          text_of(inside).startswith("Applied at once") and (narrow / "inside").is_dir(), text_of(inside))
+    beside = root / "narrow-beside"
+    staged = await agent.call("files__create_directory", {"path": str(beside)})
+    held = action_id(text_of(staged))
+    check("http: a directory beside the path waits for a person (the rule does not reach it)",
+          held is not None and not beside.exists() and "A rule covers" not in text_of(staged), text_of(staged))
+    ok, out = person.run("rules", "test", str(held))
+    check("person: gate rules test says which part fails", ok and "no  path is under" in out, out)
+    person.run("reject", str(held), record=False)
+
+    # A grant for this agent that expires: applies at once, then no more.
+    person.run("rules", "remove", "files__create_directory", record=False)
+    first = root / "granted-a-while"
+    staged = await agent.call("files__create_directory", {"path": str(first)})
+    granted = action_id(text_of(staged))
+    ok, out = person.run("approve", str(granted), "--all-of-kind", "--this-agent", "--for", "3s")
+    check("person: a grant for this agent for 3 s applies the waiting call", ok and first.is_dir(), out)
+    during = root / "granted-during"
+    staged = await agent.call("files__create_directory", {"path": str(during)})
+    check("http: within the grant's time a later call applies at once",
+          text_of(staged).startswith("Applied at once") and during.is_dir(), text_of(staged))
+    await anyio.sleep(3.5)
+    after = root / "granted-after"
+    staged = await agent.call("files__create_directory", {"path": str(after)})
+    check("http: once the grant expired a call waits for a person again",
+          "needs a person's approval" in text_of(staged) and not after.exists(), text_of(staged))
+    ok, out = person.run("rules", record=False)
+    check("person: gate rules shows the grant as expired", "(expired" in out, out)
+    person.run("reject", str(action_id(text_of(staged))), record=False)
 
 
 async def modern_session(opts, label, client, answers, person, transcript=None):

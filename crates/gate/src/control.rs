@@ -61,6 +61,18 @@ pub enum Request {
     RuleAdd {
         /// The words naming it.
         name: Vec<String>,
+        /// How far it reaches (the whole kind until removed by default).
+        #[serde(default)]
+        scope: crate::grants::GrantScope,
+    },
+    /// Whether a rule would apply a recorded action, part by part: the rule enabled for
+    /// its kind, or the kind's narrowed by `tests` when given.
+    RuleTest {
+        /// Ledger id of the action.
+        id: u64,
+        /// The argument tests of a rule to try instead of the enabled one.
+        #[serde(default)]
+        tests: Option<Vec<kernel::ArgumentTest>>,
     },
     /// Remove an auto-approval rule, named the same way.
     RuleRemove {
@@ -112,6 +124,13 @@ pub enum Request {
         /// changed since) and approves it anyway: a stale write is approved only then.
         #[serde(default)]
         stale_seen: bool,
+        /// With `all_of_kind`: how far the rule reaches.
+        #[serde(default)]
+        scope: crate::grants::GrantScope,
+        /// The arguments the person edited the call to (one id only): checked against the
+        /// tool's schema, and sent instead of the agent's ([`crate::edits`]).
+        #[serde(default)]
+        edited: Option<serde_json::Value>,
     },
     /// Answer the question a server asks during the person's approved send of an action
     /// ([`crate::questions`]).
@@ -139,6 +158,12 @@ pub enum Request {
     /// The open work as rows for the review screen, each with its approval prompt; the
     /// answer's text is a [`crate::queue::Queue`] as JSON.
     Queue,
+    /// The arguments of a pending action exactly as staged, as JSON, for the person's
+    /// editor (`gate approve ID --edit`).
+    Arguments {
+        /// Ledger id.
+        id: u64,
+    },
 }
 
 /// The daemon's answer.
@@ -329,12 +354,14 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
         Request::Rules
         | Request::RuleAdd { .. }
         | Request::RuleRemove { .. }
+        | Request::RuleTest { .. }
         | Request::Revert { .. }
         | Request::Ledger { .. }
         | Request::Lockdown
         | Request::LockdownLift { .. } => {
             return person::execute(request, &person, gateway).await;
         }
+        Request::Arguments { id } => return crate::edits::arguments(gateway, id).await,
         Request::Pending => {
             match Shell::new(overseer.clone(), "").batch() {
                 Ok(batch) => lines.push(batch.to_string()),
@@ -472,8 +499,25 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
             all_of_kind,
             full_seen,
             stale_seen,
+            scope,
+            edited,
         } => {
-            let shell = Shell::new(overseer, person);
+            if let Some(edited) = edited {
+                let [id] = ids[..] else {
+                    return Response {
+                        ok: false,
+                        text: "nothing was approved: an edit changes one call; approve one id with --edit".to_owned(),
+                    };
+                };
+                return crate::edits::approve_edited(gateway, id, edited, &person, stale_seen)
+                    .await;
+            }
+            if !all_of_kind && !scope.is_whole_kind() {
+                return Response {
+                    ok: false,
+                    text: "nothing was approved: --this-agent, --session, --for and the argument tests scope a rule; add --all-of-kind to enable one, or leave them out to approve the call alone".to_owned(),
+                };
+            }
             let decision = if all_of_kind {
                 Decision::ApproveAllOfKind
             } else {
@@ -517,8 +561,13 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 // A rule is enabled only where `gate rules add` would enable it, and refused
                 // with the same reason.
                 let target = if all_of_kind {
-                    match rule_target_of(gateway, LedgerId(id)) {
-                        Ok(target) => Some(target),
+                    let scoped = rule_target_of(gateway, LedgerId(id)).and_then(|target| {
+                        let entry = overseer.entry(LedgerId(id)).ok().flatten();
+                        crate::grants::scope_of(gateway, &scope, &target, entry.as_ref())
+                            .map(|rule_scope| (target, rule_scope))
+                    });
+                    match scoped {
+                        Ok(scoped) => Some(scoped),
                         Err(why) => {
                             ok = false;
                             lines.push(format!(
@@ -530,6 +579,13 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 } else {
                     None
                 };
+                let shell = Shell::new(overseer.clone(), person.as_str()).with_rule_scope(
+                    target
+                        .as_ref()
+                        .map(|(_, scope)| scope.clone())
+                        .unwrap_or_default(),
+                );
+                let target = target.map(|(target, _)| target);
                 match shell.decide(LedgerId(id), decision).await {
                     Ok(decided) => {
                         ok &= !matches!(decided.effect, Effect::Refused | Effect::Failed { .. });

@@ -481,10 +481,16 @@ impl Daemon {
         }
         gateway = gateway.with_redactor(redactor);
         gateway = gateway.with_catalogs(&catalogs).with_clock(clock.clone());
+        let alone = matches!(database, Store::Sqlite(_));
         if let Store::Sqlite(file) = &database {
             gateway = gateway.with_database(file.clone());
         }
         let gateway = Arc::new(gateway);
+        // Agent sessions do not outlive a daemon: the grants made for an earlier run's
+        // are removed, where no other daemon shares the store.
+        if alone {
+            gateway.forget_earlier_sessions();
+        }
         gateway.start_log_relays();
         gateway.start_catalog_checks(config.catalog_check);
         let recovered = gateway.recover_pending().await;

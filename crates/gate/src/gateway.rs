@@ -442,6 +442,8 @@ pub struct Gateway {
     questions: Arc<crate::questions::Questions>,
     /// The person's limits on staging ([`crate::quotas`]).
     quotas: Arc<crate::quotas::Quotas>,
+    /// Which agent session staged which action, for grants that last a session.
+    session_grants: crate::grants::SessionGrants,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -632,6 +634,52 @@ impl Gateway {
             redactor: Arc::new(prompt_sanitize::Redactor::new()),
             questions: Arc::new(crate::questions::Questions::new(overseer_for_questions)),
             quotas: Arc::default(),
+            session_grants: crate::grants::SessionGrants::new(SystemClock.now()),
+        }
+    }
+
+    /// Whether `agent` is one of the configuration's agents.
+    pub fn knows_agent(&self, agent: &str) -> bool {
+        self.agents.contains_key(agent)
+    }
+
+    /// A label for a new agent session (grants that last a session name it).
+    pub fn open_session(&self) -> Arc<str> {
+        self.session_grants.open()
+    }
+
+    /// The label of the open agent session that staged `ledger`, if one did.
+    pub fn session_label(&self, ledger: LedgerId) -> Option<String> {
+        self.session_grants.label_of(ledger)
+    }
+
+    /// Agent session `label` ended: the rules granted for it are removed.
+    pub fn session_ended(&self, label: &str) {
+        self.session_grants.close(label);
+        self.remove_session_rules(|l| l == label);
+    }
+
+    /// Remove the rules an earlier run of this daemon granted for its sessions, which did
+    /// not outlive it. Only for a store this daemon has alone: in a shared team store
+    /// another daemon's sessions may still be open.
+    pub fn forget_earlier_sessions(&self) {
+        self.remove_session_rules(|label| !self.session_grants.ours(label));
+    }
+
+    fn remove_session_rules(&self, doomed: impl Fn(&str) -> bool) {
+        for rule in self.overseer.rules().unwrap_or_default() {
+            if let Some(label) = &rule.scope.session
+                && doomed(label)
+            {
+                match self.overseer.remove_rule(&rule.gatekeeper, &rule.kind.tag) {
+                    Ok(_) => tracing::info!(
+                        server = %rule.gatekeeper,
+                        tool = %rule.kind.label,
+                        "rule.session_ended: a grant for an agent session was removed with it"
+                    ),
+                    Err(error) => tracing::warn!(%error, "could not remove a session's rule"),
+                }
+            }
         }
     }
 
@@ -1497,7 +1545,8 @@ impl Gateway {
                 Err(error) => error_result(error.to_string()).into(),
             });
         }
-        Some(self.stage(view, entry, session, args).await)
+        let label = caller.and_then(|caller| caller.session);
+        Some(self.stage(view, entry, session, args, label).await)
     }
 
     async fn stage(
@@ -1506,6 +1555,7 @@ impl Gateway {
         entry: &AgentTool,
         session: &Session,
         args: Value,
+        label: Option<Arc<str>>,
     ) -> Answer {
         let key = (
             view.name.clone(),
@@ -1571,6 +1621,7 @@ impl Gateway {
             }
             _ => Vec::new(),
         };
+        let ruled = self.rule_over(&view.name, entry, &args);
         match session
             .call_tool_built_on(&entry.tool, args, &built_on)
             .await
@@ -1582,11 +1633,21 @@ impl Gateway {
                         .record(ledger.0, basis, |id| open.iter().any(|e| e.id.0 == id));
                 }
                 self.remember_staged(key, ledger);
+                if let Some(label) = label {
+                    self.session_grants.staged(ledger, label, |id| {
+                        self.overseer
+                            .entry(id)
+                            .ok()
+                            .flatten()
+                            .and_then(|e| e.action().map(kernel::ActionEntry::is_open))
+                            .unwrap_or(false)
+                    });
+                }
                 self.quotas.record(&view.name, &entry.server, now);
                 if let Some(notifier) = &self.notifier {
                     notifier.staged(&view.name, &entry.server, &entry.exposed);
                 }
-                if let Some(enabled_by) = self.rule_over(entry) {
+                if let Some(enabled_by) = ruled {
                     return self.applied_by_rule(view, entry, ledger, &enabled_by).await;
                 }
                 Answer::Staged(text_result(self.staged_text(entry, ledger, false)), ledger)
@@ -1601,7 +1662,7 @@ impl Gateway {
 
     /// Who enabled the rule that applies calls of `entry` without asking, if one does (its
     /// server marks the tool safe to repeat and the person enabled a rule for it).
-    fn rule_over(&self, entry: &AgentTool) -> Option<String> {
+    fn rule_over(&self, agent: &str, entry: &AgentTool, args: &Value) -> Option<String> {
         let gatekeeper = &self.downstream(&entry.server)?.gatekeeper;
         if !gatekeeper
             .classification(&entry.tool)
@@ -1614,7 +1675,12 @@ impl Gateway {
             .rules()
             .ok()?
             .into_iter()
-            .find(|r| r.gatekeeper == entry.server && r.kind.tag == kind.tag)
+            .find(|r| {
+                r.gatekeeper == entry.server
+                    && r.kind.tag == kind.tag
+                    && r.admits(agent, || self.clock.now())
+                    && gatekeeper_core::narrow::passes(args, &r.scope.arguments)
+            })
             .map(|r| r.enabled_by)
     }
 
@@ -1874,13 +1940,22 @@ impl Gateway {
             });
         }
         match session.get_action_result(action.driver_id).await {
-            Ok(ActionResult::Applied { result, .. }) => downstream_result(
-                &entry.gatekeeper,
-                &result,
-                Some(format!(
-                    "Action {id} was approved and sent; the server answered:"
-                )),
-            ),
+            Ok(ActionResult::Applied { result, .. }) => {
+                // An edited approval: the agent learns what the person changed.
+                let edited = action
+                    .resolution
+                    .as_ref()
+                    .and_then(|r| r.cause.as_deref())
+                    .filter(|cause| cause.starts_with(crate::edits::EDITED));
+                let head = match edited {
+                    Some(cause) => format!(
+                        "Action {id} was approved with changes and sent: the person edited its arguments before approving ({}). The server answered:",
+                        plain_inline(cause, MAX_DESCRIPTION_CHARS)
+                    ),
+                    None => format!("Action {id} was approved and sent; the server answered:"),
+                };
+                downstream_result(&entry.gatekeeper, &result, Some(head))
+            }
             Ok(ActionResult::Rejected { .. }) => {
                 // The person's reason is the resolution's cause in the ledger, so it
                 // survives a restart; it is text from outside, shown sanitized.

@@ -230,6 +230,21 @@ struct AgentHandler {
     watchers: Arc<Watchers>,
     /// The log level this session asked for.
     level: SessionLevel,
+    /// This session's label; when the last handle goes, the session has ended.
+    session: Arc<SessionMark>,
+}
+
+/// An agent session's label, held while the session lasts: dropping the last handle
+/// removes the grants made for it ([`Gateway::session_ended`]).
+struct SessionMark {
+    label: Arc<str>,
+    gateway: Arc<Gateway>,
+}
+
+impl Drop for SessionMark {
+    fn drop(&mut self) {
+        self.gateway.session_ended(&self.label);
+    }
 }
 
 /// What an agent's read that the server asks questions during is of, for the ledger.
@@ -725,6 +740,7 @@ impl ServerHandler for AgentHandler {
             agent,
             peer: context.peer,
             level: self.level.clone(),
+            session: Some(self.session.label.clone()),
         });
     }
 
@@ -820,6 +836,7 @@ impl ServerHandler for AgentHandler {
                 agent: agent.clone(),
                 peer: context.peer.clone(),
                 level: self.level.clone(),
+                session: Some(self.session.label.clone()),
             }),
             context
                 .client_capabilities()
@@ -925,6 +942,10 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens, limits: &HttpLimits) -> Rou
                 gateway: gateway.clone(),
                 watchers: Arc::new(Watchers::new(gateway.clone())),
                 level: SessionLevel::default(),
+                session: Arc::new(SessionMark {
+                    label: gateway.open_session(),
+                    gateway: gateway.clone(),
+                }),
             })
         },
         manager.clone(),

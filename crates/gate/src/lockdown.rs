@@ -366,4 +366,12 @@ impl Gatekeeper for Guarded {
     fn call_deadline(&self) -> Duration {
         Gatekeeper::call_deadline(&*self.inner)
     }
+
+    async fn covers(
+        &self,
+        action: DriverActionId,
+        tests: &[kernel::ArgumentTest],
+    ) -> Result<bool, GatekeeperError> {
+        self.inner.covers(action, tests).await
+    }
 }

@@ -71,6 +71,8 @@ pub struct Listener {
     pub peer: Peer<RoleServer>,
     /// The level it asked for.
     pub level: SessionLevel,
+    /// The session's label (never its secret id), for grants that last a session.
+    pub session: Option<std::sync::Arc<str>>,
 }
 
 impl Listener {

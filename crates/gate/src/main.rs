@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use gate::config::{Config, EXAMPLE, TOKEN_PLACEHOLDER};
 use gate::control::{self, Request};
 use gate::daemon::Daemon;
+use gate::grants::GrantScope;
 use gate::paths;
 use gate::person::{LedgerQuery, parse_time};
 
@@ -148,6 +149,24 @@ enum Command {
         /// since) and approve it anyway: needed to approve a stale write.
         #[arg(long)]
         stale_seen: bool,
+        /// With --all-of-kind: only the calls of the agent that staged this one.
+        #[arg(long, requires = "all_of_kind")]
+        this_agent: bool,
+        /// With --all-of-kind: only while the agent session that staged this one lasts
+        /// (at most 12 hours).
+        #[arg(long, requires = "all_of_kind")]
+        session: bool,
+        #[command(flatten)]
+        grant: GrantArgs,
+        /// Change the call's arguments first, in your editor ($VISUAL, $EDITOR, else vi):
+        /// the edited call is checked against the tool's schema, sent instead, and recorded
+        /// with the agent's (one id; the tool and server stay as they are).
+        #[arg(long, conflicts_with_all = ["all_of_kind", "arguments"])]
+        edit: bool,
+        /// Like --edit, with the edited arguments from a file of JSON (`-` for standard
+        /// input).
+        #[arg(long, value_name = "FILE", conflicts_with = "all_of_kind")]
+        arguments: Option<PathBuf>,
         #[command(flatten)]
         at: SocketArgs,
     },
@@ -261,6 +280,19 @@ enum RulesCommand {
         /// The tool's name, or its server and its name.
         #[arg(required = true, num_args = 1..=2)]
         name: Vec<String>,
+        /// Only this agent's calls.
+        #[arg(long)]
+        agent: Option<String>,
+        #[command(flatten)]
+        grant: GrantArgs,
+    },
+    /// Whether a rule would apply a recorded action, and why, part by part: the rule
+    /// enabled for its tool, or one narrowed by the tests given here.
+    Test {
+        /// The action's id.
+        id: u64,
+        #[command(flatten)]
+        grant: GrantArgs,
     },
     /// Remove a rule: calls of that tool wait for you again.
     Remove {
@@ -478,6 +510,137 @@ fn check_deciders(config: &Config) {
     }
 }
 
+/// How far a rule reaches, beyond its tool: every test given must pass.
+#[derive(Debug, clap::Args)]
+struct GrantArgs {
+    /// Only for this long from now: 90s, 30m, 4h or 2d (without it, until removed).
+    #[arg(long = "for", value_name = "DURATION")]
+    for_: Option<String>,
+    /// Only calls whose argument ARG is a path at or below PATH (`--under path=/tmp/notes`).
+    #[arg(long, value_name = "ARG=PATH")]
+    under: Vec<String>,
+    /// Only calls whose argument ARG is exactly VALUE (`--is mode=append`).
+    #[arg(long, value_name = "ARG=VALUE")]
+    is: Vec<String>,
+    /// Only calls whose argument ARG is a number at most N, or a text of at most N bytes
+    /// (`--at-most content=4096`).
+    #[arg(long, value_name = "ARG=N")]
+    at_most: Vec<String>,
+}
+
+impl GrantArgs {
+    /// The argument tests, in the order of the flags' kinds.
+    fn tests(&self) -> anyhow::Result<Vec<kernel::ArgumentTest>> {
+        let mut tests = Vec::new();
+        for (flag, values) in [
+            ("under", &self.under),
+            ("is", &self.is),
+            ("at-most", &self.at_most),
+        ] {
+            for value in values {
+                tests.push(gate::grants::parse_test(flag, value).map_err(anyhow::Error::msg)?);
+            }
+        }
+        Ok(tests)
+    }
+
+    /// The scope the socket receives.
+    fn scope(
+        &self,
+        agent: Option<String>,
+        this_agent: bool,
+        session: bool,
+    ) -> anyhow::Result<GrantScope> {
+        Ok(GrantScope {
+            agent,
+            this_agent,
+            session,
+            for_secs: self
+                .for_
+                .as_deref()
+                .map(gate::grants::parse_duration)
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
+            tests: self.tests()?,
+        })
+    }
+}
+
+/// The arguments the person edited action `id`'s call to: from `file`, or from their
+/// editor over the staged ones (`edit`); `None` when neither was asked.
+fn edited_arguments(
+    at: &SocketArgs,
+    id: &[u64],
+    edit: bool,
+    file: Option<PathBuf>,
+) -> anyhow::Result<Option<serde_json::Value>> {
+    if !edit && file.is_none() {
+        return Ok(None);
+    }
+    let [id] = id[..] else {
+        bail!("an edit changes one call: give one action id with --edit or --arguments");
+    };
+    let parse = |text: &str, from: &str| {
+        serde_json::from_str::<serde_json::Value>(text)
+            .with_context(|| format!("{from} is not valid JSON; nothing was approved"))
+    };
+    if let Some(file) = file {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).context("could not read standard input")?
+        } else {
+            std::fs::read_to_string(&file)
+                .with_context(|| format!("could not read {}", file.display()))?
+        };
+        return parse(&text, &file.display().to_string()).map(Some);
+    }
+    let socket = socket_path(SocketArgs {
+        data_dir: at.data_dir.clone(),
+        socket: at.socket.clone(),
+    })?;
+    let staged = control::request(&socket, &Request::Arguments { id })?;
+    if !staged.ok {
+        bail!("{}", staged.text);
+    }
+    let path = std::env::temp_dir().join(format!("gate-edit-{id}-{}.json", std::process::id()));
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("could not create {} for your editor", path.display()))?;
+        writeln!(file, "{}", staged.text)?;
+    }
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .unwrap_or_else(|_| "vi".to_owned());
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(&path)
+        .status()
+        .with_context(|| format!("could not run your editor ({editor})"))?;
+    if !status.success() {
+        let _ = std::fs::remove_file(&path);
+        bail!("your editor ({editor}) exited with {status}; nothing was approved");
+    }
+    let text = std::fs::read_to_string(&path)?;
+    match parse(&text, "the edited call") {
+        Ok(value) => {
+            let _ = std::fs::remove_file(&path);
+            Ok(Some(value))
+        }
+        Err(error) => Err(error.context(format!(
+            "your edit is kept in {}: fix it and run `gate approve {id} --arguments {}`",
+            path.display(),
+            path.display()
+        ))),
+    }
+}
+
 /// Where the person's commands find the daemon's socket.
 #[derive(Debug, clap::Args)]
 struct SocketArgs {
@@ -661,16 +824,32 @@ fn main() -> anyhow::Result<()> {
             all_of_kind,
             full_seen,
             stale_seen,
+            this_agent,
+            session,
+            grant,
+            edit,
+            arguments,
             at,
-        } => ask(
-            at,
-            &Request::Approve {
-                ids,
-                all_of_kind,
-                full_seen,
-                stale_seen,
-            },
-        ),
+        } => {
+            let scope = grant.scope(None, this_agent, session)?;
+            if !all_of_kind && !scope.is_whole_kind() {
+                bail!(
+                    "--for, --under, --is and --at-most scope a rule: add --all-of-kind to enable one, or leave them out to approve the call alone"
+                );
+            }
+            let edited = edited_arguments(&at, &ids, edit, arguments)?;
+            ask(
+                at,
+                &Request::Approve {
+                    ids,
+                    all_of_kind,
+                    full_seen,
+                    stale_seen,
+                    scope,
+                    edited,
+                },
+            )
+        }
         Command::Answer {
             id,
             accept,
@@ -709,7 +888,22 @@ fn main() -> anyhow::Result<()> {
             at,
             &match command.unwrap_or(RulesCommand::List) {
                 RulesCommand::List => Request::Rules,
-                RulesCommand::Add { name } => Request::RuleAdd { name },
+                RulesCommand::Add { name, agent, grant } => Request::RuleAdd {
+                    name,
+                    scope: grant.scope(agent, false, false)?,
+                },
+                RulesCommand::Test { id, grant } => {
+                    if grant.for_.is_some() {
+                        bail!(
+                            "--for does not change whether a rule applies a recorded call; leave it out"
+                        );
+                    }
+                    let tests = grant.tests()?;
+                    Request::RuleTest {
+                        id,
+                        tests: (!tests.is_empty()).then_some(tests),
+                    }
+                }
                 RulesCommand::Remove { name } => Request::RuleRemove { name },
             },
         ),

@@ -265,15 +265,27 @@ fn rules(gateway: &Gateway) -> Response {
         lines.push("No auto-approval rules are enabled.".to_owned());
     } else {
         lines.push("Auto-approval rules (remove one with `gate rules remove NAME`):".into());
+        let now = gateway.clock().now();
         for rule in &rules {
+            let when = if rule.enabled_at.0 > 0 {
+                format!(" at {}", rule.enabled_at)
+            } else {
+                String::new()
+            };
             lines.push(format!(
-                "  {} (server {}), enabled by {}",
+                "  {} (server {}), enabled by {}{when}: {}{}",
                 code_span(
                     &gateway.person_name(&rule.gatekeeper, &rule.kind.label),
                     MAX_INLINE_CHARS
                 ),
                 code_span(&rule.gatekeeper, MAX_INLINE_CHARS),
                 code_span(&rule.enabled_by, MAX_INLINE_CHARS),
+                plain_inline(&rule.scope.to_string(), MAX_DESCRIPTION_CHARS),
+                if rule.expired(now) {
+                    " (expired: it applies nothing)"
+                } else {
+                    ""
+                },
             ));
         }
     }
@@ -307,10 +319,18 @@ fn rules(gateway: &Gateway) -> Response {
 
 /// Enable a rule for the tool `words` name ([`crate::kinds::named`]), if a rule can cover
 /// it ([`crate::kinds::rule_target`]).
-async fn rule_add(gateway: &Gateway, words: &[String], person: &str) -> Response {
+async fn rule_add(
+    gateway: &Gateway,
+    words: &[String],
+    grant: &crate::grants::GrantScope,
+    person: &str,
+) -> Response {
     let target = crate::kinds::named(gateway, words)
-        .and_then(|(server, tool)| crate::kinds::rule_target(gateway, &server, &tool));
-    let target = match target {
+        .and_then(|(server, tool)| crate::kinds::rule_target(gateway, &server, &tool))
+        .and_then(|target| {
+            crate::grants::scope_of(gateway, grant, &target, None).map(|scope| (target, scope))
+        });
+    let (target, scope) = match target {
         Ok(target) => target,
         Err(why) => {
             return Response {
@@ -320,7 +340,9 @@ async fn rule_add(gateway: &Gateway, words: &[String], person: &str) -> Response
         }
     };
     let overseer = gateway.overseer();
-    if let Err(error) = overseer.enable_rule(&target.server, target.kind, person) {
+    let words = scope.to_string();
+    let whole = scope.is_whole_kind();
+    if let Err(error) = overseer.enable_scoped_rule(&target.server, target.kind, person, scope) {
         return Response {
             ok: false,
             text: error.to_string(),
@@ -330,11 +352,20 @@ async fn rule_add(gateway: &Gateway, words: &[String], person: &str) -> Response
     let name = code_span(&target.name, MAX_INLINE_CHARS);
     Response {
         ok: true,
-        text: format!(
-            "rule enabled by {}: calls of {name} now apply without asking; remove it with `gate rules remove {}`",
-            code_span(person, MAX_INLINE_CHARS),
-            target.name,
-        ),
+        text: if whole {
+            format!(
+                "rule enabled by {}: calls of {name} now apply without asking; remove it with `gate rules remove {}`",
+                code_span(person, MAX_INLINE_CHARS),
+                target.name,
+            )
+        } else {
+            format!(
+                "rule enabled by {}: calls of {name} now apply without asking: {}; remove it with `gate rules remove {}`",
+                code_span(person, MAX_INLINE_CHARS),
+                plain_inline(&words, MAX_DESCRIPTION_CHARS),
+                target.name,
+            )
+        },
     }
 }
 
@@ -523,7 +554,12 @@ fn lockdown_lift(gateway: &Gateway, agent: &str, reason: &str, person: &str) -> 
 pub(crate) async fn execute(request: Request, person: &str, gateway: &Gateway) -> Response {
     match request {
         Request::Rules => rules(gateway),
-        Request::RuleAdd { name } => rule_add(gateway, &name, person).await,
+        Request::RuleAdd { name, scope } => rule_add(gateway, &name, &scope, person).await,
+        Request::RuleTest { id, tests } => match crate::grants::test_rule(gateway, id, tests).await
+        {
+            Ok(text) => Response { ok: true, text },
+            Err(text) => Response { ok: false, text },
+        },
         Request::RuleRemove { name } => rule_remove(gateway, &name, person),
         Request::Revert { id } => revert(gateway, id, person).await,
         Request::Ledger { query } => ledger(gateway, &query),

@@ -252,6 +252,8 @@ async fn a_stdio_server_cannot_reach_the_gates_files_environment_or_socket_from_
         all_of_kind: false,
         full_seen: false,
         stale_seen: false,
+        scope: Default::default(),
+        edited: None,
     })
     .expect("a request serialises");
     let report = daemon::text(

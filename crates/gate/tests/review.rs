@@ -77,11 +77,7 @@ fn day() -> (Vec<LedgerEntry>, Vec<AutoApprovalRule>) {
         .action()
         .and_then(|a| a.description.action_kind.clone())
         .expect("a kind");
-    let rules = vec![AutoApprovalRule {
-        gatekeeper: "notes".to_owned(),
-        kind,
-        enabled_by: "alice".to_owned(),
-    }];
+    let rules = vec![AutoApprovalRule::new("notes", kind, "alice")];
     (open, rules)
 }
 
@@ -229,6 +225,8 @@ fn allowing_a_kind_confirms_then_says_the_rule_is_on_and_how_to_take_it_back() {
             all_of_kind: true,
             full_seen: false,
             stale_seen: false,
+            scope: Default::default(),
+            edited: None,
         }
     );
     model.decided(

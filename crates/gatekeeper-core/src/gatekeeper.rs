@@ -483,6 +483,19 @@ impl Gatekeeper for ToolGatekeeper {
     fn call_deadline(&self) -> Duration {
         self.call_deadline
     }
+
+    async fn covers(
+        &self,
+        action: DriverActionId,
+        tests: &[kernel::ArgumentTest],
+    ) -> Result<bool, GatekeeperError> {
+        let record = self
+            .store
+            .get(action)
+            .await
+            .map_err(|e| GatekeeperError::retryable(e.to_string()))?;
+        Ok(record.is_some_and(|record| crate::narrow::passes(&record.args, tests)))
+    }
 }
 
 #[cfg(test)]

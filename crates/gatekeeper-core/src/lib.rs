@@ -10,7 +10,9 @@
 //! - [`classify`]: **the trust boundary.** The only code that reads a tool's annotations;
 //!   it decides read vs action and the gatekeeper's auto-approval key.
 //! - [`kind`]: action kinds (`scope:tool`, percent-encoded) that rules are keyed by.
+//! - [`narrow`]: the tests a rule narrowed by arguments applies to a staged call.
 //! - [`describe`]: the approval prompt, built only from sanitized pieces.
+//! - [`edit`]: a person's edit of a staged call before approving it.
 //! - [`store`]: the action store, an explicit state machine with the at-most-once apply
 //!   protocol, over an async storage port ([`ActionStorage`]) with an in-memory backend.
 //! - [`service`]: the port to the outside world ([`ToolService`]) and its failure classes.
@@ -48,9 +50,11 @@
 
 pub mod classify;
 pub mod describe;
+pub mod edit;
 mod gatekeeper;
 mod grant;
 pub mod kind;
+pub mod narrow;
 pub mod revert;
 pub mod service;
 mod session;
@@ -65,6 +69,7 @@ pub use classify::{
     classify_tool, why_no_rule,
 };
 pub use describe::{CallPrompt, describe_call};
+pub use edit::{Edit, EditError, canonical_json};
 pub use gatekeeper::{GatekeeperConfig, MAX_TOOLS_PER_SERVER, ToolGatekeeper};
 pub use grant::{Grant, GrantError, Grants};
 pub use kind::action_kind_for;

@@ -822,6 +822,22 @@ pub trait ActionStorage: Send + Sync {
     /// Delete final records ([`ActionState::is_final`]) except the `keep` newest by id.
     /// Returns how many were deleted.
     async fn prune_final(&self, keep: usize) -> Result<usize, StorageError>;
+
+    /// Replace the arguments of the record `id` by `args`, only if it is still pending
+    /// (a person's edit before approving). Returns whether it was written; once written
+    /// it is durable. Tool, definition and time stay as staged.
+    ///
+    /// The default refuses: a backend that cannot change a staged call says so.
+    async fn amend_pending(
+        &self,
+        id: DriverActionId,
+        args: Arc<Value>,
+    ) -> Result<bool, StorageError> {
+        let _ = (id, args);
+        Err(StorageError(
+            "this action store cannot change a staged call's arguments".to_owned(),
+        ))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -995,6 +1011,21 @@ impl ActionStorage for MemoryActionStorage {
 
     async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {
         Ok(self.prune_final_ids(keep).len())
+    }
+
+    async fn amend_pending(
+        &self,
+        id: DriverActionId,
+        args: Arc<Value>,
+    ) -> Result<bool, StorageError> {
+        let mut records = self.lock();
+        match records.rows.get_mut(&id) {
+            Some(record) if record.state == ActionState::Pending => {
+                record.args = args;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 }
 
@@ -1208,6 +1239,12 @@ impl ActionStore {
             .ok_or(StageError::TooManyOpen)?;
         debug!(action = %id, tool = %label(&tool), "action.staged");
         Ok(id)
+    }
+
+    /// Replace a pending call's arguments (a person's edit before approving); `false`
+    /// when it is no longer pending. The caller checks the new arguments first.
+    pub async fn amend(&self, id: DriverActionId, args: Value) -> Result<bool, StorageError> {
+        self.storage.amend_pending(id, Arc::new(args)).await
     }
 
     /// Delete a staged call that is still pending (the kernel refused its submission).

@@ -32,16 +32,12 @@ pub fn definition_digest(raw: &Value) -> String {
     for key in ["name", "description", "annotations", "inputSchema"] {
         definition.insert(key, raw.get(key).cloned().unwrap_or(Value::Null));
     }
-    let mut canonical = String::new();
-    write_canonical(
-        &Value::Object(
-            definition
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v))
-                .collect(),
-        ),
-        &mut canonical,
-    );
+    let canonical = canonical_json(&Value::Object(
+        definition
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+    ));
     let hash = Sha256::digest(canonical.as_bytes());
     let mut hex = String::with_capacity(DIGEST_HEX_DIGITS);
     for byte in hash.iter().take(DIGEST_HEX_DIGITS / 2) {
@@ -50,44 +46,7 @@ pub fn definition_digest(raw: &Value) -> String {
     hex
 }
 
-/// `value` as JSON with object keys sorted at every depth and no spaces, whatever map order
-/// serde_json was built with: equal values give equal text.
-pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
-}
-
-/// JSON with object keys sorted at every depth, whatever map order serde_json was built with.
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[key], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
-}
+pub use gatekeeper_core::canonical_json;
 
 /// One tool of a downstream catalog.
 #[derive(Debug, Clone, PartialEq)]

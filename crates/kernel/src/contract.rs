@@ -275,6 +275,19 @@ pub trait Gatekeeper: Send + Sync {
     fn call_deadline(&self) -> Duration {
         DEFAULT_CALL_DEADLINE
     }
+
+    /// Whether a pending action's arguments pass every one of `tests` (a rule narrowed by
+    /// arguments applies it only then). The default knows no arguments: it passes only an
+    /// empty list, so a narrowed rule never applies a driver's action unless the driver
+    /// evaluates it. An error counts as not passing.
+    async fn covers(
+        &self,
+        action: DriverActionId,
+        tests: &[crate::ledger::ArgumentTest],
+    ) -> Result<bool, GatekeeperError> {
+        let _ = action;
+        Ok(tests.is_empty())
+    }
 }
 
 /// Why the kernel refused a submission or an observation.

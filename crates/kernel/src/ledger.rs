@@ -260,4 +260,125 @@ pub struct AutoApprovalRule {
     pub kind: crate::contract::ActionKind,
     /// The person who enabled it; auto-applied actions are attributed to them.
     pub enabled_by: String,
+    /// When it was enabled (zero for a rule recorded before rules kept their time).
+    #[serde(default)]
+    pub enabled_at: Timestamp,
+    /// How far it reaches: whose calls, until when, which arguments. The default reaches
+    /// every call of its kind until it is removed.
+    #[serde(default)]
+    pub scope: RuleScope,
+}
+
+impl AutoApprovalRule {
+    /// A rule for every call of `kind` on `gatekeeper` until it is removed.
+    pub fn new(
+        gatekeeper: impl Into<String>,
+        kind: crate::contract::ActionKind,
+        by: impl Into<String>,
+    ) -> Self {
+        Self {
+            gatekeeper: gatekeeper.into(),
+            kind,
+            enabled_by: by.into(),
+            enabled_at: Timestamp(0),
+            scope: RuleScope::default(),
+        }
+    }
+
+    /// Whether the rule still applies, at the time `now` reads (asked only of a rule that
+    /// ends), to an action `caller` submitted; its argument tests are the gatekeeper's to
+    /// evaluate ([`crate::Gatekeeper::covers`]).
+    pub fn admits(&self, caller: &str, now: impl FnOnce() -> Timestamp) -> bool {
+        self.scope
+            .caller
+            .as_deref()
+            .is_none_or(|only| only == caller)
+            && (self.scope.until.is_none() || !self.expired(now()))
+    }
+
+    /// Whether its time ran out at `now`.
+    pub fn expired(&self, now: Timestamp) -> bool {
+        self.scope.until.is_some_and(|until| now >= until)
+    }
+}
+
+/// The reach of an [`AutoApprovalRule`] beyond its kind. Every part narrows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleScope {
+    /// Only actions this caller (an agent) submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    /// A label of the caller's session the rule was made for: whoever runs the sessions
+    /// removes the rule when that session ends (the kernel does not see sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// It stops applying at this instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Timestamp>,
+    /// Tests on the call's arguments, all of which must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<ArgumentTest>,
+}
+
+impl RuleScope {
+    /// Whether the scope is the whole kind, for every caller, until removed.
+    pub fn is_whole_kind(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// The scope in words, for a person: `every call, until removed`, or each narrowing
+/// (`calls of agent "coder" only, in the session it was made for, until 10:00:00.000,
+/// where path is under /tmp/a`).
+impl fmt::Display for RuleScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.caller {
+            Some(caller) => write!(f, "calls of agent {caller:?} only")?,
+            None => write!(f, "every agent's calls")?,
+        }
+        if self.session.is_some() {
+            write!(f, ", in the session it was made for")?;
+        }
+        match self.until {
+            Some(until) => write!(f, ", until {until}")?,
+            None => write!(f, ", until removed")?,
+        }
+        for (n, test) in self.arguments.iter().enumerate() {
+            let joint = if n == 0 { ", where" } else { " and" };
+            write!(f, "{joint} {test}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One test on a named argument of a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgumentTest {
+    /// The argument's name (a top-level key of the call's arguments).
+    pub argument: String,
+    /// What its value must satisfy.
+    pub check: ArgumentCheck,
+}
+
+/// What an argument's value must satisfy. A missing argument satisfies nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgumentCheck {
+    /// The value is exactly this text (a number or boolean as it is written in JSON).
+    Is(String),
+    /// The value is a path at or below this one, compared component by component; a
+    /// path with a `..` component is never below anything.
+    Under(String),
+    /// A number at most this, or a text of at most this many bytes.
+    AtMost(u64),
+}
+
+impl fmt::Display for ArgumentTest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.check {
+            ArgumentCheck::Is(value) => write!(f, "{} is {value:?}", self.argument),
+            ArgumentCheck::Under(path) => write!(f, "{} is under {path}", self.argument),
+            ArgumentCheck::AtMost(limit) => write!(f, "{} is at most {limit}", self.argument),
+        }
+    }
 }

@@ -30,8 +30,8 @@ pub use contract::{
 pub use deadline::DEFAULT_CALL_DEADLINE;
 pub use drain::DrainCause;
 pub use ledger::{
-    ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, FailureKind, LedgerEntry,
-    LedgerId, Resolution, RevertRecord,
+    ActionEntry, ActionState, ArgumentCheck, ArgumentTest, AutoApprovalRule, EntryBody, Failure,
+    FailureKind, LedgerEntry, LedgerId, Resolution, RevertRecord, RuleScope,
 };
 pub use overseer::{DecisionError, EXPIRY_DECIDER, Overseer, RejectReport, RevertReport};
 pub use store::{

@@ -51,7 +51,7 @@ use crate::deadline::{Bounded, Ended, Human};
 use crate::drain::{DrainCause, DrainGuard, Request};
 use crate::ledger::{
     ActionEntry, ActionState, AutoApprovalRule, EntryBody, Failure, LedgerEntry, LedgerId,
-    Resolution, RevertRecord,
+    Resolution, RevertRecord, RuleScope,
 };
 use crate::store::{LedgerStore, MemoryLedger, StorageError};
 
@@ -108,6 +108,15 @@ pub enum DecisionError {
         "this workspace has observed sensitive data, so action {0} cannot be reverted: a revert writes to the service, and nothing may leave during lockdown; undo it directly in the service if it must be undone"
     )]
     RevertLockedDown(LedgerId),
+    /// The step run before an approval ([`Overseer::approve_prepared`]) refused it;
+    /// nothing was sent.
+    #[error("action {id} was not approved, and nothing was sent: {reason}")]
+    NotPrepared {
+        /// The action.
+        id: LedgerId,
+        /// Why, in the step's words.
+        reason: String,
+    },
     /// A decision or a rule was attributed to nobody.
     #[error("the name of the person deciding is empty; give the name the ledger should record")]
     NoDecider,
@@ -352,6 +361,8 @@ impl Drop for DrainSlot<'_> {
 struct Decider<'a> {
     by: &'a str,
     auto: bool,
+    /// What the person said with the approval, for the resolution's cause.
+    note: Option<&'a str>,
 }
 
 /// The failure recorded when an apply was abandoned before the driver answered.
@@ -388,7 +399,11 @@ impl Drop for Attempt<'_, '_> {
             .and_then(|a| a.resolution.as_ref())
             .map(|r| (r.by.clone(), r.auto))
             .unwrap_or_default();
-        let decider = Decider { by: &by, auto };
+        let decider = Decider {
+            by: &by,
+            auto,
+            note: None,
+        };
         match self.inner.settle_apply(
             self.gatekeeper,
             self.entry,
@@ -510,6 +525,33 @@ impl Overseer {
     /// future was dropped is recorded as failed with outcome unknown (it may have reached
     /// the service) and is never applied again.
     pub async fn approve(&self, id: LedgerId, by: &str) -> Result<(), DecisionError> {
+        self.approve_noted(id, by, None).await
+    }
+
+    /// [`Overseer::approve`], with what the person said about it (for example what they
+    /// changed before approving) kept in the resolution's cause.
+    pub async fn approve_noted(
+        &self,
+        id: LedgerId,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<(), DecisionError> {
+        self.approve_prepared(id, by, async { Ok(note.map(str::to_owned)) })
+            .await
+    }
+
+    /// [`Overseer::approve`], with a step run while the person holds the decision and
+    /// before anything is sent: nothing else (another person, a rule's drain) can decide
+    /// or apply the action meanwhile. A person's edit of the call is made this way, so
+    /// the call sent is the edited one. `prepare` answers the note for the resolution's
+    /// cause, or why the action must not be approved ([`DecisionError::NotPrepared`],
+    /// nothing sent).
+    pub async fn approve_prepared(
+        &self,
+        id: LedgerId,
+        by: &str,
+        prepare: impl std::future::Future<Output = Result<Option<String>, String>>,
+    ) -> Result<(), DecisionError> {
         let inner = &self.inner;
         let by = decider_name(by)?;
         let slot = inner.claim(id)?;
@@ -527,13 +569,20 @@ impl Overseer {
         }
         let name = entry.gatekeeper.clone();
         let gatekeeper = inner.gatekeeper(&name)?;
+        let note = prepare
+            .await
+            .map_err(|reason| DecisionError::NotPrepared { id, reason })?;
         let (result, slot) = inner
             .apply_claimed(
                 slot,
                 &mut Some(entry),
                 &name,
                 &*gatekeeper,
-                Decider { by, auto: false },
+                Decider {
+                    by,
+                    auto: false,
+                    note: note.as_deref(),
+                },
             )
             .await;
         drop(slot);
@@ -759,12 +808,28 @@ impl Overseer {
         kind: ActionKind,
         by: &str,
     ) -> Result<(), DecisionError> {
+        self.enable_scoped_rule(gatekeeper, kind, by, RuleScope::default())
+    }
+
+    /// [`Overseer::enable_rule`] narrowed to `scope`: whose calls, until when, which
+    /// arguments. A rule already enabled for the kind is replaced.
+    ///
+    /// Must be called within a tokio runtime (the drain runs as a task).
+    pub fn enable_scoped_rule(
+        &self,
+        gatekeeper: &str,
+        kind: ActionKind,
+        by: &str,
+        scope: RuleScope,
+    ) -> Result<(), DecisionError> {
         let by = decider_name(by)?;
         let name = self.inner.gatekeeper_name(gatekeeper)?;
         let rule = AutoApprovalRule {
             gatekeeper: name.to_string(),
             kind,
             enabled_by: by.to_owned(),
+            enabled_at: self.inner.clock.now(),
+            scope,
         };
         self.inner.store.put_rule(&rule)?;
         info!(gatekeeper = %name, tag = %rule.kind.tag, by, "auto-approval rule enabled");
@@ -987,7 +1052,7 @@ impl Overseer {
                     .store
                     .rule(gatekeeper, &kind.tag)
                     .map_err(storage)?
-                    .is_some(),
+                    .is_some_and(|rule| rule.admits(caller, || inner.clock.now())),
                 None => false,
             };
         info!(action = %id, gatekeeper = %gatekeeper, %driver_id, will_auto, "action submitted");
@@ -1294,11 +1359,17 @@ impl Inner {
             by: decider.by.to_owned(),
             auto: decider.auto,
             at: self.clock.now(),
-            cause: record.blocked_by.map(|root| {
-                format!(
-                    "approved although it depends on {root}, which was rejected, failed for good or reverted"
-                )
-            }),
+            cause: {
+                let flagged = record.blocked_by.map(|root| {
+                    format!(
+                        "approved although it depends on {root}, which was rejected, failed for good or reverted"
+                    )
+                });
+                match (flagged, decider.note) {
+                    (Some(flagged), Some(note)) => Some(format!("{note}; {flagged}")),
+                    (flagged, note) => flagged.or_else(|| note.map(str::to_owned)),
+                }
+            },
         };
         if !self.store.record_attempt(id, &resolution)? {
             let now = self.store.get(id)?;
@@ -1504,9 +1575,27 @@ impl Inner {
                 (Some(kind), ActionState::Pending)
                     if action.description.auto_approvable && action.blocked_by.is_none() =>
                 {
-                    self.store.rule(name, &kind.tag)?
+                    self.store
+                        .rule(name, &kind.tag)?
+                        .filter(|rule| rule.admits(&entry.caller, || self.clock.now()))
                 }
                 _ => None,
+            };
+            // A rule narrowed by arguments applies only what the gatekeeper finds inside
+            // it; one it cannot judge stays for a person.
+            let rule = match rule {
+                Some(rule) if !rule.scope.arguments.is_empty() => {
+                    let driver_id = action.driver_id;
+                    match gatekeeper.covers(driver_id, &rule.scope.arguments).await {
+                        Ok(true) => Some(rule),
+                        Ok(false) => None,
+                        Err(error) => {
+                            warn!(action = %id, %error, "could not test the rule's arguments");
+                            None
+                        }
+                    }
+                }
+                rule => rule,
             };
             let Some(rule) = rule else {
                 debug!(action = %id, "manual gate: drain stops");
@@ -1518,6 +1607,7 @@ impl Inner {
             let decider = Decider {
                 by: &rule.enabled_by,
                 auto: true,
+                note: None,
             };
             let (result, slot) = self
                 .apply_claimed(slot, held, name, &*gatekeeper, decider)

@@ -464,11 +464,7 @@ mod tests {
     use crate::contract::ActionKind;
 
     fn rule(tag: &str, by: &str) -> AutoApprovalRule {
-        AutoApprovalRule {
-            gatekeeper: "issues".to_owned(),
-            kind: ActionKind::new(tag, tag),
-            enabled_by: by.to_owned(),
-        }
+        AutoApprovalRule::new("issues", ActionKind::new(tag, tag), by)
     }
 
     fn enabled_by(ledger: &MemoryLedger, tag: &str) -> Option<String> {

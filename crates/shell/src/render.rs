@@ -130,9 +130,14 @@ fn rule_for<'a>(
     rules: &'a [AutoApprovalRule],
 ) -> Option<&'a AutoApprovalRule> {
     let kind = action.description.action_kind.as_ref()?;
-    rules
-        .iter()
-        .find(|r| r.gatekeeper == *entry.gatekeeper && r.kind.tag == kind.tag)
+    rules.iter().find(|r| {
+        r.gatekeeper == *entry.gatekeeper
+            && r.kind.tag == kind.tag
+            && r.scope
+                .caller
+                .as_deref()
+                .is_none_or(|c| c == &*entry.caller)
+    })
 }
 
 /// The "auto-approvable?" column: the driver's key, and whether the person's key is turned.
@@ -382,6 +387,11 @@ pub fn render_rules(rules: &[AutoApprovalRule]) -> Sanitized {
             &name(&rule.kind.label),
             &ours(", enabled by "),
             &name(&rule.enabled_by),
+            &if rule.scope.is_whole_kind() {
+                ours("")
+            } else {
+                Sanitized::concat(&[&ours(": "), &name(&rule.scope.to_string())])
+            },
         ]));
     }
     lines(&out)
@@ -395,10 +405,14 @@ fn rule_word(entry: &LedgerEntry, action: &ActionEntry, rules: &[AutoApprovalRul
             "rule: none, always manual"
         } else if action.blocked_by.is_some() {
             "rule: none, held for you"
-        } else if rule_for(entry, action, rules).is_none() {
-            "rule: off, its kind may be allowed"
         } else {
-            "rule: on"
+            match rule_for(entry, action, rules) {
+                None => "rule: off, its kind may be allowed",
+                Some(rule) if !rule.scope.arguments.is_empty() => {
+                    "rule: on where its arguments pass the rule's tests"
+                }
+                Some(_) => "rule: on",
+            }
         },
     )
 }

@@ -12,6 +12,7 @@ use std::io::{self, Write};
 
 use kernel::{
     ActionEntry, ActionState, DecisionError, FailureKind, LedgerEntry, LedgerId, Overseer,
+    RuleScope,
 };
 use prompt_sanitize::Sanitized;
 
@@ -123,6 +124,8 @@ const LOCKDOWN_NOTICE: &str = "The workspace is locked down (it has read sensiti
 pub struct Shell {
     overseer: Overseer,
     person: String,
+    /// How far a rule enabled here reaches ([`Shell::with_rule_scope`]).
+    rule_scope: RuleScope,
 }
 
 /// The part of an action the shell compares before and after a decision.
@@ -138,7 +141,15 @@ impl Shell {
         Self {
             overseer,
             person: person.into(),
+            rule_scope: RuleScope::default(),
         }
+    }
+
+    /// A rule this shell enables ([`Decision::ApproveAllOfKind`]) reaches only as far as
+    /// `scope` (whose calls, until when, which arguments); the default is the whole kind.
+    pub fn with_rule_scope(mut self, scope: RuleScope) -> Self {
+        self.rule_scope = scope;
+        self
     }
 
     /// The person deciding at this terminal.
@@ -240,9 +251,9 @@ impl Shell {
         self.decide_with_reason(id, decision, None).await
     }
 
-    /// [`Shell::decide`], with the person's reason for a rejection recorded in the ledger
-    /// (the resolution's cause), where it outlives the process. Ignored for any decision
-    /// but [`Decision::Reject`].
+    /// [`Shell::decide`], with the person's reason for a rejection, or their note with an
+    /// approval (what they changed), recorded in the ledger (the resolution's cause), where
+    /// it outlives the process. Ignored for the other decisions.
     pub async fn decide_with_reason(
         &self,
         id: LedgerId,
@@ -253,7 +264,7 @@ impl Shell {
         let by = self.person.as_str();
         let mut report: Vec<Sanitized> = Vec::new();
         let effect = match decision {
-            Decision::Approve => match self.overseer.approve(id, by).await {
+            Decision::Approve => match self.overseer.approve_noted(id, by, reason).await {
                 Ok(()) => {
                     report.push(ours(format!("  approved {id}: applied")));
                     Effect::Applied
@@ -333,10 +344,12 @@ impl Shell {
             )));
             return Ok(Effect::Skipped);
         };
-        if let Err(error) = self
-            .overseer
-            .enable_rule(&entry.gatekeeper, kind.clone(), &self.person)
-        {
+        if let Err(error) = self.overseer.enable_scoped_rule(
+            &entry.gatekeeper,
+            kind.clone(),
+            &self.person,
+            self.rule_scope.clone(),
+        ) {
             return self.refusal(id, "enable a rule for", error, report);
         }
         report.push(Sanitized::concat(&[
@@ -348,6 +361,12 @@ impl Shell {
             &gatekeeper(&entry.gatekeeper),
             &ours("] now applies without asking whenever the gatekeeper also marks the action auto-approvable"),
         ]));
+        if !self.rule_scope.is_whole_kind() {
+            report.push(Sanitized::concat(&[
+                &ours("  it reaches "),
+                &name(&self.rule_scope.to_string()),
+            ]));
+        }
         self.overseer.settle().await;
         let after = self
             .overseer

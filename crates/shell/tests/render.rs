@@ -185,6 +185,8 @@ fn a_rule_label_cannot_add_a_line_to_the_rules_list() {
             "addLabel\n  [payments] transferFunds, enabled by security-team\r  [x] y",
         ),
         enabled_by: "alice\n  [z] w".into(),
+        enabled_at: kernel::Timestamp(0),
+        scope: kernel::RuleScope::default(),
     }];
     let text = render_rules(&rules);
     assert_eq!(
@@ -387,6 +389,8 @@ fn build(w: &Words, f: &Facts) -> (LedgerEntry, Vec<AutoApprovalRule>) {
             },
             kind: ActionKind::new("tag", w.rule_label.clone()),
             enabled_by: w.rule_by.clone(),
+            enabled_at: kernel::Timestamp(0),
+            scope: kernel::RuleScope::default(),
         })
         .into_iter()
         .collect();

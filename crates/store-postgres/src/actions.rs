@@ -16,6 +16,9 @@
 //! - **A rejection is a decision**: in one transaction it locks the ledger row, is refused
 //!   while another live session is deciding the action, and otherwise marks it as this
 //!   session's decision together with the driver's `rejected`.
+//! - **An edit of a pending call's arguments** (`amend_pending`) is one `UPDATE … WHERE
+//!   state = 'pending'`, committed before it returns: once any daemon's claim (or
+//!   rejection) has moved the call on, the edit matches nothing and says so.
 
 use std::sync::Arc;
 
@@ -93,6 +96,10 @@ const LOCK_DECIDING: &str = "SELECT deciding_session, gate_session_alive(decidin
 
 const MARK_DECIDING: &str = "UPDATE ledger SET deciding_session = $3
      WHERE kind = 'action' AND gatekeeper = $1 AND driver_id = $2";
+
+/// `$1` gatekeeper, `$2` id, `$3` the new arguments: only while the call is pending.
+const AMEND_PENDING: &str = "UPDATE actions SET args_json = $3
+     WHERE gatekeeper = $1 AND id = $2 AND state = 'pending'";
 
 const DELETE_PENDING: &str =
     "DELETE FROM actions WHERE gatekeeper = $1 AND id = $2 AND state = 'pending'";
@@ -354,6 +361,32 @@ impl ActionStorage for PostgresActionStorage {
             .call_async(move |link| {
                 Ok(link
                     .execute(DELETE_PENDING, &[&gatekeeper, &id])
+                    .map_err(sql)?
+                    == 1)
+            })
+            .await
+            .map_err(port)
+    }
+
+    async fn amend_pending(
+        &self,
+        id: DriverActionId,
+        args: Arc<Value>,
+    ) -> Result<bool, StorageError> {
+        if !args.is_object() {
+            return Err(StorageError(
+                "the call's arguments are not a JSON object, and a store keeps only objects; \
+                 send the arguments as an object"
+                    .into(),
+            ));
+        }
+        let gatekeeper = self.gatekeeper.to_string();
+        let id = i64_of(id.0);
+        let args = serde_json::to_string(&*args).map_err(|e| StorageError(e.to_string()))?;
+        self.db
+            .call_async(move |link| {
+                Ok(link
+                    .execute(AMEND_PENDING, &[&gatekeeper, &id, &args])
                     .map_err(sql)?
                     == 1)
             })

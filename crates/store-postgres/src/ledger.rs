@@ -18,7 +18,7 @@ use std::sync::Arc;
 use kernel::{
     ActionDescription, ActionEntry, ActionKind, ActionState, AutoApprovalRule, DriverActionId,
     EntryBody, Failure, FailureKind, LedgerEntry, LedgerId, LedgerStore, ObservationDescription,
-    Resolution, RevertRecord, StorageError, Timestamp,
+    Resolution, RevertRecord, RuleScope, StorageError, Timestamp,
 };
 use postgres::Row;
 
@@ -392,28 +392,44 @@ const OPEN_IDS: &str = "SELECT id FROM ledger WHERE gatekeeper = $1
 const FIND_ACTION: &str =
     "SELECT id FROM ledger WHERE kind = 'action' AND gatekeeper = $1 AND driver_id = $2";
 
-const PUT_RULE: &str = "INSERT INTO auto_approval_rules (gatekeeper, tag, label, enabled_by)
-     VALUES ($1, $2, $3, $4)
-     ON CONFLICT (gatekeeper, tag) DO UPDATE SET label = excluded.label, enabled_by = excluded.enabled_by";
+const PUT_RULE: &str = "INSERT INTO auto_approval_rules
+         (gatekeeper, tag, label, enabled_by, enabled_at, scope_json)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (gatekeeper, tag) DO UPDATE SET label = excluded.label,
+         enabled_by = excluded.enabled_by, enabled_at = excluded.enabled_at,
+         scope_json = excluded.scope_json";
 
 const REMOVE_RULE: &str = "DELETE FROM auto_approval_rules WHERE gatekeeper = $1 AND tag = $2";
 
-const RULE: &str = "SELECT gatekeeper, tag, label, enabled_by FROM auto_approval_rules WHERE gatekeeper = $1 AND tag = $2";
+const RULE: &str = "SELECT gatekeeper, tag, label, enabled_by, enabled_at, scope_json
+     FROM auto_approval_rules WHERE gatekeeper = $1 AND tag = $2";
 
-const RULES: &str = "SELECT gatekeeper, tag, label, enabled_by FROM auto_approval_rules
-     ORDER BY gatekeeper COLLATE \"C\", tag COLLATE \"C\"";
+const RULES: &str = "SELECT gatekeeper, tag, label, enabled_by, enabled_at, scope_json
+     FROM auto_approval_rules ORDER BY gatekeeper COLLATE \"C\", tag COLLATE \"C\"";
 
 const LATCH: &str = "INSERT INTO lockdown (id, latched_at)
      VALUES (1, extract(epoch FROM now())::bigint) ON CONFLICT (id) DO NOTHING";
 
 const LOCKED_DOWN: &str = "SELECT EXISTS (SELECT 1 FROM lockdown)";
 
-fn rule_of(row: &Row) -> AutoApprovalRule {
-    AutoApprovalRule {
-        gatekeeper: row.get(0),
-        kind: ActionKind::new(row.get::<_, String>(1), row.get::<_, String>(2)),
+/// A row of [`RULE`] or [`RULES`] as a rule. A scope that cannot be read back is an
+/// error, never the whole kind: a rule must not reach further than it was made to.
+fn rule_of(row: &Row) -> Result<AutoApprovalRule, StoreError> {
+    let gatekeeper: String = row.get(0);
+    let tag: String = row.get(1);
+    let scope: RuleScope = serde_json::from_str(row.get::<_, &str>(5)).map_err(|e| {
+        StoreError::decode(
+            format!("the scope of the rule for {tag} on {gatekeeper}"),
+            e,
+        )
+    })?;
+    Ok(AutoApprovalRule {
+        gatekeeper,
+        kind: ActionKind::new(tag, row.get::<_, String>(2)),
         enabled_by: row.get(3),
-    }
+        enabled_at: Timestamp(u64_of(row.get(4), "rule time")?),
+        scope,
+    })
 }
 
 fn encode<T: serde::Serialize>(value: &T, id: LedgerId) -> Result<String, StoreError> {
@@ -613,6 +629,16 @@ impl LedgerStore for PostgresLedger {
 
     fn put_rule(&self, rule: &AutoApprovalRule) -> Result<(), StorageError> {
         let rule = rule.clone();
+        let scope = serde_json::to_string(&rule.scope).map_err(|e| {
+            port(StoreError::decode(
+                format!(
+                    "the scope of the rule for {} on {}",
+                    rule.kind.tag, rule.gatekeeper
+                ),
+                e,
+            ))
+        })?;
+        let enabled_at = i64_of(rule.enabled_at.0);
         self.db
             .call(move |link| {
                 link.execute(
@@ -622,6 +648,8 @@ impl LedgerStore for PostgresLedger {
                         &rule.kind.tag,
                         &rule.kind.label,
                         &rule.enabled_by,
+                        &enabled_at,
+                        &scope,
                     ],
                 )
                 .map_err(sql)?;
@@ -650,10 +678,10 @@ impl LedgerStore for PostgresLedger {
         let (gatekeeper, tag) = (gatekeeper.to_owned(), tag.to_owned());
         self.db
             .call(move |link| {
-                Ok(link
-                    .query_opt(RULE, &[&gatekeeper, &tag])
+                link.query_opt(RULE, &[&gatekeeper, &tag])
                     .map_err(sql)?
-                    .map(|row| Arc::new(rule_of(&row))))
+                    .map(|row| rule_of(&row).map(Arc::new))
+                    .transpose()
             })
             .map_err(port)
     }
@@ -661,12 +689,11 @@ impl LedgerStore for PostgresLedger {
     fn rules(&self) -> Result<Vec<AutoApprovalRule>, StorageError> {
         self.db
             .call(|link| {
-                Ok(link
-                    .query(RULES, &[])
+                link.query(RULES, &[])
                     .map_err(sql)?
                     .iter()
                     .map(rule_of)
-                    .collect())
+                    .collect()
             })
             .map_err(port)
     }

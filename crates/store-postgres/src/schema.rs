@@ -19,7 +19,12 @@
 ///
 /// - Version 1: the first.
 /// - Version 2: `gate_stage`, a stage in one statement (lock the id row, count, insert).
-pub const SCHEMA_VERSION: i32 = 2;
+/// - Version 3: `auto_approval_rules.enabled_at`, when a rule was enabled, and
+///   `auto_approval_rules.scope_json`, how far it reaches (the JSON of
+///   [`kernel::RuleScope`]: whose calls, until when, which arguments). A rule of an older
+///   database reads back as enabled at time zero for its whole kind, which is what it
+///   meant.
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The first key of the advisory locks that mark a live session (second key: its id).
 pub(crate) const SESSION_LOCKS: i32 = 0x4753;
@@ -34,7 +39,8 @@ pub(crate) const LEDGER_LOCKS: i32 = 0x474C;
 /// The `LISTEN`/`NOTIFY` channel every change is announced on.
 pub const CHANNEL: &str = "gate_changes";
 
-/// The whole schema, version 1, run in one transaction on an empty database.
+/// The whole schema but `gate_stage` ([`STAGE_FUNCTION`]), as of the current version, run
+/// in one transaction on an empty database.
 pub(crate) const CREATE: &str = r#"
 CREATE TABLE gate_schema (
     version integer NOT NULL
@@ -134,12 +140,16 @@ SELECT ledger.*,
     (description_json::jsonb ->> 'prohibit_all_sharing')::boolean AS prohibit_all_sharing
 FROM ledger;
 
--- Auto-approval rules, keyed by gatekeeper and kind tag, with who enabled them.
+-- Auto-approval rules, keyed by gatekeeper and kind tag, with who enabled them, when
+-- (zero for a rule recorded before rules kept their time), and how far they reach (the
+-- JSON of the rule's scope; '{}' is the whole kind).
 CREATE TABLE auto_approval_rules (
-    gatekeeper  text NOT NULL,
-    tag         text NOT NULL,
-    label       text NOT NULL,
-    enabled_by  text NOT NULL,
+    gatekeeper  text   NOT NULL,
+    tag         text   NOT NULL,
+    label       text   NOT NULL,
+    enabled_by  text   NOT NULL,
+    enabled_at  bigint NOT NULL DEFAULT 0 CHECK (enabled_at >= 0),
+    scope_json  text   NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(scope_json::jsonb) = 'object'),
     PRIMARY KEY (gatekeeper, tag)
 );
 
@@ -249,5 +259,13 @@ pub(crate) const EXPECTED_TABLES: [&str; 7] = [
     "kv",
 ];
 
+/// Version 3: the rule's time and scope, as `CREATE` writes them (absent ones only).
+pub(crate) const RULE_SCOPE: &str = r#"
+ALTER TABLE auto_approval_rules
+    ADD COLUMN IF NOT EXISTS enabled_at bigint NOT NULL DEFAULT 0 CHECK (enabled_at >= 0),
+    ADD COLUMN IF NOT EXISTS scope_json text NOT NULL DEFAULT '{}'
+        CHECK (jsonb_typeof(scope_json::jsonb) = 'object');
+"#;
+
 /// Each upgrade step, from the version it starts at.
-pub(crate) const UPGRADES: [(i32, &str); 1] = [(1, STAGE_FUNCTION)];
+pub(crate) const UPGRADES: [(i32, &str); 2] = [(1, STAGE_FUNCTION), (2, RULE_SCOPE)];

@@ -10,6 +10,7 @@
 //! | `insert_pending` (stage) | deferred: rides with the kernel's ledger insert that submits it; one read (open count and next id) and one write (the row) |
 //! | an outcome (`applying` → applied / failed), a rejection | deferred: rides with the kernel's ledger write about the same decision, or the next claim |
 //! | `delete_pending`, `prune_final` | deferred; each records the highest id it deletes in `action_ids` first |
+//! | `amend_pending` (a person's edit of a pending call's arguments) | now, and synced before the call returns; one `UPDATE` that matches only while the call is pending |
 //!
 //! A deferred stage lost in a crash was never acknowledged to the agent (the kernel's
 //! submission commit carries it). A deferred outcome lost in a crash leaves the committed
@@ -25,7 +26,9 @@
 //! as if another writer had moved the record first.
 //!
 //! `tool`, `definition`, `args` and `submitted_at` are facts of the stage and are not rewritten by
-//! `compare_and_set`; it stores the record's state, claim time and outcome.
+//! `compare_and_set`; it stores the record's state, claim time and outcome. Only
+//! `amend_pending` rewrites `args`, and only while the call is pending (before anything
+//! could have sent it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,7 +55,8 @@ pub struct SqliteActionStorage {
 }
 
 /// The tool and arguments of rows already read, by id. Both are facts of the stage that
-/// never change, and ids are never reused, so a hit saves parsing the JSON again.
+/// change only by `amend_pending` (which replaces the arguments here too), and ids are
+/// never reused, so a hit saves parsing the JSON again.
 type Staged = HashMap<u64, (Arc<str>, Arc<Value>)>;
 
 /// Past this many ids the cache starts over (a store keeps about 150 rows).
@@ -631,6 +635,38 @@ impl SqliteActionStorage {
                 delete_settled(conn, &self.gatekeeper, &ids, newest)
             })
     }
+
+    /// [`ActionStorage::amend_pending`]: replace the arguments of call `id` by `args`
+    /// (already checked readable and encoded as `args_json`), only while it is pending.
+    fn amend(
+        &self,
+        id: DriverActionId,
+        args: Arc<Value>,
+        args_json: &str,
+    ) -> Result<bool, StoreError> {
+        self.db
+            .shared()
+            // One writing statement, synced before the call returns: a person who was
+            // told the edit was kept must not find the old arguments sent after a cut.
+            .write(Durability::Now, Steps::One, |conn| {
+                let changed = conn
+                    .db
+                    .prepare_cached(
+                        "UPDATE actions SET args_json = ?3
+                         WHERE gatekeeper = ?1 AND id = ?2 AND state = 'pending'",
+                    )?
+                    .execute(params![&*self.gatekeeper, i64_of(id.0), args_json])?;
+                if changed != 1 {
+                    return Ok(false);
+                }
+                conn.known.actions_of(&self.gatekeeper).amended(id.0, &args);
+                let mut staged = self.staged();
+                if let Some((_, known)) = staged.get_mut(&id.0) {
+                    *known = args;
+                }
+                Ok(true)
+            })
+    }
 }
 
 /// Delete the settled rows `ids` of `gatekeeper`, recording `newest` (at least the
@@ -827,4 +863,24 @@ impl ActionStorage for SqliteActionStorage {
             })
             .map_err(port)
     }
+
+    async fn amend_pending(
+        &self,
+        id: DriverActionId,
+        args: Arc<Value>,
+    ) -> Result<bool, StorageError> {
+        let args_json = serde_json::to_string(&*args)
+            .map_err(|e| port(StoreError::decode("tool arguments", e)))?;
+        // What a stage refuses, an edit refuses: arguments that could not be read back
+        // (or that are not an object, which the table's CHECK refuses too).
+        crate::json::readable(&args_json, "the call's arguments").map_err(port)?;
+        if !args.is_object() {
+            return Err(StorageError(NOT_AN_OBJECT.into()));
+        }
+        self.amend(id, args, &args_json).map_err(port)
+    }
 }
+
+/// Why arguments that are not a JSON object are refused.
+pub(crate) const NOT_AN_OBJECT: &str = "the call's arguments are not a JSON object, and a store keeps only objects; \
+     send the arguments as an object";

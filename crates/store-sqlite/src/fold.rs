@@ -38,6 +38,16 @@
 //!   lists) and deletes only the others. The file would have inserted the row and
 //!   deleted it in the same transaction; a settled row counts for no cap in between.
 //!   Under sixteen sessions about a third of the pruned calls were passed over.
+//! - A staged call's [`Op::ActionAmend`] (a person's edit of its arguments, recorded
+//!   only while the call is pending) is merged into the batch's [`Op::ActionInsert`] of
+//!   it, which is then still pending, since no move returns a call to pending: the
+//!   insert takes the new arguments and the amend is dropped, so the row is inserted
+//!   with the arguments the copy in memory had after the edit. The insert stays the
+//!   record that the call's later [`Op::ActionSet`]s merge into (and that a later prune
+//!   may pass over), as if the edit had come with the stage. An amend of a call staged in
+//!   an earlier batch is kept in its place, and no later move of that call merges across
+//!   it: merged into an earlier move, the call would no longer be pending when the amend
+//!   is written.
 //! - Everything else (rules, the lockdown, deletes, prunes) is kept as it is, in its
 //!   place.
 //!
@@ -49,6 +59,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use gatekeeper_core::ActionState;
 use kernel::{DriverActionId, EntryBody, LedgerEntry, LedgerId};
 
 use crate::journaled::Op;
@@ -150,6 +161,21 @@ pub(crate) fn fold(records: Vec<(u64, Op)>) -> Vec<(u64, Op)> {
                     }
                 }
                 calls.insert(key, out.len());
+            }
+            Op::ActionAmend {
+                gatekeeper,
+                id,
+                args,
+            } => {
+                let key = (gatekeeper.clone(), *id);
+                if let Some(&at) = calls.get(&key)
+                    && let Op::ActionInsert { record, .. } = &mut out[at].1
+                    && record.state == ActionState::Pending
+                {
+                    record.args = args.clone();
+                    continue;
+                }
+                calls.remove(&key);
             }
             Op::ActionDelete { gatekeeper, id } => {
                 calls.remove(&(gatekeeper.clone(), *id));
@@ -272,6 +298,14 @@ mod tests {
             from,
             state,
             claimed_at: Some(Timestamp(8)),
+        }
+    }
+
+    fn amend(id: u64, text: &str) -> Op {
+        Op::ActionAmend {
+            gatekeeper: Arc::from("issues"),
+            id: DriverActionId(id),
+            args: Arc::new(json!({ "n": id, "edited": text })),
         }
     }
 
@@ -597,5 +631,77 @@ mod tests {
                 (4, "ActionInsert".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn an_edit_of_a_call_staged_in_the_batch_is_staged_with_it_and_later_moves_still_merge() {
+        let mut records = cycle(1);
+        records.insert(1, amend(1, "first"));
+        records.insert(2, amend(1, "second"));
+        let folded = fold(numbered(records));
+        assert_eq!(
+            shape(&folded),
+            [
+                (1, "ActionInsert".to_owned()),
+                (4, "LedgerInsert".to_owned())
+            ]
+        );
+        let Op::ActionInsert { record, .. } = &folded[0].1 else {
+            unreachable!()
+        };
+        assert_eq!(*record.args, json!({ "n": 1, "edited": "second" }));
+        assert_eq!(record.state, applied());
+        assert_eq!(record.claimed_at, Some(Timestamp(8)));
+        // Staged, edited, rejected and pruned in one batch: passed over all the same.
+        let records = vec![
+            stage(2),
+            amend(2, "edited"),
+            set(2, StateTag::Pending, ActionState::Rejected),
+            pruned(&[2]),
+        ];
+        assert_eq!(
+            shape(&fold(numbered(records))),
+            [
+                (1, "ActionPassed".to_owned()),
+                (4, "ActionPruned".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn an_edit_of_a_call_staged_earlier_keeps_its_place_and_no_move_merges_across_it() {
+        let records = vec![
+            amend(1, "edited"),
+            set(1, StateTag::Pending, ActionState::Applying),
+            set(1, StateTag::Applying, applied()),
+        ];
+        let folded = fold(numbered(records));
+        assert_eq!(
+            shape(&folded),
+            [(1, "ActionAmend".to_owned()), (2, "ActionSet".to_owned())]
+        );
+        let Op::ActionSet { from, state, .. } = &folded[1].1 else {
+            unreachable!()
+        };
+        assert_eq!((*from, state), (StateTag::Pending, &applied()));
+        // An edit the copy never made of a call the batch moved on (the file refuses it,
+        // as it would have unfolded) stays after that move.
+        let records = vec![
+            stage(2),
+            set(2, StateTag::Pending, ActionState::Rejected),
+            amend(2, "late"),
+        ];
+        let folded = fold(numbered(records));
+        assert_eq!(
+            shape(&folded),
+            [
+                (1, "ActionInsert".to_owned()),
+                (3, "ActionAmend".to_owned())
+            ]
+        );
+        let Op::ActionInsert { record, .. } = &folded[0].1 else {
+            unreachable!()
+        };
+        assert_eq!(*record.args, json!({ "n": 2 }));
     }
 }

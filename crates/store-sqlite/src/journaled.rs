@@ -16,9 +16,9 @@
 //!
 //! The crate's guarantees hold as on a shared file, with the journal as the commit log:
 //!
-//! - **Durable now** (a submission, the claim, a rejection, a rule, the lockdown): the
-//!   call returns after the journal was synced past its record. Concurrent callers share
-//!   syncs (group commit, see `journal.rs`).
+//! - **Durable now** (a submission, the claim, a rejection, a rule, the lockdown, an
+//!   edit of a pending call's arguments): the call returns after the journal was synced
+//!   past its record. Concurrent callers share syncs (group commit, see `journal.rs`).
 //! - **Committed** (a person's outcome, an ordinary observation): its record is written
 //!   to the journal file before the call returns, so a crash of the process keeps it; a
 //!   power cut before the next sync may lose it, and then the synced claim is recovered
@@ -101,7 +101,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{error, info};
 
-use crate::actions::{SqliteActionStorage, is_interruption};
+use crate::actions::{NOT_AN_OBJECT, SqliteActionStorage, is_interruption};
 use crate::db::{Database, Durability, Steps, sidecar};
 use crate::error::StoreError;
 use crate::fold::fold;
@@ -130,7 +130,8 @@ pub(crate) fn journal_path(database: &Path) -> PathBuf {
 /// adapters. Each carries what the copy in memory answered, so replay can check it, and
 /// nothing that an earlier record of the same action already wrote: a staged call's
 /// tool and arguments and an entry's description are written once, when they are new,
-/// and a later change carries only what moves.
+/// and a later change carries only what moves (a person's edit of a pending call's
+/// arguments, [`Op::ActionAmend`], carries the new arguments).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum Op {
     /// [`LedgerStore::insert`] of this entry (its id is the one handed out).
@@ -195,6 +196,15 @@ pub(crate) enum Op {
         state: ActionState,
         /// When an apply last claimed it.
         claimed_at: Option<Timestamp>,
+    },
+    /// [`ActionStorage::amend_pending`] that replaced a pending call's arguments.
+    ActionAmend {
+        /// The store's gatekeeper.
+        gatekeeper: Arc<str>,
+        /// The record.
+        id: DriverActionId,
+        /// Its new arguments.
+        args: Arc<Value>,
     },
     /// [`ActionStorage::delete_pending`] that deleted one.
     ActionDelete {
@@ -423,6 +433,19 @@ impl Applier {
                 if !ready(store.compare_and_set(from, &record)).map_err(|e| e.to_string())? {
                     return differs(&format!(
                         "{gatekeeper}'s action {id} did not move from {from}"
+                    ));
+                }
+            }
+            Op::ActionAmend {
+                gatekeeper,
+                id,
+                args,
+            } => {
+                if !ready(self.actions(&gatekeeper).amend_pending(id, args))
+                    .map_err(|e| e.to_string())?
+                {
+                    return differs(&format!(
+                        "{gatekeeper}'s action {id} was not pending to take its new arguments"
                     ));
                 }
             }
@@ -1104,11 +1127,7 @@ impl ActionStorage for HotActions {
     ) -> Result<Option<DriverActionId>, StorageError> {
         // What the file would refuse is refused here, before anything changes.
         if !args.is_object() {
-            return Err(StorageError(
-                "the call's arguments are not a JSON object, and a store keeps only objects; \
-                 send the arguments as an object"
-                    .into(),
-            ));
+            return Err(StorageError(NOT_AN_OBJECT.into()));
         }
         crate::json::readable_value(&args, "the call's arguments").map_err(port)?;
         let _order = self.lock();
@@ -1182,6 +1201,37 @@ impl ActionStorage for HotActions {
 
     async fn records_in(&self, state: StateTag) -> Result<Vec<ActionRecord>, StorageError> {
         ready(self.memory.records_in(state))
+    }
+
+    async fn amend_pending(
+        &self,
+        id: DriverActionId,
+        args: Arc<Value>,
+    ) -> Result<bool, StorageError> {
+        // What the file would refuse is refused here, before anything changes.
+        if !args.is_object() {
+            return Err(StorageError(NOT_AN_OBJECT.into()));
+        }
+        crate::json::readable_value(&args, "the call's arguments").map_err(port)?;
+        let seq = {
+            let _order = self.lock();
+            if !ready(self.memory.amend_pending(id, args.clone()))? {
+                return Ok(false);
+            }
+            self.shared
+                .append(Op::ActionAmend {
+                    gatekeeper: self.gatekeeper.clone(),
+                    id,
+                    args,
+                })
+                .map_err(port)?
+        };
+        // Durable before the person is told it was kept, as a rejection is.
+        self.shared
+            .wait_task(seq, Durability::Now)
+            .await
+            .map_err(port)?;
+        Ok(true)
     }
 
     async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {

@@ -183,6 +183,13 @@ impl ActionsKnown {
         self.remember(record);
     }
 
+    /// The pending row `id` got new arguments (`amend_pending`).
+    pub(crate) fn amended(&mut self, id: u64, args: &Arc<serde_json::Value>) {
+        if let Some(record) = self.records.get_mut(&id) {
+            record.args = args.clone();
+        }
+    }
+
     /// The pending row `id` was deleted.
     pub(crate) fn deleted_pending(&mut self, id: u64) {
         if let Some(counts) = &mut self.counts {

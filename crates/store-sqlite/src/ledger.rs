@@ -38,7 +38,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use kernel::{
     ActionDescription, ActionEntry, ActionKind, ActionState, AutoApprovalRule, DriverActionId,
     EntryBody, Failure, FailureKind, LedgerEntry, LedgerId, LedgerStore, ObservationDescription,
-    Resolution, RevertRecord, StorageError, Timestamp,
+    Resolution, RevertRecord, RuleScope, StorageError, Timestamp,
 };
 use rusqlite::{OptionalExtension, Row, params};
 
@@ -260,6 +260,78 @@ pub(crate) fn entry_of(
         created_at,
         body,
     })
+}
+
+/// The columns of an auto-approval rule, in the order [`rule_of`] reads them.
+macro_rules! select_rules {
+    ($tail:literal) => {
+        concat!(
+            "SELECT gatekeeper, tag, label, enabled_by, enabled_at, scope_json ",
+            "FROM auto_approval_rules ",
+            $tail
+        )
+    };
+}
+
+/// The rule of gatekeeper `?1` for kind tag `?2`.
+const SELECT_RULE: &str = select_rules!("WHERE gatekeeper = ?1 AND tag = ?2");
+
+/// Every rule, ordered by gatekeeper then tag.
+const SELECT_RULES: &str = select_rules!("ORDER BY gatekeeper, tag");
+
+/// [`SELECT_RULES`] in a file older than schema version 9 (read, not upgraded, by a
+/// [`crate::LedgerReader`]): time zero and the whole kind, as the upgrade reads them.
+const SELECT_RULES_BEFORE_9: &str = "SELECT gatekeeper, tag, label, enabled_by, 0, '{}'
+     FROM auto_approval_rules ORDER BY gatekeeper, tag";
+
+/// The JSON a rule's scope is stored as (`scope_json`).
+fn scope_json(rule: &AutoApprovalRule) -> Result<String, StoreError> {
+    serde_json::to_string(&rule.scope).map_err(|e| {
+        StoreError::decode(
+            format!(
+                "the scope of the rule for {} on {}",
+                rule.kind.tag, rule.gatekeeper
+            ),
+            e,
+        )
+    })
+}
+
+/// Read one row of [`SELECT_RULE`] or [`SELECT_RULES`] back into a rule. A scope that
+/// cannot be read back is an error, never the whole kind: a rule must not reach further
+/// than it was made to.
+fn rule_of(row: &Row<'_>) -> Result<AutoApprovalRule, Error> {
+    let gatekeeper: String = row.get(0)?;
+    let tag: String = row.get(1)?;
+    let what = format!("the scope of the rule for {tag} on {gatekeeper}");
+    let scope: RuleScope = crate::json::read(row.get_ref(5)?.as_str()?, &what)?;
+    Ok(AutoApprovalRule {
+        gatekeeper,
+        kind: ActionKind::new(tag, row.get::<_, String>(2)?),
+        enabled_by: row.get(3)?,
+        enabled_at: Timestamp(u64_of(row.get(4)?, "rule time")?),
+        scope,
+    })
+}
+
+/// Every auto-approval rule, ordered by gatekeeper then tag; `current` unless the file
+/// is older than schema version 9 (see [`SELECT_RULES_BEFORE_9`]).
+pub(crate) fn read_rules(
+    db: &rusqlite::Connection,
+    current: bool,
+) -> Result<Vec<AutoApprovalRule>, Error> {
+    let sql = if current {
+        SELECT_RULES
+    } else {
+        SELECT_RULES_BEFORE_9
+    };
+    let mut statement = db.prepare_cached(sql)?;
+    let mut rows = statement.query([])?;
+    let mut rules = Vec::new();
+    while let Some(row) = rows.next()? {
+        rules.push(rule_of(row)?);
+    }
+    Ok(rules)
 }
 
 fn depends_on_json(action: &ActionEntry) -> String {
@@ -798,21 +870,26 @@ impl LedgerStore for SqliteLedger {
     }
 
     fn put_rule(&self, rule: &AutoApprovalRule) -> Result<(), StorageError> {
+        let scope = scope_json(rule).map_err(port)?;
         self.db
             .shared()
             .write(Durability::Now, Steps::One, |conn| {
                 conn.db
                     .prepare_cached(
-                        "INSERT INTO auto_approval_rules (gatekeeper, tag, label, enabled_by)
-                         VALUES (?1, ?2, ?3, ?4)
+                        "INSERT INTO auto_approval_rules
+                             (gatekeeper, tag, label, enabled_by, enabled_at, scope_json)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                          ON CONFLICT (gatekeeper, tag)
-                         DO UPDATE SET label = excluded.label, enabled_by = excluded.enabled_by",
+                         DO UPDATE SET label = excluded.label, enabled_by = excluded.enabled_by,
+                             enabled_at = excluded.enabled_at, scope_json = excluded.scope_json",
                     )?
                     .execute(params![
                         rule.gatekeeper,
                         rule.kind.tag,
                         rule.kind.label,
-                        rule.enabled_by
+                        rule.enabled_by,
+                        i64_of(rule.enabled_at.0),
+                        scope,
                     ])?;
                 Ok(())
             })
@@ -842,19 +919,12 @@ impl LedgerStore for SqliteLedger {
         self.db
             .shared()
             .read(|db| {
-                Ok(db
-                    .prepare_cached(
-                        "SELECT label, enabled_by FROM auto_approval_rules
-                         WHERE gatekeeper = ?1 AND tag = ?2",
-                    )?
-                    .query_row([gatekeeper, tag], |r| {
-                        Ok(Arc::new(AutoApprovalRule {
-                            gatekeeper: gatekeeper.to_owned(),
-                            kind: ActionKind::new(tag, r.get::<_, String>(0)?),
-                            enabled_by: r.get(1)?,
-                        }))
-                    })
-                    .optional()?)
+                let mut statement = db.prepare_cached(SELECT_RULE)?;
+                let mut rows = statement.query([gatekeeper, tag])?;
+                match rows.next()? {
+                    Some(row) => Ok(Some(Arc::new(rule_of(row)?))),
+                    None => Ok(None),
+                }
             })
             .map_err(port)
     }
@@ -862,20 +932,7 @@ impl LedgerStore for SqliteLedger {
     fn rules(&self) -> Result<Vec<AutoApprovalRule>, StorageError> {
         self.db
             .shared()
-            .read(|db| {
-                let mut statement = db.prepare_cached(
-                    "SELECT gatekeeper, tag, label, enabled_by FROM auto_approval_rules
-                     ORDER BY gatekeeper, tag",
-                )?;
-                let rules = statement.query_map([], |r| {
-                    Ok(AutoApprovalRule {
-                        gatekeeper: r.get(0)?,
-                        kind: ActionKind::new(r.get::<_, String>(1)?, r.get::<_, String>(2)?),
-                        enabled_by: r.get(3)?,
-                    })
-                })?;
-                Ok(rules.collect::<Result<Vec<_>, _>>()?)
-            })
+            .read(|db| read_rules(db, true))
             .map_err(port)
     }
 

@@ -44,6 +44,8 @@ pub type ReadEntry = Result<LedgerEntry, Unreadable>;
 pub struct LedgerReader {
     db: Connection,
     path: PathBuf,
+    /// The file's schema version (an older one is read as it is, never upgraded).
+    version: i64,
 }
 
 /// `path` as a SQLite URI filename, every byte outside a small safe set percent-encoded.
@@ -85,7 +87,7 @@ impl LedgerReader {
         if version == 0 {
             return Err(StoreError::Empty { path });
         }
-        Ok(Self { db, path })
+        Ok(Self { db, path, version })
     }
 
     fn sorted(&self, error: Error) -> StoreError {
@@ -167,28 +169,11 @@ impl LedgerReader {
         read().map_err(|e| self.sorted(e))
     }
 
-    /// Every auto-approval rule, ordered by gatekeeper then tag.
+    /// Every auto-approval rule, ordered by gatekeeper then tag. A file older than schema
+    /// version 9 kept neither a rule's time nor its scope: its rules read as enabled at
+    /// time zero for their whole kind, as opening it for writing would upgrade them.
     pub fn rules(&self) -> Result<Vec<AutoApprovalRule>, StoreError> {
-        let read = || -> Result<Vec<AutoApprovalRule>, Error> {
-            let mut statement = self.db.prepare(
-                "SELECT gatekeeper, tag, label, enabled_by FROM auto_approval_rules
-                 ORDER BY gatekeeper, tag",
-            )?;
-            let rules = statement
-                .query_map([], |r| {
-                    Ok(AutoApprovalRule {
-                        gatekeeper: r.get(0)?,
-                        kind: kernel::ActionKind::new(
-                            r.get::<_, String>(1)?,
-                            r.get::<_, String>(2)?,
-                        ),
-                        enabled_by: r.get(3)?,
-                    })
-                })?
-                .collect::<Result<_, _>>()?;
-            Ok(rules)
-        };
-        read().map_err(|e| self.sorted(e))
+        crate::ledger::read_rules(&self.db, self.version >= 9).map_err(|e| self.sorted(e))
     }
 
     /// Whether the lockdown latch is set.

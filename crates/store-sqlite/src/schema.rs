@@ -50,9 +50,15 @@
 ///   `actions` (same columns, every row copied, then their indexes, triggers and
 ///   `ledger_view` again).
 ///
+/// - Version 9 (from 8): `auto_approval_rules.enabled_at`, when a rule was enabled, and
+///   `auto_approval_rules.scope_json`, how far it reaches (the JSON of
+///   [`kernel::RuleScope`]: whose calls, until when, which arguments). The upgrade adds
+///   both (only where absent); a rule of an older file reads back as enabled at time zero
+///   for its whole kind, which is what it meant.
+///
 /// An older file is upgraded on open, in one transaction; a build that knows only an older
 /// version then refuses it.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The names [`kernel::FailureKind`] is stored as.
 const FAILURE_KINDS: &str = "('not_sent', 'outcome_unknown', 'service_error')";
@@ -91,7 +97,9 @@ pub(crate) const UPGRADES: [(i64, &str); 2] = [
 /// Columns each table of the current version has, checked on open: a file whose
 /// `user_version` claims the current version but whose tables are older is refused
 /// before anything reads or writes it.
-pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 6] = [
+pub(crate) const EXPECTED_COLUMNS: [(&str, &str); 8] = [
+    ("auto_approval_rules", "enabled_at"),
+    ("auto_approval_rules", "scope_json"),
     ("actions", "definition"),
     ("ledger", "failure_kind"),
     ("ledger", "deciding_session"),
@@ -252,15 +260,32 @@ BEGIN
 END;
 "#;
 
-/// Every table but the ledger and the action store. Run in one transaction on an empty
-/// file.
+/// The columns version 9 added to `auto_approval_rules`, as `CREATE TABLE` and the
+/// upgrade's `ALTER TABLE … ADD COLUMN` both write them: when the rule was enabled (zero
+/// for a rule recorded before rules kept their time), and the JSON of its
+/// [`kernel::RuleScope`] (`{}`, the default, is the whole kind).
+const RULE_COLUMNS: [(&str, &str); 2] = [
+    (
+        "enabled_at",
+        "INTEGER NOT NULL DEFAULT 0 CHECK (enabled_at >= 0)",
+    ),
+    (
+        "scope_json",
+        "TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(scope_json) AND json_type(scope_json) = 'object')",
+    ),
+];
+
+/// Every table but the ledger and the action store (`{rule_columns}` stands for
+/// [`RULE_COLUMNS`]). Run in one transaction on an empty file.
 const CREATE_TABLES: &str = r#"
--- Auto-approval rules, keyed by gatekeeper and kind tag, with who enabled them.
+-- Auto-approval rules, keyed by gatekeeper and kind tag, with who enabled them, when,
+-- and how far they reach.
 CREATE TABLE auto_approval_rules (
     gatekeeper  TEXT NOT NULL,
     tag         TEXT NOT NULL,
     label       TEXT NOT NULL,
     enabled_by  TEXT NOT NULL,
+    {rule_columns},
     PRIMARY KEY (gatekeeper, tag)
 ) STRICT, WITHOUT ROWID;
 
@@ -297,7 +322,11 @@ pub(crate) fn create(db: &rusqlite::Connection) -> rusqlite::Result<()> {
     db.execute_batch(LEDGER_EXTRAS)?;
     db.execute_batch(&ACTIONS_TABLE.replace("{name}", "actions"))?;
     db.execute_batch(ACTIONS_EXTRAS)?;
-    db.execute_batch(CREATE_TABLES)?;
+    let rule_columns: Vec<String> = RULE_COLUMNS
+        .iter()
+        .map(|(name, definition)| format!("{name:<11} {definition}"))
+        .collect();
+    db.execute_batch(&CREATE_TABLES.replace("{rule_columns}", &rule_columns.join(",\n    ")))?;
     db.execute_batch(LEDGER_VIEW)
 }
 
@@ -391,6 +420,20 @@ pub(crate) fn upgrade(db: &rusqlite::Connection, version: i64) -> rusqlite::Resu
             ACTIONS_COLUMNS,
             ACTIONS_EXTRAS,
         )?;
+    }
+    if version <= 8 {
+        for (column, definition) in RULE_COLUMNS {
+            let present: bool = db.query_row(
+                "SELECT EXISTS (SELECT 1 FROM pragma_table_xinfo('auto_approval_rules') WHERE name = ?1)",
+                [column],
+                |r| r.get(0),
+            )?;
+            if !present {
+                db.execute_batch(&format!(
+                    "ALTER TABLE auto_approval_rules ADD COLUMN {column} {definition}"
+                ))?;
+            }
+        }
     }
     db.pragma_update(None, "user_version", SCHEMA_VERSION)
 }

@@ -66,6 +66,8 @@ pub fn request_for(decision: &Decision) -> Request {
             all_of_kind: false,
             full_seen: false,
             stale_seen: false,
+            scope: Default::default(),
+            edited: None,
         },
         Decision::Reject { ids, reason } => Request::Reject {
             ids: ids.clone(),
@@ -77,6 +79,8 @@ pub fn request_for(decision: &Decision) -> Request {
             all_of_kind: true,
             full_seen: false,
             stale_seen: false,
+            scope: Default::default(),
+            edited: None,
         },
     }
 }

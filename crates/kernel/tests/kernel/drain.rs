@@ -267,11 +267,7 @@ async fn a_kernel_reopened_over_a_ledger_resumes_eligible_work() {
     // Meanwhile the rule was enabled by another process sharing the ledger; nothing
     // in this process triggered a drain.
     store
-        .put_rule(&AutoApprovalRule {
-            gatekeeper: "issues".into(),
-            kind: label_kind(),
-            enabled_by: "alice".into(),
-        })
+        .put_rule(&AutoApprovalRule::new("issues", label_kind(), "alice"))
         .unwrap();
 
     let second = Overseer::with_store(store, clock);
@@ -283,4 +279,116 @@ async fn a_kernel_reopened_over_a_ledger_resumes_eligible_work() {
     second.settle().await;
     assert_eq!(state(&second, id), ActionState::Approved);
     assert_eq!(gatekeeper.applied(), vec![1]);
+}
+
+/// A rule narrowed by a scope: whose calls, until when, which arguments.
+mod scoped {
+    use std::sync::Arc;
+
+    use kernel::{
+        ActionState, ArgumentCheck, ArgumentTest, Overseer, RuleScope, StepClock, Timestamp,
+    };
+
+    use crate::support::{FakeGatekeeper, label_kind, state, submit};
+
+    fn path_under(root: &str) -> ArgumentTest {
+        ArgumentTest {
+            argument: "path".into(),
+            check: ArgumentCheck::Under(root.into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rule_for_one_agent_applies_only_that_agents_calls() {
+        let (overseer, gatekeeper, _) = crate::support::setup();
+        let coder = overseer.queue_for("issues", "coder").unwrap();
+        let other = overseer.queue_for("issues", "other").unwrap();
+        let scope = RuleScope {
+            caller: Some("coder".into()),
+            ..RuleScope::default()
+        };
+        overseer
+            .enable_scoped_rule("issues", label_kind(), "alice", scope.clone())
+            .unwrap();
+        let mine = submit(&coder, 1, true).await;
+        overseer.settle().await;
+        let theirs = submit(&other, 2, true).await;
+        overseer.settle().await;
+        assert_eq!(state(&overseer, mine), ActionState::Approved);
+        assert_eq!(state(&overseer, theirs), ActionState::Pending);
+        assert_eq!(gatekeeper.applied(), vec![1]);
+        let rule = &overseer.rules().unwrap()[0];
+        assert_eq!(rule.scope, scope);
+        assert_eq!(
+            rule.scope.to_string(),
+            "calls of agent \"coder\" only, until removed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rule_stops_applying_when_its_time_is_up() {
+        let clock = Arc::new(StepClock::new(1_000, 0));
+        let overseer = Overseer::new(clock.clone());
+        let gatekeeper = FakeGatekeeper::new("issues");
+        overseer.register(gatekeeper.clone()).unwrap();
+        let queue = overseer.queue_for("issues", "agent").unwrap();
+        let scope = RuleScope {
+            until: Some(Timestamp(61_000)),
+            ..RuleScope::default()
+        };
+        overseer
+            .enable_scoped_rule("issues", label_kind(), "alice", scope)
+            .unwrap();
+        assert_eq!(overseer.rules().unwrap()[0].enabled_at, Timestamp(1_000));
+        let before = submit(&queue, 1, true).await;
+        overseer.settle().await;
+        assert_eq!(state(&overseer, before), ActionState::Approved);
+        clock.advance(60_000);
+        let after = submit(&queue, 2, true).await;
+        overseer.settle().await;
+        assert_eq!(
+            state(&overseer, after),
+            ActionState::Pending,
+            "expired on time: at its `until` it no longer applies"
+        );
+        assert!(overseer.rules().unwrap()[0].expired(kernel::Clock::now(&*clock)));
+        assert_eq!(gatekeeper.applied(), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn a_rule_narrowed_by_arguments_applies_only_what_the_gatekeeper_finds_inside() {
+        let (overseer, gatekeeper, queue) = crate::support::setup();
+        gatekeeper.cover(1);
+        overseer
+            .enable_scoped_rule(
+                "issues",
+                label_kind(),
+                "alice",
+                RuleScope {
+                    arguments: vec![path_under("/tmp/a")],
+                    ..RuleScope::default()
+                },
+            )
+            .unwrap();
+        let inside = submit(&queue, 1, true).await;
+        overseer.settle().await;
+        let outside = submit(&queue, 2, true).await;
+        overseer.settle().await;
+        assert_eq!(state(&overseer, inside), ActionState::Approved);
+        assert_eq!(state(&overseer, outside), ActionState::Pending);
+        assert_eq!(gatekeeper.applied(), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn a_note_with_an_approval_is_kept_as_its_cause() {
+        let (overseer, _, queue) = crate::support::setup();
+        let id = submit(&queue, 1, false).await;
+        overseer
+            .approve_noted(id, "bob", Some("approved with changes"))
+            .await
+            .unwrap();
+        let entry = overseer.entry(id).unwrap().unwrap();
+        let resolution = entry.action().unwrap().resolution.clone().unwrap();
+        assert_eq!(resolution.cause.as_deref(), Some("approved with changes"));
+    }
 }

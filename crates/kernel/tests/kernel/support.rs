@@ -44,6 +44,8 @@ pub struct FakeGatekeeper {
     panic_on: Mutex<HashSet<u64>>,
     hang_on: Mutex<HashSet<u64>>,
     deadline: Mutex<Option<Duration>>,
+    /// Driver ids whose arguments pass any rule's argument tests.
+    covered: Mutex<HashSet<u64>>,
     overseer: OnceLock<Overseer>,
 }
 
@@ -81,6 +83,11 @@ impl FakeGatekeeper {
     /// Report `deadline` as this gatekeeper's call deadline.
     pub fn set_deadline(&self, deadline: Duration) {
         *self.deadline.lock().unwrap() = Some(deadline);
+    }
+
+    /// Let `driver`'s arguments pass any rule's argument tests (the others pass none).
+    pub fn cover(&self, driver: u64) {
+        self.covered.lock().unwrap().insert(driver);
     }
 
     pub fn attempted(&self) -> Vec<u64> {
@@ -199,6 +206,14 @@ impl Gatekeeper for FakeGatekeeper {
 
     fn auto_approvable_actions(&self) -> Vec<ActionKind> {
         vec![label_kind()]
+    }
+
+    async fn covers(
+        &self,
+        action: DriverActionId,
+        tests: &[kernel::ArgumentTest],
+    ) -> Result<bool, GatekeeperError> {
+        Ok(tests.is_empty() || self.covered.lock().unwrap().contains(&action.0))
     }
 
     fn call_deadline(&self) -> Duration {

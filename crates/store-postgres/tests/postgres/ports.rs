@@ -5,11 +5,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gatekeeper_confluence::Bytes;
-use gatekeeper_core::{ActionRecord, ActionState as Record, StateTag};
-use kernel::{ActionDescription, ActionState, AutoApprovalRule, Resolution, Timestamp};
+use gatekeeper_core::{ActionRecord, ActionState as Record, ActionStorage, StateTag, ToolResult};
+use kernel::{
+    ActionDescription, ActionKind, ActionState, AutoApprovalRule, DriverActionId, Resolution,
+    RuleScope, Timestamp,
+};
+use serde_json::json;
 use store_postgres::{Database, SCHEMA_VERSION, StoreError};
 
-use crate::support::{Rig, auto_kind, fresh, fresh_url, pending_entry};
+use crate::support::{
+    Rig, assert_rules, auto_kind, fresh, fresh_url, pending_entry, put_scoped_rules,
+};
 
 #[test]
 fn the_ledger_keeps_entries_rules_and_the_latch() {
@@ -65,11 +71,7 @@ fn the_ledger_keeps_entries_rules_and_the_latch() {
             .is_err()
     );
 
-    let rule = AutoApprovalRule {
-        gatekeeper: "gk".into(),
-        kind: auto_kind(),
-        enabled_by: "ana".into(),
-    };
+    let rule = AutoApprovalRule::new("gk", auto_kind(), "ana");
     ledger.put_rule(&rule).unwrap();
     assert_eq!(ledger.rules().unwrap(), std::slice::from_ref(&rule));
     assert_eq!(*ledger.rule("gk", "gk:write").unwrap().unwrap(), rule);
@@ -298,4 +300,158 @@ async fn a_dead_daemons_claim_is_found_by_a_live_one_without_a_restart() {
             ..
         }
     ));
+}
+
+#[test]
+fn a_rule_keeps_its_time_and_scope_exactly_and_after_a_reopen() {
+    let (url, db) = fresh();
+    let expected = put_scoped_rules(&*db.ledger());
+    assert_rules(&*db.ledger(), &expected);
+    let stored = db
+        .query_text(
+            "SELECT enabled_at::text, scope_json FROM auto_approval_rules WHERE tag = 'gk:read'",
+        )
+        .unwrap();
+    assert_eq!(stored, [[Some("0".to_owned()), Some("{}".to_owned())]]);
+    drop(db);
+    assert_rules(&*Database::open(&url).unwrap().ledger(), &expected);
+}
+
+#[test]
+fn a_version_2_database_is_upgraded_and_its_rules_read_as_whole_kinds() {
+    let url = fresh_url();
+    drop(Database::open(&url).unwrap());
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(
+            "ALTER TABLE auto_approval_rules DROP COLUMN enabled_at, DROP COLUMN scope_json;
+             UPDATE gate_schema SET version = 2;
+             INSERT INTO auto_approval_rules (gatekeeper, tag, label, enabled_by)
+                 VALUES ('gk', 'gk:write', 'write', 'carol');",
+        )
+        .unwrap();
+    let db = Database::open(&url).unwrap();
+    let rule = AutoApprovalRule::new("gk", ActionKind::new("gk:write", "write"), "carol");
+    assert_eq!(rule.scope, RuleScope::default());
+    assert_rules(&*db.ledger(), std::slice::from_ref(&rule));
+    let version = db
+        .query_text("SELECT version::text FROM gate_schema")
+        .unwrap();
+    assert_eq!(version, [[Some(SCHEMA_VERSION.to_string())]]);
+    assert!(
+        db.query_text("UPDATE auto_approval_rules SET scope_json = 'whole'")
+            .is_err(),
+        "an upgraded database checks the scope is a JSON object"
+    );
+    // The scoped rules of the new version are kept exactly.
+    let expected = put_scoped_rules(&*db.ledger());
+    assert_rules(&*db.ledger(), &expected);
+    // A step that finds its columns already there (a version 2 database a newer build
+    // half upgraded by hand) adds nothing and loses nothing.
+    client
+        .batch_execute("UPDATE gate_schema SET version = 2")
+        .unwrap();
+    drop(db);
+    assert_rules(&*Database::open(&url).unwrap().ledger(), &expected);
+}
+
+/// Move staged call `id` of `storage` from pending to `state`, through a claim for an
+/// outcome.
+async fn settle(storage: &dyn ActionStorage, id: DriverActionId, state: Record) {
+    let record = storage.get(id).await.unwrap().unwrap();
+    let record = if state == Record::Rejected {
+        record
+    } else {
+        let claimed = ActionRecord {
+            state: Record::Applying,
+            claimed_at: Some(Timestamp(3)),
+            ..record
+        };
+        assert!(
+            storage
+                .compare_and_set(StateTag::Pending, &claimed)
+                .await
+                .unwrap()
+        );
+        claimed
+    };
+    let from = record.state.tag();
+    assert!(
+        storage
+            .compare_and_set(from, &ActionRecord { state, ..record })
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_a_pending_call_is_kept_and_of_any_other_refused() {
+    let (url, db) = fresh();
+    let storage = db.action_storage("gk");
+    let mut staged = Vec::new();
+    for n in 0..3 {
+        let args = Arc::new(json!({ "path": "/tmp/a", "n": n }));
+        let id = storage
+            .insert_pending(Arc::from("write"), None, args, Timestamp(1), 50)
+            .await
+            .unwrap()
+            .unwrap();
+        staged.push(id);
+    }
+    let [pending, applied, rejected] = staged[..] else {
+        unreachable!()
+    };
+    // Recorded by the kernel, so that opening again keeps it.
+    db.ledger()
+        .insert(&mut pending_entry(
+            "gk",
+            pending.0,
+            ActionDescription::new("write", "body"),
+        ))
+        .unwrap();
+    let result = Arc::new(ToolResult::from_text("done"));
+    settle(&*storage, applied, Record::Applied { result }).await;
+    settle(&*storage, rejected, Record::Rejected).await;
+    let records = |storage: Arc<dyn ActionStorage>| async move {
+        let mut records = Vec::new();
+        for id in [pending, applied, rejected] {
+            records.push(storage.get(id).await.unwrap().unwrap());
+        }
+        records
+    };
+    let before = records(storage.clone()).await;
+    let edited = json!({"path": "/tmp/a/b", "count": 3});
+    assert!(
+        storage
+            .amend_pending(pending, Arc::new(edited.clone()))
+            .await
+            .unwrap()
+    );
+    for refused in [applied, rejected, DriverActionId(99)] {
+        assert!(
+            !storage
+                .amend_pending(refused, Arc::new(json!({"n": "edited"})))
+                .await
+                .unwrap(),
+            "action {refused} is not pending"
+        );
+    }
+    assert!(
+        storage
+            .amend_pending(pending, Arc::new(json!(["not", "an", "object"])))
+            .await
+            .is_err()
+    );
+    let mut expected = before;
+    expected[0].args = Arc::new(edited);
+    assert_eq!(records(storage.clone()).await, expected);
+    // Another daemon, opened after this one is gone, reads the edit.
+    drop((storage, db));
+    let db = Database::open(&url).unwrap();
+    let storage = db.action_storage("gk");
+    assert_eq!(records(storage.clone()).await, expected);
+    assert_eq!(
+        storage.get(pending).await.unwrap().unwrap().state,
+        Record::Pending
+    );
 }

@@ -15,7 +15,7 @@ use kernel::{ActionState as LedgerState, DriverActionId, Gatekeeper, StepClock};
 use serde_json::json;
 use store_sqlite::Database;
 
-use crate::support::{Rig, TempDir, staged_id};
+use crate::support::{Rig, TempDir, pending_entry, staged_id};
 
 /// Answers by tool name: `ok`, `refused` (not dispatched), `timeout` (may have landed).
 struct Scripted;
@@ -171,6 +171,160 @@ async fn behind_a_journal_the_file_keeps_what_memory_keeps_after_its_prunes() {
         staged_id(db.action_storage("issues")).await,
         staged_id(memory.clone()).await
     );
+}
+
+/// The arguments a person's edit gives the pending call of [`amend_each`].
+pub fn edited() -> serde_json::Value {
+    json!({"path": "/tmp/a/b", "count": 3})
+}
+
+/// The calls [`amend_each`] staged: the edited one, and the ones it could not edit.
+pub struct Amended {
+    pub pending: DriverActionId,
+    pub applied: DriverActionId,
+    pub rejected: DriverActionId,
+}
+
+/// Record staged call `id` of `issues` in `ledger`, pending, as the kernel does (a stage
+/// the ledger never recorded is discarded when the file is opened again).
+pub fn recorded(ledger: &dyn kernel::LedgerStore, id: DriverActionId) {
+    ledger
+        .insert(&mut pending_entry(
+            "issues",
+            id.0,
+            kernel::ActionDescription::new("Edit me", "before approval"),
+        ))
+        .unwrap();
+}
+
+/// Edits of staged calls in `storage`: a pending call (recorded in `ledger`) takes its
+/// new arguments (read back at once, whatever was read before); an applied one, a
+/// rejected one and an id never staged refuse theirs, as do arguments that are not an
+/// object; nothing else changes.
+pub async fn amend_each(
+    storage: Arc<dyn ActionStorage>,
+    ledger: &dyn kernel::LedgerStore,
+) -> Amended {
+    let store = ActionStore::open(storage.clone(), Arc::new(StepClock::default()))
+        .await
+        .unwrap();
+    let pending = store.stage("ok", json!({"path": "/tmp/a"})).await.unwrap();
+    recorded(ledger, pending);
+    let applied = store.stage("ok", json!({"n": 1})).await.unwrap();
+    let rejected = store.stage("ok", json!({"n": 2})).await.unwrap();
+    let _sent = store.apply(applied, &Scripted).await.unwrap();
+    let _rejection = store.reject(rejected).await.unwrap();
+    let before = all_records(&*storage).await;
+    assert_eq!(
+        *storage.get(pending).await.unwrap().unwrap().args,
+        json!({"path": "/tmp/a"})
+    );
+    assert!(
+        storage
+            .amend_pending(pending, Arc::new(edited()))
+            .await
+            .unwrap()
+    );
+    for refused in [applied, rejected, DriverActionId(99)] {
+        assert!(
+            !storage
+                .amend_pending(refused, Arc::new(json!({"n": "edited"})))
+                .await
+                .unwrap(),
+            "action {refused} is not pending"
+        );
+    }
+    assert!(
+        storage
+            .amend_pending(pending, Arc::new(json!(["not", "an", "object"])))
+            .await
+            .is_err()
+    );
+    let expected: Vec<ActionRecord> = before
+        .into_iter()
+        .map(|record| {
+            if record.id == pending {
+                ActionRecord {
+                    args: Arc::new(edited()),
+                    ..record
+                }
+            } else {
+                record
+            }
+        })
+        .collect();
+    assert_eq!(all_records(&*storage).await, expected);
+    let record = storage.get(pending).await.unwrap().unwrap();
+    assert_eq!(
+        (&*record.args, &record.state),
+        (&edited(), &ActionState::Pending)
+    );
+    Amended {
+        pending,
+        applied,
+        rejected,
+    }
+}
+
+/// The arguments in the one row of `rows` (a query of `args_json`), parsed.
+pub fn stored_args(rows: Vec<Vec<Option<String>>>) -> serde_json::Value {
+    let [row] = &rows[..] else {
+        panic!("one row expected: {rows:?}")
+    };
+    serde_json::from_str(row[0].as_deref().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn an_edit_of_a_pending_call_is_synced_and_kept_and_of_any_other_refused() {
+    let memory = Database::open_in_memory().unwrap();
+    amend_each(memory.action_storage("issues"), &*memory.ledger()).await;
+    let dir = TempDir::new("amend");
+    let path = dir.join("gate.db");
+    let amended = {
+        let db = Database::open(&path).unwrap();
+        let storage = db.action_storage("issues");
+        let pending = ActionStore::open(storage.clone(), Arc::new(StepClock::default()))
+            .await
+            .unwrap()
+            .stage("ok", json!({}))
+            .await
+            .unwrap();
+        recorded(&*db.ledger(), pending);
+        let syncs = db.syncs();
+        assert!(
+            storage
+                .amend_pending(pending, Arc::new(json!({"n": "synced"})))
+                .await
+                .unwrap()
+        );
+        assert!(db.syncs() > syncs, "the edit is synced before it returns");
+        amend_each(storage, &*db.ledger()).await
+    };
+    // Reopened: the file holds the edit, and only it.
+    let db = Database::open(&path).unwrap();
+    let storage = db.action_storage("issues");
+    let record = storage.get(amended.pending).await.unwrap().unwrap();
+    assert_eq!(
+        (&*record.args, &record.state),
+        (&edited(), &ActionState::Pending)
+    );
+    assert_eq!(
+        stored_args(
+            db.query_text(&format!(
+                "SELECT args_json FROM actions WHERE id = {}",
+                amended.pending
+            ))
+            .unwrap()
+        ),
+        edited()
+    );
+    for (id, args) in [
+        (amended.applied, json!({"n": 1})),
+        (amended.rejected, json!({"n": 2})),
+    ] {
+        assert_eq!(*storage.get(id).await.unwrap().unwrap().args, args);
+        assert!(!storage.amend_pending(id, Arc::new(edited())).await.unwrap());
+    }
 }
 
 /// Stage and apply refused calls until the store says no; returns how many it took.

@@ -7,8 +7,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use kernel::{
-    ActionDescription, DriverActionId, EntryBody, FailureKind, LedgerEntry, ObservationDescription,
-    Timestamp,
+    ActionDescription, ActionKind, AutoApprovalRule, DriverActionId, EntryBody, FailureKind,
+    LedgerEntry, ObservationDescription, RuleScope, Timestamp,
 };
 use store_sqlite::{Database, SCHEMA_VERSION, StoreError};
 
@@ -280,12 +280,21 @@ const LISTS_BEFORE_8: [(&str, &str); 4] = [
     ),
 ];
 
-/// Turn a fresh file into what `version` (1 to 7) wrote: before 8, lists of states as
-/// `IN (...)`; before 7, no state `expired` (in the state's CHECK and the trigger on final
+/// Turn a fresh file into what `version` (1 to 8) wrote: before 9, rules without their
+/// time and scope; before 8, lists of states as `IN (...)`; before 7, no state `expired` (in the state's CHECK and the trigger on final
 /// states); before 6, no `actions.definition`; before 5, no `failure_kind`; before 4, no
 /// `deciding_session`; before 3, the description's fields as generated columns of
 /// `ledger` and no `ledger_view`; version 1 also had an index on state.
 fn make_version(raw: &rusqlite::Connection, version: i64) {
+    raw.execute_batch(
+        "ALTER TABLE auto_approval_rules DROP COLUMN enabled_at;
+         ALTER TABLE auto_approval_rules DROP COLUMN scope_json;",
+    )
+    .unwrap();
+    if version == 8 {
+        raw.pragma_update(None, "user_version", version).unwrap();
+        return;
+    }
     // Changing a CHECK in place, as SQLite documents for removing one: only to make an
     // old file here; the store's upgrade rebuilds the table instead.
     raw.execute_batch("PRAGMA writable_schema = ON").unwrap();
@@ -382,9 +391,10 @@ fn old_failure(raw: &rusqlite::Connection, version: i64, id: i64, retryable: boo
     .unwrap();
 }
 
-/// Make a file of schema `version` (1 to 7) with three observations and two failed
-/// actions, open it, and check that it was upgraded to the current version with every
-/// record kept and every failure given a kind.
+/// Make a file of schema `version` (1 to 8) with three observations, two failed actions
+/// and a rule, open it, and check that it was upgraded to the current version with every
+/// record kept, every failure given a kind, and the rule read as it meant: enabled at time
+/// zero, for its whole kind.
 fn upgrades_from(version: i64) {
     let dir = TempDir::new(&format!("upgrade{version}"));
     let path = dir.join("gate.db");
@@ -394,6 +404,12 @@ fn upgrades_from(version: i64) {
         make_version(&raw, version);
         old_failure(&raw, version, 4, true);
         old_failure(&raw, version, 5, false);
+        raw.execute(
+            "INSERT INTO auto_approval_rules (gatekeeper, tag, label, enabled_by)
+             VALUES ('gk', 'gk:write', 'write', 'carol')",
+            [],
+        )
+        .unwrap();
     }
     {
         // A new connection reads the schema as the old version wrote it.
@@ -418,8 +434,19 @@ fn upgrades_from(version: i64) {
         )
         .unwrap();
     }
+    let rule = AutoApprovalRule::new("gk", ActionKind::new("gk:write", "write"), "carol");
+    assert_eq!(rule.scope, RuleScope::default());
+    // Read as it is, not upgraded, the old file's rule means the same.
+    let reader = store_sqlite::LedgerReader::open(&path).unwrap();
+    assert_eq!(reader.rules().unwrap(), std::slice::from_ref(&rule));
+    drop(reader);
     {
         let db = Database::open(&path).unwrap();
+        assert_eq!(db.ledger().rules().unwrap(), std::slice::from_ref(&rule));
+        assert_eq!(
+            db.ledger().rule("gk", "gk:write").unwrap().as_deref(),
+            Some(&rule)
+        );
         let entries = db.ledger().entries().unwrap();
         assert_eq!(entries.len(), 5);
         let kinds: Vec<FailureKind> = entries
@@ -459,6 +486,24 @@ fn upgrades_from(version: i64) {
         number("SELECT count(*) FROM pragma_table_xinfo('actions') WHERE name = 'definition'"),
         1,
         "the upgrade adds actions.definition"
+    );
+    assert_eq!(
+        number(
+            "SELECT count(*) FROM pragma_table_xinfo('auto_approval_rules')
+             WHERE name IN ('enabled_at', 'scope_json')"
+        ),
+        2,
+        "the upgrade adds the rule's time and scope"
+    );
+    assert!(
+        raw.execute("UPDATE auto_approval_rules SET scope_json = 'whole'", [])
+            .is_err(),
+        "an upgraded file checks the scope is JSON"
+    );
+    assert!(
+        raw.execute("UPDATE auto_approval_rules SET enabled_at = NULL", [])
+            .is_err(),
+        "and that a rule has a time"
     );
     assert_eq!(
         number("SELECT count(*) FROM pragma_table_xinfo('ledger') WHERE hidden <> 0"),
@@ -532,6 +577,11 @@ fn upgrades_from(version: i64) {
         assert_eq!(left, 0, "the upgrade leaves no {list}");
     }
     assert_eq!(count(&path), 5);
+}
+
+#[test]
+fn a_version_8_file_is_upgraded_on_open_and_its_rules_read_as_whole_kinds() {
+    upgrades_from(8);
 }
 
 #[test]

@@ -14,12 +14,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use kernel::ActionState as LedgerState;
+use serde_json::json;
 use store_sqlite::{Database, Journaled, StoreError};
 
+use crate::actions::{amend_each, edited, recorded, stored_args};
 use crate::power_cut::{
     after_a_cut_at_send, after_a_cut_past_an_outcome, drained, entry, sent_and_settled,
 };
-use crate::support::{Rig, TempDir, staged_id};
+use crate::support::{Rig, TempDir, assert_rules, put_scoped_rules, staged_id};
 
 fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -551,4 +553,123 @@ async fn a_cut_after_a_read_loses_at_most_its_observation_and_never_a_lockdown()
             "{cut}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_rule_keeps_its_time_and_scope_through_the_journal_a_replay_and_a_reopen() {
+    let dir = TempDir::new("journaled-rules");
+    let path = dir.join("gate.db");
+    let db = Journaled::open(&path).unwrap();
+    let wal = Wal::at_open(&path);
+    let expected = put_scoped_rules(&*db.ledger());
+    assert_rules(&*db.ledger(), &expected);
+    // A crash copy whose file lost every commit since it was opened: the replay writes
+    // each rule into the file through its adapter, and the copy in memory reads them back.
+    let copy = cut_copy(&path, &dir.join("crash"), wal, None);
+    drop(Journaled::open(&copy).map(|replayed| assert_rules(&*replayed.ledger(), &expected)));
+    assert_rules(&*Database::open(&copy).unwrap().ledger(), &expected);
+    drop(db);
+    drop(Journaled::open(&path).map(|reopened| assert_rules(&*reopened.ledger(), &expected)));
+    assert_rules(&*Database::open(&path).unwrap().ledger(), &expected);
+}
+
+#[tokio::test]
+async fn an_edit_of_a_pending_call_is_synced_kept_and_replayed_and_of_any_other_refused() {
+    let dir = TempDir::new("journaled-amend");
+    let path = dir.join("gate.db");
+    let db = Journaled::open(&path).unwrap();
+    let wal = Wal::at_open(&path);
+    let storage = db.action_storage("issues").unwrap();
+    // An edit of a call whose stage the file already holds: written apart, through the
+    // file's adapter.
+    let first = staged_id(storage.clone()).await;
+    recorded(&*db.ledger(), first);
+    db.flush().unwrap();
+    let syncs = db.syncs();
+    assert!(
+        storage
+            .amend_pending(first, Arc::new(edited()))
+            .await
+            .unwrap()
+    );
+    assert!(db.syncs() > syncs, "the edit is synced before it returns");
+    let query = |id| format!("SELECT args_json FROM actions WHERE id = {id}");
+    assert_eq!(stored_args(db.query_text(&query(first)).unwrap()), edited());
+    let amended = amend_each(storage, &*db.ledger()).await;
+    // Replayed after a crash, from the file's last sync (every record in one batch) and
+    // from its last commit.
+    for (n, wal) in [wal, Wal::Whole].into_iter().enumerate() {
+        let copy = cut_copy(&path, &dir.join(&format!("crash-{n}")), wal, None);
+        let replayed = Journaled::open(&copy).unwrap();
+        let storage = replayed.action_storage("issues").unwrap();
+        for (id, args) in [
+            (first, edited()),
+            (amended.pending, edited()),
+            (amended.applied, json!({"n": 1})),
+            (amended.rejected, json!({"n": 2})),
+        ] {
+            assert_eq!(
+                *storage.get(id).await.unwrap().unwrap().args,
+                args,
+                "{wal:?}"
+            );
+            assert_eq!(stored_args(replayed.query_text(&query(id)).unwrap()), args);
+        }
+    }
+    drop(db);
+    let db = Database::open(&path).unwrap();
+    assert_eq!(
+        stored_args(db.query_text(&query(amended.pending)).unwrap()),
+        edited()
+    );
+}
+
+#[tokio::test]
+async fn an_edit_folded_into_its_stage_is_what_is_claimed_sent_and_kept() {
+    let dir = TempDir::new("journaled-amend-fold");
+    let path = dir.join("gate.db");
+    let db = Journaled::open(&path).unwrap();
+    let wal = Wal::at_open(&path);
+    let rig = Rig::new(db).await;
+    let file_syncs = rig.db.file_syncs();
+    let queued = rig.queue_issue("Add dark mode").await.ledger().unwrap();
+    let driver = rig.db.ledger().get(queued).unwrap().unwrap();
+    let driver = driver.action().unwrap().driver_id;
+    let edit = json!({"title": "Add dark mode, edited"});
+    assert!(
+        rig.db
+            .action_storage("issues")
+            .unwrap()
+            .amend_pending(driver, Arc::new(edit.clone()))
+            .await
+            .unwrap()
+    );
+    rig.overseer.approve(queued, "alice").await.unwrap();
+    rig.overseer.settle().await;
+    assert_eq!(
+        rig.service.calls(),
+        [("createIssue".to_owned(), edit.clone())]
+    );
+    assert_eq!(rig.db.file_syncs(), file_syncs, "the journal started over");
+    // The copy's file lost every commit since it was opened: its replay folds the stage,
+    // the edit, the claim and the outcome into one batch, and inserts the row once.
+    let copy = cut_copy(&path, &dir.join("crash"), wal, None);
+    let rows = |db: &dyn Fn(&str) -> Vec<Vec<Option<String>>>| {
+        let args = stored_args(db("SELECT args_json FROM actions"));
+        let states = db("SELECT (SELECT state FROM actions), (SELECT state FROM ledger)");
+        (args, states)
+    };
+    let expected = (
+        edit,
+        vec![vec![
+            Some("applied".to_owned()),
+            Some("approved".to_owned()),
+        ]],
+    );
+    let replayed = Journaled::open(&copy).unwrap();
+    assert_eq!(rows(&|sql| replayed.query_text(sql).unwrap()), expected);
+    drop(replayed);
+    drop(rig);
+    let db = Database::open(&path).unwrap();
+    assert_eq!(rows(&|sql| db.query_text(sql).unwrap()), expected);
 }

@@ -9,7 +9,9 @@ use kernel::{
 };
 use store_sqlite::Database;
 
-use crate::support::{FakeGatekeeper, TempDir, auto_kind, pending_entry};
+use crate::support::{
+    FakeGatekeeper, TempDir, assert_rules, auto_kind, pending_entry, put_scoped_rules,
+};
 
 fn action(title: &str, auto: bool) -> ActionDescription {
     ActionDescription {
@@ -151,6 +153,32 @@ async fn a_reopened_file_answers_exactly_as_before() {
         Some(LedgerId(5))
     );
     assert_eq!(store.find_action("other", DriverActionId(5)).unwrap(), None);
+}
+
+#[test]
+fn a_rule_keeps_its_time_and_scope_exactly_and_after_a_reopen() {
+    let dir = TempDir::new("scoped-rules");
+    let path = dir.join("gate.db");
+    let expected = {
+        let db = Database::open(&path).unwrap();
+        let expected = put_scoped_rules(&*db.ledger());
+        assert_rules(&*db.ledger(), &expected);
+        let stored = db
+            .query_text("SELECT tag, enabled_at, scope_json FROM auto_approval_rules ORDER BY tag")
+            .unwrap();
+        assert_eq!(stored[0][1..], [Some("0".into()), Some("{}".into())]);
+        assert_eq!(stored[1][1].as_deref(), Some("1234"));
+        expected
+    };
+    let db = Database::open(&path).unwrap();
+    assert_rules(&*db.ledger(), &expected);
+    drop(db);
+    let reader = store_sqlite::LedgerReader::open(&path).unwrap();
+    assert_eq!(reader.rules().unwrap(), expected);
+    // In memory as on a file.
+    let db = Database::open_in_memory().unwrap();
+    let expected = put_scoped_rules(&*db.ledger());
+    assert_rules(&*db.ledger(), &expected);
 }
 
 #[tokio::test]

@@ -167,3 +167,56 @@ pub async fn approve_edited(
         },
     }
 }
+
+/// The person edits pending action `id`'s arguments in their editor (`$VISUAL`, `$EDITOR`,
+/// else `vi`), over the daemon's socket at `socket`: the arguments as staged go to a
+/// private temporary file, the editor runs on it, and what it holds after is parsed.
+/// Invalid JSON keeps the file and says how to approve from it once fixed.
+pub fn in_editor(socket: &std::path::Path, id: u64) -> anyhow::Result<Value> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+
+    use anyhow::{Context as _, bail};
+
+    let staged = crate::control::request(socket, &crate::control::Request::Arguments { id })?;
+    if !staged.ok {
+        bail!("{}", staged.text);
+    }
+    let path = std::env::temp_dir().join(format!("gate-edit-{id}-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("could not create {} for your editor", path.display()))?;
+        writeln!(file, "{}", staged.text)?;
+    }
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .unwrap_or_else(|_| "vi".to_owned());
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(&path)
+        .status()
+        .with_context(|| format!("could not run your editor ({editor})"))?;
+    if !status.success() {
+        let _ = std::fs::remove_file(&path);
+        bail!("your editor ({editor}) exited with {status}; nothing was approved");
+    }
+    let text = std::fs::read_to_string(&path)?;
+    match serde_json::from_str(&text) {
+        Ok(value) => {
+            let _ = std::fs::remove_file(&path);
+            Ok(value)
+        }
+        Err(error) => bail!(
+            "the edited call is not valid JSON ({error}); nothing was approved; your edit is kept in {}: fix it and run `gate approve {id} --arguments {}`",
+            path.display(),
+            path.display()
+        ),
+    }
+}

@@ -1950,7 +1950,13 @@ impl Gateway {
                 let head = match edited {
                     Some(cause) => format!(
                         "Action {id} was approved with changes and sent: the person edited its arguments before approving ({}). The server answered:",
-                        plain_inline(cause, MAX_DESCRIPTION_CHARS)
+                        plain_inline(
+                            cause
+                                .strip_prefix(crate::edits::EDITED)
+                                .unwrap_or(cause)
+                                .trim_start(),
+                            MAX_DESCRIPTION_CHARS
+                        )
                     ),
                     None => format!("Action {id} was approved and sent; the server answered:"),
                 };

@@ -597,48 +597,7 @@ fn edited_arguments(
         data_dir: at.data_dir.clone(),
         socket: at.socket.clone(),
     })?;
-    let staged = control::request(&socket, &Request::Arguments { id })?;
-    if !staged.ok {
-        bail!("{}", staged.text);
-    }
-    let path = std::env::temp_dir().join(format!("gate-edit-{id}-{}.json", std::process::id()));
-    {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("could not create {} for your editor", path.display()))?;
-        writeln!(file, "{}", staged.text)?;
-    }
-    let editor = std::env::var("VISUAL")
-        .or_else(|_| std::env::var("EDITOR"))
-        .unwrap_or_else(|_| "vi".to_owned());
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("{editor} \"$1\""))
-        .arg("sh")
-        .arg(&path)
-        .status()
-        .with_context(|| format!("could not run your editor ({editor})"))?;
-    if !status.success() {
-        let _ = std::fs::remove_file(&path);
-        bail!("your editor ({editor}) exited with {status}; nothing was approved");
-    }
-    let text = std::fs::read_to_string(&path)?;
-    match parse(&text, "the edited call") {
-        Ok(value) => {
-            let _ = std::fs::remove_file(&path);
-            Ok(Some(value))
-        }
-        Err(error) => Err(error.context(format!(
-            "your edit is kept in {}: fix it and run `gate approve {id} --arguments {}`",
-            path.display(),
-            path.display()
-        ))),
-    }
+    gate::edits::in_editor(&socket, id).map(Some)
 }
 
 /// Where the person's commands find the daemon's socket.

@@ -451,3 +451,60 @@ fn a_line_that_is_not_json_gets_a_parse_error() {
     assert_eq!(answer["error"]["code"], -32700, "{answer}");
     assert!(bridge.close().success());
 }
+
+#[test]
+fn through_the_bridge_an_agent_hears_of_a_narrowed_rule_and_an_edited_approval() {
+    let gate = Gate::start_with("bridge-grants", "vetted");
+    let mut bridge = Bridge::start(&gate.config);
+    bridge.ask(&initialize_2025(1));
+    bridge.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+
+    let add = gate.person(&["rules", "add", "fixture__tag_note", "--is", "tag=weekly"]);
+    assert!(add.status.success(), "{add:?}");
+    let tag = |id: u64, tag: &str| {
+        request(
+            id,
+            "tools/call",
+            json!({"name": "fixture__tag_note", "arguments": {"tag": tag}}),
+        )
+    };
+    let applied = result_text(&bridge.ask(&tag(2, "weekly")));
+    assert!(
+        applied.starts_with("Applied at once as action "),
+        "{applied}"
+    );
+    let waiting = result_text(&bridge.ask(&tag(3, "daily")));
+    assert!(
+        waiting.starts_with("Staged as action ") && !waiting.contains("A rule covers"),
+        "{waiting}"
+    );
+
+    let staged = result_text(&bridge.ask(&write_call(4, "helo", None)));
+    let id = action_id(&staged);
+    let edit = gate.dir.join("edit.json");
+    std::fs::write(&edit, r#"{"text": "hello"}"#).expect("the edit");
+    let approve = gate.person(&[
+        "approve",
+        &id.to_string(),
+        "--arguments",
+        edit.to_str().expect("a UTF-8 path"),
+    ]);
+    assert!(approve.status.success(), "{approve:?}");
+    let told = result_text(&bridge.ask(&request(
+        5,
+        "tools/call",
+        json!({"name": "gate_action_result", "arguments": {"action_id": id}}),
+    )));
+    assert!(
+        told.contains("approved with changes") && told.contains(r#"text: "helo" → "hello""#),
+        "{told}"
+    );
+    assert!(
+        gate.deliveries()
+            .iter()
+            .any(|d| d == r#"write_note {"text":"hello"}"#),
+        "{:?}",
+        gate.deliveries()
+    );
+    assert!(bridge.close().success());
+}

@@ -288,6 +288,10 @@ fn no_key_but_a_decides_a_single_action_in_the_list() {
             Some(Command::Reveal(id)) => {
                 assert_eq!(key, Key::Char('v'), "{key:?} revealed #{id}")
             }
+            // An edit opens the person's editor; only what they save is approved.
+            Some(Command::Edit(id)) => {
+                assert_eq!(key, Key::Char('e'), "{key:?} opened an edit of #{id}")
+            }
             None => {}
         }
     }

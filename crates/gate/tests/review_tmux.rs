@@ -292,3 +292,46 @@ async fn at_60_100_and_200_columns_the_keys_fit_and_approving_twice_in_a_row_app
     tmux.keys(&["q"]);
     tmux.wait_for("the screen closed", |s| s.contains("review exited: 0"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e_hands_the_terminal_to_the_editor_and_the_edited_call_is_what_is_sent() {
+    let gate = Gate::start("edit");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let id = stage(&coder, "fixture__write_note", json!({"text": "helo wrld"})).await;
+    // The person's editor: a script that fixes the spelling, as a person would by hand.
+    let editor = gate.dir.join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/helo wrld/hello world/' \"$1\"\n",
+    )
+    .expect("the editor script");
+    std::fs::set_permissions(
+        &editor,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o700),
+    )
+    .expect("made runnable");
+    let tmux = Tmux::start_sized(
+        &gate.dir.join("tmux.sock"),
+        &format!(
+            "VISUAL='{}' '{}' review --data-dir '{}'; echo \"review exited: $?\"; sleep 60",
+            editor.display(),
+            env!("CARGO_BIN_EXE_gate"),
+            gate.dir.join("data").display()
+        ),
+        120,
+    );
+    tmux.wait_for("the staged write and the edit key", |s| {
+        row(s, id).is_some() && s.contains("e edit")
+    });
+    tmux.keys(&["e"]);
+    let screen = tmux.wait_for("the edited approval's report", |s| s.contains("edited by"));
+    assert!(
+        screen.contains("text: \"helo wrld\" → \"hello world\""),
+        "{screen}"
+    );
+    assert_eq!(gate.deliveries(), [r#"write_note {"text":"hello world"}"#]);
+    let told = outcome(&coder, id).await;
+    assert!(told.contains("approved with changes"), "{told}");
+    tmux.keys(&["q"]);
+    tmux.wait_for("the screen closed", |s| s.contains("review exited: 0"));
+}

@@ -6,7 +6,8 @@
 //! - [`run`]: the thin terminal loop: it reads keys, asks the daemon for the open work every
 //!   [`POLL`], and sends the decisions the model yields as the socket's `approve` and
 //!   `reject` requests; `v` asks for one action's prompt with its secrets revealed
-//!   (`show --reveal`), which decides nothing.
+//!   (`show --reveal`), which decides nothing; `e` hands the terminal to the person's
+//!   editor on one action's arguments and approves the edited call ([`crate::edits`]).
 //!
 //! A key the screen did not ask for, the end of input and a resize decide nothing; leaving
 //! decides nothing.
@@ -141,6 +142,34 @@ fn screen(
                         Err(error) => model.unreachable(&error.to_string()),
                     }
                     // Show the decision's effect at once.
+                    due = Instant::now();
+                }
+                Some(Command::Edit(id)) => {
+                    // The editor takes the terminal; the screen comes back after it.
+                    ratatui::restore();
+                    let edited = crate::edits::in_editor(socket, id);
+                    *terminal = ratatui::try_init()?;
+                    match edited {
+                        Ok(arguments) => {
+                            let request = Request::Approve {
+                                ids: vec![id],
+                                all_of_kind: false,
+                                full_seen: true,
+                                stale_seen: false,
+                                scope: Default::default(),
+                                edited: Some(arguments),
+                            };
+                            match control::request(socket, &request) {
+                                Ok(response) => model.decided(
+                                    &Decision::Approve { ids: vec![id] },
+                                    response.ok,
+                                    &response.text,
+                                ),
+                                Err(error) => model.unreachable(&error.to_string()),
+                            }
+                        }
+                        Err(error) => model.say(&format!("#{id}: {error:#}")),
+                    }
                     due = Instant::now();
                 }
                 Some(Command::Reveal(id)) => {

@@ -80,6 +80,9 @@ pub enum Command {
     /// (`gate show ID --reveal`), then hand the answer to [`Model::revealed`]. Decides
     /// nothing.
     Reveal(u64),
+    /// Let the person edit this action's arguments in their editor, then approve the
+    /// edited call ([`crate::edits`]); report the answer with [`Model::decided`].
+    Edit(u64),
     /// Leave the screen. Nothing is decided.
     Quit,
 }
@@ -417,6 +420,16 @@ impl Model {
                     self.mode = Mode::Confirm(Decision::Approve { ids });
                 }
             }
+            Key::Char('e') => {
+                if !self.selected.is_empty() {
+                    self.status = vec![
+                        "An edit changes one call: clear the selection (space) and press e on the action."
+                            .to_owned(),
+                    ];
+                } else if let Some(row) = self.current() {
+                    return Some(Command::Edit(row.id));
+                }
+            }
             Key::Char('r') => {
                 let ids = self.targets();
                 if !ids.is_empty() {
@@ -530,6 +543,15 @@ impl Model {
     }
 
     /// The daemon could not be reached: say so, keep the screen.
+    /// Say `text` in the status lines (an edit given up, with why); decides nothing.
+    pub fn say(&mut self, text: &str) {
+        self.status = text
+            .lines()
+            .map(|l| neutralize_controls(l).into_string())
+            .collect();
+    }
+
+    /// Report that the daemon could not be reached.
     pub fn unreachable(&mut self, error: &str) {
         self.status = vec![
             neutralize_controls(error).into_string(),

@@ -287,6 +287,7 @@ fn footer(model: &Model, width: usize) -> Vec<TextLine<'static>> {
         Mode::Browse => packed(
             &[
                 "a approve",
+                "e edit",
                 "r reject",
                 "s skip",
                 "space select",

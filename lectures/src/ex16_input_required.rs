@@ -24,8 +24,6 @@ use rmcp::model::{
     ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -113,22 +111,6 @@ impl ServerHandler for Greeter {
     }
 }
 
-/// Serve [`Greeter`] over streamable HTTP on a loopback port; its address.
-async fn serve_greeter() -> anyhow::Result<String> {
-    let service = StreamableHttpService::new(
-        || Ok(Greeter),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
-    );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-    let address = listener.local_addr()?;
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    Ok(format!("http://{address}/mcp"))
-}
-
 /// The gate's driver for the lecture's server, on protocol 2026-07-28; `elicitation` is the
 /// person's `forward_elicitation`.
 async fn driver(url: &str, elicitation: bool) -> anyhow::Result<Arc<McpServer>> {
@@ -198,7 +180,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
             "gate's own driver reaches it on 2026-07-28 (`protocol = \"2026-07-28\"`).",
         ],
     )?;
-    let url = serve_greeter().await?;
+    let url = crate::setup::serve_mcp(Greeter).await?;
     let allowed = driver(&url, true).await?;
 
     cx.section("An agent on 2026-07-28: the answer crosses as it was sent")?;

@@ -27,8 +27,6 @@ use rmcp::model::{
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 
@@ -103,22 +101,6 @@ impl ServerHandler for Notes {
     }
 }
 
-/// Serve `notes` over streamable HTTP on a loopback port; its address.
-async fn serve(notes: Notes) -> anyhow::Result<String> {
-    let service = StreamableHttpService::new(
-        move || Ok(notes.clone()),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
-    );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-    let address = listener.local_addr()?;
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    Ok(format!("http://{address}/mcp"))
-}
-
 /// The gate's driver for the server, on the vetted tier, and its gatekeeper on `desk`.
 async fn gatekeeper(desk: &Desk, url: &str) -> anyhow::Result<Arc<ToolGatekeeper>> {
     let endpoint = Endpoint::Http(HttpEndpoint {
@@ -172,7 +154,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         ],
     )?;
     let notes = Notes::default();
-    let url = serve(notes.clone()).await?;
+    let url = crate::setup::serve_mcp(notes.clone()).await?;
     let desk = Desk::new(cx)?;
     let gk = gatekeeper(&desk, &url).await?;
     let tools = ["tag_note", "write_note"];

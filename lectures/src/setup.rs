@@ -347,6 +347,31 @@ pub(crate) fn show_issues(cx: &mut Context<'_>, tracker: &IssueTracker) -> std::
     Ok(())
 }
 
+/// Serve an MCP server (`server`, cloned for each session) over streamable HTTP on a
+/// loopback port, in this process; its address (`http://127.0.0.1:PORT/mcp`).
+pub(crate) async fn serve_mcp<S>(server: S) -> anyhow::Result<String>
+where
+    S: rmcp::ServerHandler + Clone + Send + Sync + 'static,
+{
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(format!("http://{address}/mcp"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -790,12 +790,8 @@ fn main() -> anyhow::Result<()> {
             arguments,
             at,
         } => {
+            // A scope without --all-of-kind is refused by the daemon, which says why.
             let scope = grant.scope(None, this_agent, session)?;
-            if !all_of_kind && !scope.is_whole_kind() {
-                bail!(
-                    "--for, --under, --is and --at-most scope a rule: add --all-of-kind to enable one, or leave them out to approve the call alone"
-                );
-            }
             let edited = edited_arguments(&at, &ids, edit, arguments)?;
             ask(
                 at,

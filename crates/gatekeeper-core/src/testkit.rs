@@ -176,3 +176,39 @@ pub async fn two_stores_answer_as_one_model<H: TwoStores>(mut open: impl FnMut()
         }
     }
 }
+
+/// An edit ([`ActionStorage::amend_pending`]) of `pending` to `edited` is written, and of
+/// `decided` (calls applied, rejected, or never staged) refused; arguments that are not
+/// an object are an error. Only `pending`'s arguments change: the caller checks that,
+/// and that the edit is kept across a reopen, against what its store held before.
+pub async fn an_edit_changes_only_a_pending_call(
+    storage: &dyn ActionStorage,
+    pending: DriverActionId,
+    decided: &[DriverActionId],
+    edited: serde_json::Value,
+) {
+    assert!(
+        storage
+            .amend_pending(pending, Arc::new(edited))
+            .await
+            .unwrap()
+    );
+    for refused in decided {
+        assert!(
+            !storage
+                .amend_pending(*refused, Arc::new(serde_json::json!({"n": "edited"})))
+                .await
+                .unwrap(),
+            "action {refused} is not pending"
+        );
+    }
+    assert!(
+        storage
+            .amend_pending(
+                pending,
+                Arc::new(serde_json::json!(["not", "an", "object"]))
+            )
+            .await
+            .is_err()
+    );
+}

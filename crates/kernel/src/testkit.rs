@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::{
-    ActionDescription, ActionEntry, ActionState, DriverActionId, EntryBody, LedgerEntry, LedgerId,
-    LedgerStore, MemoryLedger, Resolution, Timestamp,
+    ActionDescription, ActionEntry, ActionKind, ActionState, DriverActionId, EntryBody,
+    LedgerEntry, LedgerId, LedgerStore, MemoryLedger, Resolution, Timestamp,
 };
 
 /// A small deterministic generator for the random sequences of these checks.
@@ -167,5 +167,64 @@ pub fn two_ledgers_answer_as_one_model<H: TwoLedgers>(mut open: impl FnMut() -> 
                 }
             }
         }
+    }
+}
+
+/// A rule with every part of its scope set, enabled at a time of its own.
+pub fn scoped_rule() -> crate::AutoApprovalRule {
+    crate::AutoApprovalRule {
+        enabled_at: crate::Timestamp(1234),
+        scope: crate::RuleScope {
+            caller: Some("agent-7".into()),
+            session: Some("session-3".into()),
+            until: Some(crate::Timestamp(86_400_000)),
+            arguments: vec![
+                crate::ArgumentTest {
+                    argument: "path".into(),
+                    check: crate::ArgumentCheck::Under("/tmp/a".into()),
+                },
+                crate::ArgumentTest {
+                    argument: "count".into(),
+                    check: crate::ArgumentCheck::AtMost(10),
+                },
+            ],
+        },
+        ..crate::AutoApprovalRule::new("gk", ActionKind::new("gk:write", "write"), "carol")
+    }
+}
+
+/// Put rules into `ledger` so that each way of writing one is taken: the scoped rule
+/// over an older whole-kind rule of its kind, and a whole-kind rule over an older scoped
+/// one (which must lose its scope). Returns the rules as `rules()` must answer them.
+pub fn put_scoped_rules(ledger: &dyn LedgerStore) -> Vec<crate::AutoApprovalRule> {
+    let scoped = scoped_rule();
+    ledger
+        .put_rule(&crate::AutoApprovalRule::new(
+            "gk",
+            ActionKind::new("gk:write", "write"),
+            "bob",
+        ))
+        .unwrap();
+    ledger.put_rule(&scoped).unwrap();
+    let read = ActionKind::new("gk:read", "read");
+    ledger
+        .put_rule(&crate::AutoApprovalRule {
+            kind: read.clone(),
+            ..scoped_rule()
+        })
+        .unwrap();
+    let whole = crate::AutoApprovalRule::new("gk", read, "dave");
+    ledger.put_rule(&whole).unwrap();
+    // Ordered by gatekeeper, then tag.
+    vec![whole, scoped]
+}
+
+/// `ledger` answers `expected` (ordered as `rules()` orders them) exactly, from
+/// `rules()` and from `rule()` of each.
+pub fn assert_rules(ledger: &dyn LedgerStore, expected: &[crate::AutoApprovalRule]) {
+    assert_eq!(ledger.rules().unwrap(), expected);
+    for rule in expected {
+        let read = ledger.rule(&rule.gatekeeper, &rule.kind.tag).unwrap();
+        assert_eq!(read.as_deref(), Some(rule));
     }
 }

@@ -13,9 +13,7 @@ use kernel::{
 use serde_json::json;
 use store_postgres::{Database, SCHEMA_VERSION, StoreError};
 
-use crate::support::{
-    Rig, assert_rules, auto_kind, fresh, fresh_url, pending_entry, put_scoped_rules,
-};
+use crate::support::{Rig, auto_kind, fresh, fresh_url, pending_entry};
 
 #[test]
 fn the_ledger_keeps_entries_rules_and_the_latch() {
@@ -305,8 +303,8 @@ async fn a_dead_daemons_claim_is_found_by_a_live_one_without_a_restart() {
 #[test]
 fn a_rule_keeps_its_time_and_scope_exactly_and_after_a_reopen() {
     let (url, db) = fresh();
-    let expected = put_scoped_rules(&*db.ledger());
-    assert_rules(&*db.ledger(), &expected);
+    let expected = kernel::testkit::put_scoped_rules(&*db.ledger());
+    kernel::testkit::assert_rules(&*db.ledger(), &expected);
     let stored = db
         .query_text(
             "SELECT enabled_at::text, scope_json FROM auto_approval_rules WHERE tag = 'gk:read'",
@@ -314,7 +312,7 @@ fn a_rule_keeps_its_time_and_scope_exactly_and_after_a_reopen() {
         .unwrap();
     assert_eq!(stored, [[Some("0".to_owned()), Some("{}".to_owned())]]);
     drop(db);
-    assert_rules(&*Database::open(&url).unwrap().ledger(), &expected);
+    kernel::testkit::assert_rules(&*Database::open(&url).unwrap().ledger(), &expected);
 }
 
 #[test]
@@ -333,7 +331,7 @@ fn a_version_2_database_is_upgraded_and_its_rules_read_as_whole_kinds() {
     let db = Database::open(&url).unwrap();
     let rule = AutoApprovalRule::new("gk", ActionKind::new("gk:write", "write"), "carol");
     assert_eq!(rule.scope, RuleScope::default());
-    assert_rules(&*db.ledger(), std::slice::from_ref(&rule));
+    kernel::testkit::assert_rules(&*db.ledger(), std::slice::from_ref(&rule));
     let version = db
         .query_text("SELECT version::text FROM gate_schema")
         .unwrap();
@@ -344,15 +342,15 @@ fn a_version_2_database_is_upgraded_and_its_rules_read_as_whole_kinds() {
         "an upgraded database checks the scope is a JSON object"
     );
     // The scoped rules of the new version are kept exactly.
-    let expected = put_scoped_rules(&*db.ledger());
-    assert_rules(&*db.ledger(), &expected);
+    let expected = kernel::testkit::put_scoped_rules(&*db.ledger());
+    kernel::testkit::assert_rules(&*db.ledger(), &expected);
     // A step that finds its columns already there (a version 2 database a newer build
     // half upgraded by hand) adds nothing and loses nothing.
     client
         .batch_execute("UPDATE gate_schema SET version = 2")
         .unwrap();
     drop(db);
-    assert_rules(&*Database::open(&url).unwrap().ledger(), &expected);
+    kernel::testkit::assert_rules(&*Database::open(&url).unwrap().ledger(), &expected);
 }
 
 /// Move staged call `id` of `storage` from pending to `state`, through a claim for an
@@ -421,27 +419,13 @@ async fn an_edit_of_a_pending_call_is_kept_and_of_any_other_refused() {
     };
     let before = records(storage.clone()).await;
     let edited = json!({"path": "/tmp/a/b", "count": 3});
-    assert!(
-        storage
-            .amend_pending(pending, Arc::new(edited.clone()))
-            .await
-            .unwrap()
-    );
-    for refused in [applied, rejected, DriverActionId(99)] {
-        assert!(
-            !storage
-                .amend_pending(refused, Arc::new(json!({"n": "edited"})))
-                .await
-                .unwrap(),
-            "action {refused} is not pending"
-        );
-    }
-    assert!(
-        storage
-            .amend_pending(pending, Arc::new(json!(["not", "an", "object"])))
-            .await
-            .is_err()
-    );
+    gatekeeper_core::testkit::an_edit_changes_only_a_pending_call(
+        &*storage,
+        pending,
+        &[applied, rejected, DriverActionId(99)],
+        edited.clone(),
+    )
+    .await;
     let mut expected = before;
     expected[0].args = Arc::new(edited);
     assert_eq!(records(storage.clone()).await, expected);

@@ -31,61 +31,6 @@ pub fn auto_kind() -> ActionKind {
     ActionKind::new("gk:write", "write")
 }
 
-/// A rule with every part of its scope set, enabled at a time of its own.
-pub fn scoped_rule() -> kernel::AutoApprovalRule {
-    kernel::AutoApprovalRule {
-        enabled_at: kernel::Timestamp(1234),
-        scope: kernel::RuleScope {
-            caller: Some("agent-7".into()),
-            session: Some("session-3".into()),
-            until: Some(kernel::Timestamp(86_400_000)),
-            arguments: vec![
-                kernel::ArgumentTest {
-                    argument: "path".into(),
-                    check: kernel::ArgumentCheck::Under("/tmp/a".into()),
-                },
-                kernel::ArgumentTest {
-                    argument: "count".into(),
-                    check: kernel::ArgumentCheck::AtMost(10),
-                },
-            ],
-        },
-        ..kernel::AutoApprovalRule::new("gk", auto_kind(), "carol")
-    }
-}
-
-/// Put rules into `ledger` so that each way of writing one is taken: the scoped rule
-/// over an older whole-kind rule of its kind, and a whole-kind rule over an older scoped
-/// one (which must lose its scope). Returns the rules as `rules()` must answer them.
-pub fn put_scoped_rules(ledger: &dyn kernel::LedgerStore) -> Vec<kernel::AutoApprovalRule> {
-    let scoped = scoped_rule();
-    ledger
-        .put_rule(&kernel::AutoApprovalRule::new("gk", auto_kind(), "bob"))
-        .unwrap();
-    ledger.put_rule(&scoped).unwrap();
-    let read = ActionKind::new("gk:read", "read");
-    ledger
-        .put_rule(&kernel::AutoApprovalRule {
-            kind: read.clone(),
-            ..scoped_rule()
-        })
-        .unwrap();
-    let whole = kernel::AutoApprovalRule::new("gk", read, "dave");
-    ledger.put_rule(&whole).unwrap();
-    // Ordered by gatekeeper, then tag.
-    vec![whole, scoped]
-}
-
-/// `ledger` answers `expected` (ordered as `rules()` orders them) exactly, from
-/// `rules()` and from `rule()` of each.
-pub fn assert_rules(ledger: &dyn kernel::LedgerStore, expected: &[kernel::AutoApprovalRule]) {
-    assert_eq!(ledger.rules().unwrap(), expected);
-    for rule in expected {
-        let read = ledger.rule(&rule.gatekeeper, &rule.kind.tag).unwrap();
-        assert_eq!(read.as_deref(), Some(rule));
-    }
-}
-
 /// A gatekeeper that records applies and can be told to fail or cascade.
 #[derive(Default)]
 pub struct FakeGatekeeper {

@@ -219,27 +219,13 @@ pub async fn amend_each(
         *storage.get(pending).await.unwrap().unwrap().args,
         json!({"path": "/tmp/a"})
     );
-    assert!(
-        storage
-            .amend_pending(pending, Arc::new(edited()))
-            .await
-            .unwrap()
-    );
-    for refused in [applied, rejected, DriverActionId(99)] {
-        assert!(
-            !storage
-                .amend_pending(refused, Arc::new(json!({"n": "edited"})))
-                .await
-                .unwrap(),
-            "action {refused} is not pending"
-        );
-    }
-    assert!(
-        storage
-            .amend_pending(pending, Arc::new(json!(["not", "an", "object"])))
-            .await
-            .is_err()
-    );
+    gatekeeper_core::testkit::an_edit_changes_only_a_pending_call(
+        &*storage,
+        pending,
+        &[applied, rejected, DriverActionId(99)],
+        edited(),
+    )
+    .await;
     let expected: Vec<ActionRecord> = before
         .into_iter()
         .map(|record| {

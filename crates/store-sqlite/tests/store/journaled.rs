@@ -21,7 +21,7 @@ use crate::actions::{amend_each, edited, recorded, stored_args};
 use crate::power_cut::{
     after_a_cut_at_send, after_a_cut_past_an_outcome, drained, entry, sent_and_settled,
 };
-use crate::support::{Rig, TempDir, assert_rules, put_scoped_rules, staged_id};
+use crate::support::{Rig, TempDir, staged_id};
 
 fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -561,16 +561,22 @@ async fn a_rule_keeps_its_time_and_scope_through_the_journal_a_replay_and_a_reop
     let path = dir.join("gate.db");
     let db = Journaled::open(&path).unwrap();
     let wal = Wal::at_open(&path);
-    let expected = put_scoped_rules(&*db.ledger());
-    assert_rules(&*db.ledger(), &expected);
+    let expected = kernel::testkit::put_scoped_rules(&*db.ledger());
+    kernel::testkit::assert_rules(&*db.ledger(), &expected);
     // A crash copy whose file lost every commit since it was opened: the replay writes
     // each rule into the file through its adapter, and the copy in memory reads them back.
     let copy = cut_copy(&path, &dir.join("crash"), wal, None);
-    drop(Journaled::open(&copy).map(|replayed| assert_rules(&*replayed.ledger(), &expected)));
-    assert_rules(&*Database::open(&copy).unwrap().ledger(), &expected);
+    drop(
+        Journaled::open(&copy)
+            .map(|replayed| kernel::testkit::assert_rules(&*replayed.ledger(), &expected)),
+    );
+    kernel::testkit::assert_rules(&*Database::open(&copy).unwrap().ledger(), &expected);
     drop(db);
-    drop(Journaled::open(&path).map(|reopened| assert_rules(&*reopened.ledger(), &expected)));
-    assert_rules(&*Database::open(&path).unwrap().ledger(), &expected);
+    drop(
+        Journaled::open(&path)
+            .map(|reopened| kernel::testkit::assert_rules(&*reopened.ledger(), &expected)),
+    );
+    kernel::testkit::assert_rules(&*Database::open(&path).unwrap().ledger(), &expected);
 }
 
 #[tokio::test]

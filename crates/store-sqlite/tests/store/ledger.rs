@@ -9,9 +9,7 @@ use kernel::{
 };
 use store_sqlite::Database;
 
-use crate::support::{
-    FakeGatekeeper, TempDir, assert_rules, auto_kind, pending_entry, put_scoped_rules,
-};
+use crate::support::{FakeGatekeeper, TempDir, auto_kind, pending_entry};
 
 fn action(title: &str, auto: bool) -> ActionDescription {
     ActionDescription {
@@ -161,8 +159,8 @@ fn a_rule_keeps_its_time_and_scope_exactly_and_after_a_reopen() {
     let path = dir.join("gate.db");
     let expected = {
         let db = Database::open(&path).unwrap();
-        let expected = put_scoped_rules(&*db.ledger());
-        assert_rules(&*db.ledger(), &expected);
+        let expected = kernel::testkit::put_scoped_rules(&*db.ledger());
+        kernel::testkit::assert_rules(&*db.ledger(), &expected);
         let stored = db
             .query_text("SELECT tag, enabled_at, scope_json FROM auto_approval_rules ORDER BY tag")
             .unwrap();
@@ -171,14 +169,14 @@ fn a_rule_keeps_its_time_and_scope_exactly_and_after_a_reopen() {
         expected
     };
     let db = Database::open(&path).unwrap();
-    assert_rules(&*db.ledger(), &expected);
+    kernel::testkit::assert_rules(&*db.ledger(), &expected);
     drop(db);
     let reader = store_sqlite::LedgerReader::open(&path).unwrap();
     assert_eq!(reader.rules().unwrap(), expected);
     // In memory as on a file.
     let db = Database::open_in_memory().unwrap();
-    let expected = put_scoped_rules(&*db.ledger());
-    assert_rules(&*db.ledger(), &expected);
+    let expected = kernel::testkit::put_scoped_rules(&*db.ledger());
+    kernel::testkit::assert_rules(&*db.ledger(), &expected);
 }
 
 #[tokio::test]

@@ -289,3 +289,34 @@ async fn a_grant_for_a_session_ends_with_the_session() {
     let again = gate.person(&["approve", &staged.to_string(), "--all-of-kind", "--session"]);
     assert!(!again.status.success());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_rule_stays_expired_and_a_sessions_grant_is_gone_after_a_restart() {
+    let mut gate = Gate::start_with("restart", "vetted");
+    let coder = gate.agent(CODER_TOKEN).await;
+    let staged = action_id(&text(
+        &call(&coder, "fixture__tag_note", json!({"tag": "one"})).await,
+    ));
+    assert!(
+        gate.person(&["approve", &staged.to_string(), "--all-of-kind", "--session"])
+            .status
+            .success()
+    );
+    drop(coder);
+    gate.kill_and_restart();
+    // The killed daemon's session did not end cleanly; its grant goes at the next start.
+    let listed = stdout(&gate.person(&["rules"]));
+    assert!(
+        listed.contains("No auto-approval rules are enabled."),
+        "{listed}"
+    );
+
+    let add = gate.person(&["rules", "add", "fixture__tag_note", "--for", "1s"]);
+    assert!(add.status.success(), "{add:?}");
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    gate.kill_and_restart();
+    let coder = gate.agent(CODER_TOKEN).await;
+    let after = text(&call(&coder, "fixture__tag_note", json!({"tag": "two"})).await);
+    assert!(after.contains("needs a person's approval"), "{after}");
+    assert!(stdout(&gate.person(&["rules"])).contains("(expired"));
+}

@@ -774,3 +774,49 @@ async fn a_daemon_killed_at_the_claim_leaves_outcome_unknown_and_nothing_is_ever
         waiting_delivered.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scoped_rule_made_through_one_daemon_expires_and_is_revoked_on_the_other_too() {
+    let team = Team::new("scoped");
+    let a = team.daemon("a", false);
+    let b = team.daemon("b", true);
+    let through_b = b.agent().await;
+
+    let add = a.person("ana", &["rules", "add", "fixture__tag_note", "--for", "3s"]);
+    assert!(add.status.success(), "{}", stdout(&add));
+    let listed = stdout(&b.person("bob", &["rules"]));
+    assert!(listed.contains("every agent's calls, until "), "{listed}");
+    let during = call(&through_b, "fixture__tag_note", json!({"tag": "during"})).await;
+    assert!(during.starts_with("Applied at once"), "{during}");
+
+    // Past its end, no daemon applies it.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let after = call(&through_b, "fixture__tag_note", json!({"tag": "after"})).await;
+    assert!(after.contains("needs a person's approval"), "{after}");
+    let waiting = action_id(&after);
+    let reject = b.person("bob", &["reject", &waiting.to_string()]);
+    assert!(reject.status.success(), "{}", stdout(&reject));
+
+    // A rule revoked through one daemon applies nothing through the other.
+    assert!(
+        a.person("ana", &["rules", "add", "fixture__tag_note"])
+            .status
+            .success()
+    );
+    assert!(
+        a.person("ana", &["rules", "remove", "fixture__tag_note"])
+            .status
+            .success()
+    );
+    let revoked = call(&through_b, "fixture__tag_note", json!({"tag": "revoked"})).await;
+    assert!(revoked.contains("needs a person's approval"), "{revoked}");
+    assert_eq!(
+        team.deliveries()
+            .iter()
+            .filter(|d| d.starts_with("tag_note"))
+            .count(),
+        1,
+        "{:?}",
+        team.deliveries()
+    );
+}

@@ -34,14 +34,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["gatekeeper-core", "kernel", "prompt-sanitize"],
     ),
     ("shell", &["kernel", "prompt-sanitize"]),
-    (
-        "store-sqlite",
-        &["kernel", "gatekeeper-core", "gatekeeper-confluence"],
-    ),
-    (
-        "store-postgres",
-        &["kernel", "gatekeeper-core", "gatekeeper-confluence"],
-    ),
+    ("store-sqlite", &["kernel", "gatekeeper-core"]),
+    ("store-postgres", &["kernel", "gatekeeper-core"]),
     (
         "lectures",
         &[

@@ -65,7 +65,6 @@ pub mod error;
 pub mod gatekeeper;
 pub mod handle;
 mod held;
-pub mod kv;
 pub mod lab;
 pub mod markup;
 pub mod overlay;
@@ -78,8 +77,8 @@ pub mod view;
 
 pub use error::WikiError;
 pub use gatekeeper::{ConfluenceGatekeeper, INTERRUPTED_MESSAGE};
+pub use gatekeeper_core::kv::{self, Bytes, KvError, KvStore, MemoryKv};
 pub use handle::{ContentHandle, ParseHandleError};
-pub use kv::{Bytes, KvError, KvStore, MemoryKv};
 pub use lab::Lab;
 pub use overlay::CommentView;
 pub use policy::Policy;

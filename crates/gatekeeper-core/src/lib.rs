@@ -11,6 +11,7 @@
 //!   it decides read vs action and the gatekeeper's auto-approval key.
 //! - [`kind`]: action kinds (`scope:tool`, percent-encoded) that rules are keyed by.
 //! - [`narrow`]: the tests a rule narrowed by arguments applies to a staged call.
+//! - [`kv`]: the key-value port a driver that keeps its own records stores them through.
 //! - [`describe`]: the approval prompt, built only from sanitized pieces.
 //! - [`edit`]: a person's edit of a staged call before approving it.
 //! - [`store`]: the action store, an explicit state machine with the at-most-once apply
@@ -54,6 +55,7 @@ pub mod edit;
 mod gatekeeper;
 mod grant;
 pub mod kind;
+pub mod kv;
 pub mod narrow;
 pub mod revert;
 pub mod service;

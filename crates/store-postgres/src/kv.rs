@@ -1,4 +1,4 @@
-//! gatekeeper-confluence's [`KvStore`] on PostgreSQL: the `kv` table, one namespace
+//! The drivers' key-value port ([`KvStore`], gatekeeper-core's) on PostgreSQL: the `kv` table, one namespace
 //! (`scope`) per driver instance.
 //!
 //! Values are opaque bytes, handed over as the buffer the client read them into ([`Bytes`]
@@ -8,7 +8,7 @@
 //! value = $expected`, or `INSERT … ON CONFLICT DO NOTHING`), so of two daemons claiming
 //! one wiki action at most one wins.
 
-use gatekeeper_confluence::{Bytes, KvError, KvStore};
+use gatekeeper_core::kv::{Bytes, KvError, KvStore};
 
 use crate::db::Database;
 use crate::error::StoreError;

@@ -36,7 +36,7 @@
 //! - [`PostgresLedger`]: the kernel's [`kernel::LedgerStore`].
 //! - [`PostgresActionStorage`]: gatekeeper-core's [`gatekeeper_core::ActionStorage`], one
 //!   namespace per gatekeeper.
-//! - [`PostgresKv`]: gatekeeper-confluence's [`gatekeeper_confluence::KvStore`].
+//! - [`PostgresKv`]: gatekeeper-core's key-value port ([`gatekeeper_core::kv::KvStore`], which the wiki driver keeps its records through).
 
 mod actions;
 #[cfg(feature = "test-cluster")]
@@ -80,9 +80,9 @@ impl Database {
         gatekeeper_core::ActionStore::open(self.action_storage(gatekeeper), clock).await
     }
 
-    /// The key-value records of the driver instance `scope`, for
-    /// [`gatekeeper_confluence::ConfluenceGatekeeper::open`].
-    pub fn kv(&self, scope: &str) -> Arc<dyn gatekeeper_confluence::KvStore> {
+    /// The key-value records of the driver instance `scope`, for a driver that keeps its
+    /// records there (the wiki driver's `ConfluenceGatekeeper::open`).
+    pub fn kv(&self, scope: &str) -> Arc<dyn gatekeeper_core::kv::KvStore> {
         Arc::new(PostgresKv::new(self.clone(), scope))
     }
 }

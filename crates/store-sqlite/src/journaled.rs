@@ -88,7 +88,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
-use gatekeeper_confluence::KvStore;
+use gatekeeper_core::kv::KvStore;
 use gatekeeper_core::{
     ActionRecord, ActionState, ActionStorage, ClaimDurable, MemoryActionStorage, StateTag,
     StorageError,

@@ -1,4 +1,4 @@
-//! gatekeeper-confluence's [`KvStore`] on SQLite: the `kv` table, one namespace (`scope`)
+//! The drivers' key-value port ([`KvStore`], gatekeeper-core's) on SQLite: the `kv` table, one namespace (`scope`)
 //! per driver instance.
 //!
 //! Values are opaque bytes; the driver writes postcard inside its own versioned envelope,
@@ -11,7 +11,7 @@
 //! The driver's claim before a wiki write is a `compare_and_set`: one conditional
 //! statement, so of two handles (or processes) claiming one action, at most one wins.
 
-use gatekeeper_confluence::{Bytes, KvError, KvStore};
+use gatekeeper_core::kv::{Bytes, KvError, KvStore};
 use rusqlite::{OptionalExtension, params};
 
 use crate::db::{Database, Durability, Steps};

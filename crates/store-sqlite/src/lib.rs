@@ -98,7 +98,7 @@
 //! - [`SqliteLedger`]: the kernel's [`kernel::LedgerStore`].
 //! - [`SqliteActionStorage`]: gatekeeper-core's [`gatekeeper_core::ActionStorage`], one
 //!   namespace per gatekeeper.
-//! - [`SqliteKv`]: gatekeeper-confluence's [`gatekeeper_confluence::KvStore`], one
+//! - [`SqliteKv`]: gatekeeper-core's key-value port ([`gatekeeper_core::kv::KvStore`], which the wiki driver keeps its records through), one
 //!   namespace per driver instance.
 //! - [`LedgerReader`]: the read-only view of a file (no write access, no side files),
 //!   paged most recent first, and the full integrity check.
@@ -169,8 +169,9 @@ impl Database {
     }
 
     /// The key-value records of the driver instance `scope` (for example the wiki
-    /// gatekeeper's name), for [`gatekeeper_confluence::ConfluenceGatekeeper::open`].
-    pub fn kv(&self, scope: &str) -> Arc<dyn gatekeeper_confluence::KvStore> {
+    /// gatekeeper's name), for a driver that keeps its records there (the wiki driver's
+    /// `ConfluenceGatekeeper::open`).
+    pub fn kv(&self, scope: &str) -> Arc<dyn gatekeeper_core::kv::KvStore> {
         Arc::new(SqliteKv::new(self.clone(), scope))
     }
 }

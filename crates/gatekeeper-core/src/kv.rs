@@ -1,23 +1,26 @@
-//! The driver's key-value port: where staged actions and provisional mappings live.
+//! The drivers' key-value port: where a driver that keeps its own records (the wiki
+//! driver's staged actions and provisional mappings) keeps them, implemented by the
+//! durable stores.
 //!
-//! This is the analogue of the reference's Durable Object storage. The port is
-//! synchronous on purpose, like the kernel's ledger port: every call is one small read
-//! or write, an embedded backend (SQLite) answers in microseconds, and the driver never
-//! holds a call across an `.await`. Keys are UTF-8 strings, values opaque bytes (the
-//! driver writes postcard inside a versioned envelope, see [`crate::record::StoredRecord`]).
+//! It lives in the toolkit, not in the driver that first needed it, so a store implements
+//! it without depending on that driver (and the daemon, which runs no wiki driver, does not
+//! build one). The port is synchronous on purpose, like the kernel's ledger port: every
+//! call is one small read or write, an embedded backend (SQLite) answers in microseconds,
+//! and a driver never holds a call across an `.await`. Keys are UTF-8 strings, values
+//! opaque bytes (the wiki driver writes postcard inside a versioned envelope).
 //!
 //! Values are [`Bytes`]: shared, immutable buffers. A backend that keeps values in memory
-//! keeps the buffer it was given and hands out clones of it, so the driver's index,
-//! which keeps the values it wrote and read, and the backend hold one allocation
-//! between them: a record is never held both encoded and decoded in one process.
+//! keeps the buffer it was given and hands out clones of it, so a driver's index, which
+//! keeps the values it wrote and read, and the backend hold one allocation between them:
+//! a record is never held both encoded and decoded in one process.
 //!
-//! What the port refuses to do: transactions, watches, TTLs. The driver keeps its own
+//! What the port refuses to do: transactions, watches, TTLs. A driver keeps its own
 //! write-through index in memory and treats the port as the durable truth it reloads
-//! from ([`crate::ConfluenceGatekeeper::open`]).
+//! from.
 //!
-//! The one conditional write it offers is [`KvStore::compare_and_set`]: the driver's
-//! claim before a wiki write goes through it, so that two processes with the same store
-//! open cannot both claim (and send) one action.
+//! The one conditional write it offers is [`KvStore::compare_and_set`]: a driver's claim
+//! before a write goes through it, so that two processes with the same store open cannot
+//! both claim (and send) one action.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};

@@ -6,7 +6,7 @@
 mod support;
 
 use gate::queue::{self, Queue};
-use gate::review::model::{Command, Decision, Input, Key, Mode, Model};
+use gate::review::model::{Command, Decision, Input, Key, Mode, Model, Reach};
 use gate::review::{input_of, request_for, view};
 use kernel::{ActionState, AutoApprovalRule, Failure, FailureKind, LedgerEntry, LedgerId};
 use ratatui::Terminal;
@@ -214,7 +214,13 @@ fn allowing_a_kind_confirms_then_says_the_rule_is_on_and_how_to_take_it_back() {
     press(&mut model, &[Key::Down; 2]);
     assert_eq!(model.current().map(|r| r.id), Some(3));
     assert_eq!(model.input(Input::Key(Key::Char('A'))), None);
-    assert_eq!(model.mode, Mode::Confirm(Decision::AllowKind { id: 3 }));
+    assert_eq!(
+        model.mode,
+        Mode::Confirm(Decision::AllowKind {
+            id: 3,
+            reach: Reach::UntilRemoved
+        })
+    );
     let Some(Command::Send(decision)) = model.input(Input::Key(Key::Char('y'))) else {
         panic!("y sends the confirmed decision");
     };
@@ -313,6 +319,41 @@ fn on_a_confirmation_only_y_sends_and_every_other_key_goes_back_sending_nothing(
             assert_eq!(model.mode, Mode::Browse, "{key:?}");
         }
     }
+}
+
+#[test]
+fn allowing_a_kind_chooses_how_far_the_rule_reaches_before_y_sends_it() {
+    let (open, _) = day();
+    for (key, reach, scope) in [
+        ('t', Reach::ThisAgent, r#"{"this_agent":true}"#),
+        ('s', Reach::Session, r#"{"session":true}"#),
+        ('h', Reach::ForAnHour, r#"{"for_secs":3600}"#),
+        ('w', Reach::UntilRemoved, "{}"),
+    ] {
+        let mut model = Model::new(queue_of(&open, &[]));
+        press(&mut model, &[Key::Down, Key::Down, Key::Char('A')]);
+        // A reach key stays on the confirmation; nothing is sent before `y`.
+        assert_eq!(model.input(Input::Key(Key::Char(key))), None);
+        assert_eq!(
+            model.mode,
+            Mode::Confirm(Decision::AllowKind { id: 3, reach })
+        );
+        let Some(Command::Send(decision)) = model.input(Input::Key(Key::Char('y'))) else {
+            panic!("y sends");
+        };
+        let gate::control::Request::Approve { scope: sent, .. } = request_for(&decision) else {
+            panic!("an approval");
+        };
+        let expected: gate::grants::GrantScope = serde_json::from_str(scope).unwrap();
+        assert_eq!(sent, expected, "{key}");
+    }
+    // Any other key still goes back, sending nothing.
+    let mut model = Model::new(queue_of(&open, &[]));
+    press(
+        &mut model,
+        &[Key::Down, Key::Down, Key::Char('A'), Key::Char('x')],
+    );
+    assert_eq!(model.mode, Mode::Browse);
 }
 
 #[test]

@@ -75,12 +75,12 @@ pub fn request_for(decision: &Decision) -> Request {
             reason: reason.clone(),
             cascade: false,
         },
-        Decision::AllowKind { id } => Request::Approve {
+        Decision::AllowKind { id, reach } => Request::Approve {
             ids: vec![*id],
             all_of_kind: true,
             full_seen: false,
             stale_seen: false,
-            scope: Default::default(),
+            scope: reach.scope(),
             edited: None,
         },
     }

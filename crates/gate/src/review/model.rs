@@ -63,11 +63,62 @@ pub enum Decision {
         reason: Option<String>,
     },
     /// Enable an auto-approval rule for the kind of this action (it applies this action
-    /// and every later one of its kind the server marks safe to repeat).
+    /// and every later one of its kind the server marks safe to repeat), as far as `reach`.
     AllowKind {
         /// The ledger id whose kind is allowed.
         id: u64,
+        /// How far the rule reaches (chosen on the confirmation).
+        reach: Reach,
     },
+}
+
+/// How far a rule enabled from the screen reaches ([`crate::grants::GrantScope`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reach {
+    /// Every agent's calls, until removed (`w`).
+    #[default]
+    UntilRemoved,
+    /// The calls of the agent that staged the action, until removed (`t`).
+    ThisAgent,
+    /// That agent's calls while its session that staged the action lasts (`s`).
+    Session,
+    /// Every agent's calls, for one hour (`h`).
+    ForAnHour,
+}
+
+impl Reach {
+    /// The reach a key on the confirmation chooses, if it chooses one.
+    pub fn of_key(key: Key) -> Option<Self> {
+        match key {
+            Key::Char('w') => Some(Self::UntilRemoved),
+            Key::Char('t') => Some(Self::ThisAgent),
+            Key::Char('s') => Some(Self::Session),
+            Key::Char('h') => Some(Self::ForAnHour),
+            _ => None,
+        }
+    }
+
+    /// In words, for the confirmation.
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::UntilRemoved => "every agent's calls, until you remove it",
+            Self::ThisAgent => "only the calls of the agent that staged it, until you remove it",
+            Self::Session => {
+                "only that agent's calls, while its session that staged it lasts (at most 12 hours)"
+            }
+            Self::ForAnHour => "every agent's calls, for one hour",
+        }
+    }
+
+    /// The scope the person's socket receives.
+    pub fn scope(self) -> crate::grants::GrantScope {
+        crate::grants::GrantScope {
+            this_agent: self == Self::ThisAgent,
+            session: self == Self::Session,
+            for_secs: (self == Self::ForAnHour).then_some(3600),
+            ..Default::default()
+        }
+    }
 }
 
 /// What the terminal loop must do after an input.
@@ -320,7 +371,7 @@ impl Model {
             Mode::Browse => Vec::new(),
             Mode::Reason { ids, .. } => ids.clone(),
             Mode::Confirm(Decision::Approve { ids } | Decision::Reject { ids, .. }) => ids.clone(),
-            Mode::Confirm(Decision::AllowKind { id }) => vec![*id],
+            Mode::Confirm(Decision::AllowKind { id, .. }) => vec![*id],
         };
         let gone = asked.iter().filter(|id| !present.contains(id)).count();
         if gone > 0 {
@@ -442,7 +493,10 @@ impl Model {
             Key::Char('A') => {
                 if let Some(row) = self.current() {
                     if row.revoke.is_some() {
-                        self.mode = Mode::Confirm(Decision::AllowKind { id: row.id });
+                        self.mode = Mode::Confirm(Decision::AllowKind {
+                            id: row.id,
+                            reach: Reach::default(),
+                        });
                     } else {
                         self.status = vec![format!(
                             "#{}: its kind cannot be allowed as a whole (its server does not mark it safe to repeat, or it depends on a rejected action); decide it on its own.",
@@ -485,8 +539,15 @@ impl Model {
     }
 
     fn confirm(&mut self, key: Key, decision: Decision) -> Option<Command> {
-        match key {
-            Key::Char('y') => Some(Command::Send(decision)),
+        match (key, decision) {
+            (Key::Char('y'), decision) => Some(Command::Send(decision)),
+            // Allowing a kind: a key that chooses how far the rule reaches stays on the
+            // confirmation, showing the new reach; only `y` sends it.
+            (key, Decision::AllowKind { id, .. }) if Reach::of_key(key).is_some() => {
+                let reach = Reach::of_key(key).unwrap_or_default();
+                self.mode = Mode::Confirm(Decision::AllowKind { id, reach });
+                None
+            }
             _ => {
                 self.status = vec!["Not sent: nothing was decided.".to_owned()];
                 None
@@ -509,7 +570,7 @@ impl Model {
                     self.decided_here.insert(*id);
                 }
             }
-            Decision::AllowKind { id } => {
+            Decision::AllowKind { id, .. } => {
                 self.decided_here.insert(*id);
                 if ok && let Some(row) = self.row(*id) {
                     self.rule = Some(RuleNotice {

@@ -280,6 +280,17 @@ fn footer(model: &Model, width: usize) -> Vec<TextLine<'static>> {
                 })
                 .collect()
         }
+        Mode::Confirm(Decision::AllowKind { .. }) => packed(
+            &[
+                "y sends",
+                "t this agent",
+                "s its session",
+                "h one hour",
+                "w until removed",
+                "any other key goes back, sending nothing",
+            ],
+            width,
+        ),
         Mode::Confirm(_) => packed(
             &["y sends", "any other key goes back, sending nothing"],
             width,
@@ -385,7 +396,7 @@ fn draw_confirm(model: &Model, decision: &Decision, frame: &mut Frame, area: Rec
             }));
             ids.clone()
         }
-        Decision::AllowKind { id } => {
+        Decision::AllowKind { id, reach } => {
             if let Some(row) = model.row(*id) {
                 let pending = model
                     .rows
@@ -403,6 +414,10 @@ fn draw_confirm(model: &Model, decision: &Decision, frame: &mut Frame, area: Rec
                 lines.push(TextLine::from(format!(
                     "starting with #{id} and the {pending} of this kind waiting now. To take it back later: {}",
                     safe(row.revoke.as_deref().unwrap_or_default())
+                )));
+                lines.push(TextLine::from(format!(
+                    "It reaches {} (t this agent, s its session, h one hour, w until removed).",
+                    reach.words()
                 )));
             }
             Vec::new()
@@ -426,9 +441,12 @@ fn draw_confirm(model: &Model, decision: &Decision, frame: &mut Frame, area: Rec
         )));
     }
     lines.push(TextLine::from(""));
-    lines.push(TextLine::from(
-        "Press y to send this; any other key goes back and sends nothing.",
-    ));
+    lines.push(TextLine::from(match decision {
+        Decision::AllowKind { .. } => {
+            "Press y to send this; t, s, h or w change how far it reaches; any other key goes back and sends nothing."
+        }
+        _ => "Press y to send this; any other key goes back and sends nothing.",
+    }));
     let height = (lines.len() as u16 + 2).min(area.height);
     let width = area.width.saturating_sub(4);
     let popup = Rect {

@@ -337,7 +337,7 @@ pub async fn test_rule(
         }
         None if !tests.is_empty() => part(
             false,
-            "its arguments are still kept by its server's store (they are not: the rule's argument tests cannot pass)".to_owned(),
+            "its arguments can be read (its server's store no longer keeps this call, so no argument test can pass)".to_owned(),
         ),
         None => {}
     }
@@ -346,9 +346,11 @@ pub async fn test_rule(
         "its server marked this call safe to apply without asking".to_owned(),
     );
     lines.push(if applies {
-        format!("A rule like this applies {ledger}'s calls without asking.")
+        format!(
+            "A rule like this would apply {ledger} without asking (once no earlier call of its server waits for a person)."
+        )
     } else {
-        format!("A rule like this does not apply {ledger}'s calls: each \"no\" above says why.")
+        format!("A rule like this would not apply {ledger}: each \"no\" above says why.")
     });
     Ok(lines.join("\n"))
 }

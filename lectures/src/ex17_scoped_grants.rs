@@ -5,7 +5,7 @@
 //! server in this process (two tools: `tag_note`, safe to repeat, and `write_note`),
 //! reached with the gate's own driver on the vetted tier:
 //!
-//! - a rule scoped to one agent and one hour (`gate approve --all-of-kind --this-agent
+//! - a rule scoped to one agent and one hour (`gate rules add notes__tag_note --agent coder
 //!   --for 1h`): the other agent's call waits, and two hours later so does this one's;
 //! - a rule narrowed by an argument (`gate rules add notes__tag_note --under
 //!   path=/notes/team`): a path inside is applied, one beside it or escaping it with `..`
@@ -174,7 +174,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     };
     writeln!(
         cx,
-        "  person: gate approve ID --all-of-kind --this-agent --for 1h (on a call of coder's)"
+        "  person: gate rules add notes__tag_note --agent coder --for 1h"
     )?;
     desk.overseer
         .enable_scoped_rule("notes", kind.clone(), "alice", scope)?;

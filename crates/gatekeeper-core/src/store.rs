@@ -861,6 +861,20 @@ impl Records {
     }
 }
 
+/// Refuse arguments that are not a JSON object: a store keeps only objects (a stage
+/// refuses others before they reach one). Each backend's [`ActionStorage::amend_pending`]
+/// says it with this one message.
+pub fn object_arguments(args: &Value) -> Result<(), StorageError> {
+    if args.is_object() {
+        Ok(())
+    } else {
+        Err(StorageError(
+            "the call's arguments are not a JSON object, and a store keeps only objects; send the arguments as an object"
+                .to_owned(),
+        ))
+    }
+}
+
 /// The in-memory backend. Clones share the same records, so a test can open a second
 /// store over them, as a restarted process would over a database.
 #[derive(Debug, Clone, Default)]
@@ -1018,6 +1032,7 @@ impl ActionStorage for MemoryActionStorage {
         id: DriverActionId,
         args: Arc<Value>,
     ) -> Result<bool, StorageError> {
+        object_arguments(&args)?;
         let mut records = self.lock();
         match records.rows.get_mut(&id) {
             Some(record) if record.state == ActionState::Pending => {
@@ -1402,6 +1417,56 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test]
+    async fn the_memory_backend_edits_only_a_pending_call_and_only_to_an_object() {
+        let storage = MemoryActionStorage::new();
+        let stage = |n: u64| {
+            storage.insert_pending(
+                Arc::from("t"),
+                None,
+                Arc::new(json!({"n": n})),
+                Timestamp(0),
+                10,
+            )
+        };
+        let pending = stage(1).await.unwrap().unwrap();
+        let rejected = stage(2).await.unwrap().unwrap();
+        let mut closed = storage.get(rejected).await.unwrap().unwrap();
+        closed.state = ActionState::Rejected;
+        assert!(
+            storage
+                .compare_and_set(StateTag::Pending, &closed)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !storage
+                .amend_pending(rejected, Arc::new(json!({"n": 9})))
+                .await
+                .unwrap()
+        );
+        assert!(
+            storage
+                .amend_pending(pending, Arc::new(json!([1])))
+                .await
+                .is_err()
+        );
+        assert!(
+            storage
+                .amend_pending(pending, Arc::new(json!({"n": 3})))
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            *storage.get(pending).await.unwrap().unwrap().args,
+            json!({"n": 3})
+        );
+        assert_eq!(
+            *storage.get(rejected).await.unwrap().unwrap().args,
+            json!({"n": 2})
+        );
+    }
 
     fn record(state: ActionState) -> ActionRecord {
         ActionRecord {

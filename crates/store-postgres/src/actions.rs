@@ -373,13 +373,7 @@ impl ActionStorage for PostgresActionStorage {
         id: DriverActionId,
         args: Arc<Value>,
     ) -> Result<bool, StorageError> {
-        if !args.is_object() {
-            return Err(StorageError(
-                "the call's arguments are not a JSON object, and a store keeps only objects; \
-                 send the arguments as an object"
-                    .into(),
-            ));
-        }
+        gatekeeper_core::store::object_arguments(&args)?;
         let gatekeeper = self.gatekeeper.to_string();
         let id = i64_of(id.0);
         let args = serde_json::to_string(&*args).map_err(|e| StorageError(e.to_string()))?;

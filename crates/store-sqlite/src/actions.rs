@@ -874,13 +874,7 @@ impl ActionStorage for SqliteActionStorage {
         // What a stage refuses, an edit refuses: arguments that could not be read back
         // (or that are not an object, which the table's CHECK refuses too).
         crate::json::readable(&args_json, "the call's arguments").map_err(port)?;
-        if !args.is_object() {
-            return Err(StorageError(NOT_AN_OBJECT.into()));
-        }
+        gatekeeper_core::store::object_arguments(&args)?;
         self.amend(id, args, &args_json).map_err(port)
     }
 }
-
-/// Why arguments that are not a JSON object are refused.
-pub(crate) const NOT_AN_OBJECT: &str = "the call's arguments are not a JSON object, and a store keeps only objects; \
-     send the arguments as an object";

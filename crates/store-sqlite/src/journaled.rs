@@ -101,7 +101,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{error, info};
 
-use crate::actions::{NOT_AN_OBJECT, SqliteActionStorage, is_interruption};
+use crate::actions::{SqliteActionStorage, is_interruption};
 use crate::db::{Database, Durability, Steps, sidecar};
 use crate::error::StoreError;
 use crate::fold::fold;
@@ -1126,9 +1126,7 @@ impl ActionStorage for HotActions {
         max_open: usize,
     ) -> Result<Option<DriverActionId>, StorageError> {
         // What the file would refuse is refused here, before anything changes.
-        if !args.is_object() {
-            return Err(StorageError(NOT_AN_OBJECT.into()));
-        }
+        gatekeeper_core::store::object_arguments(&args)?;
         crate::json::readable_value(&args, "the call's arguments").map_err(port)?;
         let _order = self.lock();
         let staged =
@@ -1209,9 +1207,7 @@ impl ActionStorage for HotActions {
         args: Arc<Value>,
     ) -> Result<bool, StorageError> {
         // What the file would refuse is refused here, before anything changes.
-        if !args.is_object() {
-            return Err(StorageError(NOT_AN_OBJECT.into()));
-        }
+        gatekeeper_core::store::object_arguments(&args)?;
         crate::json::readable_value(&args, "the call's arguments").map_err(port)?;
         let seq = {
             let _order = self.lock();

@@ -7,7 +7,7 @@
 //!   downstream over stdio, as `gate init` configures one), with the same client. The
 //!   summary gives the ratio and the microseconds the gate adds to a call.
 //! - `staged_write`: one `write_note` staged and answered to the agent, on the daemon's
-//!   SQLite file behind its redo journal.
+//!   SQLite file.
 //! - `staging_16_agents`: 16 agents, each with its own session and token, staging at
 //!   once: one iteration is a round of 48 actions (3 from each agent), and criterion's
 //!   throughput line reads actions per second.
@@ -15,10 +15,11 @@
 //! The action store keeps at most 50 calls open per server, so writes are staged in
 //! rounds of 48 and the person's socket rejects each round outside the measurement.
 //!
-//! The store's writes are counted from outside the daemon's process, as records in its
-//! redo journal (`<database>-redo`: the daemon owns its SQLite file and makes each write
-//! durable as one record there; a submission's and a claim's are synced before they
-//! return); counts are taken on separate rounds of 48 writes, not during the timed ones.
+//! The store's commits and syncs are counted by the daemon's store and asked on the
+//! person's socket (`StoreCounts`), and the daemon's processor time is read from
+//! `/proc/PID/stat`; counts are taken on separate rounds (192 reads, 48 writes), not
+//! during the timed ones, and printed beside a raw 4 KiB write + `fdatasync` on the
+//! same disk.
 //!
 //! The idle memory (`VmRSS` in `/proc/PID/status`) of a fresh daemon with two downstream
 //! fixture servers connected, the servers' own processes not counted, is printed with the
@@ -41,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use gate::control::{Request, request};
-use gate::paths::{DATABASE_FILE, socket_in};
+use gate::paths::socket_in;
 use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::Peer;
@@ -232,61 +233,95 @@ where
     out.into_iter().map(|(_, o)| o).collect()
 }
 
-/// Records in the daemon's redo journal (`<database>-redo`, see store-sqlite's
-/// `journal.rs`), read from outside: frames of `len: u32 LE`, `seq: u64 LE`, `crc: u32 LE`
-/// and the payload, numbered in one sequence across the journal's restarts. Every write
-/// of the store is one record; submissions and claims are synced before they return.
-struct RecordCounter {
-    journal: PathBuf,
+/// The daemon's store counted from outside its process: the commits and syncs of its
+/// SQLite file (asked on the person's socket, `StoreCounts`) and the processor time the
+/// daemon's process spent (`/proc/PID/stat`, user and system, its servers not counted).
+struct StoreCounter {
+    socket: PathBuf,
+    pid: u32,
 }
 
-impl RecordCounter {
-    fn open(data: &Path) -> Self {
-        let mut journal = data.join(DATABASE_FILE).into_os_string();
-        journal.push("-redo");
+/// What a stretch of work cost the daemon.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cost {
+    commits: u64,
+    syncs: u64,
+    cpu: Duration,
+}
+
+impl StoreCounter {
+    fn open(daemon: &Daemon) -> Self {
         Self {
-            journal: journal.into(),
+            socket: socket_in(&daemon.data()),
+            pid: daemon.child.id(),
         }
     }
 
-    /// The number of the last record written to the journal (0 if none).
-    fn last(&self) -> u64 {
-        let journal = std::fs::read(&self.journal).expect("the redo journal reads");
-        let (mut at, mut last) = (0, None::<u64>);
-        while at + 16 <= journal.len() {
-            let len = u32::from_le_bytes(journal[at..at + 4].try_into().expect("4 bytes")) as usize;
-            let seq = u64::from_le_bytes(journal[at + 4..at + 12].try_into().expect("8 bytes"));
-            let crc = u32::from_le_bytes(journal[at + 12..at + 16].try_into().expect("4 bytes"));
-            let Some(payload) = journal.get(at + 16..at + 16 + len).filter(|_| len > 0) else {
-                break;
-            };
-            let mut hasher = crc32fast::Hasher::new();
-            hasher.update(&seq.to_le_bytes());
-            hasher.update(payload);
-            if hasher.finalize() != crc || last.is_some_and(|last| seq != last + 1) {
-                break;
-            }
-            last = Some(seq);
-            at += 16 + len;
+    fn now(&self) -> Cost {
+        let response = request(&self.socket, &Request::StoreCounts).expect("the socket answers");
+        assert!(response.ok, "{}", response.text);
+        let counts: Value = serde_json::from_str(&response.text).expect("counts as JSON");
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .expect("/proc/PID/stat is readable");
+        // Fields after the command's closing parenthesis: utime and stime are the 12th
+        // and 13th, in clock ticks (100 per second on Linux).
+        let fields: Vec<&str> = stat[stat.rfind(')').expect("a command") + 2..]
+            .split_whitespace()
+            .collect();
+        let ticks: u64 =
+            fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+        Cost {
+            commits: counts["commits"].as_u64().expect("commits"),
+            syncs: counts["syncs"].as_u64().expect("syncs"),
+            cpu: Duration::from_millis(ticks * 10),
         }
-        last.unwrap_or(0)
     }
 
-    /// Records written while `work` ran (and until the daemon wrote what it deferred).
-    fn during(&self, work: impl FnOnce()) -> u64 {
-        let before = self.last();
+    /// What `work` cost (and what the daemon committed of it within a moment after).
+    fn during(&self, work: impl FnOnce()) -> Cost {
+        let before = self.now();
         work();
         std::thread::sleep(Duration::from_millis(200));
-        self.last() - before
+        let after = self.now();
+        Cost {
+            commits: after.commits - before.commits,
+            syncs: after.syncs - before.syncs,
+            cpu: after.cpu - before.cpu,
+        }
     }
+}
+
+/// A raw 4 KiB write and `fdatasync` of a file in `dir`, timed alone: the floor a synced
+/// write stands on, measured beside the gate's.
+fn raw_fsync_micros(dir: &Path, times: u32) -> f64 {
+    use std::os::unix::fs::FileExt as _;
+    let path = dir.join("raw-fsync");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("a scratch file");
+    let page = [7u8; 4096];
+    let start = Instant::now();
+    for n in 0..times {
+        file.write_all_at(&page, u64::from(n % 64) * 4096)
+            .expect("a write");
+        file.sync_data().expect("a sync");
+    }
+    let micros = start.elapsed().as_secs_f64() * 1e6 / f64::from(times);
+    let _ = std::fs::remove_file(path);
+    micros
 }
 
 /// Figures that are not timings, for the summary.
 #[derive(Default)]
 struct Counts {
-    reads: Option<(u64, u64)>,
-    writes: Option<(u64, u64)>,
-    concurrent: Option<(u64, u64)>,
+    reads: Option<(Cost, u64)>,
+    writes: Option<(Cost, u64)>,
+    concurrent: Option<(Cost, u64)>,
+    raw_fsync_micros: Option<f64>,
     idle_rss_kib: Option<u64>,
 }
 
@@ -370,16 +405,17 @@ fn main() {
     });
     group.finish();
 
-    // Journal records, on rounds of their own.
-    let counter = RecordCounter::open(&daemon.data());
+    // What each kind of call cost the store and the daemon's processor, on rounds of
+    // their own; and the raw sync beside them.
+    let counter = StoreCounter::open(&daemon);
     let reads = counter.during(|| {
         rt.block_on(async {
-            for _ in 0..ROUND {
+            for _ in 0..ROUND * 4 {
                 call(&gated, "fixture0__read_notes", json!({})).await;
             }
         });
     });
-    counts.reads = Some((reads, ROUND as u64));
+    counts.reads = Some((reads, ROUND as u64 * 4));
     let mut ids = Vec::new();
     let writes = counter.during(|| {
         ids = rt.block_on(stage_concurrently(std::slice::from_ref(&gated), ROUND));
@@ -392,6 +428,7 @@ fn main() {
     counts.concurrent = Some((concurrent, ROUND as u64));
     daemon.reject(ids);
     drop(counter);
+    counts.raw_fsync_micros = Some(raw_fsync_micros(&daemon.data(), 200));
     assert_eq!(daemon.deliveries(), 0, "a staged write reached the server");
     rt.block_on(async {
         let _ = gated.cancel().await;
@@ -424,19 +461,28 @@ fn summary(counts: &Counts) {
             gated - direct
         );
     }
-    if let Some((records, reads)) = counts.reads {
+    if let Some((cost, reads)) = counts.reads {
         println!(
-            "  read through the gate: {records} journal records for {reads} reads ({:.2} per read)",
-            records as f64 / reads as f64
+            "  read through the gate: {} commits and {} syncs for {reads} reads ({:.2} syncs per read); daemon's processor time {:.0} µs per read",
+            cost.commits,
+            cost.syncs,
+            cost.syncs as f64 / reads as f64,
+            cost.cpu.as_secs_f64() * 1e6 / reads as f64
         );
     }
     if let Some(write) = mean_micros("staged_write") {
         println!("  staged write, answered: {write:.1} µs");
     }
-    if let Some((records, writes)) = counts.writes {
+    if let Some(raw) = counts.raw_fsync_micros {
+        println!("  raw 4 KiB write + fdatasync, same disk: {raw:.1} µs");
+    }
+    if let Some((cost, writes)) = counts.writes {
         println!(
-            "  staged write: {records} journal records for {writes} writes ({:.2} per write)",
-            records as f64 / writes as f64
+            "  staged write: {} commits and {} syncs for {writes} writes ({:.2} syncs per write); daemon's processor time {:.0} µs per write",
+            cost.commits,
+            cost.syncs,
+            cost.syncs as f64 / writes as f64,
+            cost.cpu.as_secs_f64() * 1e6 / writes as f64
         );
     }
     if let Some(per_action) = mean_micros("staging_16_agents") {
@@ -445,10 +491,12 @@ fn summary(counts: &Counts) {
             1e6 / per_action
         );
     }
-    if let Some((records, actions)) = counts.concurrent {
+    if let Some((cost, actions)) = counts.concurrent {
         println!(
-            "  {AGENTS} agents staging at once: {records} journal records for {actions} actions ({:.2} per action)",
-            records as f64 / actions as f64
+            "  {AGENTS} agents staging at once: {} commits and {} syncs for {actions} actions ({:.2} syncs per action)",
+            cost.commits,
+            cost.syncs,
+            cost.syncs as f64 / actions as f64
         );
     }
     if let Some(rss) = counts.idle_rss_kib {

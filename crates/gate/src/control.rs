@@ -164,6 +164,9 @@ pub enum Request {
         /// Ledger id.
         id: u64,
     },
+    /// How many commits and syncs the daemon's SQLite store made since it opened, as
+    /// JSON `{"commits": N, "syncs": N}`: what the benchmarks count a write's cost in.
+    StoreCounts,
 }
 
 /// The daemon's answer.
@@ -669,6 +672,15 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                 }
             }
         }
+        Request::StoreCounts => match gateway.store_counts() {
+            Some((commits, syncs)) => {
+                lines.push(serde_json::json!({"commits": commits, "syncs": syncs}).to_string())
+            }
+            None => {
+                ok = false;
+                lines.push("this daemon's store is the team's PostgreSQL database, which counts no commits or syncs of its own here".to_owned());
+            }
+        },
         Request::Queue => match crate::queue::snapshot(gateway).await {
             Ok(queue) => lines.push(serde_json::to_string(&queue).expect("a queue serialises")),
             Err(error) => {

@@ -30,7 +30,7 @@ use crate::paths::{CATALOGS_DIR, DATABASE_FILE, PENDING_DIR, WORKSPACES_DIR, soc
 /// The store behind every port: one machine's SQLite file, or a team's PostgreSQL.
 #[derive(Clone)]
 enum Store {
-    Sqlite(store_sqlite::Journaled),
+    Sqlite(store_sqlite::Database),
     Postgres(store_postgres::Database),
 }
 
@@ -49,7 +49,7 @@ impl Store {
                     .map(Store::Postgres)
                     .map_err(|e| StartError(format!("could not open the team's database: {e}")))
             }
-            None => store_sqlite::Journaled::open(data_dir.join(DATABASE_FILE))
+            None => store_sqlite::Database::open(data_dir.join(DATABASE_FILE))
                 .map(Store::Sqlite)
                 .map_err(|e| {
                     StartError(format!(
@@ -115,6 +115,8 @@ pub struct Daemon {
     sweep: Option<Duration>,
     /// What the agents' endpoint allows.
     limits: http::HttpLimits,
+    /// The data directory's lock, held while the daemon lives.
+    _lock: std::fs::File,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -311,6 +313,48 @@ fn offered(server: &ServerConfig, mcp: &McpServer) -> String {
     text
 }
 
+/// The file whose lock marks a data directory as in use by a running daemon.
+const LOCK_FILE: &str = "gate.lock";
+
+/// Lock `data_dir` for this daemon (an advisory lock on its `gate.lock`, holding this
+/// process's id), or say which daemon holds it.
+fn hold_data_dir(data_dir: &Path) -> Result<std::fs::File, StartError> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let path = data_dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| StartError(format!("could not open {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(StartError(format!(
+                "another gate serve (process {}) runs on the data directory {}; stop it first, or give this one another --data-dir",
+                if holder.is_empty() { "unknown" } else { holder },
+                data_dir.display()
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(StartError(format!(
+                "could not lock {}: {e}",
+                path.display()
+            )));
+        }
+    }
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| write!(file, "{}", std::process::id()));
+    written.map_err(|e| StartError(format!("could not write {}: {e}", path.display())))?;
+    Ok(file)
+}
+
 impl Daemon {
     /// Open the store (the configuration's `db`, or the SQLite file in `data_dir`), start
     /// every downstream server, build every agent's view, and bind the agents' address
@@ -324,6 +368,9 @@ impl Daemon {
         for warning in unset {
             warn!("{warning}");
         }
+        // One daemon per data directory: a second is refused before it opens anything,
+        // with the running one's process id. The lock goes with the process.
+        let lock = hold_data_dir(data_dir)?;
         let database = Store::open(config.db.as_deref(), data_dir).await?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let ledger = database.ledger();
@@ -550,6 +597,7 @@ impl Daemon {
             access,
             sweep,
             limits: config.http.clone(),
+            _lock: lock,
         })
     }
 
@@ -584,7 +632,10 @@ impl Daemon {
             access,
             sweep,
             limits,
+            _lock: lock,
         } = self;
+        // Held until the daemon has stopped serving (dropped at the end of this function).
+        let _lock = lock;
         let person = tokio::spawn(control::serve(control, gateway.clone(), access));
         let sweeper = sweep.map(|every| {
             let gateway = gateway.clone();

@@ -423,9 +423,9 @@ pub struct Gateway {
     next_call: std::sync::atomic::AtomicU64,
     /// Each server's budget of log messages.
     limiters: dashmap::DashMap<String, Limiter>,
-    /// The SQLite database behind the kernel (this daemon's alone, behind its journal),
-    /// whose file is read page by page for the person's `gate ledger`.
-    database: Option<store_sqlite::Journaled>,
+    /// The SQLite database behind the kernel, whose file is read page by page for the
+    /// person's `gate ledger`.
+    database: Option<store_sqlite::Database>,
     /// The gateway's time (lifts of lockdown, expiry).
     clock: Arc<dyn Clock>,
     /// Told of every newly staged action, to tell the person.
@@ -750,7 +750,7 @@ impl Gateway {
     }
 
     /// Read the ledger for the person from this database's file.
-    pub fn with_database(mut self, database: store_sqlite::Journaled) -> Self {
+    pub fn with_database(mut self, database: store_sqlite::Database) -> Self {
         self.database = Some(database);
         self
     }
@@ -762,14 +762,19 @@ impl Gateway {
     }
 
     /// The ledger's SQLite file, if it has one, once every write so far is committed to
-    /// it (the store writes the file behind its journal, a moment after each write), so
-    /// a reader of the file sees what the kernel knows.
+    /// it (the store commits an unsynced write within a moment), so a reader of the file
+    /// sees what the kernel knows.
     pub fn ledger_file(&self) -> Result<Option<&Path>, String> {
         let Some(database) = &self.database else {
             return Ok(None);
         };
         database.flush().map_err(|e| e.to_string())?;
-        Ok(Some(database.path()))
+        Ok(database.path())
+    }
+
+    /// The commits and syncs of the daemon's SQLite store so far, if it has one.
+    pub fn store_counts(&self) -> Option<(u64, u64)> {
+        self.database.as_ref().map(|db| (db.commits(), db.syncs()))
     }
 
     /// The gateway's clock.

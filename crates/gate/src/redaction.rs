@@ -172,7 +172,7 @@ impl View {
             Request::Show { reveal: true, .. } => Self::Revealed,
             Request::Ledger { query } if query.reveal => Self::Revealed,
             Request::Ledger { query } if query.json => Self::Structured,
-            Request::Queue => Self::Structured,
+            Request::Queue | Request::StoreCounts => Self::Structured,
             _ => Self::Redacted,
         }
     }

@@ -820,6 +820,34 @@ tools = ["write_note"]
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_second_daemon_on_the_same_data_directory_is_refused_naming_the_running_one() {
+    let gate = Gate::start("second-daemon");
+    let config = std::fs::read_to_string(&gate.config).expect("config");
+    let own_port = gate.url.replace("http://", "").replace("/mcp", "");
+    let other = gate.dir.join("other.toml");
+    std::fs::write(&other, config.replace(&own_port, "127.0.0.1:0")).expect("written");
+    let out = Command::new(env!("CARGO_BIN_EXE_gate"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&other)
+        .arg("--data-dir")
+        .arg(gate.dir.join("data"))
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("runs");
+    assert!(!out.status.success(), "a second daemon started");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("another gate serve (process {})", gate.child.id())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("stop it first"), "{stderr}");
+    // The running daemon goes on answering.
+    let coder = gate.agent(CODER_TOKEN).await;
+    let _ = call(&coder, "fixture__read_notes", json!({})).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn sigterm_stops_the_daemon_with_an_agent_connected_and_removes_the_socket() {
     let mut gate = Gate::start("sigterm");
     let coder = gate.agent(CODER_TOKEN).await;

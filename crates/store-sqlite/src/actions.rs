@@ -71,20 +71,6 @@ impl SqliteActionStorage {
         }
     }
 
-    /// The highest id this store has handed out, as staging computes it (the next stage
-    /// gets the one above). From what the connection knows, so only on a connection that
-    /// may trust it: behind a redo journal (see `known.rs`).
-    pub(crate) fn last_id(&self) -> Result<u64, StoreError> {
-        self.db.shared().read_conn(|conn| {
-            debug_assert!(
-                conn.trusted(),
-                "counts are read from what the connection knows"
-            );
-            let last = counts(conn, &self.gatekeeper)?.last_id;
-            Ok(last.max(conn.floor(&self.gatekeeper)))
-        })
-    }
-
     fn staged(&self) -> MutexGuard<'_, Staged> {
         // The cache holds only immutable facts; a poisoned lock still guards valid entries.
         self.staged.lock().unwrap_or_else(|p| p.into_inner())
@@ -516,8 +502,7 @@ impl SqliteActionStorage {
     /// [`ActionStorage::insert_pending`] does, with the same cap and id, but with its row
     /// written as the record stands: a pending record is a plain stage, and a record in
     /// another state is one staged and then moved to that state in the same transaction.
-    /// A redo journal's applier stages so when a call's later moves fell in the same batch
-    /// as its stage (`fold.rs`); the row is then written once.
+    /// An older daemon's redo journal is replayed so (`upgrade.rs`).
     pub(crate) fn stage(
         &self,
         record: ActionRecord,
@@ -598,30 +583,11 @@ impl SqliteActionStorage {
         Ok(Some(id))
     }
 
-    /// Hand out the id that [`SqliteActionStorage::stage`] would give a call under the cap
-    /// `max_open`, without writing its row. A redo journal's applier does so for a call
-    /// that its batch both stages and prunes (`fold.rs`): the row would be deleted in the
-    /// same transaction that inserted it, and the prune records the id as handed out
-    /// ([`SqliteActionStorage::delete_final`]'s `newest`).
-    pub(crate) fn pass(&self, max_open: usize) -> Result<Option<DriverActionId>, StoreError> {
-        self.db
-            .shared()
-            .write(Durability::Deferred, Steps::One, |conn| {
-                let id = self.next_id(conn, max_open)?;
-                if let Some(id) = id {
-                    conn.known.actions_of(&self.gatekeeper).passed(id);
-                }
-                Ok(id.map(DriverActionId))
-            })
-    }
-
     /// Delete the settled records `ids`, as a prune that chose them did, recording
     /// `newest` (at least the highest of `ids`) as handed out first, as
     /// [`ActionStorage::prune_final`] does. Returns how many were deleted: a record that is
-    /// missing or not settled is left alone and not counted. A redo journal's applier
-    /// deletes so the records its copy in memory pruned: the same records, wherever the
-    /// batch's other moves were merged, less those whose stage the batch passed over
-    /// (`fold.rs`), which `newest` still covers.
+    /// missing or not settled is left alone and not counted. An older daemon's redo
+    /// journal records its prunes so (`upgrade.rs`).
     pub(crate) fn delete_final(
         &self,
         ids: &[DriverActionId],

@@ -169,8 +169,8 @@ pub(crate) struct Conn {
     coalesce: bool,
     /// In memory: no other connection exists.
     in_memory: bool,
-    /// Behind a redo journal (`journaled.rs`): every write is deferred, and only the
-    /// journal's applier commits, together with the journal position it reached.
+    /// Bringing in an older daemon's redo journal (`upgrade.rs`): every write is deferred,
+    /// and only the replay's flush commits, together with the journal position it reached.
     behind: bool,
     /// What this connection already knows of the database (see `known.rs`).
     pub(crate) known: Known,
@@ -186,8 +186,8 @@ impl Conn {
         }
     }
 
-    /// Whether [`Conn::known`] may be trusted now: in memory, behind a redo journal (no
-    /// other connection writes the file: see `journaled.rs`), or on a file while this
+    /// Whether [`Conn::known`] may be trusted now: in memory, while a redo journal is
+    /// brought in (no other connection writes the file: see `upgrade.rs`), or on a file while this
     /// connection holds the write transaction (see `known.rs`).
     pub(crate) fn trusted(&self) -> bool {
         self.in_memory || self.behind || self.batch.is_some()
@@ -461,6 +461,25 @@ impl Syncer {
     }
 }
 
+/// Run `wait`, which blocks the calling thread until a sync (or another caller's commit)
+/// completes: the ports are called from async code but answer synchronously. On a worker
+/// of a multi-threaded tokio runtime (the daemon's) it runs inside
+/// [`tokio::task::block_in_place`], so the runtime hands the worker's other tasks to
+/// another thread meanwhile: otherwise a runtime with two workers would let at most two
+/// callers wait for a sync at a time, and sixteen agents could share a sync two at most
+/// (measured: 2,027 actions/s against 4,070 with it; docs/performance.md). Elsewhere (a
+/// current-thread runtime, a plain thread) it just runs.
+fn off_workers<T>(wait: impl FnOnce() -> T) -> T {
+    let on_workers = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+        runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+    });
+    if on_workers {
+        tokio::task::block_in_place(wait)
+    } else {
+        wait()
+    }
+}
+
 /// State shared by every adapter of one database, and by its flusher thread.
 pub(crate) struct Shared {
     conn: Mutex<Conn>,
@@ -608,13 +627,13 @@ impl Shared {
         let (value, ticket) = written?;
         match (durability, ticket) {
             // Outside the connection's mutex: others commit meanwhile, and share the sync.
-            (Durability::Now, Some(ticket)) => self.wait_durable(ticket, true)?,
+            (Durability::Now, Some(ticket)) => off_workers(|| self.wait_durable(ticket, true))?,
             // Joined an open transaction: returns once it is committed.
             (Durability::Lazy, Some(ticket @ Ticket::Batch(_))) => {
                 if let Some(syncer) = &self.syncer {
                     syncer.nudge();
                 }
-                self.wait_durable(ticket, false)?;
+                off_workers(|| self.wait_durable(ticket, false))?;
             }
             _ => {}
         }
@@ -927,7 +946,7 @@ impl Drop for Handle {
         let commit = {
             let mut conn = self.shared.lock();
             if conn.behind && conn.batch.is_some() {
-                // Only the journal's applier commits (with the journal position it
+                // Only the replay of a journal commits (with the journal position it
                 // reached); whatever it left uncommitted is still in the journal.
                 let _ = run(&conn.db, "ROLLBACK");
                 conn.batch = None;
@@ -995,19 +1014,21 @@ impl Database {
         Self::open_as(path.as_ref(), false)
     }
 
-    /// [`Database::open`] for a store behind a redo journal (`journaled.rs`): the same
-    /// checks and schema, but every write is deferred and nothing is committed except by
-    /// [`Database::commit_behind`] and [`Database::flush`]; no flusher thread, and the
-    /// ledger is not reconciled (the journal's replay comes first).
+    /// [`Database::open`] for bringing in an older daemon's redo journal (`upgrade.rs`):
+    /// the same checks and schema, but every write is deferred and nothing is committed
+    /// except by [`Database::flush`]; no flusher thread, and the ledger is not reconciled
+    /// (the journal's replay comes first).
     pub(crate) fn open_behind(path: &Path) -> Result<Self, StoreError> {
         Self::open_as(path, true)
     }
 
     fn open_as(path: &Path, behind: bool) -> Result<Self, StoreError> {
         let path = path.to_path_buf();
-        let journal = crate::journaled::journal_path(&path);
+        // A redo journal that an older daemon left (killed before it wrote the journal
+        // into the file) is brought in first (`upgrade.rs`).
+        let journal = crate::upgrade::journal_path(&path);
         if !behind && journal.exists() {
-            return Err(StoreError::HasJournal { path, journal });
+            crate::upgrade::bring_in(&path, &journal)?;
         }
         // Before SQLite touches anything: a directory, a device or a pipe is refused
         // here, so nothing (a journal, the session locks) is created next to it.
@@ -1243,15 +1264,6 @@ impl Database {
             Some(commit) => shared.wait_durable(Ticket::Commit(commit), true),
             None => Ok(()),
         }
-    }
-
-    /// Commit the open transaction without syncing it (behind a redo journal, the
-    /// applier's commit: see `journaled.rs`).
-    pub(crate) fn commit_behind(&self) -> Result<(), StoreError> {
-        let shared = self.shared();
-        let mut conn = shared.lock();
-        shared.commit(&mut conn).map_err(|e| shared.sorted(e))?;
-        Ok(())
     }
 
     /// How many times this handle has synced the write-ahead log (0 in memory). A durable

@@ -200,8 +200,9 @@ pub enum StoreError {
         /// Why the transaction was lost.
         detail: String,
     },
-    /// Another process has the database open, and this open needs it alone (a
-    /// [`crate::Journaled`] store), or it is open through its journal in another process.
+    /// Another process has the database open, and this open needs it alone: bringing in
+    /// a redo journal an older daemon left (`upgrade.rs`), which that daemon may still be
+    /// running on.
     #[error(
         "the database at {path} is in use by another process (another `gate serve` on the same data directory?); stop it first, or open another file"
     )]
@@ -209,27 +210,17 @@ pub enum StoreError {
         /// The database file.
         path: PathBuf,
     },
-    /// The database's redo journal could not be read, written or synced, or the file
-    /// could not keep up with it (see [`crate::Journaled`]). Whatever the journal held is
-    /// still in it.
+    /// A redo journal that an older daemon left beside the file could not be brought in
+    /// (read, replayed or removed). Nothing was changed: the journal and the file are as
+    /// they were.
     #[error(
-        "the redo journal {path} failed ({detail}); writes are refused from now on: check the disk, then open the database again, which brings what the journal holds into the file"
+        "the redo journal {path}, which an older gate left beside its database, could not be brought into it ({detail}); nothing was changed. Check the disk and open it again; keep the journal until it opens"
     )]
     Journal {
         /// The journal file.
         path: PathBuf,
         /// What went wrong.
         detail: String,
-    },
-    /// A shared open of a file whose redo journal may hold writes the file does not.
-    #[error(
-        "the database at {path} has a redo journal ({journal}) that may hold writes not yet in the file; open it once through its journal (for example, start `gate serve` on it and stop it), which brings them in and removes the journal"
-    )]
-    HasJournal {
-        /// The database file.
-        path: PathBuf,
-        /// The journal file.
-        journal: PathBuf,
     },
     /// An adapter's error met through its storage port, passed on as the adapter worded
     /// it (the words already say what to do).

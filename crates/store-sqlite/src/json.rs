@@ -10,7 +10,6 @@
 //! refused at staging, with a message that says why.
 
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::error::StoreError;
 
@@ -45,22 +44,6 @@ fn depth(text: &str) -> usize {
     deepest
 }
 
-/// How deeply `value` nests arrays and objects, counted without recursion (a value built
-/// in code may nest deeper than any stack).
-fn value_depth(value: &Value) -> usize {
-    let (mut deepest, mut pending) = (0, vec![(value, 0usize)]);
-    while let Some((value, above)) = pending.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match value {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(fields) => Box::new(fields.values()),
-            _ => continue,
-        };
-        deepest = deepest.max(above + 1);
-        pending.extend(children.map(|child| (child, above + 1)));
-    }
-    deepest
-}
-
 /// Whether no JSON in `bytes` can nest deeper than the limit: nesting never exceeds the
 /// number of opening brackets, which is quick to count (strings and all), and most values
 /// have far fewer than the limit.
@@ -86,11 +69,6 @@ pub(crate) fn readable(text: &str, what: &str) -> Result<(), StoreError> {
         return Ok(());
     }
     within_limit(depth(text), what)
-}
-
-/// [`readable`] for a value not yet encoded, its nesting counted on the value itself.
-pub(crate) fn readable_value(value: &Value, what: &str) -> Result<(), StoreError> {
-    within_limit(value_depth(value), what)
 }
 
 /// Read stored JSON back: the depth limit first, then serde_json.

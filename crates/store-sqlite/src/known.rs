@@ -11,8 +11,8 @@
 //! while that cannot have happened unnoticed:
 //!
 //! - in memory, always: no other connection can reach the database;
-//! - behind a redo journal, always: the file belongs to one process, whose applier is
-//!   its only writer (`journaled.rs`);
+//! - while an older daemon's redo journal is brought in: no other process has the file
+//!   open, and the replay is its only writer (`upgrade.rs`);
 //! - on a file, while this connection holds the write transaction: when the transaction
 //!   opened, `PRAGMA data_version` was compared with the value seen at the previous one,
 //!   and everything was forgotten if another connection had committed in between. Until
@@ -153,14 +153,6 @@ impl ActionsKnown {
             counts.last_id = counts.last_id.max(record.id.0);
         }
         self.remember(record);
-    }
-
-    /// The id `id` was handed out to a call whose row is never written (see
-    /// `SqliteActionStorage::pass`).
-    pub(crate) fn passed(&mut self, id: u64) {
-        if let Some(counts) = &mut self.counts {
-            counts.last_id = counts.last_id.max(id);
-        }
     }
 
     /// The row of `record.id` moved from `from` to `record.state`.

@@ -539,8 +539,9 @@ pub(crate) fn put_durability(entry: &LedgerEntry) -> Durability {
 }
 
 impl SqliteLedger {
-    /// [`LedgerStore::insert`] committed as `durability` says: synced (`Now`), or
-    /// committed and durable with the next sync (`Lazy`, an ordinary observation).
+    /// [`LedgerStore::insert`] written as `durability` says: synced (`Now`), or
+    /// deferred into the open transaction, to ride with the next commit (`Deferred`, an
+    /// ordinary observation).
     fn insert_as(
         &self,
         durability: Durability,
@@ -643,7 +644,9 @@ impl LedgerStore for SqliteLedger {
         &self,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
     ) -> Result<LedgerId, StorageError> {
-        self.insert_as(Durability::Lazy, make)
+        // Deferred: it rides with the next commit, or the flusher's within
+        // `DEFERRED_COMMIT_WINDOW`, so an ordinary read pays neither a sync nor a commit.
+        self.insert_as(Durability::Deferred, make)
     }
 
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {

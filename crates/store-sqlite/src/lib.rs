@@ -76,26 +76,21 @@
 //! transaction (it compared `PRAGMA data_version` when the transaction began, and forgot
 //! everything if another connection had committed since); otherwise readers ask SQLite.
 //!
-//! # One process's file, behind a redo journal
+//! # One path for every process
 //!
-//! [`Journaled`] is the same file owned by one process (the daemon's): every guarantee
-//! above holds, with a redo journal next to the file as the commit log. A write changes
-//! a copy in memory and appends one record to the journal, synced where the table above
-//! syncs; an applier thread writes the records into SQLite a moment later, through the
-//! same adapters, in transactions that are never synced on their own. Opening replays
-//! what the file had not taken. So an action waits for its two syncs and little else;
-//! see `journaled.rs`. Another process may read the file meanwhile ([`LedgerReader`], an
-//! `sqlite3` shell), a few milliseconds behind; none may write it, and
-//! [`Database::open`] refuses a file whose journal may hold writes it lacks. It serves
-//! the kernel's ledger and gatekeeper-core's action stores; the wiki driver's key-value
-//! records stay on [`Database`].
+//! The daemon (`gate serve`), the CLI, the lectures and the tests all open the file
+//! through [`Database`]: one connection per process, write-ahead logging, durable writes
+//! of concurrent callers sharing commits and syncs (see `db.rs`), and every guarantee
+//! above. Another process may read the file while the daemon runs ([`LedgerReader`], an
+//! `sqlite3` shell). A redo journal that an older daemon left beside the file (it kept
+//! its writes there before this path) is brought into the file by the first open, before
+//! anything else touches it (`upgrade.rs`).
 //!
 //! # The pieces
 //!
 //! - [`Database`]: opens and checks a file (or memory), owns the one connection per
 //!   process, counts commits, and commits deferred writes ([`db`](Database) docs).
-//! - [`Journaled`]: a file for one process, behind its redo journal.
-//! - [`SqliteLedger`]: the kernel's [`kernel::LedgerStore`].
+//! //! - [`SqliteLedger`]: the kernel's [`kernel::LedgerStore`].
 //! - [`SqliteActionStorage`]: gatekeeper-core's [`gatekeeper_core::ActionStorage`], one
 //!   namespace per gatekeeper.
 //! - [`SqliteKv`]: gatekeeper-core's key-value port ([`gatekeeper_core::kv::KvStore`], which the wiki driver keeps its records through), one
@@ -110,9 +105,6 @@
 mod actions;
 mod db;
 mod error;
-mod fold;
-mod journal;
-mod journaled;
 mod json;
 mod known;
 mod kv;
@@ -121,6 +113,7 @@ mod reader;
 mod recover;
 mod schema;
 mod session;
+mod upgrade;
 mod vfs;
 
 /// A fresh, empty directory for one unit test, named after `label` and this process.
@@ -137,7 +130,6 @@ use std::sync::Arc;
 pub use actions::SqliteActionStorage;
 pub use db::{DEFERRED_COMMIT_WINDOW, Database};
 pub use error::{BUSY_TIMEOUT, StoreError};
-pub use journaled::Journaled;
 pub use json::MAX_JSON_DEPTH;
 pub use kv::SqliteKv;
 pub use ledger::SqliteLedger;

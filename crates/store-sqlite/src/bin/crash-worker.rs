@@ -3,9 +3,9 @@
 //! The test kills it with SIGKILL at chosen points, restarts it, and checks the logs.
 //!
 //! ```text
-//! [CRASH_STORE=journaled] crash-worker work   <db> <dir> <total> [--kill POINT:SCOPE:N]
-//! [CRASH_STORE=journaled] crash-worker agents <db> <dir> <total>
-//!                         crash-worker stage  <db> <dir> <count>
+//! crash-worker work   <db> <dir> <total> [--kill POINT:SCOPE:N]
+//! crash-worker agents <db> <dir> <total>
+//! crash-worker stage  <db> <dir> <count>
 //! ```
 //!
 //! `work` stages actions 1..=total (every fifth manual, the rest auto-approvable under a
@@ -37,23 +37,9 @@
 //! `stage` (the two-process test) stages `count` manual actions, slowly, while another
 //! process decides them; it waits until all are decided and prints what it saw.
 //!
-//! The store: `work` and `agents` open the shared file (`Database`) by default, and the
-//! file behind its redo journal (`Journaled`, `<db>-redo`) with `CRASH_STORE=journaled`;
-//! everything else is the same code on either, except that behind a journal each call's
-//! arguments carry about 8 KB of filler besides `seq`, so that the journal starts over
-//! about every forty actions and kills land after it did too. Behind a journal a
-//! person's outcome is written to the journal file without a sync, so `decided` checks
-//! the journal's syncs, and is not reached if the applier synced the file meanwhile (the
-//! journal started over, which makes every earlier record durable). A killed life
-//! leaves the journal, which the next life replays; a life that finishes removes it.
-//! `stage` runs beside another process on one file, which only a shared file allows: it
-//! refuses `CRASH_STORE=journaled`.
-//!
 //! Files in `<dir>`: `deliveries.log` (the service's own log: `deliver <seq>` per call)
-//! and `journal.log` (`submitted <seq> <ledger id>`, `attempt <seq>`, `settled <seq>`,
-//! and `restarted <n>` at the first delivery after the redo journal started over, `n`
-//! being how many times it did in this life), each line appended and fsync'd before the
-//! worker goes on.
+//! and `journal.log` (`submitted <seq> <ledger id>`, `attempt <seq>`, `settled <seq>`),
+//! each line appended and fsync'd before the worker goes on.
 
 #[path = "support/durable_log.rs"]
 mod durable_log;
@@ -76,7 +62,7 @@ use kernel::{
     RejectOutcome, RevertOutcome, SystemClock,
 };
 use serde_json::{Value, json};
-use store_sqlite::{Database, Journaled};
+use store_sqlite::Database;
 
 use durable_log::DurableLog;
 use prompt_seq::seq_in_prompt;
@@ -96,95 +82,44 @@ const AGENTS: u64 = 8;
 /// The start of every panic the service injects (the panic hook stays quiet about them).
 const PLANNED_PANIC: &str = "crash-worker: planned panic";
 
-/// The store the worker runs on: `CRASH_STORE` unset (or `shared`) for the shared file,
-/// `journaled` for a file this process owns behind its redo journal.
+/// The store the worker runs on: the database file, as every process opens it.
 #[derive(Clone)]
-enum Store {
-    Shared(Database),
-    Journaled(Journaled),
-}
+struct Store(Database);
 
 impl Store {
-    /// Open the database at `path` as `CRASH_STORE` says.
+    /// Open the database at `path`.
     fn open(path: &Path) -> Self {
-        match std::env::var("CRASH_STORE").as_deref() {
-            Err(_) | Ok("" | "shared") => Self::shared(path),
-            Ok("journaled") => Self::Journaled(
-                Journaled::open(path).expect("open the database behind its journal"),
-            ),
-            Ok(other) => panic!("CRASH_STORE={other:?}: want `shared` or `journaled`"),
-        }
-    }
-
-    /// Open the database at `path` as a shared file, whatever `CRASH_STORE` says.
-    fn shared(path: &Path) -> Self {
-        Self::Shared(Database::open(path).expect("open the database"))
+        Self(Database::open(path).expect("open the database"))
     }
 
     fn ledger(&self) -> Arc<dyn LedgerStore> {
-        match self {
-            Self::Shared(db) => db.ledger(),
-            Self::Journaled(db) => db.ledger(),
-        }
+        self.0.ledger()
     }
 
     async fn action_store(&self, clock: Arc<dyn Clock>) -> gatekeeper_core::ActionStore {
-        match self {
-            Self::Shared(db) => db.action_store(GATEKEEPER, clock).await,
-            Self::Journaled(db) => db.action_store(GATEKEEPER, clock).await,
-        }
-        .expect("open the action store")
+        self.0
+            .action_store(GATEKEEPER, clock)
+            .await
+            .expect("open the action store")
     }
 
     fn flush(&self) {
-        match self {
-            Self::Shared(db) => db.flush(),
-            Self::Journaled(db) => db.flush(),
-        }
-        .expect("flush");
+        self.0.flush().expect("flush");
     }
 
-    /// The syncs a write waits for: of the write-ahead log on a shared file, of the redo
-    /// journal behind one.
+    /// The syncs of the write-ahead log: what a durable write waits for.
     fn syncs(&self) -> u64 {
-        match self {
-            Self::Shared(db) => db.syncs(),
-            Self::Journaled(db) => db.syncs(),
-        }
+        self.0.syncs()
     }
 
-    /// Behind a journal, the syncs of the file itself (the applier's, each time the
-    /// journal starts over), which make every record before them durable too. None on a
-    /// shared file: its syncs are [`Store::syncs`].
-    fn file_syncs(&self) -> u64 {
-        match self {
-            Self::Shared(_) => 0,
-            Self::Journaled(db) => db.file_syncs(),
-        }
-    }
-
-    /// The arguments of call `seq`: behind a journal with about 8 KB of filler, so that
-    /// the journal starts over about every forty actions. (`stuffing` sorts after `seq`,
-    /// which the approval prompt's first 4000 characters then still show.)
+    /// The arguments of call `seq`.
     fn args(&self, seq: u64) -> Value {
-        match self {
-            Self::Shared(_) => json!({"seq": seq}),
-            Self::Journaled(_) => json!({"seq": seq, "stuffing": "x".repeat(8192)}),
-        }
+        json!({"seq": seq})
     }
 
-    /// What `agents` reports: how many writes reached the disk (commits on a shared
-    /// file, writes of the journal file behind one) and how many syncs (behind a journal:
-    /// of the journal, and of the file when the journal started over).
+    /// What `agents` reports: how many commits reached the disk, and how many syncs.
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        match self {
-            Self::Shared(db) => vec![("commits", db.commits()), ("syncs", db.syncs())],
-            Self::Journaled(db) => vec![
-                ("journal writes", db.writes()),
-                ("journal syncs", db.syncs()),
-                ("file syncs", db.file_syncs()),
-            ],
-        }
+        vec![("commits", self.0.commits()), ("syncs", self.0.syncs())]
     }
 }
 
@@ -214,8 +149,6 @@ struct Hooks {
     store: Store,
     /// The store's sync count ([`Store::syncs`]) when the last call was delivered.
     synced_at_send: AtomicU64,
-    /// Its [`Store::file_syncs`] then (the most seen, when agents send at once).
-    file_synced_at_send: AtomicU64,
 }
 
 impl Hooks {
@@ -248,8 +181,6 @@ fn seq_of(args: &Value) -> u64 {
 /// The service: every delivery appended, durably, to its own log.
 struct LogService {
     log: DurableLog,
-    /// The worker's `journal.log`, told when the redo journal started over.
-    journal: Arc<DurableLog>,
     hooks: Arc<Hooks>,
 }
 
@@ -267,14 +198,6 @@ impl ToolService for LogService {
         hooks
             .synced_at_send
             .store(hooks.store.syncs(), Ordering::SeqCst);
-        let file_syncs = hooks.store.file_syncs();
-        if hooks
-            .file_synced_at_send
-            .fetch_max(file_syncs, Ordering::SeqCst)
-            < file_syncs
-        {
-            self.journal.line(&format!("restarted {file_syncs}"));
-        }
         hooks.reached(Point::Sent, seq);
         if seq.is_multiple_of(HANG_EVERY) {
             // Never answers: only the gatekeeper's deadline ends the wait.
@@ -382,14 +305,12 @@ async fn world(db: &Store, dir: &Path, plan: Option<KillPlan>) -> World {
         plan,
         store: db.clone(),
         synced_at_send: AtomicU64::new(0),
-        file_synced_at_send: AtomicU64::new(db.file_syncs()),
     });
     let journal = Arc::new(DurableLog::open(&dir.join("journal.log")));
     let overseer = Overseer::with_store(db.ledger(), clock.clone());
     let store = db.action_store(clock).await;
     let service = Arc::new(LogService {
         log: DurableLog::open(&dir.join("deliveries.log")),
-        journal: journal.clone(),
         hooks: hooks.clone(),
     });
     let inner = Arc::new(
@@ -454,20 +375,15 @@ async fn person(world: &World, everything: bool) {
             };
             let approved = world.overseer.approve(entry.id, "person").await;
             if approved.is_ok() {
-                // The outcome is committed (behind a journal: written to the journal
-                // file), and no sync has run since the claim's (nothing is awaited between
-                // the approval's return and here).
+                // The outcome is committed, and no sync has run since the claim's
+                // (nothing is awaited between the approval's return and here).
                 let hooks = &world.hooks;
                 assert_eq!(
                     hooks.store.syncs(),
                     hooks.synced_at_send.load(Ordering::SeqCst),
                     "a person's outcome was synced on its own"
                 );
-                // Behind a journal, the applier may have synced the file meanwhile (the
-                // journal started over), which makes the outcome durable: not this point.
-                if hooks.store.file_syncs() == hooks.file_synced_at_send.load(Ordering::SeqCst) {
-                    hooks.reached(Point::Decided, seq);
-                }
+                hooks.reached(Point::Decided, seq);
             }
         }
     }
@@ -648,7 +564,7 @@ fn agents(db_path: &Path, dir: &Path, total: u64) {
 
 async fn stage(db_path: &Path, dir: &Path, count: u64) {
     // Two processes on one file: only a shared file allows it.
-    let db = Store::shared(db_path);
+    let db = Store::open(db_path);
     let world = world(&db, dir, None).await;
     for seq in 1..=count {
         let outcome = world
@@ -718,7 +634,7 @@ fn parse_plan(spec: &str) -> KillPlan {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: [CRASH_STORE=journaled] crash-worker work <db> <dir> <total> [--kill POINT:SCOPE:N] | [CRASH_STORE=journaled] crash-worker agents <db> <dir> <total> | crash-worker stage <db> <dir> <count>";
+    let usage = "usage: crash-worker work <db> <dir> <total> [--kill POINT:SCOPE:N] | crash-worker agents <db> <dir> <total> | crash-worker stage <db> <dir> <count>";
     if args.len() < 4 {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -745,12 +661,6 @@ fn main() {
         .enable_time()
         .build()
         .expect("runtime");
-    if args[0] == "stage" && std::env::var("CRASH_STORE").is_ok_and(|v| v == "journaled") {
-        eprintln!(
-            "crash-worker: `stage` shares its file with another process, which a journaled store refuses; unset CRASH_STORE"
-        );
-        std::process::exit(2);
-    }
     match args[0].as_str() {
         "work" => runtime.block_on(work(&db, &dir, n, plan)),
         "agents" => agents(&db, &dir, n),

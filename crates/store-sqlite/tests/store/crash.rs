@@ -14,8 +14,7 @@
 //!    in the ledger as failed with unknown outcome, never as applied or open;
 //! 7. an action killed right after a person's approval returned (`decided`, below) is in
 //!    the ledger as applied, unless its call hung or panicked: a process kill keeps a
-//!    committed outcome;
-//! 8. behind a journal, the last life, which finished, left no redo journal.
+//!    committed outcome.
 //!
 //! The worker's service hangs on every 11th call and panics in every 13th, after
 //! delivering; kills land inside a hung call (`hung`) and between an apply that ended
@@ -26,22 +25,11 @@
 //! not yet synced (`decided`): the outcome rides on the next sync, and the worker checks
 //! that none ran. (What a power cut does to such an outcome is `power_cut.rs`.)
 //!
-//! The two tests of one worker at a time and of eight agents run twice: on the shared
-//! file (`Database`), and in `crash::journaled` on a file behind its redo journal
-//! (`Journaled`), the worker started with `CRASH_STORE=journaled`. There a killed life
-//! leaves the journal (`<db>-redo`), and the next life's open replays it into the file;
-//! a person's outcome is written to the journal without a sync, so `decided` means the
-//! same. The invariants read the database through its journal if one is left (and 8
-//! says none may be). There the worker pads each call's arguments with about 8 KB, so
-//! the journal starts over about every forty actions (the applier syncs the file and
-//! writes from the journal's beginning again) and kills land after that too; the first
-//! life goes on longer before its kill, so that the journal surely started over in a
-//! killed life, and the test checks that lives before the last saw it do so. The
-//! two-process test runs on the shared file only: a journaled file refuses a second
-//! process.
+//! The eight agents are half threads, half tasks on one multi-threaded runtime, as the
+//! daemon runs its agents (see the worker's docs).
 //!
-//! `CRASH_SOAK=<kills>` runs a longer soak (for example `CRASH_SOAK=500`; the journaled
-//! ones alone with the filter `crash::journaled::`); `CRASH_SEED=<n>` replays a run.
+//! `CRASH_SOAK=<kills>` runs a longer soak (for example `CRASH_SOAK=500`);
+//! `CRASH_SEED=<n>` replays a run.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
@@ -50,7 +38,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kernel::{ActionState, LedgerEntry};
-use store_sqlite::{Database, Journaled};
+use store_sqlite::Database;
 
 use crate::support::TempDir;
 
@@ -78,76 +66,8 @@ impl Rng {
     }
 }
 
-/// The store the worker runs on: its `CRASH_STORE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StoreKind {
-    /// The shared file (`Database`).
-    Shared,
-    /// A file the worker owns, behind its redo journal (`Journaled`).
-    Journaled,
-}
-
-impl StoreKind {
-    /// The worker's `CRASH_STORE`, set on every child (so one set in the test's own
-    /// environment does not leak into the other kind's runs).
-    fn env(self) -> &'static str {
-        match self {
-            Self::Shared => "shared",
-            Self::Journaled => "journaled",
-        }
-    }
-
-    /// `what`, named for this store in the output and in temporary directories.
-    fn name(self, what: &str) -> String {
-        match self {
-            Self::Shared => what.to_owned(),
-            Self::Journaled => format!("journaled {what}"),
-        }
-    }
-}
-
-/// The redo journal beside the database `db` (`<db>-redo`).
-fn redo_journal(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push("-redo");
-    PathBuf::from(name)
-}
-
-/// How many times the worker's lives so far saw the redo journal start over: its
-/// `restarted` lines in `journal.log`, written at the first delivery after.
-fn restarts_seen(dir: &TempDir) -> usize {
-    let journal = lines(&dir.join("journal.log"));
-    journal
-        .iter()
-        .filter(|l| l.starts_with("restarted "))
-        .count()
-}
-
-/// Check how many killed lives left a redo journal for the next to replay, and how many
-/// times the lives before the last saw it start over: some of each behind a journal (or
-/// the worker did not run on one, or did not fill it), none on a shared file. Returns
-/// what the summary says about them.
-fn journals_left(store: StoreKind, left: u64, restarts: usize) -> String {
-    match store {
-        StoreKind::Shared => {
-            assert_eq!(left, 0, "a shared file was left with a redo journal");
-            assert_eq!(restarts, 0, "a shared file has no journal to start over");
-            String::new()
-        }
-        StoreKind::Journaled => {
-            assert!(left > 0, "no killed life left a journal: was it journaled?");
-            assert!(
-                restarts > 0,
-                "the journal never started over in a life before the last"
-            );
-            format!(", {left} of them leaving a journal to replay, {restarts} restarts seen")
-        }
-    }
-}
-
-fn spawn(store: StoreKind, args: &[&str]) -> Child {
+fn spawn(args: &[&str]) -> Child {
     Command::new(WORKER)
-        .env("CRASH_STORE", store.env())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -163,8 +83,8 @@ enum End {
 }
 
 /// Run until the worker reports its kill point, then SIGKILL it.
-fn run_to_point(store: StoreKind, args: &[&str]) -> End {
-    let mut child = spawn(store, args);
+fn run_to_point(args: &[&str]) -> End {
+    let mut child = spawn(args);
     let stdout = child.stdout.take().expect("piped");
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("worker output");
@@ -183,8 +103,8 @@ fn run_to_point(store: StoreKind, args: &[&str]) -> End {
 }
 
 /// Let the worker run for `after`, then SIGKILL it wherever it is.
-fn run_and_kill_after(store: StoreKind, args: &[&str], after: Duration) -> End {
-    let mut child = spawn(store, args);
+fn run_and_kill_after(args: &[&str], after: Duration) -> End {
+    let mut child = spawn(args);
     let started = Instant::now();
     while started.elapsed() < after {
         if let Some(status) = child.try_wait().expect("poll") {
@@ -248,44 +168,27 @@ fn worker_files(label: &str) -> (TempDir, PathBuf, String, String) {
 
 #[test]
 fn killed_workers_never_send_twice_and_lose_nothing() {
-    killed_workers(StoreKind::Shared);
+    killed_workers();
 }
 
 #[test]
 fn killed_concurrent_agents_never_send_twice_and_lose_nothing() {
-    killed_concurrent_agents(StoreKind::Shared);
+    killed_concurrent_agents();
 }
 
-/// The same kills and the same invariants on a file behind its redo journal
-/// (`CRASH_STORE=journaled`): every life but the last leaves the journal, and the next
-/// replays it. The last, which finishes, leaves none.
-mod journaled {
-    use super::{StoreKind, killed_concurrent_agents, killed_workers};
-
-    #[test]
-    fn killed_workers_never_send_twice_and_lose_nothing() {
-        killed_workers(StoreKind::Journaled);
-    }
-
-    #[test]
-    fn killed_concurrent_agents_never_send_twice_and_lose_nothing() {
-        killed_concurrent_agents(StoreKind::Journaled);
-    }
-}
-
-/// One worker at a time on `store`, killed at every point in turn and at random moments.
-fn killed_workers(store: StoreKind) {
-    let what = store.name("crash test");
-    let (kills_wanted, mut rng) = soak_and_seed(&what, 60);
+/// One worker at a time, killed at every point in turn and at random moments.
+fn killed_workers() {
+    let what = "crash test";
+    let (kills_wanted, mut rng) = soak_and_seed(what, 60);
     // Grows whenever a life finishes the work before it is killed, so there is always
     // work left to be killed in.
     let mut total = 2 * kills_wanted + 20;
 
-    let (dir, db, db_arg, dir_arg) = worker_files(&store.name("crash"));
+    let (dir, db, db_arg, dir_arg) = worker_files("crash");
     // The actions whose approval returned just before a kill (`decided`).
     let mut decided = Vec::new();
     let mut kills: BTreeMap<String, u64> = BTreeMap::new();
-    let (mut lives, mut journals) = (0, 0);
+    let mut lives = 0;
     let started = Instant::now();
     let mut life = 0u64;
     while kills.values().sum::<u64>() < kills_wanted {
@@ -295,7 +198,7 @@ fn killed_workers(store: StoreKind) {
         let total_arg = total.to_string();
         let end = if life.is_multiple_of(3) {
             let after = Duration::from_millis(5 + rng.below(80));
-            run_and_kill_after(store, &["work", &db_arg, &dir_arg, &total_arg], after)
+            run_and_kill_after(&["work", &db_arg, &dir_arg, &total_arg], after)
         } else {
             // Every point, in and out of a drain, in turn; how far into the life, at random.
             const POINTS: [&str; 6] =
@@ -314,18 +217,8 @@ fn killed_workers(store: StoreKind) {
             } else {
                 4
             };
-            // Behind a journal the first life (a `sent` kill) sends 100 calls more, so the
-            // journal surely started over (about every forty actions) before a kill.
-            let first = if life == 1 && store == StoreKind::Journaled {
-                100
-            } else {
-                0
-            };
-            let plan = format!("{point}:{scope}:{}", first + 1 + rng.below(reach));
-            run_to_point(
-                store,
-                &["work", &db_arg, &dir_arg, &total_arg, "--kill", &plan],
-            )
+            let plan = format!("{point}:{scope}:{}", 1 + rng.below(reach));
+            run_to_point(&["work", &db_arg, &dir_arg, &total_arg, "--kill", &plan])
         };
         match end {
             End::Killed(at) => {
@@ -342,20 +235,18 @@ fn killed_workers(store: StoreKind) {
                     format!("{point}{}", if drain { " (in a drain)" } else { "" })
                 };
                 *kills.entry(kind).or_default() += 1;
-                journals += u64::from(redo_journal(&db).exists());
             }
             End::Finished => total += 20,
         }
     }
-    let restarts = restarts_seen(&dir);
     // A fresh process finishes the work.
     assert_eq!(
-        run_to_point(store, &["work", &db_arg, &dir_arg, &total.to_string()]),
+        run_to_point(&["work", &db_arg, &dir_arg, &total.to_string()]),
         End::Finished
     );
     lives += 1;
 
-    let checked = invariants(store, &dir, &db, total, &decided);
+    let checked = invariants(&dir, &db, total, &decided);
     let Checked {
         actions,
         delivered,
@@ -367,12 +258,11 @@ fn killed_workers(store: StoreKind) {
 
     let killed: u64 = kills.values().sum();
     eprintln!(
-        "{what}: {killed} kills survived over {lives} lives in {:?} ({kills:?}{}); \
+        "{what}: {killed} kills survived over {lives} lives in {:?} ({kills:?}); \
          {} actions, {} delivered, 0 duplicates, {unknown} outcome unknown \
          ({faulted} of them hung or panicked), {auto_applied} auto-applied, \
          {approvals_kept} approvals kept across a kill",
         started.elapsed(),
-        journals_left(store, journals, restarts),
         actions,
         delivered,
     );
@@ -390,15 +280,12 @@ fn one_process_stages_while_another_decides() {
     let db = dir.join("gate.db");
     // Create the file first so both processes open a database that exists.
     drop(Database::open(&db).unwrap());
-    let mut stager = spawn(
-        StoreKind::Shared,
-        &[
-            "stage",
-            db.to_str().unwrap(),
-            dir.join("").to_str().unwrap(),
-            &COUNT.to_string(),
-        ],
-    );
+    let mut stager = spawn(&[
+        "stage",
+        db.to_str().unwrap(),
+        dir.join("").to_str().unwrap(),
+        &COUNT.to_string(),
+    ]);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -453,41 +340,29 @@ fn one_process_stages_while_another_decides() {
     assert_eq!(decided.len() as u64, COUNT);
 }
 
-/// Eight agents on one handle of `store`, their durable writes sharing transactions and
+/// Eight agents on one database handle, their durable writes sharing transactions and
 /// syncs (group commit), killed at random moments: a kill lands while writes sit in a
-/// shared transaction not yet committed (behind a journal: in the journal's buffer not
-/// yet written), or committed and not yet synced, or between a claim and its outcome.
-/// The same invariants hold.
-fn killed_concurrent_agents(store: StoreKind) {
-    let what = store.name("concurrent crash test");
-    let (kills_wanted, mut rng) = soak_and_seed(&what, 20);
+/// shared transaction not yet committed, or committed and not yet synced, or between a
+/// claim and its outcome. The same invariants hold.
+fn killed_concurrent_agents() {
+    let what = "concurrent crash test";
+    let (kills_wanted, mut rng) = soak_and_seed(what, 20);
     let mut total = 8 * kills_wanted + 40;
-    let (dir, db, db_arg, dir_arg) = worker_files(&store.name("crash agents"));
+    let (dir, db, db_arg, dir_arg) = worker_files("crash agents");
     let started = Instant::now();
-    let (mut killed, mut lives, mut journals) = (0, 0, 0);
+    let (mut killed, mut lives) = (0, 0);
     while killed < kills_wanted {
         lives += 1;
         assert!(lives < 20 * kills_wanted, "too few lives ended in a kill");
-        // Behind a journal the first life runs a second longer, so the journal surely
-        // started over (about every forty actions) before a kill.
-        let first = if lives == 1 && store == StoreKind::Journaled {
-            1000
-        } else {
-            0
-        };
-        let after = Duration::from_millis(first + 20 + rng.below(120));
+        let after = Duration::from_millis(20 + rng.below(120));
         let args = ["agents", &db_arg, &dir_arg, &total.to_string()];
-        match run_and_kill_after(store, &args, after) {
-            End::Killed(_) => {
-                killed += 1;
-                journals += u64::from(redo_journal(&db).exists());
-            }
+        match run_and_kill_after(&args, after) {
+            End::Killed(_) => killed += 1,
             End::Finished => total += 40,
         }
     }
-    let restarts = restarts_seen(&dir);
     assert_eq!(
-        run_to_point(store, &["agents", &db_arg, &dir_arg, &total.to_string()]),
+        run_to_point(&["agents", &db_arg, &dir_arg, &total.to_string()]),
         End::Finished
     );
     lives += 1;
@@ -497,13 +372,12 @@ fn killed_concurrent_agents(store: StoreKind) {
         unknown,
         faulted,
         ..
-    } = invariants(store, &dir, &db, total, &[]);
+    } = invariants(&dir, &db, total, &[]);
     eprintln!(
-        "{what}: {killed} kills over {lives} lives in {:?}{}; {actions} actions, \
+        "{what}: {killed} kills over {lives} lives in {:?}; {actions} actions, \
          {delivered} delivered, 0 duplicates, {unknown} outcome unknown ({faulted} of them \
          hung or panicked)",
         started.elapsed(),
-        journals_left(store, journals, restarts),
     );
 }
 
@@ -518,21 +392,13 @@ struct Checked {
     approvals_kept: usize,
 }
 
-/// Check the invariants listed in the module docs on what the lives on `store` left in
+/// Check the invariants listed in the module docs on what the lives left in
 /// `dir` and the database `db`, after `total` actions were submitted, of which those in
 /// `decided` were killed right after a person's approval returned.
-fn invariants(store: StoreKind, dir: &TempDir, db: &Path, total: u64, decided: &[u64]) -> Checked {
+fn invariants(dir: &TempDir, db: &Path, total: u64, decided: &[u64]) -> Checked {
     let deliveries = lines(&dir.join("deliveries.log"));
     let journal = lines(&dir.join("journal.log"));
-    // A journal left behind holds writes the file may not have: read through it (which
-    // replays it), as the next life would. The check that none is left comes last.
-    let redo = redo_journal(db);
-    let leftover = redo.exists();
-    let journaled = leftover.then(|| Journaled::open(db).unwrap());
-    let ledger = match &journaled {
-        Some(journaled) => journaled.ledger(),
-        None => Database::open(db).unwrap().ledger(),
-    };
+    let ledger = Database::open(db).unwrap().ledger();
     let ledger: Vec<LedgerEntry> = ledger
         .entries()
         .unwrap()
@@ -685,15 +551,6 @@ fn invariants(store: StoreKind, dir: &TempDir, db: &Path, total: u64, decided: &
             ActionState::Approved,
             "{seq} was killed after its approval returned, and is in the ledger as {:?}",
             action.failure
-        );
-    }
-
-    // 8. Behind a journal, the life that finished removed it.
-    if store == StoreKind::Journaled {
-        assert!(
-            !leftover,
-            "the last life finished and left its journal {}",
-            redo.display()
         );
     }
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
-use store_sqlite::{Database, Journaled, MAX_JSON_DEPTH};
+use store_sqlite::{Database, MAX_JSON_DEPTH};
 
 use crate::support::{Rig, Store, TempDir};
 
@@ -21,11 +21,6 @@ fn nested(depth: usize) -> Value {
 #[test]
 fn arguments_nested_too_deep_to_read_back_are_refused_at_staging_with_a_clear_message() {
     on_a_big_stack(|| too_deep_is_refused(|path| Database::open(path).unwrap()));
-}
-
-#[test]
-fn behind_a_journal_too_deep_arguments_are_refused_at_staging_as_well() {
-    on_a_big_stack(|| too_deep_is_refused(|path| Journaled::open(path).unwrap()));
 }
 
 /// Run `test` on a thread with room for deep values: they are built, rendered for the

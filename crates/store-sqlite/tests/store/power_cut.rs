@@ -237,3 +237,94 @@ async fn a_power_cut_in_a_drain_keeps_every_outcome_a_later_claim_synced() {
         assert!(after.service.calls().is_empty());
     }
 }
+
+/// An ordinary read through the rig's session: returns its observation's ledger id.
+async fn read(rig: &Rig) -> LedgerId {
+    match rig
+        .session
+        .call_tool("listIssues", json!({}))
+        .await
+        .expect("read")
+    {
+        CallOutcome::Data { observation, .. } => observation,
+        other => panic!("a read, not {other:?}"),
+    }
+}
+
+/// Issue 42, both sides of the rule: a power cut right after an ordinary read (the log
+/// cut anywhere past its last sync) may lose that read's observation and nothing else; a
+/// cut right after a sensitive read never loses the lockdown or its observation.
+#[tokio::test]
+async fn a_cut_after_a_read_loses_at_most_its_observation_and_never_a_lockdown() {
+    let dir = TempDir::new("power-cut-read");
+    let path = dir.join("gate.db");
+    let rig = Rig::new(Database::open(&path).unwrap()).await;
+    let waiting = rig.queue_issue("Add dark mode").await.ledger().unwrap();
+    // The submission was the last synced commit.
+    let synced = std::fs::metadata(log_of(&path)).unwrap().len();
+    let commits = rig.db.commits();
+    let syncs = rig.db.syncs();
+    let observed = read(&rig).await;
+    // The observation rides in the open transaction; the flusher commits it (without a
+    // sync) within its window.
+    let start = std::time::Instant::now();
+    while rig.db.commits() == commits {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the flusher never committed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(rig.db.syncs(), syncs, "an ordinary read waits for no sync");
+    let end = std::fs::metadata(log_of(&path)).unwrap().len();
+    assert!(end > synced, "the observation is in the log, past the sync");
+
+    let (mut lost, mut kept) = (0, 0);
+    for (n, keep) in cuts(synced, end).into_iter().enumerate() {
+        let copy = cut_copy(&path, &dir.join(&format!("ordinary-{n}")), keep);
+        let after = Database::open(&copy).unwrap().ledger();
+        let entries = after.entries().unwrap();
+        assert_eq!(
+            entry(&entries, waiting).action().unwrap().state,
+            LedgerState::Pending,
+            "cut at {keep}"
+        );
+        assert!(!after.locked_down().unwrap(), "cut at {keep}");
+        match entries.iter().find(|e| e.id == observed) {
+            Some(e) => {
+                assert!(e.action().is_none(), "cut at {keep}");
+                kept += 1;
+            }
+            None => lost += 1,
+        }
+        assert!(
+            entries.iter().all(|e| e.id == waiting || e.id == observed),
+            "cut at {keep}: {entries:?}"
+        );
+    }
+    assert!(lost > 0, "no cut lost the unsynced observation");
+    assert!(kept > 0, "no cut kept the committed observation");
+
+    let sensitive = rig
+        .overseer
+        .queue_for("issues", "agent")
+        .unwrap()
+        .authorize_observation(kernel::ObservationDescription {
+            prohibit_all_sharing: true,
+            ..kernel::ObservationDescription::new("read secrets", "sensitive")
+        })
+        .await
+        .unwrap();
+    // Returned: synced. A cut keeps everything up to here.
+    let synced = std::fs::metadata(log_of(&path)).unwrap().len();
+    let copy = cut_copy(&path, &dir.join("sensitive"), synced);
+    let after = Database::open(&copy).unwrap().ledger();
+    assert!(after.locked_down().unwrap());
+    let entries = after.entries().unwrap();
+    entry(&entries, sensitive);
+    entry(&entries, observed);
+    assert_eq!(
+        entry(&entries, waiting).action().unwrap().state,
+        LedgerState::Pending
+    );
+}

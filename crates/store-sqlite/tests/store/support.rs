@@ -132,7 +132,6 @@ pub struct RecordingService {
     pub calls: Mutex<Vec<(String, serde_json::Value)>>,
     pub hold: Mutex<Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>>,
     pub on_call: Mutex<Option<CallCheck>>,
-    pub fail: Mutex<Option<gatekeeper_core::CallError>>,
 }
 
 impl RecordingService {
@@ -146,13 +145,6 @@ impl RecordingService {
 
     pub fn calls(&self) -> Vec<(String, serde_json::Value)> {
         self.calls.lock().unwrap().clone()
-    }
-
-    /// Fail the next call as one that never left (retryable).
-    pub fn fail_next(&self) {
-        *self.fail.lock().unwrap() = Some(gatekeeper_core::CallError::NotDispatched(
-            "the tracker refused the credentials".into(),
-        ));
     }
 }
 
@@ -169,9 +161,6 @@ impl gatekeeper_core::ToolService for RecordingService {
     ) -> Result<gatekeeper_core::ToolResult, gatekeeper_core::CallError> {
         if let Some(check) = &*self.on_call.lock().unwrap() {
             check(tool, args);
-        }
-        if let Some(error) = self.fail.lock().unwrap().take() {
-            return Err(error);
         }
         let hold = self.hold.lock().unwrap().take();
         if let Some((entered, release)) = hold {
@@ -202,20 +191,14 @@ pub fn catalog() -> Vec<gatekeeper_core::Tool> {
     .expect("valid catalog")
 }
 
-/// What the rig needs of a store: the shared file ([`store_sqlite::Database`]) or one
-/// behind its journal ([`store_sqlite::Journaled`]). (The counts and `flush` are the
-/// benchmark's, which includes this file too.)
+/// What the rig needs of a store ([`store_sqlite::Database`]). (The counts and `flush`
+/// are the benchmark's, which includes this file too.)
 #[allow(dead_code)]
 pub trait Store {
     fn ledger(&self) -> Arc<dyn kernel::LedgerStore>;
     fn action_storage(&self, gatekeeper: &str) -> Arc<dyn gatekeeper_core::ActionStorage>;
-    /// Commits on a shared file; writes to the journal file behind one.
     fn commits(&self) -> u64;
     fn syncs(&self) -> u64;
-    /// Syncs of the file behind a journal (none on a shared file: its syncs are `syncs`).
-    fn file_syncs(&self) -> u64 {
-        0
-    }
     fn flush(&self) -> Result<(), store_sqlite::StoreError>;
 }
 
@@ -234,27 +217,6 @@ impl Store for store_sqlite::Database {
     }
     fn flush(&self) -> Result<(), store_sqlite::StoreError> {
         store_sqlite::Database::flush(self)
-    }
-}
-
-impl Store for store_sqlite::Journaled {
-    fn ledger(&self) -> Arc<dyn kernel::LedgerStore> {
-        store_sqlite::Journaled::ledger(self)
-    }
-    fn action_storage(&self, gatekeeper: &str) -> Arc<dyn gatekeeper_core::ActionStorage> {
-        store_sqlite::Journaled::action_storage(self, gatekeeper).expect("action storage")
-    }
-    fn commits(&self) -> u64 {
-        store_sqlite::Journaled::writes(self)
-    }
-    fn syncs(&self) -> u64 {
-        store_sqlite::Journaled::syncs(self)
-    }
-    fn file_syncs(&self) -> u64 {
-        store_sqlite::Journaled::file_syncs(self)
-    }
-    fn flush(&self) -> Result<(), store_sqlite::StoreError> {
-        store_sqlite::Journaled::flush(self)
     }
 }
 
@@ -303,7 +265,8 @@ impl<D: Store> Rig<D> {
     }
 
     /// One whole cycle: the agent asks to create issue `n`, a person approves it, and it is
-    /// sent, with everything it triggers settled.
+    /// sent, with everything it triggers settled. (The benchmark's.)
+    #[allow(dead_code)]
     pub async fn cycle(&self, n: u64) {
         self.create_approved(serde_json::json!({"title": "Add dark mode", "n": n}))
             .await;

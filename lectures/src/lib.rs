@@ -41,6 +41,7 @@ pub mod ex14_confined_server;
 pub mod ex15_three_ways;
 pub mod ex16_input_required;
 pub mod ex17_scoped_grants;
+pub mod ex18_one_durable_path;
 
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
@@ -67,4 +68,5 @@ pub const LECTURES: &[Lecture] = &[
     ex15_three_ways::LECTURE,
     ex16_input_required::LECTURE,
     ex17_scoped_grants::LECTURE,
+    ex18_one_durable_path::LECTURE,
 ];

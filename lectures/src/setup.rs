@@ -112,6 +112,18 @@ impl Desk {
         Ok(Self::over(time, storage))
     }
 
+    /// A desk over a new SQLite file at `path`, whatever `--db` says: for a lecture about
+    /// what the file itself does. Returns the desk and the file's database handle.
+    pub(crate) fn on_file(cx: &mut Context<'_>, path: &Path) -> anyhow::Result<(Self, Database)> {
+        let time = LectureClock::for_run(cx);
+        let database = Database::open(path)?;
+        let storage = Storage::File {
+            path: path.to_owned(),
+            database: database.clone(),
+        };
+        Ok((Self::over(time, storage), database))
+    }
+
     fn over(time: Arc<LectureClock>, storage: Storage) -> Self {
         let clock: Arc<dyn Clock> = time.clone();
         let ledger = match &storage {

@@ -16,7 +16,7 @@ cargo xtask <task>
 
 Tasks:
   lecture <name>|all|--list [--interactive] [--db PATH]
-                 run a lecture (ex01..ex17), all of them in order, or list them
+                 run a lecture (ex01..ex18), all of them in order, or list them
   lecture ledger --db PATH [--limit N] [--before ID] [--check]
                  read a database a run left, read-only: a page of its ledger, most
                  recent first, and its open actions; or its full integrity check

@@ -5,7 +5,7 @@
 //! latched. From then on the kernel refuses every new action, even on the unrelated issue
 //! tracker, and applies nothing, not even an action queued before; reads still work.
 
-mod payroll;
+pub(crate) mod payroll;
 
 use std::io::Write;
 

@@ -17,7 +17,7 @@
 //!
 //! The store's commits and syncs are counted by the daemon's store and asked on the
 //! person's socket (`StoreCounts`), and the daemon's processor time is read from
-//! `/proc/PID/stat`; counts are taken on separate rounds (192 reads, 48 writes), not
+//! `/proc/PID/stat`; counts are taken on separate rounds (1,920 reads, 10 × 48 writes), not
 //! during the timed ones, and printed beside a raw 4 KiB write + `fdatasync` on the
 //! same disk.
 //!
@@ -25,7 +25,9 @@
 //! fixture servers connected, the servers' own processes not counted, is printed with the
 //! summary at the end.
 //!
-//! Run: `cargo bench -p gate --bench gateway -- --warm-up-time 1 --measurement-time 5`.
+//! Run: `cargo bench -p gate --bench gateway -- --warm-up-time 1 --measurement-time 5`;
+//! `GATE_BENCH_WORKERS=N` runs the daemon alone on N runtime workers (its default is one
+//! per processor).
 //! Under `cargo test --benches` each benchmark runs once, as a test.
 
 #[path = "../tests/support/daemon.rs"]
@@ -56,6 +58,12 @@ const AGENTS: usize = 16;
 /// Writes staged before the person rejects them: under the store's 50 open calls, and a
 /// multiple of [`AGENTS`].
 const ROUND: usize = 48;
+
+/// Reads counted for their commits, syncs and the daemon's processor time: enough that
+/// the processor time's 10 ms ticks come to a few µs per read.
+const READS_COUNTED: usize = 1920;
+/// Rounds of [`ROUND`] staged writes counted the same way.
+const WRITE_ROUNDS_COUNTED: usize = 10;
 
 /// (total time, calls) per benchmark, summed over criterion's warm-up and samples.
 static TALLY: Mutex<Vec<(&'static str, Duration, u64)>> = Mutex::new(Vec::new());
@@ -118,7 +126,14 @@ impl Daemon {
         }
         let path = dir.join("gate.toml");
         std::fs::write(&path, config).expect("config written");
-        let (child, url) = daemon::spawn_serve(&path, &dir.join("data"));
+        // `GATE_BENCH_WORKERS=N` runs the daemon (only) on N runtime workers.
+        let workers = std::env::var("GATE_BENCH_WORKERS").unwrap_or_default();
+        let env: Vec<(&str, &str)> = if workers.is_empty() {
+            Vec::new()
+        } else {
+            vec![("TOKIO_WORKER_THREADS", workers.as_str())]
+        };
+        let (child, url) = daemon::spawn_serve_with(&path, &dir.join("data"), &env);
         Self { child, dir, url }
     }
 
@@ -261,6 +276,15 @@ impl StoreCounter {
         let response = request(&self.socket, &Request::StoreCounts).expect("the socket answers");
         assert!(response.ok, "{}", response.text);
         let counts: Value = serde_json::from_str(&response.text).expect("counts as JSON");
+        Cost {
+            commits: counts["commits"].as_u64().expect("commits"),
+            syncs: counts["syncs"].as_u64().expect("syncs"),
+            cpu: self.cpu(),
+        }
+    }
+
+    /// The daemon's processor time so far (user and system, every thread's).
+    fn cpu(&self) -> Duration {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
             .expect("/proc/PID/stat is readable");
         // Fields after the command's closing parenthesis: utime and stime are the 12th
@@ -270,23 +294,21 @@ impl StoreCounter {
             .collect();
         let ticks: u64 =
             fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-        Cost {
-            commits: counts["commits"].as_u64().expect("commits"),
-            syncs: counts["syncs"].as_u64().expect("syncs"),
-            cpu: Duration::from_millis(ticks * 10),
-        }
+        Duration::from_millis(ticks * 10)
     }
 
-    /// What `work` cost (and what the daemon committed of it within a moment after).
+    /// What `work` cost: the processor time while it ran, and the commits and syncs it
+    /// made (counted a moment after, once the daemon committed what it deferred).
     fn during(&self, work: impl FnOnce()) -> Cost {
         let before = self.now();
         work();
+        let cpu = self.cpu();
         std::thread::sleep(Duration::from_millis(200));
         let after = self.now();
         Cost {
             commits: after.commits - before.commits,
             syncs: after.syncs - before.syncs,
-            cpu: after.cpu - before.cpu,
+            cpu: cpu - before.cpu,
         }
     }
 }
@@ -410,18 +432,25 @@ fn main() {
     let counter = StoreCounter::open(&daemon);
     let reads = counter.during(|| {
         rt.block_on(async {
-            for _ in 0..ROUND * 4 {
+            for _ in 0..READS_COUNTED {
                 call(&gated, "fixture0__read_notes", json!({})).await;
             }
         });
     });
-    counts.reads = Some((reads, ROUND as u64 * 4));
+    counts.reads = Some((reads, READS_COUNTED as u64));
     let mut ids = Vec::new();
-    let writes = counter.during(|| {
-        ids = rt.block_on(stage_concurrently(std::slice::from_ref(&gated), ROUND));
-    });
-    counts.writes = Some((writes, ROUND as u64));
-    daemon.reject(std::mem::take(&mut ids));
+    // Rounds of staged writes, each counted alone (the rejections between them are not).
+    let mut writes = Cost::default();
+    for _ in 0..WRITE_ROUNDS_COUNTED {
+        let round = counter.during(|| {
+            ids = rt.block_on(stage_concurrently(std::slice::from_ref(&gated), ROUND));
+        });
+        writes.commits += round.commits;
+        writes.syncs += round.syncs;
+        writes.cpu += round.cpu;
+        daemon.reject(std::mem::take(&mut ids));
+    }
+    counts.writes = Some((writes, (ROUND * WRITE_ROUNDS_COUNTED) as u64));
     let concurrent = counter.during(|| {
         ids = rt.block_on(stage_concurrently(&agents, ROUND));
     });

@@ -655,8 +655,9 @@ impl Gateway {
 
     /// Agent session `label` ended: the rules granted for it are removed.
     pub fn session_ended(&self, label: &str) {
-        self.session_grants.close(label);
-        self.remove_session_rules(|l| l == label);
+        if self.session_grants.close(label) {
+            self.remove_session_rules(|l| l == label);
+        }
     }
 
     /// Remove the rules an earlier run of this daemon granted for its sessions, which did

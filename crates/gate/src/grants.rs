@@ -371,6 +371,11 @@ pub struct SessionGrants {
     run: String,
     next: std::sync::atomic::AtomicU64,
     staged_in: dashmap::DashMap<LedgerId, std::sync::Arc<str>>,
+    /// The open sessions that staged an action: only they can have a grant of their own
+    /// (a grant names the session that staged the action it was made from), so only their
+    /// end has grants to remove. A session that only reads (every request of an agent on
+    /// protocol 2026-07-28 is a session of its own) ends without looking.
+    staging: dashmap::DashSet<std::sync::Arc<str>>,
 }
 
 /// The longest a session's grant lasts, even if the session never ends (a daemon of a
@@ -387,6 +392,7 @@ impl SessionGrants {
             run: format!("run {}.{}", now.0, std::process::id()),
             next: std::sync::atomic::AtomicU64::new(1),
             staged_in: dashmap::DashMap::new(),
+            staging: dashmap::DashSet::new(),
         }
     }
 
@@ -404,6 +410,7 @@ impl SessionGrants {
         label: std::sync::Arc<str>,
         open: impl Fn(LedgerId) -> bool,
     ) {
+        self.staging.insert(label.clone());
         self.staged_in.insert(ledger, label);
         if self.staged_in.len() > MAX_NOTED {
             self.staged_in.retain(|id, _| open(*id));
@@ -415,9 +422,14 @@ impl SessionGrants {
         self.staged_in.get(&ledger).map(|label| label.to_string())
     }
 
-    /// Forget session `label`'s actions.
-    pub fn close(&self, label: &str) {
+    /// Forget session `label`'s actions; returns whether it staged any (and so may have
+    /// grants to remove).
+    pub fn close(&self, label: &str) -> bool {
+        if self.staging.remove(label).is_none() {
+            return false;
+        }
         self.staged_in.retain(|_, l| &**l != label);
+        true
     }
 
     /// Whether a rule's session label is one of this run's.

@@ -285,16 +285,7 @@ impl StoreCounter {
 
     /// The daemon's processor time so far (user and system, every thread's).
     fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .expect("/proc/PID/stat is readable");
-        // Fields after the command's closing parenthesis: utime and stime are the 12th
-        // and 13th, in clock ticks (100 per second on Linux).
-        let fields: Vec<&str> = stat[stat.rfind(')').expect("a command") + 2..]
-            .split_whitespace()
-            .collect();
-        let ticks: u64 =
-            fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-        Duration::from_millis(ticks * 10)
+        process_cpu(self.pid)
     }
 
     /// What `work` cost: the processor time while it ran, and the commits and syncs it
@@ -311,6 +302,20 @@ impl StoreCounter {
             cpu: cpu - before.cpu,
         }
     }
+}
+
+/// The processor time of process `pid` so far (user and system, every thread's).
+fn process_cpu(pid: u32) -> Duration {
+    let stat =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat is readable");
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and
+    // 13th, in clock ticks (100 per second on Linux).
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a command") + 2..]
+        .split_whitespace()
+        .collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    Duration::from_millis(ticks * 10)
 }
 
 /// A raw 4 KiB write and `fdatasync` of a file in `dir`, timed alone: the floor a synced
@@ -344,6 +349,8 @@ struct Counts {
     writes: Option<(Cost, u64)>,
     concurrent: Option<(Cost, u64)>,
     raw_fsync_micros: Option<f64>,
+    /// The directly served fixture's processor time over as many reads.
+    direct_cpu: Option<Duration>,
     idle_rss_kib: Option<u64>,
 }
 
@@ -438,6 +445,13 @@ fn main() {
         });
     });
     counts.reads = Some((reads, READS_COUNTED as u64));
+    let before = process_cpu(direct.pid());
+    rt.block_on(async {
+        for _ in 0..READS_COUNTED {
+            call(&straight, "read_notes", json!({})).await;
+        }
+    });
+    counts.direct_cpu = Some(process_cpu(direct.pid()) - before);
     let mut ids = Vec::new();
     // Rounds of staged writes, each counted alone (the rejections between them are not).
     let mut writes = Cost::default();
@@ -501,6 +515,12 @@ fn summary(counts: &Counts) {
     }
     if let Some(write) = mean_micros("staged_write") {
         println!("  staged write, answered: {write:.1} µs");
+    }
+    if let Some(cpu) = counts.direct_cpu {
+        println!(
+            "  read served directly (HTTP): the server's processor time {:.0} µs per read",
+            cpu.as_secs_f64() * 1e6 / READS_COUNTED as f64
+        );
     }
     if let Some(raw) = counts.raw_fsync_micros {
         println!("  raw 4 KiB write + fdatasync, same disk: {raw:.1} µs");

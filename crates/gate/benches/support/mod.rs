@@ -45,6 +45,12 @@ impl DirectServer {
         let url = first_line(&mut child);
         Self { child, url }
     }
+
+    /// The server's process id.
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for DirectServer {

@@ -6,6 +6,9 @@
 //!   (the fixture serving HTTP itself) against agent → gate → fixture server (the gate's
 //!   downstream over stdio, as `gate init` configures one), with the same client. The
 //!   summary gives the ratio and the microseconds the gate adds to a call.
+//! - `read_direct_stdio` and `read_through_bridge`: the same read by an agent speaking MCP
+//!   over stdio, to the fixture server as its own child process against the stdio bridge
+//!   (`gate mcp --agent NAME`, a child process relaying to the daemon over HTTP).
 //! - `staged_write`: one `write_note` staged and answered to the agent, on the daemon's
 //!   SQLite file.
 //! - `staging_16_agents`: 16 agents, each with its own session and token, staging at
@@ -45,9 +48,10 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use gate::control::{Request, request};
 use gate::paths::socket_in;
-use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::Peer;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use fixture::{fixture_binary, free_port};
@@ -139,6 +143,19 @@ impl Daemon {
 
     async fn agent(&self, agent: usize) -> Agent {
         connect(&self.url, Some(&token(agent))).await
+    }
+
+    /// Agent `agent` through the stdio bridge: `gate mcp --agent NAME --config FILE` as a
+    /// child process speaking MCP on its stdin and stdout, relaying to this daemon.
+    async fn bridged(&self, agent: usize) -> Agent {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_gate"));
+        command
+            .args(["mcp", "--agent", &format!("agent{agent}"), "--config"])
+            .arg(self.dir.join("gate.toml"))
+            .stderr(std::process::Stdio::null());
+        ().serve(TokioChildProcess::new(command).expect("gate mcp starts"))
+            .await
+            .expect("the bridge speaks MCP on stdio")
     }
 
     fn data(&self) -> PathBuf {
@@ -361,14 +378,23 @@ fn main() {
 
     let daemon = Daemon::start("load", 1, AGENTS);
     let direct = DirectServer::start(&[]);
-    let (gated, straight, agents) = rt.block_on(async {
+    let (gated, straight, agents, bridged, stdio) = rt.block_on(async {
         let gated = daemon.agent(0).await;
         let straight = connect(&direct.url, None).await;
         let mut agents = Vec::new();
         for agent in 0..AGENTS {
             agents.push(daemon.agent(agent).await);
         }
-        (gated, straight, agents)
+        let bridged = daemon.bridged(1).await;
+        // The fixture reached directly over stdio, as the bridge's baseline.
+        let stdio = ()
+            .serve(
+                TokioChildProcess::new(tokio::process::Command::new(fixture_binary()))
+                    .expect("the fixture starts"),
+            )
+            .await
+            .expect("the fixture speaks MCP on stdio");
+        (gated, straight, agents, bridged, stdio)
     });
 
     let mut group = criterion.benchmark_group("gateway");
@@ -383,6 +409,32 @@ fn main() {
                 start.elapsed()
             });
             tally("read_direct", elapsed, iters);
+            elapsed
+        });
+    });
+    group.bench_function("read_direct_stdio", |b| {
+        b.iter_custom(|iters| {
+            let elapsed = rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    call(&stdio, "read_notes", json!({})).await;
+                }
+                start.elapsed()
+            });
+            tally("read_direct_stdio", elapsed, iters);
+            elapsed
+        });
+    });
+    group.bench_function("read_through_bridge", |b| {
+        b.iter_custom(|iters| {
+            let elapsed = rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    call(&bridged, "fixture0__read_notes", json!({})).await;
+                }
+                start.elapsed()
+            });
+            tally("read_through_bridge", elapsed, iters);
             elapsed
         });
     });
@@ -476,6 +528,8 @@ fn main() {
     rt.block_on(async {
         let _ = gated.cancel().await;
         let _ = straight.cancel().await;
+        let _ = bridged.cancel().await;
+        let _ = stdio.cancel().await;
         for agent in agents {
             let _ = agent.cancel().await;
         }
@@ -502,6 +556,16 @@ fn summary(counts: &Counts) {
             "  read: direct {direct:.1} µs, through the gate {gated:.1} µs: ratio {:.2}, +{:.1} µs per call",
             gated / direct,
             gated - direct
+        );
+    }
+    if let (Some(direct), Some(bridged)) = (
+        mean_micros("read_direct_stdio"),
+        mean_micros("read_through_bridge"),
+    ) {
+        println!(
+            "  read over stdio: direct {direct:.1} µs, through the bridge and the gate {bridged:.1} µs: ratio {:.2}, +{:.1} µs per call (target: +300 µs at most)",
+            bridged / direct,
+            bridged - direct
         );
     }
     if let Some((cost, reads)) = counts.reads {

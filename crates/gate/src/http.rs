@@ -1028,6 +1028,12 @@ pub async fn serve(
             },
             () = stopped(&mut stop) => break,
         };
+        // Each answer leaves at once: with Nagle's algorithm on, an event written after
+        // the response's head waited for the client's delayed acknowledgement of it
+        // (40 ms and more per call through the stdio bridge, docs/performance.md).
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "agents.nodelay.failed");
+        }
         let service = TowerToHyperService::new(router.clone());
         let mut stop = stop.clone();
         connections.spawn(async move {

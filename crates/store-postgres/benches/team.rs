@@ -8,7 +8,8 @@
 //! - `agents16/one_daemon`, `agents16/two_daemons`: 16 agents per daemon stage
 //!   auto-approvable calls under a rule as fast as the open cap lets them, and the drain
 //!   applies them; actions applied per second with one daemon and with two on one
-//!   database. Both daemons drain one gatekeeper, one at a time (the drain lease).
+//!   database. Both daemons drain one gatekeeper, one at a time (the drain lease); the
+//!   summary says how often an agent found the store full, waiting for the drain.
 //!
 //! Run: `cargo bench -p store-postgres --bench team -- --warm-up-time 1 --measurement-time 5`.
 //! It starts a throwaway PostgreSQL cluster (initdb and pg_ctl, see `cluster.rs`); the
@@ -20,10 +21,6 @@
 #[path = "../tests/postgres/support.rs"]
 #[allow(dead_code, unused_imports)]
 mod support;
-
-#[path = "../../store-sqlite/tests/store/support.rs"]
-#[allow(dead_code, unused_imports)]
-mod sqlite_support;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,7 +57,30 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A directory of its own for the SQLite file, removed at the end.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let path = std::env::temp_dir().join(format!("team-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 static TITLES: AtomicU64 = AtomicU64::new(0);
+
+/// Stages refused because the store was full (the agent comes back 5 ms later), per
+/// benchmark, for the summary: how often agents wait for the drain.
+static REFUSED: Mutex<Vec<(&'static str, u64)>> = Mutex::new(Vec::new());
+static REFUSED_NOW: AtomicU64 = AtomicU64::new(0);
 
 fn title() -> String {
     format!("issue {}", TITLES.fetch_add(1, Ordering::Relaxed))
@@ -71,9 +91,17 @@ fn cycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("cycle");
     group.sample_size(20);
 
-    let dir = sqlite_support::TempDir::new("team-bench");
-    let sqlite = store_sqlite::Database::open(dir.join("gate.db")).unwrap();
-    let rig = rt.block_on(sqlite_support::Rig::new(sqlite.clone()));
+    let dir = TempDir::new();
+    let sqlite = store_sqlite::Database::open(dir.0.join("gate.db")).unwrap();
+    let rig = rt.block_on(async {
+        let clock: std::sync::Arc<dyn kernel::Clock> =
+            std::sync::Arc::new(kernel::StepClock::default());
+        let store = sqlite
+            .action_store("issues", clock.clone())
+            .await
+            .expect("action store");
+        support::Rig::with(sqlite.ledger(), store, clock)
+    });
     group.bench_function("sqlite_wal", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
@@ -149,6 +177,7 @@ async fn agents(rigs: &[support::Rig], per_agent: u64) {
                             Ok(CallOutcome::Pending { .. }) => break,
                             // The store is full: come back later, as an agent told so would.
                             Err(SessionError::Stage(StageError::TooManyOpen)) => {
+                                REFUSED_NOW.fetch_add(1, Ordering::Relaxed);
                                 tokio::time::sleep(Duration::from_millis(5)).await;
                             }
                             other => panic!("unexpected {other:?}"),
@@ -203,12 +232,21 @@ fn agents16(c: &mut Criterion) {
                 rt.block_on(async {
                     let commits: u64 = dbs.iter().map(Database::commits).sum();
                     let trips: u64 = dbs.iter().map(Database::round_trips).sum();
+                    let refused = REFUSED_NOW.load(Ordering::Relaxed);
                     let start = Instant::now();
                     for _ in 0..iters {
                         agents(&rigs, PER_AGENT).await;
                     }
                     let elapsed = start.elapsed();
                     let actions = iters * daemons as u64 * 16 * PER_AGENT;
+                    let refused = REFUSED_NOW.load(Ordering::Relaxed) - refused;
+                    {
+                        let mut all = REFUSED.lock().unwrap();
+                        match all.iter_mut().find(|r| r.0 == label) {
+                            Some(r) => r.1 += refused,
+                            None => all.push((label, refused)),
+                        }
+                    }
                     tally(
                         label,
                         elapsed,
@@ -247,6 +285,14 @@ fn summary(_: &mut Criterion) {
             *trips as f64 / n,
             *commits as f64 / n,
         );
+    }
+    for (name, refused) in REFUSED.lock().unwrap().iter() {
+        if let Some(t) = tally.iter().find(|t| t.0 == *name) {
+            println!(
+                "  {name}: {:.2} stages refused as full per action applied (the drain is behind)",
+                *refused as f64 / t.2.max(1) as f64
+            );
+        }
     }
     let rate = |name: &str| per_second.iter().find(|r| r.0 == name).map(|r| r.1);
     if let (Some(one), Some(two)) = (rate("agents16/one_daemon"), rate("agents16/two_daemons")) {

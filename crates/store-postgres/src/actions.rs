@@ -5,7 +5,20 @@
 //!
 //! - **The claim before the send** (`compare_and_set` to `applying`) is one `UPDATE …
 //!   WHERE state = <from>`, committed before it returns, so before the driver sends; of
-//!   two daemons claiming one action, PostgreSQL lets exactly one update match.
+//!   two daemons claiming one action, PostgreSQL lets exactly one update match. When the
+//!   kernel's record of who decided is parked for this action (see `db.rs`), the claim
+//!   runs in that transaction and commits both, with its `COMMIT` in the same round
+//!   trip; the read before the claim is answered from the row that statement read.
+//! - **The outcome may be lost, safely**: the settling `compare_and_set` of a claim this
+//!   handle holds is not written at once: it is kept ([`DeferredSettle`]) and written
+//!   by the kernel's outcome, the next write about the action, in the same statement
+//!   (one round trip, one commit; the ledger's outcome is written only if the driver's
+//!   is), or alone by the flusher within `PARK_WINDOW`. Of the claim only this handle's
+//!   session settles it while alive, so the answer "written" given before is what the
+//!   statement finds. A crash before it leaves the committed claim, which recovery turns
+//!   into "interrupted": possibly sent, never resent. `get` of the action answers the
+//!   kept record; `records_in` and `count_open` write this gatekeeper's kept outcomes
+//!   first.
 //! - **Only the claimant settles a claim**: a `compare_and_set` from `applying` matches
 //!   only while the claim is this session's, or its session is gone (no connection holds
 //!   its advisory lock), in the same statement.
@@ -13,6 +26,15 @@
 //!   `action_ids` (which also hands out the id), then counts and inserts, in one
 //!   statement (`gate_stage`, one round trip); every stage of one store waits for the
 //!   one before.
+//! - **A stage commits with its submission.** gatekeeper-core stages and then submits to
+//!   the kernel in the same task (or, outside a task, on the same thread): the stage's
+//!   transaction is left open, parked for that stager, and the ledger insert it makes
+//!   next runs in it and commits both (see `ledger.rs`), so an acknowledged submission
+//!   has both records and a crash before leaves neither. It holds the id row's lock
+//!   until then, so this handle's next stage of the gatekeeper waits its turn in its
+//!   task (not on a worker thread); a submission refused by the kernel deletes the stage
+//!   in the same transaction, and the flusher commits one left longer than
+//!   `PARK_WINDOW`.
 //! - **A rejection is a decision**: in one transaction it locks the ledger row, is refused
 //!   while another live session is deciding the action, and otherwise marks it as this
 //!   session's decision together with the driver's `rejected`.
@@ -21,6 +43,7 @@
 //!   rejection) has moved the call on, the edit matches nothing and says so.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use gatekeeper_core::store::INTERRUPTED_MESSAGE;
@@ -31,9 +54,9 @@ use kernel::{DriverActionId, Timestamp};
 use postgres::Row;
 use serde_json::Value;
 
-use crate::db::{Database, Link};
+use crate::db::{Database, Key, Link, Stager};
 use crate::error::StoreError;
-use crate::ledger::{i64_of, sql, u64_of};
+use crate::ledger::{ATTEMPT_ACTION_COLUMNS, i64_of, sql, u64_of};
 
 /// One gatekeeper's action store in a [`Database`].
 #[derive(Debug, Clone)]
@@ -53,6 +76,22 @@ impl PostgresActionStorage {
 
 fn port(error: StoreError) -> StorageError {
     StorageError(error.to_string())
+}
+
+impl PostgresActionStorage {
+    /// Commit what is parked for this gatekeeper's actions, so a read of its records
+    /// sees this daemon's writes.
+    async fn commit_parked(&self) -> Result<(), StorageError> {
+        let gatekeeper = self.gatekeeper.clone();
+        self.db
+            .write_settles_async(|name| *name == *gatekeeper)
+            .await
+            .map_err(port)?;
+        self.db
+            .commit_parked_async(move |key, _| key.0 == gatekeeper)
+            .await
+            .map_err(port)
+    }
 }
 
 const SELECT_ONE: &str =
@@ -77,14 +116,15 @@ const STAGE: &str = "SELECT gate_stage($1, $2, $3, $4, $5, $6, $7)";
 const WRITE_STATE: &str = "UPDATE actions SET state = $4, claimed_at = $5,
         claimed_by = CASE WHEN $4 = 'applying' THEN $6 ELSE claimed_by END,
         retryable = $7, error = $8, result_json = $9
-     WHERE gatekeeper = $1 AND id = $2 AND state = $3";
+     WHERE gatekeeper = $1 AND id = $2 AND state = $3 RETURNING id";
 
 /// [`WRITE_STATE`] from `applying`: only the claimant's session, or after it died.
-const SETTLE_CLAIM: &str = "UPDATE actions SET state = $4, claimed_at = $5,
+pub(crate) const SETTLE_CLAIM: &str = "UPDATE actions SET state = $4, claimed_at = $5,
         claimed_by = CASE WHEN $4 = 'applying' THEN $6 ELSE claimed_by END,
         retryable = $7, error = $8, result_json = $9
      WHERE gatekeeper = $1 AND id = $2 AND state = $3
-       AND CASE WHEN claimed_by = $6 THEN true ELSE NOT gate_session_alive(claimed_by) END";
+       AND CASE WHEN claimed_by = $6 THEN true ELSE NOT gate_session_alive(claimed_by) END
+     RETURNING id";
 
 const INTERRUPT_LEDGER: &str = "UPDATE ledger SET state = 'failed', failure = $3,
         failure_retryable = false, failure_kind = 'outcome_unknown', deciding_session = NULL
@@ -102,7 +142,7 @@ const AMEND_PENDING: &str = "UPDATE actions SET args_json = $3
      WHERE gatekeeper = $1 AND id = $2 AND state = 'pending'";
 
 const DELETE_PENDING: &str =
-    "DELETE FROM actions WHERE gatekeeper = $1 AND id = $2 AND state = 'pending'";
+    "DELETE FROM actions WHERE gatekeeper = $1 AND id = $2 AND state = 'pending' RETURNING id";
 
 const PRUNE: &str = "DELETE FROM actions WHERE gatekeeper = $1 AND id IN (
        SELECT id FROM actions WHERE gatekeeper = $1
@@ -110,25 +150,30 @@ const PRUNE: &str = "DELETE FROM actions WHERE gatekeeper = $1 AND id IN (
        ORDER BY id DESC OFFSET $2)";
 
 fn record_of(row: &Row) -> Result<ActionRecord, StoreError> {
-    let id = DriverActionId(u64_of(row.get(0), "action id")?);
+    record_at(row, 0)
+}
+
+/// A record from the columns of [`SELECT_ONE`], starting at column `at` of `row`.
+fn record_at(row: &Row, at: usize) -> Result<ActionRecord, StoreError> {
+    let id = DriverActionId(u64_of(row.get(at), "action id")?);
     let what = || format!("action {id}");
-    let tool: Arc<str> = Arc::from(row.get::<_, &str>(1));
+    let tool: Arc<str> = Arc::from(row.get::<_, &str>(at + 1));
     // Arguments that cannot be read back stand as `null`; a claim of such a record is
     // refused by gatekeeper-core (stored arguments are always an object).
-    let args: Value = serde_json::from_str(row.get::<_, &str>(2)).unwrap_or(Value::Null);
-    let state = match row.get::<_, &str>(3) {
+    let args: Value = serde_json::from_str(row.get::<_, &str>(at + 2)).unwrap_or(Value::Null);
+    let state = match row.get::<_, &str>(at + 3) {
         "pending" => ActionState::Pending,
         "applying" => ActionState::Applying,
         "applied" => {
-            let result: ToolResult = serde_json::from_str(row.get::<_, &str>(8))
+            let result: ToolResult = serde_json::from_str(row.get::<_, &str>(at + 8))
                 .map_err(|e| StoreError::decode(format!("the result of {}", what()), e))?;
             ActionState::Applied {
                 result: Arc::new(result),
             }
         }
         "failed" => ActionState::Failed {
-            retryable: row.get(6),
-            message: row.get(7),
+            retryable: row.get(at + 6),
+            message: row.get(at + 7),
         },
         "rejected" => ActionState::Rejected,
         other => {
@@ -138,24 +183,24 @@ fn record_of(row: &Row) -> Result<ActionRecord, StoreError> {
             ));
         }
     };
-    let claimed_at = match row.get::<_, Option<i64>>(5) {
+    let claimed_at = match row.get::<_, Option<i64>>(at + 5) {
         Some(at) => Some(Timestamp(u64_of(at, "claim time")?)),
         None => None,
     };
-    let definition = row.get::<_, Option<&str>>(9).map(Arc::from);
+    let definition = row.get::<_, Option<&str>>(at + 9).map(Arc::from);
     Ok(ActionRecord {
         id,
         tool,
         definition,
         args: Arc::new(args),
-        submitted_at: Timestamp(u64_of(row.get(4), "stage time")?),
+        submitted_at: Timestamp(u64_of(row.get(at + 4), "stage time")?),
         claimed_at,
         state,
     })
 }
 
 /// The row values of a record's state, owned for a worker thread.
-struct StateColumns {
+pub(crate) struct StateColumns {
     state: &'static str,
     claimed_at: Option<i64>,
     retryable: Option<bool>,
@@ -189,6 +234,51 @@ fn state_columns(record: &ActionRecord) -> Result<StateColumns, StoreError> {
     })
 }
 
+/// A driver's outcome of a claim this handle holds, kept to be written with the kernel's
+/// (see the module docs).
+pub(crate) struct DeferredSettle {
+    gatekeeper: String,
+    id: i64,
+    columns: StateColumns,
+    me: i32,
+    /// The record it writes, which `get` answers meanwhile.
+    pub(crate) record: ActionRecord,
+    /// When it was kept.
+    pub(crate) since: Instant,
+}
+
+impl DeferredSettle {
+    /// Write it alone, committed.
+    pub(crate) fn write(&self, link: &mut Link<'_>) -> Result<(), StoreError> {
+        write_state(
+            link,
+            SETTLE_CLAIM,
+            Mode::Commit,
+            &self.gatekeeper,
+            self.id,
+            StateTag::Applying,
+            &self.columns,
+            self.me,
+        )
+        .map(|_| ())
+    }
+
+    /// The parameters of [`SETTLE_CLAIM`], in order.
+    pub(crate) fn params(&self) -> [&(dyn postgres::types::ToSql + Sync); 9] {
+        [
+            &self.gatekeeper,
+            &self.id,
+            &"applying",
+            &self.columns.state,
+            &self.columns.claimed_at,
+            &self.me,
+            &self.columns.retryable,
+            &self.columns.error,
+            &self.columns.result_json,
+        ]
+    }
+}
+
 fn is_interruption(record: &ActionRecord) -> bool {
     matches!(
         &record.state,
@@ -196,32 +286,42 @@ fn is_interruption(record: &ActionRecord) -> bool {
     )
 }
 
+/// How [`write_state`] sends its statement.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// On its own, inside a transaction the caller opened.
+    Plain,
+    /// With `COMMIT`, ending the open (parked) transaction, or alone, committed.
+    Commit,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn write_state(
     link: &mut Link<'_>,
     statement: &'static str,
+    send: Mode,
     gatekeeper: &str,
     id: i64,
     from: StateTag,
     columns: &StateColumns,
     me: i32,
 ) -> Result<bool, StoreError> {
-    Ok(link
-        .execute(
-            statement,
-            &[
-                &gatekeeper,
-                &id,
-                &from.as_str(),
-                &columns.state,
-                &columns.claimed_at,
-                &me,
-                &columns.retryable,
-                &columns.error,
-                &columns.result_json,
-            ],
-        )
-        .map_err(sql)?
-        == 1)
+    let params: [&(dyn postgres::types::ToSql + Sync); 9] = [
+        &gatekeeper,
+        &id,
+        &from.as_str(),
+        &columns.state,
+        &columns.claimed_at,
+        &me,
+        &columns.retryable,
+        &columns.error,
+        &columns.result_json,
+    ];
+    let rows = match send {
+        Mode::Plain => link.write_returning(statement, &params).map_err(sql)?,
+        Mode::Commit => link.commit_with(statement, &params)?,
+    };
+    Ok(rows.len() == 1)
 }
 
 #[async_trait]
@@ -241,27 +341,56 @@ impl ActionStorage for PostgresActionStorage {
         let at = i64_of(submitted_at.0);
         let max_open = i64::try_from(max_open).unwrap_or(i64::MAX);
         let me = self.db.session();
-        self.db
+        // The stage is left open for the ledger insert its stager makes next (see the
+        // module docs), in this handle's turn for the gatekeeper: none of this handle's
+        // stages waits on a worker thread for the id row's lock its own parked stage holds.
+        let stager = Stager::current();
+        let turn = self
+            .db
+            .shared()
+            .stage_turn(&self.gatekeeper)
+            .lock_owned()
+            .await;
+        let name = self.gatekeeper.clone();
+        let staged = self
+            .db
             .call_async(move |link| {
-                let rows = link
-                    .write_returning(
-                        STAGE,
-                        &[&gatekeeper, &tool, &args, &at, &me, &definition, &max_open],
-                    )
-                    .map_err(sql)?;
+                let params: [&(dyn postgres::types::ToSql + Sync); 7] =
+                    [&gatekeeper, &tool, &args, &at, &me, &definition, &max_open];
+                let rows = link.begin_with(STAGE, &params)?;
                 let id: Option<i64> = rows.first().and_then(|row| row.get(0));
-                id.map(|id| Ok(DriverActionId(u64_of(id, "action id")?)))
-                    .transpose()
+                if let Some(id) = id {
+                    link.park_stage((name, id), stager, turn);
+                }
+                Ok(id)
             })
             .await
-            .map_err(port)
+            .map_err(port)?;
+        let Some(id) = staged else {
+            return Ok(None);
+        };
+        // No ledger action names it yet (see `cache.rs`).
+        self.db.shared().caches.staged(&self.gatekeeper, id);
+        Ok(Some(DriverActionId(u64_of(id, "action id").map_err(port)?)))
     }
 
     async fn get(&self, id: DriverActionId) -> Result<Option<ActionRecord>, StorageError> {
         let gatekeeper = self.gatekeeper.to_string();
         let id = i64_of(id.0);
+        let key: Key = (self.gatekeeper.clone(), id);
+        // The driver's outcome kept to be written with the kernel's.
+        if let Some(record) = self.db.shared().deferred_record(&key) {
+            return Ok(Some(record));
+        }
+        // The row read with who decided, in the transaction parked for this action.
+        if let Some(row) = self.db.shared().take_action_row(&key) {
+            return record_at(&row, ATTEMPT_ACTION_COLUMNS)
+                .map(Some)
+                .map_err(port);
+        }
+        let parked = self.db.shared().take_park(&key);
         self.db
-            .call_async(move |link| {
+            .call_async_parked(parked, Some(key), move |link| {
                 link.query_opt(SELECT_ONE, &[&gatekeeper, &id])
                     .map_err(sql)?
                     .as_ref()
@@ -284,37 +413,48 @@ impl ActionStorage for PostgresActionStorage {
         let interruption = from == StateTag::Applying && is_interruption(record);
         let rejection = record.state == ActionState::Rejected;
         let me = self.db.session();
-        self.db
-            .call_async(move |link| {
-                if from == StateTag::Applying {
-                    if !interruption {
-                        return write_state(
-                            link,
-                            SETTLE_CLAIM,
-                            &gatekeeper,
-                            id,
-                            from,
-                            &columns,
-                            me,
-                        );
+        let key: Key = (self.gatekeeper.clone(), id);
+        if interruption || rejection {
+            // These lock the ledger row first: what is parked or kept for the action is
+            // written before.
+            self.db.shared().settling(&key);
+            let gatekeeper_name = self.gatekeeper.clone();
+            self.db
+                .write_settles_async(|name| *name == *gatekeeper_name)
+                .await
+                .map_err(port)?;
+            self.db
+                .commit_parked_async(|parked, _| *parked == key)
+                .await
+                .map_err(port)?;
+            return self
+                .db
+                .call_async(move |link| {
+                    if interruption {
+                        // Settling a stranded claim: the ledger says so in the same commit.
+                        return link.transaction(|link| {
+                            let written = write_state(
+                                link,
+                                SETTLE_CLAIM,
+                                Mode::Plain,
+                                &gatekeeper,
+                                id,
+                                from,
+                                &columns,
+                                me,
+                            )?;
+                            if written {
+                                link.execute(
+                                    INTERRUPT_LEDGER,
+                                    &[&gatekeeper, &id, &INTERRUPTED_MESSAGE],
+                                )
+                                .map_err(sql)?;
+                                tracing::warn!(%gatekeeper, action = %driver_id, "action.apply.interrupted");
+                            }
+                            Ok(written)
+                        });
                     }
-                    // Settling a stranded claim: the ledger says so in the same commit.
-                    return link.transaction(|link| {
-                        let written =
-                            write_state(link, SETTLE_CLAIM, &gatekeeper, id, from, &columns, me)?;
-                        if written {
-                            link.execute(
-                                INTERRUPT_LEDGER,
-                                &[&gatekeeper, &id, &INTERRUPTED_MESSAGE],
-                            )
-                            .map_err(sql)?;
-                            tracing::warn!(%gatekeeper, action = %driver_id, "action.apply.interrupted");
-                        }
-                        Ok(written)
-                    });
-                }
-                if rejection {
-                    return link.transaction(|link| {
+                    link.transaction(|link| {
                         let deciding = link
                             .query_opt(LOCK_DECIDING, &[&gatekeeper, &id])
                             .map_err(sql)?;
@@ -325,22 +465,74 @@ impl ActionStorage for PostgresActionStorage {
                                 return Ok(false);
                             }
                         }
-                        let written =
-                            write_state(link, WRITE_STATE, &gatekeeper, id, from, &columns, me)?;
+                        let written = write_state(
+                            link,
+                            WRITE_STATE,
+                            Mode::Plain,
+                            &gatekeeper,
+                            id,
+                            from,
+                            &columns,
+                            me,
+                        )?;
                         if written && deciding.is_some() {
                             link.execute(MARK_DECIDING, &[&gatekeeper, &id, &me])
                                 .map_err(sql)?;
                         }
                         Ok(written)
-                    });
-                }
-                write_state(link, WRITE_STATE, &gatekeeper, id, from, &columns, me)
+                    })
+                })
+                .await
+                .map_err(port);
+        }
+        if from == StateTag::Applying && self.db.shared().settling(&key) {
+            // This handle's claim: its outcome rides with the kernel's.
+            self.db.shared().defer_settle(
+                key,
+                DeferredSettle {
+                    gatekeeper,
+                    id,
+                    columns,
+                    me,
+                    record: record.clone(),
+                    since: Instant::now(),
+                },
+            );
+            return Ok(true);
+        }
+        let claiming = record.state == ActionState::Applying;
+        let parked = self.db.shared().take_park(&key);
+        let statement = if from == StateTag::Applying {
+            SETTLE_CLAIM
+        } else {
+            WRITE_STATE
+        };
+        // A claim (or another move): committed before it returns, with what is parked for
+        // the action (who decided it).
+        let written = self
+            .db
+            .call_async_parked(parked, Some(key.clone()), move |link| {
+                write_state(
+                    link,
+                    statement,
+                    Mode::Commit,
+                    &gatekeeper,
+                    id,
+                    from,
+                    &columns,
+                    me,
+                )
             })
             .await
-            .map_err(port)
+            .map_err(port)?;
+        if written && claiming {
+            self.db.shared().claimed(key);
+        }
+        Ok(written)
     }
 
     async fn count_open(&self) -> Result<usize, StorageError> {
+        self.commit_parked().await?;
         let gatekeeper = self.gatekeeper.to_string();
         self.db
             .call_async(move |link| {
@@ -357,12 +549,14 @@ impl ActionStorage for PostgresActionStorage {
     async fn delete_pending(&self, id: DriverActionId) -> Result<bool, StorageError> {
         let gatekeeper = self.gatekeeper.to_string();
         let id = i64_of(id.0);
+        self.db.shared().caches.submitted(&gatekeeper, id);
+        // A stage still parked (the kernel refused its submission) is deleted inside its
+        // transaction and committed: its id is never handed out again.
+        let key: Key = (self.gatekeeper.clone(), id);
+        let parked = self.db.shared().take_park(&key);
         self.db
-            .call_async(move |link| {
-                Ok(link
-                    .execute(DELETE_PENDING, &[&gatekeeper, &id])
-                    .map_err(sql)?
-                    == 1)
+            .call_async_parked(parked, Some(key), move |link| {
+                Ok(link.commit_with(DELETE_PENDING, &[&gatekeeper, &id])?.len() == 1)
             })
             .await
             .map_err(port)
@@ -389,6 +583,7 @@ impl ActionStorage for PostgresActionStorage {
     }
 
     async fn records_in(&self, state: StateTag) -> Result<Vec<ActionRecord>, StorageError> {
+        self.commit_parked().await?;
         let gatekeeper = self.gatekeeper.to_string();
         self.db
             .call_async(move |link| {

@@ -1,37 +1,73 @@
-//! The connection to PostgreSQL: a few worker threads with a connection each, the
+//! The connections to PostgreSQL: a few worker threads that run statements on a pool of
+//! connections, transactions parked between two port calls about one action, the
 //! session connection that marks this daemon alive and listens for other daemons'
-//! changes, the schema check on open, and the counts of commits and round trips.
+//! changes, what is remembered from it (see `cache.rs`), the schema check on open, and
+//! the counts of commits and round trips.
 //!
 //! The storage ports are synchronous (the kernel's ledger, the wiki's key-value port)
 //! or asynchronous (the action store), and they are called from tasks of the daemon's
-//! tokio runtime. The synchronous `postgres` client runs a runtime of its own and must
-//! never be called from inside another one, so every statement runs on this store's own
-//! threads: a call hands a job to a worker and waits for its answer (blocking for a
-//! synchronous port, as rusqlite would; awaiting for the asynchronous one). A worker
-//! that finds its connection broken connects again before its next job.
+//! tokio runtime. A connection here is a `tokio-postgres` client driven by a small
+//! runtime of its own, which must never run inside another runtime, so every statement
+//! runs on this store's own threads: a call hands a job to a worker and waits for its
+//! answer (blocking for a synchronous port, as rusqlite would; awaiting for the
+//! asynchronous one). A broken connection is dropped and a new one made for the next
+//! job.
+//!
+//! # One round trip where two were
+//!
+//! `tokio-postgres` sends a request as soon as it is polled, so two requests polled
+//! together travel in one round trip (pipelining): `BEGIN` with the first statement of
+//! a transaction ([`Link::begin_with`]), the last statement with `COMMIT`
+//! ([`Link::commit_with`]). A statement that fails aborts the transaction, and the
+//! `COMMIT` sent behind it then rolls back.
+//!
+//! # Parked transactions
+//!
+//! Some writes about one action need not be committed on their own, because the next
+//! port call about the same action writes again and may carry them (store-sqlite's
+//! deferred writes): who decided rides with the driver's claim, the driver's outcome with
+//! the kernel's. Such a write opens a transaction and leaves it open: its connection is
+//! *parked* under the action's key (gatekeeper, driver id) instead of going back to the
+//! pool. The next call about that key runs on the parked connection, inside that
+//! transaction, and commits it. A parked transaction that waits longer than
+//! [`PARK_WINDOW`] is committed on its own by the flusher thread, so it never holds its
+//! row locks for long; a daemon that dies with one parked loses only what it holds (see
+//! the crate docs for why each may be lost).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement};
 
+use crate::actions::DeferredSettle;
+use crate::cache::Caches;
 use crate::error::StoreError;
 use crate::schema::{
     CREATE, EXPECTED_TABLES, LEDGER_LOCKS, MIGRATION_LOCK, SCHEMA_VERSION, SESSION_LOCKS,
-    STAGE_FUNCTION, UPGRADES,
+    STAGE_FUNCTION_4, UPGRADES,
 };
 
-/// How many worker connections a [`Database`] keeps.
+/// How many worker threads a [`Database`] runs statements on.
 pub const WORKERS: usize = 4;
 
 /// How often the session thread looks for claims of dead daemons to settle.
 pub const RECOVERY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long a parked transaction waits for the port call that would carry it before the
+/// flusher commits it on its own.
+pub const PARK_WINDOW: Duration = Duration::from_millis(20);
+
+/// How many threads run the jobs on parked transactions (see `Inner::park_jobs`).
+const PARK_WORKERS: usize = 2;
+
+/// How many idle connections the pool keeps.
+const IDLE_CONNECTIONS: usize = 12;
 
 /// Counts of what this handle asked of the server.
 #[derive(Debug, Default)]
@@ -40,12 +76,112 @@ pub(crate) struct Stats {
     pub(crate) round_trips: AtomicU64,
 }
 
-/// One worker's connection and its prepared statements.
+/// One connection: a `tokio-postgres` client, the runtime that drives it, and its
+/// prepared statements.
+pub(crate) struct Conn {
+    rt: Option<tokio::runtime::Runtime>,
+    client: tokio_postgres::Client,
+    statements: HashMap<&'static str, Statement>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Allowed anywhere, also inside another runtime; the server ends the session
+        // (and rolls back an open transaction) when the socket closes.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Connect, and name this daemon's `session` (if known yet) to the server, which puts it
+/// in the notifications of what this connection writes (`gate.session`, schema version
+/// 4).
+fn connect_conn(url: &str, shown: &str, session: i32) -> Result<Conn, StoreError> {
+    let unreachable = |detail: String| StoreError::Unreachable {
+        url: shown.to_owned(),
+        detail,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| unreachable(format!("cannot start a connection's runtime: {e}")))?;
+    let (client, connection) = rt
+        .block_on(tokio_postgres::connect(url, NoTls))
+        .map_err(|e| unreachable(e.to_string()))?;
+    rt.spawn(async move {
+        let _ = connection.await;
+    });
+    if session > 0 {
+        rt.block_on(client.batch_execute(&format!("SET gate.session = '{session}'")))
+            .map_err(|e| unreachable(e.to_string()))?;
+    }
+    Ok(Conn {
+        rt: Some(rt),
+        client,
+        statements: HashMap::new(),
+    })
+}
+
+/// The key of an action's parked transaction: its gatekeeper and driver id.
+pub(crate) type Key = (Arc<str>, i64);
+
+/// A transaction left open on its connection until the next port call about its action.
+pub(crate) struct Parked {
+    conn: Conn,
+    since: Instant,
+    /// The action store's row of the action, read inside the transaction when it was
+    /// parked, for the read that comes next (gatekeeper-core reads before it claims).
+    pub(crate) action_row: Option<Row>,
+    /// The ledger entry the transaction wrote, if any: a read of it on this daemon runs
+    /// inside the transaction, so it sees the write.
+    ledger_id: Option<i64>,
+    /// A stage: the task that staged (whose ledger insert comes next), and its hold on
+    /// this handle's stages of the gatekeeper.
+    stage: Option<StageHold>,
+}
+
+/// Who staged: the task, or outside a task the thread (a `block_on` future stays on its
+/// thread), whose next ledger insert is the stage's submission.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Stager {
+    /// A tokio task.
+    Task(tokio::task::Id),
+    /// A thread, outside any task.
+    Thread(std::thread::ThreadId),
+}
+
+impl Stager {
+    /// The caller.
+    pub(crate) fn current() -> Self {
+        match tokio::task::try_id() {
+            Some(task) => Self::Task(task),
+            None => Self::Thread(std::thread::current().id()),
+        }
+    }
+}
+
+/// What a parked stage holds: see [`Link::park_stage`].
+pub(crate) struct StageHold {
+    stager: Stager,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+/// Where a connection is parked when its work leaves the transaction open.
+struct ParkAs {
+    key: Key,
+    action_row: Option<Row>,
+    ledger_id: Option<i64>,
+    stage: Option<StageHold>,
+}
+
+/// One worker's use of a connection.
 pub(crate) struct Link<'a> {
-    client: &'a mut Client,
-    statements: &'a mut HashMap<&'static str, Statement>,
+    conn: &'a mut Conn,
     stats: &'a Stats,
     in_tx: bool,
+    /// Park the connection here if the work leaves its transaction open.
+    park: Option<ParkAs>,
 }
 
 fn sql_error(error: &postgres::Error) -> StoreError {
@@ -60,13 +196,25 @@ fn sql_error(error: &postgres::Error) -> StoreError {
 }
 
 impl Link<'_> {
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.conn
+            .rt
+            .as_ref()
+            .expect("a live connection has its runtime")
+    }
+
     fn statement(&mut self, sql: &'static str) -> Result<Statement, postgres::Error> {
-        if let Some(statement) = self.statements.get(sql) {
+        if let Some(statement) = self.conn.statements.get(sql) {
             return Ok(statement.clone());
         }
         self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-        let statement = self.client.prepare(sql)?;
-        self.statements.insert(sql, statement.clone());
+        let rt = self
+            .conn
+            .rt
+            .as_ref()
+            .expect("a live connection has its runtime");
+        let statement = rt.block_on(self.conn.client.prepare(sql))?;
+        self.conn.statements.insert(sql, statement.clone());
         Ok(statement)
     }
 
@@ -85,7 +233,8 @@ impl Link<'_> {
     ) -> Result<Vec<Row>, postgres::Error> {
         let statement = self.statement(sql)?;
         self.counted(false);
-        self.client.query(&statement, params)
+        self.rt()
+            .block_on(self.conn.client.query(&statement, params))
     }
 
     /// At most one row of a read.
@@ -96,7 +245,8 @@ impl Link<'_> {
     ) -> Result<Option<Row>, postgres::Error> {
         let statement = self.statement(sql)?;
         self.counted(false);
-        self.client.query_opt(&statement, params)
+        self.rt()
+            .block_on(self.conn.client.query_opt(&statement, params))
     }
 
     /// Exactly one row of a read.
@@ -107,7 +257,8 @@ impl Link<'_> {
     ) -> Result<Row, postgres::Error> {
         let statement = self.statement(sql)?;
         self.counted(false);
-        self.client.query_one(&statement, params)
+        self.rt()
+            .block_on(self.conn.client.query_one(&statement, params))
     }
 
     /// Rows a write returns (`… RETURNING`); committed at once outside a transaction.
@@ -118,7 +269,8 @@ impl Link<'_> {
     ) -> Result<Vec<Row>, postgres::Error> {
         let statement = self.statement(sql)?;
         self.counted(true);
-        self.client.query(&statement, params)
+        self.rt()
+            .block_on(self.conn.client.query(&statement, params))
     }
 
     /// A write; committed at once outside a transaction. Returns the rows changed.
@@ -129,48 +281,170 @@ impl Link<'_> {
     ) -> Result<u64, postgres::Error> {
         let statement = self.statement(sql)?;
         self.counted(true);
-        self.client.execute(&statement, params)
+        self.rt()
+            .block_on(self.conn.client.execute(&statement, params))
     }
 
-    /// Run `work` in one transaction whose first statement, `first` (SQL without
-    /// parameters that returns one row of one value), goes with the `BEGIN` in one round
-    /// trip; `work` gets that value as text. Committed if `work` returns `Ok`, rolled back
-    /// otherwise.
-    pub(crate) fn transaction_opening<R>(
+    /// Rows of SQL sent as a simple query (several statements allowed), each column as
+    /// text; one round trip.
+    pub(crate) fn simple(
         &mut self,
-        first: &str,
-        work: impl FnOnce(&mut Link<'_>, Option<String>) -> Result<R, StoreError>,
-    ) -> Result<R, StoreError> {
+        sql: &str,
+    ) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, postgres::Error> {
         self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-        let opened = self.client.simple_query(&format!("BEGIN; {first}"));
-        let value = match opened {
-            Ok(messages) => messages.into_iter().find_map(|message| match message {
-                postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                _ => None,
-            }),
-            Err(error) => {
-                let _ = self.client.batch_execute("ROLLBACK");
-                return Err(sql_error(&error));
-            }
+        self.rt().block_on(self.conn.client.simple_query(sql))
+    }
+
+    /// `BEGIN` and `first` (SQL without parameters that returns one row of one value) in
+    /// one round trip (`first` alone inside an open transaction); returns that value as
+    /// text. The transaction stays open.
+    pub(crate) fn begin_simple(&mut self, first: &str) -> Result<Option<String>, StoreError> {
+        let opened = if self.in_tx {
+            self.simple(first)
+        } else {
+            self.simple(&format!("BEGIN; {first}"))
         };
         self.in_tx = true;
-        let result = work(self, value);
+        match opened {
+            Ok(messages) => Ok(messages.into_iter().find_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })),
+            Err(error) => {
+                self.rollback();
+                Err(sql_error(&error))
+            }
+        }
+    }
+
+    /// `BEGIN` and a statement in one round trip (pipelined); returns its rows and leaves
+    /// the transaction open (a connection already inside one stays in it). On an error
+    /// the transaction is rolled back.
+    pub(crate) fn begin_with(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let statement = self.statement(sql).map_err(|e| sql_error(&e))?;
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        let rows = if self.in_tx {
+            self.rt()
+                .block_on(self.conn.client.query(&statement, params))
+        } else {
+            let client = &self.conn.client;
+            let (begun, rows) = self.rt().block_on(async {
+                tokio::join!(
+                    client.batch_execute("BEGIN"),
+                    client.query(&statement, params)
+                )
+            });
+            self.in_tx = true;
+            begun.and(rows)
+        };
+        rows.map_err(|error| {
+            self.rollback();
+            sql_error(&error)
+        })
+    }
+
+    /// A statement and `COMMIT` in one round trip (pipelined), ending the open
+    /// transaction; outside one, the statement alone, committed as it runs. Returns the
+    /// statement's rows. If the statement fails, the `COMMIT` behind it rolls back.
+    pub(crate) fn commit_with(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let statement = self.statement(sql).map_err(|e| sql_error(&e))?;
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        let client = &self.conn.client;
+        let (rows, committed) = if self.in_tx {
+            self.rt().block_on(async {
+                tokio::join!(
+                    client.query(&statement, params),
+                    client.batch_execute("COMMIT")
+                )
+            })
+        } else {
+            (self.rt().block_on(client.query(&statement, params)), Ok(()))
+        };
         self.in_tx = false;
-        self.finish(result)
+        self.park = None;
+        let rows = rows.map_err(|e| sql_error(&e))?;
+        committed.map_err(|e| sql_error(&e))?;
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(rows)
+    }
+
+    /// Commit the open transaction (one round trip).
+    pub(crate) fn commit(&mut self) -> Result<(), StoreError> {
+        if !self.in_tx {
+            return Ok(());
+        }
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.in_tx = false;
+        self.park = None;
+        self.rt()
+            .block_on(self.conn.client.batch_execute("COMMIT"))
+            .map_err(|e| sql_error(&e))?;
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Roll the open transaction back, if any (errors are ignored: a broken connection
+    /// rolls back by itself).
+    pub(crate) fn rollback(&mut self) {
+        if self.in_tx {
+            self.in_tx = false;
+            self.park = None;
+            let _ = self
+                .rt()
+                .block_on(self.conn.client.batch_execute("ROLLBACK"));
+        }
+    }
+
+    /// Park this connection under `key` when the work returns with its transaction open,
+    /// keeping `action_row` for the next read of the action and naming the ledger entry
+    /// it wrote, if any.
+    pub(crate) fn park_as(&mut self, key: Key, action_row: Option<Row>, ledger_id: Option<i64>) {
+        let earlier = self.park.take();
+        let ledger_id = ledger_id.or_else(|| earlier.as_ref().and_then(|p| p.ledger_id));
+        self.park = Some(ParkAs {
+            key,
+            action_row,
+            ledger_id,
+            stage: earlier.and_then(|p| p.stage),
+        });
+    }
+
+    /// Park this connection's open stage under `key` for the ledger insert that
+    /// `stager` makes next, holding `turn` (this handle's next stage of the gatekeeper
+    /// waits for it: the stage holds the id row's lock).
+    pub(crate) fn park_stage(
+        &mut self,
+        key: Key,
+        stager: Stager,
+        turn: tokio::sync::OwnedMutexGuard<()>,
+    ) {
+        self.park = Some(ParkAs {
+            key,
+            action_row: None,
+            ledger_id: None,
+            stage: Some(StageHold {
+                stager,
+                _turn: turn,
+            }),
+        });
     }
 
     fn finish<R>(&mut self, result: Result<R, StoreError>) -> Result<R, StoreError> {
-        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(value) => {
-                self.client
-                    .batch_execute("COMMIT")
-                    .map_err(|e| sql_error(&e))?;
-                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.commit()?;
                 Ok(value)
             }
             Err(error) => {
-                let _ = self.client.batch_execute("ROLLBACK");
+                self.rollback();
                 Err(error)
             }
         }
@@ -181,71 +455,263 @@ impl Link<'_> {
         &mut self,
         work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
-        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.client
-            .batch_execute("BEGIN")
-            .map_err(|e| sql_error(&e))?;
-        self.in_tx = true;
+        if !self.in_tx {
+            self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.rt()
+                .block_on(self.conn.client.batch_execute("BEGIN"))
+                .map_err(|e| sql_error(&e))?;
+            self.in_tx = true;
+        }
         let result = work(self);
-        self.in_tx = false;
         self.finish(result)
     }
 }
 
-type Job = Box<dyn FnOnce(&mut Worker) + Send>;
+type Job = Box<dyn FnOnce() + Send>;
 
-/// A worker thread's state: its connection, made on first use and again after a break.
-pub(crate) struct Worker {
+/// Commit a parked transaction (a function pointer, so that [`Shared::exec`] can call
+/// itself with it).
+const COMMIT_LINK: fn(&mut Link<'_>) -> Result<(), StoreError> = |link| link.commit();
+
+/// What the worker threads, the flusher and the session thread share.
+pub(crate) struct Shared {
     url: Arc<str>,
     shown: Arc<str>,
-    client: Option<Client>,
-    statements: HashMap<&'static str, Statement>,
     stats: Arc<Stats>,
+    /// This daemon's session, once it has one (0 before).
+    session: AtomicI32,
+    idle: Mutex<Vec<Conn>>,
+    parks: Mutex<HashMap<Key, Parked>>,
+    /// Claims this handle holds (committed, not yet settled).
+    claims: Mutex<HashSet<Key>>,
+    /// Drivers' outcomes of this handle's claims, not yet written (see `actions.rs`).
+    settles: Mutex<HashMap<Key, DeferredSettle>>,
+    /// Per gatekeeper, the turn of this handle's stages (see [`Link::park_stage`]).
+    stage_turns: Mutex<HashMap<Arc<str>, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) caches: Caches,
 }
 
-impl Worker {
-    fn run<R>(
-        &mut self,
+impl Shared {
+    /// Run `work` on `given` (a parked transaction, which `work` continues) or on a
+    /// connection from the pool (made if none is idle). A transaction `work` leaves open
+    /// is parked under the key it named ([`Link::park_as`]), or rolled back if it named
+    /// none or failed.
+    fn exec<R>(
+        &self,
+        given: Option<Parked>,
+        key: Option<Key>,
         work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
-        if self.client.as_ref().is_none_or(Client::is_closed) {
-            self.statements.clear();
-            self.client = None;
-            self.client = Some(connect(&self.url, &self.shown)?);
-        }
-        let Some(client) = self.client.as_mut() else {
-            return Err(StoreError::Closed);
+        let parked = given.is_some();
+        let mut park = None;
+        let conn = match given {
+            Some(given) => {
+                park = key.map(|key| ParkAs {
+                    key,
+                    action_row: given.action_row,
+                    ledger_id: given.ledger_id,
+                    stage: given.stage,
+                });
+                Some(given.conn)
+            }
+            None => self.idle.lock().ok().and_then(|mut idle| idle.pop()),
+        };
+        let mut conn = match conn {
+            Some(conn) if !conn.client.is_closed() => conn,
+            Some(_) if parked => {
+                return Err(StoreError::Unreachable {
+                    url: self.shown.to_string(),
+                    detail: "the connection was lost with an open transaction".into(),
+                });
+            }
+            _ => connect_conn(&self.url, &self.shown, self.session.load(Ordering::SeqCst))?,
         };
         let mut link = Link {
-            client,
-            statements: &mut self.statements,
+            conn: &mut conn,
             stats: &self.stats,
-            in_tx: false,
+            in_tx: parked,
+            park,
         };
         let result = work(&mut link);
-        if self.client.as_ref().is_some_and(Client::is_closed) {
-            self.client = None;
-            self.statements.clear();
-            if let Err(error) = result {
+        if link.in_tx && (result.is_err() || link.park.is_none()) {
+            link.rollback();
+        }
+        let (in_tx, park) = (link.in_tx, link.park.take());
+        if conn.client.is_closed() {
+            drop(conn);
+            return result.map_err(|error| {
                 let detail = match error {
                     StoreError::Sql { detail } => detail,
                     other => other.to_string(),
                 };
-                return Err(StoreError::Unreachable {
-                    url: self.shown.to_string(),
-                    detail: format!("the connection was lost: {detail}"),
-                });
-            }
-        }
-        result.map_err(|error| match error {
-            StoreError::Sql { detail } if detail.contains("connection closed") => {
                 StoreError::Unreachable {
                     url: self.shown.to_string(),
-                    detail,
+                    detail: format!("the connection was lost: {detail}"),
+                }
+            });
+        }
+        match (in_tx, park) {
+            (
+                true,
+                Some(ParkAs {
+                    key,
+                    action_row,
+                    ledger_id,
+                    stage,
+                }),
+            ) => {
+                let parked = Parked {
+                    conn,
+                    since: Instant::now(),
+                    action_row,
+                    ledger_id,
+                    stage,
+                };
+                let earlier = self
+                    .parks
+                    .lock()
+                    .ok()
+                    .and_then(|mut parks| parks.insert(key, parked));
+                // Two transactions of one action are never parked at once (a call about
+                // an action runs in its parked one); should it happen, the earlier is
+                // committed, not lost.
+                if let Some(earlier) = earlier {
+                    let _ = self.exec(Some(earlier), None, COMMIT_LINK);
                 }
             }
-            other => other,
-        })
+            _ => {
+                if let Ok(mut idle) = self.idle.lock()
+                    && idle.len() < IDLE_CONNECTIONS
+                {
+                    idle.push(conn);
+                }
+            }
+        }
+        result
+    }
+
+    /// Take the transaction parked under `key`, if any.
+    pub(crate) fn take_park(&self, key: &Key) -> Option<Parked> {
+        self.parks.lock().ok()?.remove(key)
+    }
+
+    /// This handle committed a claim of `key`.
+    pub(crate) fn claimed(&self, key: Key) {
+        if let Ok(mut claims) = self.claims.lock() {
+            claims.insert(key);
+        }
+    }
+
+    /// Whether this handle holds the claim of `key` (and forget it: it is being settled).
+    pub(crate) fn settling(&self, key: &Key) -> bool {
+        self.claims
+            .lock()
+            .is_ok_and(|mut claims| claims.remove(key))
+    }
+
+    /// Keep a driver's outcome to write with the kernel's.
+    pub(crate) fn defer_settle(&self, key: Key, settle: DeferredSettle) {
+        if let Ok(mut settles) = self.settles.lock() {
+            settles.insert(key, settle);
+        }
+    }
+
+    /// The driver's outcome kept for `key`, taken.
+    pub(crate) fn take_settle(&self, key: &Key) -> Option<DeferredSettle> {
+        self.settles.lock().ok()?.remove(key)
+    }
+
+    /// The record the driver's outcome kept for `key` writes, if any.
+    pub(crate) fn deferred_record(&self, key: &Key) -> Option<gatekeeper_core::ActionRecord> {
+        Some(self.settles.lock().ok()?.get(key)?.record.clone())
+    }
+
+    /// Take every kept outcome that `pick` selects.
+    fn take_settles(&self, pick: impl Fn(&Key, &DeferredSettle) -> bool) -> Vec<DeferredSettle> {
+        let Ok(mut settles) = self.settles.lock() else {
+            return Vec::new();
+        };
+        let keys: Vec<Key> = settles
+            .iter()
+            .filter(|(key, settle)| pick(key, settle))
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.iter().filter_map(|key| settles.remove(key)).collect()
+    }
+
+    /// Write kept outcomes, each committed alone (on this thread, which must not run a
+    /// runtime).
+    fn write_settles(&self, settles: Vec<DeferredSettle>) {
+        for settle in settles {
+            let written = self.exec(None, None, move |link| settle.write(link));
+            if let Err(error) = written {
+                tracing::warn!(%error, "store.outcome.write.failed");
+            }
+        }
+    }
+
+    /// The turn of this handle's stages of `gatekeeper` (see [`Link::park_stage`]).
+    pub(crate) fn stage_turn(&self, gatekeeper: &Arc<str>) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self
+            .stage_turns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        turns.entry(gatekeeper.clone()).or_default().clone()
+    }
+
+    /// A stage parked by `stager`, and its key.
+    pub(crate) fn take_park_of_stager(&self, stager: Stager) -> Option<(Key, Parked)> {
+        let mut parks = self.parks.lock().ok()?;
+        let key = parks
+            .iter()
+            .find(|(_, parked)| parked.stage.as_ref().is_some_and(|s| s.stager == stager))
+            .map(|(key, _)| key.clone())?;
+        parks.remove(&key).map(|parked| (key, parked))
+    }
+
+    /// Commit the transaction parked under `key`, if any, on this thread (a worker's).
+    pub(crate) fn commit_park_now(&self, key: &Key) -> Result<(), StoreError> {
+        match self.take_park(key) {
+            Some(parked) => self.exec(Some(parked), None, COMMIT_LINK),
+            None => Ok(()),
+        }
+    }
+
+    /// The transaction parked with a write of ledger entry `id`, and its key.
+    pub(crate) fn take_park_of_entry(&self, id: i64) -> Option<(Key, Parked)> {
+        let mut parks = self.parks.lock().ok()?;
+        let key = parks
+            .iter()
+            .find(|(_, parked)| parked.ledger_id == Some(id))
+            .map(|(key, _)| key.clone())?;
+        parks.remove(&key).map(|parked| (key, parked))
+    }
+
+    /// The action store's row kept with the transaction parked under `key`, once.
+    pub(crate) fn take_action_row(&self, key: &Key) -> Option<Row> {
+        self.parks.lock().ok()?.get_mut(key)?.action_row.take()
+    }
+
+    /// Take every parked transaction that `pick` selects.
+    fn take_parks(&self, pick: impl Fn(&Key, &Parked) -> bool) -> Vec<Parked> {
+        let Ok(mut parks) = self.parks.lock() else {
+            return Vec::new();
+        };
+        let keys: Vec<Key> = parks
+            .iter()
+            .filter(|(key, parked)| pick(key, parked))
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.iter().filter_map(|key| parks.remove(key)).collect()
+    }
+
+    /// Commit parked transactions (on this thread, which must not run a runtime).
+    fn commit_parked(&self, parked: Vec<Parked>) {
+        for parked in parked {
+            if let Err(error) = self.exec(Some(parked), None, COMMIT_LINK) {
+                tracing::warn!(%error, "store.parked.commit.failed");
+            }
+        }
     }
 }
 
@@ -269,15 +735,17 @@ fn connect(url: &str, shown: &str) -> Result<Client, StoreError> {
 }
 
 struct Inner {
-    url: Arc<str>,
-    shown: Arc<str>,
+    shared: Arc<Shared>,
     jobs: Mutex<Option<Sender<Job>>>,
+    /// Jobs on parked transactions, on threads of their own: such a job must never wait
+    /// behind jobs that may be waiting for the locks its transaction holds.
+    park_jobs: Mutex<Option<Sender<Job>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     session: i32,
     stop: Arc<AtomicBool>,
     session_thread: Mutex<Option<JoinHandle<()>>>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
     changes: tokio::sync::watch::Receiver<u64>,
-    stats: Arc<Stats>,
     leases: LeasePool,
 }
 
@@ -308,6 +776,9 @@ impl Drop for Inner {
         if let Ok(mut jobs) = self.jobs.lock() {
             jobs.take();
         }
+        if let Ok(mut jobs) = self.park_jobs.lock() {
+            jobs.take();
+        }
         if let Ok(mut workers) = self.workers.lock() {
             for worker in workers.drain(..) {
                 let _ = worker.join();
@@ -318,6 +789,21 @@ impl Drop for Inner {
         {
             let _ = thread.join();
         }
+        if let Ok(mut flusher) = self.flusher.lock()
+            && let Some(thread) = flusher.take()
+        {
+            let _ = thread.join();
+        }
+        // What is still parked is committed, on a thread of its own (this drop may run
+        // inside a runtime, where a connection's own runtime must not run).
+        let shared = self.shared.clone();
+        let _ = std::thread::Builder::new()
+            .name("gate-pg-close".into())
+            .spawn(move || {
+                shared.commit_parked(shared.take_parks(|_, _| true));
+                shared.write_settles(shared.take_settles(|_, _| true));
+            })
+            .map(JoinHandle::join);
     }
 }
 
@@ -332,7 +818,7 @@ pub struct Database {
 impl std::fmt::Debug for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Database")
-            .field("url", &self.inner.shown)
+            .field("url", &self.inner.shared.shown)
             .field("session", &self.inner.session)
             .finish_non_exhaustive()
     }
@@ -347,20 +833,30 @@ impl Database {
     pub fn open(url: &str) -> Result<Self, StoreError> {
         let shown: Arc<str> = Arc::from(shown_url(url));
         let url: Arc<str> = Arc::from(url);
-        let stats = Arc::new(Stats::default());
         // The client runs a runtime of its own: off this thread, which may be a task's.
         off_runtime(|| migrate(&url, &shown))?;
+        let shared = Arc::new(Shared {
+            url: url.clone(),
+            shown: shown.clone(),
+            stats: Arc::new(Stats::default()),
+            session: AtomicI32::new(0),
+            idle: Mutex::new(Vec::new()),
+            parks: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashSet::new()),
+            settles: Mutex::new(HashMap::new()),
+            stage_turns: Mutex::new(HashMap::new()),
+            caches: Caches::default(),
+        });
 
         let stop = Arc::new(AtomicBool::new(false));
         let (changes_tx, changes) = tokio::sync::watch::channel(0u64);
         let (ready_tx, ready_rx) = sync_channel::<Result<i32, StoreError>>(1);
         let session_thread = {
-            let url = url.clone();
-            let shown = shown.clone();
+            let shared = shared.clone();
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name("gate-pg-session".into())
-                .spawn(move || session_loop(&url, &shown, &stop, &changes_tx, ready_tx))
+                .spawn(move || session_loop(&shared, &stop, &changes_tx, ready_tx))
                 .map_err(|e| StoreError::Sql {
                     detail: format!("cannot start the session thread: {e}"),
                 })?
@@ -376,22 +872,34 @@ impl Database {
                 return Err(StoreError::Closed);
             }
         };
+        let flusher = {
+            let shared = shared.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("gate-pg-flush".into())
+                .spawn(move || flush_loop(&shared, &stop))
+                .map_err(|e| StoreError::Sql {
+                    detail: format!("cannot start the flusher thread: {e}"),
+                })?
+        };
 
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
+        let (park_jobs_tx, park_jobs_rx) = std::sync::mpsc::channel::<Job>();
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
-        let mut workers = Vec::with_capacity(WORKERS);
-        for n in 0..WORKERS {
-            let mut worker = Worker {
-                url: url.clone(),
-                shown: shown.clone(),
-                client: None,
-                statements: HashMap::new(),
-                stats: stats.clone(),
+        let park_jobs_rx = Arc::new(Mutex::new(park_jobs_rx));
+        let mut workers = Vec::with_capacity(WORKERS + PARK_WORKERS);
+        for n in 0..WORKERS + PARK_WORKERS {
+            let (jobs, name) = if n < WORKERS {
+                (jobs_rx.clone(), format!("gate-pg-{n}"))
+            } else {
+                (
+                    park_jobs_rx.clone(),
+                    format!("gate-pg-park-{}", n - WORKERS),
+                )
             };
-            let jobs = jobs_rx.clone();
             let handle = std::thread::Builder::new()
-                .name(format!("gate-pg-{n}"))
-                .spawn(move || worker_loop(&mut worker, &jobs))
+                .name(name)
+                .spawn(move || worker_loop(&jobs))
                 .map_err(|e| StoreError::Sql {
                     detail: format!("cannot start a worker thread: {e}"),
                 })?;
@@ -399,15 +907,15 @@ impl Database {
         }
         let db = Database {
             inner: Arc::new(Inner {
-                url,
-                shown,
+                shared,
                 jobs: Mutex::new(Some(jobs_tx)),
+                park_jobs: Mutex::new(Some(park_jobs_tx)),
                 workers: Mutex::new(workers),
                 session,
                 stop,
                 session_thread: Mutex::new(Some(session_thread)),
+                flusher: Mutex::new(Some(flusher)),
                 changes,
-                stats,
                 leases: LeasePool::default(),
             }),
         };
@@ -417,7 +925,7 @@ impl Database {
 
     /// The URL, without its password (for messages).
     pub fn shown_url(&self) -> &str {
-        &self.inner.shown
+        &self.inner.shared.shown
     }
 
     /// This daemon's session id: what `deciding_session` and `claimed_by` name.
@@ -427,12 +935,12 @@ impl Database {
 
     /// Transactions this handle committed (a write outside a transaction counts as one).
     pub fn commits(&self) -> u64 {
-        self.inner.stats.commits.load(Ordering::Relaxed)
+        self.inner.shared.stats.commits.load(Ordering::Relaxed)
     }
 
     /// Round trips this handle made to the server (statements, prepares, BEGIN, COMMIT).
     pub fn round_trips(&self) -> u64 {
-        self.inner.stats.round_trips.load(Ordering::Relaxed)
+        self.inner.shared.stats.round_trips.load(Ordering::Relaxed)
     }
 
     /// A counter that moves whenever another daemon (or this one) changed the ledger,
@@ -442,28 +950,61 @@ impl Database {
         self.inner.changes.clone()
     }
 
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
     /// Run `work` on a worker connection and wait for its answer, blocking this thread.
     pub(crate) fn call<R: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<R, StoreError> {
+        self.call_parked(None, None, work)
+    }
+
+    /// [`Database::call`] on `parked`'s transaction if there is one (`key` is the key it
+    /// was parked under, and it is parked again there if `work` leaves it open), or on a
+    /// pooled connection.
+    pub(crate) fn call_parked<R: Send + 'static>(
+        &self,
+        parked: Option<Parked>,
+        key: Option<Key>,
+        work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StoreError> {
         let (tx, rx) = sync_channel(1);
-        self.submit(Box::new(move |worker: &mut Worker| {
-            let _ = tx.send(worker.run(work));
-        }))?;
+        let shared = self.inner.shared.clone();
+        let on_park = parked.is_some();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(shared.exec(parked, key, work));
+        });
+        if on_park {
+            self.submit_parked(job)?;
+        } else {
+            self.submit(job)?;
+        }
         rx.recv().unwrap_or(Err(StoreError::Closed))
     }
 
-    /// Hand `work` to a worker connection and return where its answer will arrive, for
-    /// work that talks with the caller while it runs.
+    /// Hand `work` to a worker connection (or `parked`'s, as [`Database::call_parked`])
+    /// and return where its answer will arrive, for work that talks with the caller while
+    /// it runs.
     pub(crate) fn call_later<R: Send + 'static>(
         &self,
+        parked: Option<Parked>,
+        key: Option<Key>,
         work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<Receiver<Result<R, StoreError>>, StoreError> {
         let (tx, rx) = sync_channel(1);
-        self.submit(Box::new(move |worker: &mut Worker| {
-            let _ = tx.send(worker.run(work));
-        }))?;
+        let shared = self.inner.shared.clone();
+        let on_park = parked.is_some();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(shared.exec(parked, key, work));
+        });
+        if on_park {
+            self.submit_parked(job)?;
+        } else {
+            self.submit(job)?;
+        }
         Ok(rx)
     }
 
@@ -472,15 +1013,119 @@ impl Database {
         &self,
         work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<R, StoreError> {
+        self.call_async_parked(None, None, work).await
+    }
+
+    /// [`Database::call_parked`], awaited.
+    pub(crate) async fn call_async_parked<R: Send + 'static>(
+        &self,
+        parked: Option<Parked>,
+        key: Option<Key>,
+        work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit(Box::new(move |worker: &mut Worker| {
-            let _ = tx.send(worker.run(work));
-        }))?;
+        let shared = self.inner.shared.clone();
+        let on_park = parked.is_some();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(shared.exec(parked, key, work));
+        });
+        if on_park {
+            self.submit_parked(job)?;
+        } else {
+            self.submit(job)?;
+        }
         rx.await.unwrap_or(Err(StoreError::Closed))
     }
 
+    /// Commit the parked transactions `pick` selects, and wait (blocking this thread).
+    pub(crate) fn commit_parked(
+        &self,
+        pick: impl Fn(&Key, &Parked) -> bool,
+    ) -> Result<(), StoreError> {
+        let parked = self.inner.shared.take_parks(pick);
+        if parked.is_empty() {
+            return Ok(());
+        }
+        let (tx, rx) = sync_channel(1);
+        let shared = self.inner.shared.clone();
+        self.submit_parked(Box::new(move || {
+            shared.commit_parked(parked);
+            let _ = tx.send(());
+        }))?;
+        rx.recv().map_err(|_| StoreError::Closed)
+    }
+
+    /// Commit every transaction this handle parked (who decided an action, a driver's
+    /// outcome; see the module docs), so that other handles see them now rather than
+    /// with the next write about the action or within [`PARK_WINDOW`]. Blocks.
+    pub fn commit_deferred(&self) -> Result<(), StoreError> {
+        self.commit_parked(|_, _| true)?;
+        self.write_settles(|_| true)
+    }
+
+    /// Write the kept drivers' outcomes of the gatekeepers `pick` selects, and wait
+    /// (blocking this thread).
+    pub(crate) fn write_settles(&self, pick: impl Fn(&str) -> bool) -> Result<(), StoreError> {
+        let settles = self.inner.shared.take_settles(|key, _| pick(&key.0));
+        if settles.is_empty() {
+            return Ok(());
+        }
+        let (tx, rx) = sync_channel(1);
+        let shared = self.inner.shared.clone();
+        self.submit(Box::new(move || {
+            shared.write_settles(settles);
+            let _ = tx.send(());
+        }))?;
+        rx.recv().map_err(|_| StoreError::Closed)
+    }
+
+    /// [`Database::write_settles`], awaited.
+    pub(crate) async fn write_settles_async(
+        &self,
+        pick: impl Fn(&str) -> bool,
+    ) -> Result<(), StoreError> {
+        let settles = self.inner.shared.take_settles(|key, _| pick(&key.0));
+        if settles.is_empty() {
+            return Ok(());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let shared = self.inner.shared.clone();
+        self.submit(Box::new(move || {
+            shared.write_settles(settles);
+            let _ = tx.send(());
+        }))?;
+        rx.await.map_err(|_| StoreError::Closed)
+    }
+
+    /// [`Database::commit_parked`], awaited.
+    pub(crate) async fn commit_parked_async(
+        &self,
+        pick: impl Fn(&Key, &Parked) -> bool,
+    ) -> Result<(), StoreError> {
+        let parked = self.inner.shared.take_parks(pick);
+        if parked.is_empty() {
+            return Ok(());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let shared = self.inner.shared.clone();
+        self.submit_parked(Box::new(move || {
+            shared.commit_parked(parked);
+            let _ = tx.send(());
+        }))?;
+        rx.await.map_err(|_| StoreError::Closed)
+    }
+
     fn submit(&self, job: Job) -> Result<(), StoreError> {
-        let jobs = self.inner.jobs.lock().map_err(|_| StoreError::Closed)?;
+        self.submit_to(&self.inner.jobs, job)
+    }
+
+    /// Submit a job that works on a parked transaction (see `Inner::park_jobs`).
+    fn submit_parked(&self, job: Job) -> Result<(), StoreError> {
+        self.submit_to(&self.inner.park_jobs, job)
+    }
+
+    fn submit_to(&self, queue: &Mutex<Option<Sender<Job>>>, job: Job) -> Result<(), StoreError> {
+        let jobs = queue.lock().map_err(|_| StoreError::Closed)?;
         jobs.as_ref()
             .ok_or(StoreError::Closed)?
             .send(job)
@@ -501,11 +1146,11 @@ impl Database {
     pub fn query_text(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, StoreError> {
         let sql = sql.to_owned();
         self.call(move |link| {
-            let rows = link.client.simple_query(&sql).map_err(|e| sql_error(&e))?;
+            let rows = link.simple(&sql).map_err(|e| sql_error(&e))?;
             Ok(rows
                 .into_iter()
                 .filter_map(|message| match message {
-                    postgres::SimpleQueryMessage::Row(row) => Some(
+                    tokio_postgres::SimpleQueryMessage::Row(row) => Some(
                         (0..row.len())
                             .map(|i| row.get(i).map(str::to_owned))
                             .collect(),
@@ -521,9 +1166,9 @@ impl Database {
     /// until the returned lease is dropped or the daemon dies.
     pub fn drain_lease(&self, gatekeeper: &str) -> kernel::DrainLeaseFuture {
         let key = lease_key(gatekeeper);
-        let url = self.inner.url.clone();
-        let shown = self.inner.shown.clone();
-        let stats = self.inner.stats.clone();
+        let url = self.inner.shared.url.clone();
+        let shown = self.inner.shared.shown.clone();
+        let stats = self.inner.shared.stats.clone();
         let pool = self.inner.leases.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
@@ -626,7 +1271,7 @@ impl Drop for DrainLease {
     }
 }
 
-fn worker_loop(worker: &mut Worker, jobs: &Mutex<Receiver<Job>>) {
+fn worker_loop(jobs: &Mutex<Receiver<Job>>) {
     loop {
         let job = {
             let Ok(jobs) = jobs.lock() else { return };
@@ -635,7 +1280,21 @@ fn worker_loop(worker: &mut Worker, jobs: &Mutex<Receiver<Job>>) {
                 Err(_) => return,
             }
         };
-        job(worker);
+        job();
+    }
+}
+
+/// The flusher thread: commits every transaction parked, and writes every driver's
+/// outcome kept, longer than [`PARK_WINDOW`].
+fn flush_loop(shared: &Shared, stop: &AtomicBool) {
+    let tick = PARK_WINDOW / 4;
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(tick);
+        let now = Instant::now();
+        let due = shared.take_parks(|_, parked| now.duration_since(parked.since) >= PARK_WINDOW);
+        shared.commit_parked(due);
+        let due = shared.take_settles(|_, settle| now.duration_since(settle.since) >= PARK_WINDOW);
+        shared.write_settles(due);
     }
 }
 
@@ -658,7 +1317,7 @@ fn migrate(url: &str, shown: &str) -> Result<(), StoreError> {
         if tables.is_empty() {
             let mut tx = client.transaction().map_err(|e| sql_error(&e))?;
             tx.batch_execute(CREATE).map_err(|e| sql_error(&e))?;
-            tx.batch_execute(STAGE_FUNCTION)
+            tx.batch_execute(STAGE_FUNCTION_4)
                 .map_err(|e| sql_error(&e))?;
             tx.execute(
                 "INSERT INTO gate_schema (version) VALUES ($1)",
@@ -722,12 +1381,13 @@ fn migrate(url: &str, shown: &str) -> Result<(), StoreError> {
     result
 }
 
-/// Take a session id and its lock, and listen for changes.
+/// Take a session id and its lock, listen for changes, and read the lockdown latch
+/// (after listening, so no latch is missed between the two).
 fn start_session(
     url: &str,
     shown: &str,
     session: Option<i32>,
-) -> Result<(Client, i32), StoreError> {
+) -> Result<(Client, i32, bool), StoreError> {
     let mut client = connect(url, shown)?;
     let session = match session {
         Some(session) => session,
@@ -745,30 +1405,47 @@ fn start_session(
     client
         .batch_execute(&format!("LISTEN {}", crate::schema::CHANNEL))
         .map_err(|e| sql_error(&e))?;
-    Ok((client, session))
+    let latched: bool = client
+        .query_one(crate::cache::LOCKED_DOWN, &[])
+        .map_err(|e| sql_error(&e))?
+        .get(0);
+    Ok((client, session, latched))
+}
+
+/// What a notification's payload (the changed table, and who wrote) means for what is
+/// remembered.
+fn noted(shared: &Shared, notification: &postgres::Notification) {
+    shared.caches.changed(
+        notification.payload(),
+        shared.session.load(Ordering::SeqCst),
+    );
 }
 
 /// The session thread: holds the session lock, turns notifications into moves of the
-/// `changes` counter, settles dead daemons' claims every [`RECOVERY_INTERVAL`], and
-/// connects again (same session) when the connection breaks.
+/// `changes` counter and into what the caches forget, settles dead daemons' claims every
+/// [`RECOVERY_INTERVAL`], and connects again (same session) when the connection breaks.
 fn session_loop(
-    url: &str,
-    shown: &str,
+    shared: &Shared,
     stop: &AtomicBool,
     changes: &tokio::sync::watch::Sender<u64>,
     ready: SyncSender<Result<i32, StoreError>>,
 ) {
+    let (url, shown) = (&*shared.url, &*shared.shown);
     let (mut client, session) = match start_session(url, shown, None) {
-        Ok(started) => started,
+        Ok((client, session, latched)) => {
+            shared.session.store(session, Ordering::SeqCst);
+            shared.caches.listening(latched);
+            (client, session)
+        }
         Err(error) => {
             let _ = ready.send(Err(error));
             return;
         }
     };
     let _ = ready.send(Ok(session));
-    let mut statements = HashMap::new();
     let stats = Stats::default();
-    let mut since_recovery = Duration::ZERO;
+    let mut recovery: Option<Conn> = None;
+    let mut last_recovery = Instant::now();
     let tick = Duration::from_millis(50);
     while !stop.load(Ordering::SeqCst) {
         let mut woke = false;
@@ -777,23 +1454,29 @@ fn session_loop(
             let mut notifications = client.notifications();
             let first = notifications.timeout_iter(tick).next();
             match first {
-                Ok(Some(_)) => {
+                Ok(Some(notification)) => {
                     woke = true;
-                    // Drain what else arrived: one wake-up is enough.
-                    while let Ok(Some(_)) = notifications.iter().next() {}
+                    noted(shared, &notification);
+                    // Take what else arrived: one wake-up is enough.
+                    while let Ok(Some(notification)) = notifications.iter().next() {
+                        noted(shared, &notification);
+                    }
                 }
                 Err(_) => broken = true,
                 Ok(None) => {}
             }
         }
         if broken {
+            // Notifications sent while disconnected are lost: nothing remembered is
+            // trusted until the session listens again.
+            shared.caches.deaf();
             std::thread::sleep(Duration::from_millis(200));
             match start_session(url, shown, Some(session)) {
-                Ok((fresh, _)) => {
+                Ok((fresh, _, latched)) => {
                     client = fresh;
-                    statements.clear();
+                    shared.caches.listening(latched);
                     tracing::info!(session, "store.session.reconnected");
-                    // Notifications sent while disconnected are lost: wake to re-read.
+                    // Wake to re-read.
                     woke = true;
                 }
                 Err(error) => {
@@ -805,14 +1488,23 @@ fn session_loop(
         if woke {
             changes.send_modify(|n| *n = n.wrapping_add(1));
         }
-        since_recovery += tick;
-        if since_recovery >= RECOVERY_INTERVAL {
-            since_recovery = Duration::ZERO;
+        if last_recovery.elapsed() >= RECOVERY_INTERVAL {
+            last_recovery = Instant::now();
+            let mut conn = match recovery.take() {
+                Some(conn) if !conn.client.is_closed() => conn,
+                _ => match connect_conn(url, shown, session) {
+                    Ok(conn) => conn,
+                    Err(error) => {
+                        tracing::warn!(%error, "store.recover.failed");
+                        continue;
+                    }
+                },
+            };
             let mut link = Link {
-                client: &mut client,
-                statements: &mut statements,
+                conn: &mut conn,
                 stats: &stats,
                 in_tx: false,
+                park: None,
             };
             match crate::recover::recover(&mut link) {
                 Ok(0) => {}
@@ -822,6 +1514,7 @@ fn session_loop(
                 }
                 Err(error) => tracing::warn!(%error, "store.recover.failed"),
             }
+            recovery = Some(conn);
         }
     }
 }

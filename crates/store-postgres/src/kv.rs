@@ -6,7 +6,9 @@
 //! UTF-8), which is the order [`KvStore::scan_prefix`] promises. Every write is committed
 //! before it returns. `compare_and_set` is one conditional statement (`UPDATE … WHERE
 //! value = $expected`, or `INSERT … ON CONFLICT DO NOTHING`), so of two daemons claiming
-//! one wiki action at most one wins.
+//! one wiki action at most one wins. A write here first commits what is parked for any
+//! action (who decided it, see `ledger.rs`): a driver that claims its actions here sends
+//! only after its claim, so who decided is committed before anything is sent.
 
 use gatekeeper_core::kv::{Bytes, KvError, KvStore};
 
@@ -44,6 +46,13 @@ const INSERT_NEW: &str = "INSERT INTO kv (scope, key, value) VALUES ($1, $2, $3)
      ON CONFLICT (scope, key) DO NOTHING";
 const REPLACE: &str = "UPDATE kv SET value = $4 WHERE scope = $1 AND key = $2 AND value = $3";
 
+impl PostgresKv {
+    /// Commit every parked transaction (see the module docs).
+    fn commit_parked(&self) -> Result<(), KvError> {
+        self.db.commit_parked(|_, _| true).map_err(port)
+    }
+}
+
 impl KvStore for PostgresKv {
     fn get(&self, key: &str) -> Result<Option<Bytes>, KvError> {
         let (scope, key) = (self.scope.clone(), key.to_owned());
@@ -58,6 +67,7 @@ impl KvStore for PostgresKv {
     }
 
     fn put(&self, key: &str, value: Bytes) -> Result<(), KvError> {
+        self.commit_parked()?;
         let (scope, key) = (self.scope.clone(), key.to_owned());
         self.db
             .call(move |link| {
@@ -69,6 +79,7 @@ impl KvStore for PostgresKv {
     }
 
     fn delete(&self, key: &str) -> Result<bool, KvError> {
+        self.commit_parked()?;
         let (scope, key) = (self.scope.clone(), key.to_owned());
         self.db
             .call(move |link| Ok(link.execute(DELETE, &[&scope, &key]).map_err(sql)? == 1))
@@ -95,6 +106,7 @@ impl KvStore for PostgresKv {
         expected: Option<&[u8]>,
         value: Bytes,
     ) -> Result<bool, KvError> {
+        self.commit_parked()?;
         let (scope, key) = (self.scope.clone(), key.to_owned());
         let expected = expected.map(<[u8]>::to_vec);
         self.db

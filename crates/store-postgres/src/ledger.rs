@@ -5,13 +5,31 @@
 //! `record_attempt` only if the action is still open and `deciding_session` names no
 //! other live session, in the one `UPDATE` that checks it (PostgreSQL re-checks the
 //! condition on the newest row version when two such updates race, so exactly one
-//! wins), and the row then names this daemon's session. The outcome (`put` of any state
-//! but pending) is written only by that session, or after it died, and clears it. A
-//! change to a still-pending action (a flag) is written only while the action is open,
-//! and keeps who decides it if another session is deciding it.
+//! wins), and the row then names this daemon's session. The same statement refuses
+//! (an error) while the lockdown latch is set, so a latch remembered late (see
+//! `cache.rs`) never lets a decision through.
+//! The outcome (`put` of any state but pending) is written only by that session, or
+//! after it died, and clears it. A change to a still-pending action (a flag) is written
+//! only while the action is open, and keeps who decides it if another session is
+//! deciding it.
 //!
-//! Every write is committed before the call returns (PostgreSQL's `synchronous_commit`
-//! decides when it is durable; the default waits for the flush).
+//! # What is committed when
+//!
+//! - An insert is committed before it returns, in two round trips: `BEGIN` with the
+//!   insert lock and the next id, then the row with `COMMIT` (pipelined). A submission
+//!   runs in the transaction its driver's stage left parked (same task or thread), so
+//!   one commit holds both the driver's pending row and the ledger's entry; if the
+//!   action's stage is parked elsewhere, it is committed first.
+//! - Who decided (`record_attempt`) is written in a transaction left open and parked
+//!   under the action (see `db.rs`); the driver's claim, the next write about that
+//!   action, commits it, before anything is sent. The statement also reads the action
+//!   store's row, for the driver's read that comes before its claim. A driver that
+//!   claims through the key-value port gets it committed before its first write there;
+//!   otherwise the outcome's `put`, or the flusher within `PARK_WINDOW`, commits it.
+//! - The outcome (`put` after an apply) joins the driver's outcome if that is parked,
+//!   and commits both.
+//! - Every other write is committed before the call returns (PostgreSQL's
+//!   `synchronous_commit` decides when it is durable; the default waits for the flush).
 
 use std::sync::Arc;
 
@@ -22,7 +40,9 @@ use kernel::{
 };
 use postgres::Row;
 
-use crate::db::{Database, Link};
+use crate::actions::DeferredSettle;
+use crate::cache::LOCKED_DOWN;
+use crate::db::{Database, Key, Link, Stager};
 use crate::error::StoreError;
 use crate::schema::LEDGER_LOCKS;
 
@@ -72,6 +92,10 @@ macro_rules! select_entries {
 }
 
 const SELECT_BY_ID: &str = select_entries!("WHERE id = $1");
+/// The open actions of a gatekeeper (`$1`), whole, in ascending id.
+const OPEN_ROWS: &str = select_entries!(
+    "WHERE gatekeeper = $1 AND (state = 'pending' OR (state = 'failed' AND failure_retryable)) ORDER BY id"
+);
 const SELECT_ALL: &str = select_entries!("ORDER BY id");
 
 fn parse_state(name: &str) -> Result<ActionState, StoreError> {
@@ -256,10 +280,10 @@ const INSERT_ACTION: &str = "INSERT INTO ledger (id, kind, gatekeeper, caller, c
         resolved_at, resolution_cause, failure, failure_retryable, failure_kind, blocked_by,
         restart_requested, revert_by, revert_at, revert_refused)
      VALUES ($1, 'action', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-        $17, $18, $19, $20)";
+        $17, $18, $19, $20) RETURNING id";
 
 const INSERT_OBSERVATION: &str = "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at,
-        description_json) VALUES ($1, 'observation', $2, $3, $4, $5)";
+        description_json) VALUES ($1, 'observation', $2, $3, $4, $5) RETURNING id";
 
 /// A still-pending action's moving columns (`$1` id, `$2..$14` moving, `$15` this
 /// session): written only while the action is open, and keeping who decides it if
@@ -272,7 +296,8 @@ const UPDATE_PENDING: &str = "UPDATE ledger SET state = $2,
         failure = $7, failure_retryable = $8, failure_kind = $9, blocked_by = $10,
         restart_requested = $11, revert_by = $12, revert_at = $13, revert_refused = $14
      WHERE id = $1 AND kind = 'action'
-       AND (state = 'pending' OR (state = 'failed' AND failure_retryable))";
+       AND (state = 'pending' OR (state = 'failed' AND failure_retryable))
+     RETURNING id";
 
 /// The outcome of a decision: written only if this session (`$15`) is deciding the
 /// action, or nobody is, or the session that was died; it ends the decision.
@@ -282,18 +307,56 @@ const UPDATE_OUTCOME: &str = "UPDATE ledger SET state = $2, resolved_by = $3,
         revert_by = $12, revert_at = $13, revert_refused = $14, deciding_session = NULL
      WHERE id = $1 AND kind = 'action'
        AND CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN true
-           ELSE NOT gate_session_alive(deciding_session) END";
+           ELSE NOT gate_session_alive(deciding_session) END
+     RETURNING id";
 
-const UPDATE_OBSERVATION: &str =
-    "UPDATE ledger SET description_json = $2 WHERE id = $1 AND kind = 'observation'";
-
-/// Who decides `$1`, if it is open and nobody alive but this session (`$6`) decides it.
-const RECORD_ATTEMPT: &str = "UPDATE ledger SET resolved_by = $2, auto_approved = $3,
-        resolved_at = $4, resolution_cause = $5, deciding_session = $6
+/// [`UPDATE_OUTCOME`] with the driver's outcome (`actions.rs`'s `SETTLE_CLAIM`, its
+/// parameters from `$16`), in one statement: the ledger's is written only if the
+/// driver's is.
+const OUTCOME_AND_SETTLE: &str = "WITH settle AS (
+       UPDATE actions SET state = $19, claimed_at = $20,
+           claimed_by = CASE WHEN $19 = 'applying' THEN $21 ELSE claimed_by END,
+           retryable = $22, error = $23, result_json = $24
+       WHERE gatekeeper = $16 AND id = $17 AND state = $18
+         AND CASE WHEN claimed_by = $21 THEN true ELSE NOT gate_session_alive(claimed_by) END
+       RETURNING id)
+     UPDATE ledger SET state = $2, resolved_by = $3,
+        auto_approved = $4, resolved_at = $5, resolution_cause = $6, failure = $7,
+        failure_retryable = $8, failure_kind = $9, blocked_by = $10, restart_requested = $11,
+        revert_by = $12, revert_at = $13, revert_refused = $14, deciding_session = NULL
      WHERE id = $1 AND kind = 'action'
-       AND (state = 'pending' OR (state = 'failed' AND failure_retryable))
-       AND CASE WHEN deciding_session IS NULL OR deciding_session = $6 THEN true
-           ELSE NOT gate_session_alive(deciding_session) END";
+       AND CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN true
+           ELSE NOT gate_session_alive(deciding_session) END
+       AND EXISTS (SELECT 1 FROM settle)
+     RETURNING id";
+
+const UPDATE_OBSERVATION: &str = "UPDATE ledger SET description_json = $2
+     WHERE id = $1 AND kind = 'observation' RETURNING id";
+
+/// Who decides `$1` (`$2` by, `$3` automatic, `$4` at, `$5` cause, `$6` this session):
+/// written if the action is open, nobody alive but this session decides it, and the
+/// lockdown latch is not set. Returns one row: the latch, the entry's kind, and if
+/// written the action's gatekeeper and driver id, then the action store's row of it (the
+/// columns `actions.rs` reads, from the fifth on; NULL if none).
+const RECORD_ATTEMPT: &str = "WITH latch AS (SELECT EXISTS (SELECT 1 FROM lockdown) AS set),
+     attempt AS (
+       UPDATE ledger SET resolved_by = $2, auto_approved = $3, resolved_at = $4,
+           resolution_cause = $5, deciding_session = $6
+       WHERE id = $1 AND kind = 'action'
+         AND (state = 'pending' OR (state = 'failed' AND failure_retryable))
+         AND CASE WHEN deciding_session IS NULL OR deciding_session = $6 THEN true
+             ELSE NOT gate_session_alive(deciding_session) END
+         AND NOT (SELECT set FROM latch)
+       RETURNING gatekeeper, driver_id)
+     SELECT (SELECT set FROM latch), (SELECT kind FROM ledger WHERE id = $1),
+         attempt.gatekeeper, attempt.driver_id, a.id, a.tool, a.args_json, a.state,
+         a.submitted_at, a.claimed_at, a.retryable, a.error, a.result_json, a.definition
+     FROM (SELECT 1) AS one
+     LEFT JOIN attempt ON true
+     LEFT JOIN actions AS a ON a.gatekeeper = attempt.gatekeeper AND a.id = attempt.driver_id";
+
+/// Where the action store's columns begin in a row of [`RECORD_ATTEMPT`].
+pub(crate) const ATTEMPT_ACTION_COLUMNS: usize = 4;
 
 /// Take the insert lock (`LEDGER_LOCKS`, 0), held to the commit, then the next id: sent
 /// with the `BEGIN`, in one round trip.
@@ -350,19 +413,32 @@ impl Row0 {
         })
     }
 
-    fn write(&self, link: &mut Link<'_>, id: i64) -> Result<(), StoreError> {
+    /// The gatekeeper and driver id of an action's row.
+    fn action_key(&self) -> Option<(&str, i64)> {
         match self {
+            Self::Action {
+                gatekeeper,
+                driver_id,
+                ..
+            } => Some((gatekeeper, *driver_id)),
+            Self::Observation { .. } => None,
+        }
+    }
+
+    /// Write the row with `COMMIT`, in one round trip, ending the open transaction.
+    fn write(&self, link: &mut Link<'_>, id: i64) -> Result<(), StoreError> {
+        let _: usize = match self {
             Self::Observation {
                 gatekeeper,
                 caller,
                 created_at,
                 json,
             } => link
-                .execute(
+                .commit_with(
                     INSERT_OBSERVATION,
                     &[&id, gatekeeper, caller, created_at, json],
-                )
-                .map_err(sql)?,
+                )?
+                .len(),
             Self::Action {
                 gatekeeper,
                 caller,
@@ -376,7 +452,7 @@ impl Row0 {
                     &id, gatekeeper, caller, created_at, json, driver_id, depends_on,
                 ];
                 params.extend(moving.params());
-                link.execute(INSERT_ACTION, &params).map_err(sql)?
+                link.commit_with(INSERT_ACTION, &params)?.len()
             }
         };
         Ok(())
@@ -385,9 +461,6 @@ impl Row0 {
 
 const KIND_OF: &str = "SELECT kind, deciding_session, gate_session_alive(deciding_session)
      FROM ledger WHERE id = $1";
-
-const OPEN_IDS: &str = "SELECT id FROM ledger WHERE gatekeeper = $1
-       AND (state = 'pending' OR (state = 'failed' AND failure_retryable)) ORDER BY id";
 
 const FIND_ACTION: &str =
     "SELECT id FROM ledger WHERE kind = 'action' AND gatekeeper = $1 AND driver_id = $2";
@@ -401,18 +474,13 @@ const PUT_RULE: &str = "INSERT INTO auto_approval_rules
 
 const REMOVE_RULE: &str = "DELETE FROM auto_approval_rules WHERE gatekeeper = $1 AND tag = $2";
 
-const RULE: &str = "SELECT gatekeeper, tag, label, enabled_by, enabled_at, scope_json
-     FROM auto_approval_rules WHERE gatekeeper = $1 AND tag = $2";
-
 const RULES: &str = "SELECT gatekeeper, tag, label, enabled_by, enabled_at, scope_json
      FROM auto_approval_rules ORDER BY gatekeeper COLLATE \"C\", tag COLLATE \"C\"";
 
 const LATCH: &str = "INSERT INTO lockdown (id, latched_at)
      VALUES (1, extract(epoch FROM now())::bigint) ON CONFLICT (id) DO NOTHING";
 
-const LOCKED_DOWN: &str = "SELECT EXISTS (SELECT 1 FROM lockdown)";
-
-/// A row of [`RULE`] or [`RULES`] as a rule. A scope that cannot be read back is an
+/// A row of [`RULES`] as a rule. A scope that cannot be read back is an
 /// error, never the whole kind: a rule must not reach further than it was made to.
 fn rule_of(row: &Row) -> Result<AutoApprovalRule, StoreError> {
     let gatekeeper: String = row.get(0);
@@ -437,13 +505,19 @@ fn encode<T: serde::Serialize>(value: &T, id: LedgerId) -> Result<String, StoreE
         .map_err(|e| StoreError::decode(format!("the description of ledger entry {id}"), e))
 }
 
-fn put_in(link: &mut Link<'_>, entry: &LedgerEntry, me: i32) -> Result<(), StoreError> {
+/// Write `entry` over its row; `settle` is the driver's outcome kept for it, written in
+/// the same statement as the ledger's outcome (or first, alone, for a pending entry).
+fn put_in(
+    link: &mut Link<'_>,
+    entry: &LedgerEntry,
+    me: i32,
+    settle: Option<DeferredSettle>,
+) -> Result<(), StoreError> {
     let id = i64_of(entry.id.0);
     let changed = match &entry.body {
         EntryBody::Observation(observation) => {
             let json = encode(observation, entry.id)?;
-            link.execute(UPDATE_OBSERVATION, &[&id, &json])
-                .map_err(sql)?
+            link.commit_with(UPDATE_OBSERVATION, &[&id, &json])?.len()
         }
         EntryBody::Action(action) => {
             let moving = Moving::of(action);
@@ -451,12 +525,21 @@ fn put_in(link: &mut Link<'_>, entry: &LedgerEntry, me: i32) -> Result<(), Store
             params.extend(moving.params());
             params.push(&me);
             let pending = action.state == ActionState::Pending;
-            let statement = if pending {
+            let mut statement = if pending {
                 UPDATE_PENDING
             } else {
                 UPDATE_OUTCOME
             };
-            let changed = link.execute(statement, &params).map_err(sql)?;
+            match &settle {
+                Some(settle) if pending => settle.write(link)?,
+                Some(settle) => {
+                    statement = OUTCOME_AND_SETTLE;
+                    params.extend(settle.params());
+                }
+                None => {}
+            }
+            // Inside the action's parked transaction, if it has one: this commits it.
+            let changed = link.commit_with(statement, &params)?.len();
             if changed == 0 {
                 match link.query_opt(KIND_OF, &[&id]).map_err(sql)? {
                     Some(row) if row.get::<_, &str>(0) == "action" => {
@@ -481,30 +564,64 @@ fn put_in(link: &mut Link<'_>, entry: &LedgerEntry, me: i32) -> Result<(), Store
     Ok(())
 }
 
+impl PostgresLedger {
+    /// Every rule, remembered until they change (see `cache.rs`).
+    fn all_rules(&self) -> Result<Arc<Vec<AutoApprovalRule>>, StoreError> {
+        let caches = &self.db.shared().caches;
+        if let Some(rules) = caches.rules() {
+            return Ok(rules);
+        }
+        let generation = caches.rules_generation();
+        let rules = Arc::new(self.db.call(|link| {
+            link.query(RULES, &[])
+                .map_err(sql)?
+                .iter()
+                .map(rule_of)
+                .collect::<Result<Vec<_>, _>>()
+        })?);
+        caches.keep_rules(generation, rules.clone());
+        Ok(rules)
+    }
+}
+
 impl LedgerStore for PostgresLedger {
     fn insert(
         &self,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
     ) -> Result<LedgerId, StorageError> {
-        // One transaction takes the insert lock and the next id, hands the id here, where
-        // the entry is built (on the caller's thread), and writes it. Inserts of every
+        // One transaction takes the insert lock and the next id (with its BEGIN, one
+        // round trip), hands the id here, where the entry is built (on the caller's
+        // thread), and writes it with its COMMIT (one round trip). Inserts of every
         // daemon wait for that lock, so ids become visible in ascending order: a reader
         // never sees id n + 1 before n (the drain applies in id order).
+        //
+        // A stage this task parked (its driver's row, see `actions.rs`) is written in the
+        // same transaction: the submission that follows a stage commits both.
+        let (key, parked) = match self.db.shared().take_park_of_stager(Stager::current()) {
+            Some((key, parked)) => (Some(key), Some(parked)),
+            None => (None, None),
+        };
         let (id_tx, id_rx) = std::sync::mpsc::sync_channel::<i64>(1);
         let (entry_tx, entry_rx) = std::sync::mpsc::sync_channel::<Option<Row0>>(1);
+        let db = self.db.clone();
         let done = self
             .db
-            .call_later(move |link| {
-                link.transaction_opening(&next_id(), |link, next| {
-                    let next: i64 = next
-                        .and_then(|n| n.parse().ok())
-                        .ok_or_else(|| StoreError::Missing("no ledger id was handed out".into()))?;
-                    let _ = id_tx.send(next);
-                    let Ok(Some(row)) = entry_rx.recv() else {
-                        return Err(StoreError::Missing("the entry was not built".into()));
-                    };
-                    row.write(link, next)
-                })
+            .call_later(parked, key, move |link| {
+                let next: i64 = link
+                    .begin_simple(&next_id())?
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| StoreError::Missing("no ledger id was handed out".into()))?;
+                let _ = id_tx.send(next);
+                let Ok(Some(row)) = entry_rx.recv() else {
+                    return Err(StoreError::Missing("the entry was not built".into()));
+                };
+                // An action whose stage is parked elsewhere (not in this transaction) has
+                // it committed first: an acknowledged submission has both records.
+                if let Some((gatekeeper, driver_id)) = row.action_key() {
+                    db.shared()
+                        .commit_park_now(&(Arc::from(gatekeeper), driver_id))?;
+                }
+                row.write(link, next)
             })
             .map_err(port)?;
         let next = match id_rx.recv() {
@@ -529,6 +646,12 @@ impl LedgerStore for PostgresLedger {
                 entry.id
             )))
         };
+        if let Ok(row) = &row
+            && let Some((gatekeeper, driver_id)) = row.action_key()
+        {
+            // From now on `find_action` asks the server about it.
+            self.db.shared().caches.submitted(gatekeeper, driver_id);
+        }
         let _ = entry_tx.send(row.as_ref().ok().cloned());
         let written = done.recv().unwrap_or(Err(StoreError::Closed));
         row?;
@@ -538,8 +661,16 @@ impl LedgerStore for PostgresLedger {
 
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {
         let id = i64_of(id.0);
+        if let Some(entry) = self.db.shared().caches.take_prefetched(id) {
+            return Ok(Some(entry));
+        }
+        // An entry this daemon wrote in a parked transaction is read inside it.
+        let (key, parked) = match self.db.shared().take_park_of_entry(id) {
+            Some((key, parked)) => (Some(key), Some(parked)),
+            None => (None, None),
+        };
         self.db
-            .call(move |link| {
+            .call_parked(parked, key, move |link| {
                 link.query_opt(SELECT_BY_ID, &[&id])
                     .map_err(sql)?
                     .as_ref()
@@ -551,8 +682,17 @@ impl LedgerStore for PostgresLedger {
 
     fn put(&self, entry: LedgerEntry) -> Result<(), StorageError> {
         let me = self.db.session();
+        self.db.shared().caches.forget_entry(i64_of(entry.id.0));
+        let (parked, settle, key) = match &entry.body {
+            EntryBody::Action(action) => {
+                let key: Key = (entry.gatekeeper.clone(), i64_of(action.driver_id.0));
+                let shared = self.db.shared();
+                (shared.take_park(&key), shared.take_settle(&key), Some(key))
+            }
+            EntryBody::Observation(_) => (None, None, None),
+        };
         self.db
-            .call(move |link| put_in(link, &entry, me))
+            .call_parked(parked, key, move |link| put_in(link, &entry, me, settle))
             .map_err(port)
     }
 
@@ -564,16 +704,36 @@ impl LedgerStore for PostgresLedger {
         let auto = resolution.auto;
         let at = i64_of(resolution.at.0);
         let cause = resolution.cause.clone();
+        let caches_db = self.db.clone();
+        caches_db.shared().caches.forget_entry(id);
         self.db
             .call(move |link| {
-                let changed = link
-                    .execute(RECORD_ATTEMPT, &[&id, &by, &auto, &at, &cause, &me])
-                    .map_err(sql)?;
-                if changed == 1 {
+                // BEGIN and the statement, one round trip; committed by the driver's
+                // claim (see the module docs).
+                let rows = link.begin_with(RECORD_ATTEMPT, &[&id, &by, &auto, &at, &cause, &me])?;
+                let row = rows
+                    .first()
+                    .ok_or_else(|| StoreError::Missing("no answer to the attempt".into()))?;
+                if row.get::<_, Option<bool>>(0) == Some(true) {
+                    caches_db.shared().caches.latch();
+                    return Err(StoreError::Sql {
+                        detail: format!(
+                            "lockdown is latched: nothing is decided or sent (ledger action {ledger_id})"
+                        ),
+                    });
+                }
+                let gatekeeper: Option<String> = row.get(2);
+                let driver_id: Option<i64> = row.get(3);
+                if let (Some(gatekeeper), Some(driver_id)) = (gatekeeper, driver_id) {
+                    let action_row = row
+                        .get::<_, Option<i64>>(ATTEMPT_ACTION_COLUMNS)
+                        .is_some()
+                        .then(|| row.clone());
+                    link.park_as((Arc::from(gatekeeper), driver_id), action_row, Some(id));
                     return Ok(true);
                 }
-                match link.query_opt(KIND_OF, &[&id]).map_err(sql)? {
-                    Some(row) if row.get::<_, &str>(0) == "action" => Ok(false),
+                match row.get::<_, Option<&str>>(1) {
+                    Some("action") => Ok(false),
                     _ => Err(StoreError::Missing(format!(
                         "there is no ledger action {ledger_id} to record a decision on"
                     ))),
@@ -583,6 +743,8 @@ impl LedgerStore for PostgresLedger {
     }
 
     fn entries(&self) -> Result<Vec<LedgerEntry>, StorageError> {
+        // What is parked is committed first, so this daemon reads its own writes.
+        self.db.commit_deferred().map_err(port)?;
         self.db
             .call(|link| {
                 link.query(SELECT_ALL, &[])
@@ -596,15 +758,27 @@ impl LedgerStore for PostgresLedger {
 
     fn open_action_ids(&self, gatekeeper: &str) -> Result<Vec<LedgerId>, StorageError> {
         let gatekeeper = gatekeeper.to_owned();
+        // What is parked for this gatekeeper is committed first, so this daemon reads
+        // its own writes.
+        let parked_for: Arc<str> = Arc::from(gatekeeper.as_str());
         self.db
+            .commit_parked(move |key, _| key.0 == parked_for)
+            .map_err(port)?;
+        let generation = self.db.shared().caches.entries_generation();
+        let entries = self
+            .db
             .call(move |link| {
-                link.query(OPEN_IDS, &[&gatekeeper])
+                link.query(OPEN_ROWS, &[&gatekeeper])
                     .map_err(sql)?
                     .iter()
-                    .map(|row| Ok(LedgerId(u64_of(row.get(0), "ledger id")?)))
-                    .collect()
+                    .map(entry_of)
+                    .collect::<Result<Vec<_>, _>>()
             })
-            .map_err(port)
+            .map_err(port)?;
+        let ids = entries.iter().map(|entry| entry.id).collect();
+        // The caller reads them one by one next (the drain, a person's list).
+        self.db.shared().caches.prefetch(entries, generation);
+        Ok(ids)
     }
 
     fn find_action(
@@ -612,8 +786,11 @@ impl LedgerStore for PostgresLedger {
         gatekeeper: &str,
         driver_id: DriverActionId,
     ) -> Result<Option<LedgerId>, StorageError> {
-        let gatekeeper = gatekeeper.to_owned();
         let driver_id = i64_of(driver_id.0);
+        if self.db.shared().caches.is_fresh(gatekeeper, driver_id) {
+            return Ok(None);
+        }
+        let gatekeeper = gatekeeper.to_owned();
         self.db
             .call(move |link| {
                 match link
@@ -639,35 +816,35 @@ impl LedgerStore for PostgresLedger {
             ))
         })?;
         let enabled_at = i64_of(rule.enabled_at.0);
-        self.db
-            .call(move |link| {
-                link.execute(
-                    PUT_RULE,
-                    &[
-                        &rule.gatekeeper,
-                        &rule.kind.tag,
-                        &rule.kind.label,
-                        &rule.enabled_by,
-                        &enabled_at,
-                        &scope,
-                    ],
-                )
-                .map_err(sql)?;
-                Ok(())
-            })
-            .map_err(port)
+        let written = self.db.call(move |link| {
+            link.execute(
+                PUT_RULE,
+                &[
+                    &rule.gatekeeper,
+                    &rule.kind.tag,
+                    &rule.kind.label,
+                    &rule.enabled_by,
+                    &enabled_at,
+                    &scope,
+                ],
+            )
+            .map_err(sql)?;
+            Ok(())
+        });
+        self.db.shared().caches.forget_rules();
+        written.map_err(port)
     }
 
     fn remove_rule(&self, gatekeeper: &str, tag: &str) -> Result<bool, StorageError> {
         let (gatekeeper, tag) = (gatekeeper.to_owned(), tag.to_owned());
-        self.db
-            .call(move |link| {
-                Ok(link
-                    .execute(REMOVE_RULE, &[&gatekeeper, &tag])
-                    .map_err(sql)?
-                    > 0)
-            })
-            .map_err(port)
+        let removed = self.db.call(move |link| {
+            Ok(link
+                .execute(REMOVE_RULE, &[&gatekeeper, &tag])
+                .map_err(sql)?
+                > 0)
+        });
+        self.db.shared().caches.forget_rules();
+        removed.map_err(port)
     }
 
     fn rule(
@@ -675,27 +852,17 @@ impl LedgerStore for PostgresLedger {
         gatekeeper: &str,
         tag: &str,
     ) -> Result<Option<Arc<AutoApprovalRule>>, StorageError> {
-        let (gatekeeper, tag) = (gatekeeper.to_owned(), tag.to_owned());
-        self.db
-            .call(move |link| {
-                link.query_opt(RULE, &[&gatekeeper, &tag])
-                    .map_err(sql)?
-                    .map(|row| rule_of(&row).map(Arc::new))
-                    .transpose()
-            })
-            .map_err(port)
+        Ok(self
+            .all_rules()
+            .map_err(port)?
+            .iter()
+            .find(|rule| rule.gatekeeper == gatekeeper && rule.kind.tag == tag)
+            .cloned()
+            .map(Arc::new))
     }
 
     fn rules(&self) -> Result<Vec<AutoApprovalRule>, StorageError> {
-        self.db
-            .call(|link| {
-                link.query(RULES, &[])
-                    .map_err(sql)?
-                    .iter()
-                    .map(rule_of)
-                    .collect()
-            })
-            .map_err(port)
+        Ok(self.all_rules().map_err(port)?.to_vec())
     }
 
     fn latch_lockdown(&self) -> Result<(), StorageError> {
@@ -704,13 +871,23 @@ impl LedgerStore for PostgresLedger {
                 link.execute(LATCH, &[]).map_err(sql)?;
                 Ok(())
             })
-            .map_err(port)
+            .map_err(port)?;
+        self.db.shared().caches.latch();
+        Ok(())
     }
 
     fn locked_down(&self) -> Result<bool, StorageError> {
-        self.db
+        if let Some(latched) = self.db.shared().caches.latched() {
+            return Ok(latched);
+        }
+        let latched = self
+            .db
             .call(|link| Ok(link.query_one(LOCKED_DOWN, &[]).map_err(sql)?.get(0)))
-            .map_err(port)
+            .map_err(port)?;
+        if latched {
+            self.db.shared().caches.latch();
+        }
+        Ok(latched)
     }
 
     fn drain_lease(&self, gatekeeper: &str) -> kernel::DrainLeaseFuture {

@@ -24,7 +24,12 @@
 ///   [`kernel::RuleScope`]: whose calls, until when, which arguments). A rule of an older
 ///   database reads back as enabled at time zero for its whole kind, which is what it
 ///   meant.
-pub const SCHEMA_VERSION: i32 = 3;
+/// - Version 4: `lockdown_changed`, a notification when the lockdown latch is set, so a
+///   daemon can answer "not latched" from its session's view; the writer's session in
+///   every notification's payload (`ledger:7`), so a daemon tells other daemons' changes
+///   from its own (see `cache.rs`); and `gate_stage` refuses a full store before it takes
+///   the id row's lock (`STAGE_FUNCTION_4`).
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The first key of the advisory locks that mark a live session (second key: its id).
 pub(crate) const SESSION_LOCKS: i32 = 0x4753;
@@ -39,7 +44,7 @@ pub(crate) const LEDGER_LOCKS: i32 = 0x474C;
 /// The `LISTEN`/`NOTIFY` channel every change is announced on.
 pub const CHANNEL: &str = "gate_changes";
 
-/// The whole schema but `gate_stage` ([`STAGE_FUNCTION`]), as of the current version, run
+/// The whole schema but `gate_stage` ([`STAGE_FUNCTION_4`]), as of the current version, run
 /// in one transaction on an empty database.
 pub(crate) const CREATE: &str = r#"
 CREATE TABLE gate_schema (
@@ -206,9 +211,12 @@ CREATE TABLE kv (
     PRIMARY KEY (scope, key)
 );
 
+-- The payload names the table, and the daemon session that wrote, if it said
+-- (`gate.session`): "ledger:7".
 CREATE FUNCTION gate_notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('gate_changes', TG_TABLE_NAME);
+    PERFORM pg_notify('gate_changes', TG_TABLE_NAME
+        || coalesce(':' || nullif(current_setting('gate.session', true), ''), ''));
     RETURN NULL;
 END $$;
 CREATE TRIGGER ledger_changed AFTER INSERT OR UPDATE ON ledger
@@ -216,6 +224,8 @@ CREATE TRIGGER ledger_changed AFTER INSERT OR UPDATE ON ledger
 CREATE TRIGGER actions_changed AFTER INSERT OR UPDATE ON actions
     FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
 CREATE TRIGGER rules_changed AFTER INSERT OR UPDATE OR DELETE ON auto_approval_rules
+    FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
+CREATE TRIGGER lockdown_changed AFTER INSERT ON lockdown
     FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
 "#;
 
@@ -233,6 +243,38 @@ DECLARE
     last bigint;
     open bigint;
 BEGIN
+    INSERT INTO action_ids (gatekeeper, last_id) VALUES (p_gatekeeper, 0)
+        ON CONFLICT (gatekeeper) DO UPDATE SET last_id = action_ids.last_id
+        RETURNING last_id INTO last;
+    SELECT count(*) INTO open FROM actions WHERE gatekeeper = p_gatekeeper
+        AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable));
+    IF open >= p_max_open THEN
+        RETURN NULL;
+    END IF;
+    UPDATE action_ids SET last_id = last + 1 WHERE gatekeeper = p_gatekeeper;
+    INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at, staged_by, definition)
+        VALUES (p_gatekeeper, last + 1, p_tool, p_args, 'pending', p_at, p_session, p_definition);
+    RETURN last + 1;
+END $$;
+"#;
+
+/// Version 4's `gate_stage`: as version 2's, but a store already full is refused before
+/// the id row's lock is taken (and so without waiting for another stage, and without
+/// writing). The count before the lock may miss a stage not yet committed, never count
+/// one too many that stays: the count after the lock decides.
+pub(crate) const STAGE_FUNCTION_4: &str = r#"
+CREATE OR REPLACE FUNCTION gate_stage(p_gatekeeper text, p_tool text, p_args text, p_at bigint,
+    p_session integer, p_definition text, p_max_open bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    last bigint;
+    open bigint;
+BEGIN
+    SELECT count(*) INTO open FROM actions WHERE gatekeeper = p_gatekeeper
+        AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable));
+    IF open >= p_max_open THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO action_ids (gatekeeper, last_id) VALUES (p_gatekeeper, 0)
         ON CONFLICT (gatekeeper) DO UPDATE SET last_id = action_ids.last_id
         RETURNING last_id INTO last;
@@ -267,5 +309,24 @@ ALTER TABLE auto_approval_rules
         CHECK (jsonb_typeof(scope_json::jsonb) = 'object');
 "#;
 
+/// Version 4: notifications name the writer's session and the latch notifies, as `CREATE`
+/// makes them (replacing what is already there).
+pub(crate) const LOCKDOWN_NOTIFY: &str = r#"
+CREATE OR REPLACE FUNCTION gate_notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('gate_changes', TG_TABLE_NAME
+        || coalesce(':' || nullif(current_setting('gate.session', true), ''), ''));
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS lockdown_changed ON lockdown;
+CREATE TRIGGER lockdown_changed AFTER INSERT ON lockdown
+    FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
+"#;
+
 /// Each upgrade step, from the version it starts at.
-pub(crate) const UPGRADES: [(i32, &str); 2] = [(1, STAGE_FUNCTION), (2, RULE_SCOPE)];
+pub(crate) const UPGRADES: [(i32, &str); 4] = [
+    (1, STAGE_FUNCTION),
+    (2, RULE_SCOPE),
+    (3, LOCKDOWN_NOTIFY),
+    (3, STAGE_FUNCTION_4),
+];

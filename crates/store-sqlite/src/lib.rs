@@ -90,7 +90,7 @@
 //!
 //! - [`Database`]: opens and checks a file (or memory), owns the one connection per
 //!   process, counts commits, and commits deferred writes ([`db`](Database) docs).
-//! //! - [`SqliteLedger`]: the kernel's [`kernel::LedgerStore`].
+//! - [`SqliteLedger`]: the kernel's [`kernel::LedgerStore`].
 //! - [`SqliteActionStorage`]: gatekeeper-core's [`gatekeeper_core::ActionStorage`], one
 //!   namespace per gatekeeper.
 //! - [`SqliteKv`]: gatekeeper-core's key-value port ([`gatekeeper_core::kv::KvStore`], which the wiki driver keeps its records through), one

@@ -439,3 +439,118 @@ async fn an_edit_of_a_pending_call_is_kept_and_of_any_other_refused() {
         Record::Pending
     );
 }
+
+#[tokio::test]
+async fn one_cycle_is_three_commits_and_the_claim_and_its_decider_are_committed_before_the_send() {
+    let (url, db) = fresh();
+    let rig = Rig::new(db.clone()).await;
+    // What another daemon sees while the call is in flight.
+    let other = Database::open(&url).unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    *rig.service.on_call.lock().unwrap() = Some(Box::new(move |_, _| {
+        record.lock().unwrap().extend(
+            other
+                .query_text(
+                    "SELECT a.state, l.resolved_by, l.deciding_session IS NOT NULL
+                     FROM actions a JOIN ledger l ON l.driver_id = a.id AND l.gatekeeper = a.gatekeeper",
+                )
+                .unwrap(),
+        );
+    }));
+    let commits = db.commits();
+    rig.queue_issue("first").await;
+    let staged = db.commits() - commits;
+    let open = rig.overseer.open_actions().unwrap();
+    rig.overseer.approve(open[0].id, "ana").await.unwrap();
+    rig.overseer.settle().await;
+    assert_eq!(rig.service.calls().len(), 1);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [[
+            Some("applying".to_owned()),
+            Some("ana".to_owned()),
+            Some("t".to_owned())
+        ]],
+        "the claim and who decided are committed before the send"
+    );
+    assert_eq!(staged, 1, "the stage and the submission share a commit");
+    assert_eq!(
+        db.commits() - commits,
+        3,
+        "stage with submission, decider with claim, driver's outcome with the kernel's"
+    );
+    let settled = db
+        .query_text(
+            "SELECT a.state, l.state, l.deciding_session IS NULL
+             FROM actions a JOIN ledger l ON l.driver_id = a.id AND l.gatekeeper = a.gatekeeper",
+        )
+        .unwrap();
+    assert_eq!(
+        settled,
+        [[
+            Some("applied".to_owned()),
+            Some("approved".to_owned()),
+            Some("t".to_owned())
+        ]]
+    );
+}
+
+#[test]
+fn a_version_3_database_is_upgraded_and_a_latch_reaches_every_daemon() {
+    let url = fresh_url();
+    drop(Database::open(&url).unwrap());
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    // Version 3 as it was: no latch notification, payloads without the writer's session.
+    client
+        .batch_execute(
+            "DROP TRIGGER lockdown_changed ON lockdown;
+             CREATE OR REPLACE FUNCTION gate_notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 PERFORM pg_notify('gate_changes', TG_TABLE_NAME);
+                 RETURN NULL;
+             END $$;
+             UPDATE gate_schema SET version = 3;",
+        )
+        .unwrap();
+    let first = Database::open(&url).unwrap();
+    let version = first
+        .query_text("SELECT version::text FROM gate_schema")
+        .unwrap();
+    assert_eq!(version, [[Some(SCHEMA_VERSION.to_string())]]);
+    let second = Database::open(&url).unwrap();
+    let (a, b) = (first.ledger(), second.ledger());
+    let id = a
+        .insert(&mut pending_entry(
+            "gk",
+            1,
+            ActionDescription::new("write", "body"),
+        ))
+        .unwrap();
+    assert!(!b.locked_down().unwrap());
+    a.latch_lockdown().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !b.locked_down().unwrap() {
+        assert!(
+            Instant::now() < deadline,
+            "the latch never reached the other daemon"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Whatever a daemon remembers, the statement that records who decides refuses.
+    let decided = Resolution {
+        by: "ana".into(),
+        auto: false,
+        at: Timestamp(1),
+        cause: None,
+    };
+    let refused = b.record_attempt(id, &decided).unwrap_err();
+    assert!(refused.0.contains("lockdown"), "{refused}");
+    // A step that finds its trigger already there (a half upgrade) is run again safely.
+    client
+        .batch_execute("UPDATE gate_schema SET version = 3")
+        .unwrap();
+    drop((first, second));
+    let reopened = Database::open(&url).unwrap();
+    assert!(reopened.ledger().locked_down().unwrap());
+}

@@ -163,12 +163,21 @@ pub struct Rig {
 impl Rig {
     pub async fn new(db: store_postgres::Database) -> Self {
         let clock: Arc<dyn kernel::Clock> = Arc::new(kernel::StepClock::default());
-        let overseer = kernel::Overseer::with_store(db.ledger(), clock.clone());
-        let service = Arc::new(RecordingService::default());
         let store = db
-            .action_store("issues", clock)
+            .action_store("issues", clock.clone())
             .await
             .expect("action store");
+        Self::with(db.ledger(), store, clock)
+    }
+
+    /// The same stack on any ledger and action store (the benchmark's SQLite file).
+    pub fn with(
+        ledger: Arc<dyn kernel::LedgerStore>,
+        store: gatekeeper_core::ActionStore,
+        clock: Arc<dyn kernel::Clock>,
+    ) -> Self {
+        let overseer = kernel::Overseer::with_store(ledger, clock);
+        let service = Arc::new(RecordingService::default());
         let gatekeeper = Arc::new(gatekeeper_core::ToolGatekeeper::new(
             gatekeeper_core::GatekeeperConfig {
                 name: "issues".into(),

@@ -159,6 +159,7 @@ fn what_one_handle_remembers_gives_way_to_what_another_wrote() {
 
 /// One handle's action store of gatekeeper `gk`.
 struct Desk {
+    db: Database,
     store: Arc<dyn gatekeeper_core::ActionStorage>,
 }
 
@@ -166,12 +167,15 @@ impl Desk {
     fn open(path: &str) -> Self {
         let db = Database::open(path).unwrap();
         let store = db.action_storage("gk");
-        Self { store }
+        Self { db, store }
     }
 
-    /// Stage a call (committed when it returns); `None` when the store is full (ten open calls).
+    /// Stage a call and commit it (a stage waits, parked, for its submission to the
+    /// kernel, which there is none of here); `None` when the store is full (ten open
+    /// calls).
     async fn stage(&self) -> Option<DriverActionId> {
-        self.store
+        let staged = self
+            .store
             .insert_pending(
                 Arc::from("write"),
                 None,
@@ -180,7 +184,9 @@ impl Desk {
                 10,
             )
             .await
-            .unwrap()
+            .unwrap();
+        self.db.commit_deferred().unwrap();
+        staged
     }
 }
 
@@ -223,8 +229,14 @@ impl gatekeeper_core::testkit::TwoStores for TwoDesks {
         &*self.0[handle].store
     }
 
-    /// Every write is committed before it returns.
-    fn commit(&self, _: usize) {}
+    /// A driver's outcome waits, parked, for the kernel's: commit it now.
+    fn commit(&self, handle: usize) {
+        let db = self.0[handle].db.clone();
+        // Blocking, so off the test's runtime.
+        std::thread::spawn(move || db.commit_deferred().unwrap())
+            .join()
+            .unwrap();
+    }
 }
 
 #[tokio::test]
@@ -237,24 +249,27 @@ async fn two_handles_on_one_store_answer_as_one_model_for_any_sequence() {
 }
 
 /// Two connections' ledgers on one database.
-struct TwoLedgers([Arc<dyn kernel::LedgerStore>; 2]);
+struct TwoLedgers([(Database, Arc<dyn kernel::LedgerStore>); 2]);
 
 impl kernel::testkit::TwoLedgers for TwoLedgers {
     fn ledger(&self, handle: usize) -> &dyn kernel::LedgerStore {
-        &*self.0[handle]
+        &*self.0[handle].1
     }
 
-    /// Every write is committed before it returns.
-    fn commit(&self, _: usize) {}
+    /// Who decided waits, parked, for the driver's claim: commit it now.
+    fn commit(&self, handle: usize) {
+        self.0[handle].0.commit_deferred().unwrap();
+    }
 }
 
 #[test]
 fn two_handles_on_one_ledger_answer_as_one_model_for_any_sequence() {
     kernel::testkit::two_ledgers_answer_as_one_model(|| {
         let url = fresh_url();
+        let (first, second) = (Database::open(&url).unwrap(), Database::open(&url).unwrap());
         TwoLedgers([
-            Database::open(&url).unwrap().ledger(),
-            Database::open(&url).unwrap().ledger(),
+            (first.clone(), first.ledger()),
+            (second.clone(), second.ledger()),
         ])
     });
 }

@@ -1,0 +1,210 @@
+//! What a daemon remembers between round trips, and why each answer is safe to give
+//! without asking the server.
+//!
+//! - **The lockdown latch.** Once latched it stays (a trigger refuses the delete), so
+//!   "latched" is remembered for good. "Not latched" is the session connection's view:
+//!   it reads the latch after it starts listening, and every latch notifies it
+//!   (`lockdown_changed`, schema version 4), so the answer is as old as the last
+//!   notification, a fraction of a millisecond. While the session connection is down
+//!   nothing is remembered and the server is asked. What this answer guards is checked
+//!   again where it matters: `record_attempt` refuses in the statement that records who
+//!   decided if the latch is set, so nothing is sent after a latch was committed.
+//! - **The rules.** Kept until a notification says the rules changed (or the session
+//!   connection breaks); a read that raced with a change is not kept. An automatic
+//!   decision is checked again in `record_attempt`: it is written only while a rule for
+//!   the action's kind exists and the action is pending and not held for a person.
+//! - **Stages not yet in the ledger.** A driver id this daemon's action store has just
+//!   handed out (`gate_stage`) names no ledger action yet: ids are never handed out
+//!   twice, and only the staging daemon submits it. `find_action` answers "none" for it
+//!   without asking, until the ledger insert of that action begins.
+//! - **Open entries read by `open_action_ids`.** Read with the ids in one statement and
+//!   handed to the next `get` of each id (once, and for at most [`PREFETCH_TTL`]), as
+//!   the drain and a person's list read them one after the other. This daemon's own writes
+//!   of an entry drop it; a notification of a ledger change by another daemon (the
+//!   payload names the writer's session) drops them all. What is left is as old as a
+//!   notification, and a decision on it is checked again by `record_attempt` (open,
+//!   decided by nobody else); when that refuses, the kernel's next `get` of the id
+//!   reads the server.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kernel::{AutoApprovalRule, LedgerEntry};
+
+/// Whether the lockdown latch is set.
+pub(crate) const LOCKED_DOWN: &str = "SELECT EXISTS (SELECT 1 FROM lockdown)";
+
+/// How long an entry read by `open_action_ids` may answer the next `get` of its id.
+pub const PREFETCH_TTL: Duration = Duration::from_millis(250);
+
+/// How many stages not yet submitted are remembered; beyond that, `find_action` asks.
+const FRESH_STAGES: usize = 4096;
+
+const UNKNOWN: u8 = 0;
+const CLEAR: u8 = 1;
+const LATCHED: u8 = 2;
+
+/// See the module docs.
+#[derive(Default)]
+pub(crate) struct Caches {
+    lockdown: AtomicU8,
+    listening: AtomicBool,
+    rules_generation: AtomicU64,
+    rules: Mutex<Option<Arc<Vec<AutoApprovalRule>>>>,
+    fresh: Mutex<HashSet<(Arc<str>, i64)>>,
+    /// Moves when another daemon changes the ledger (or notifications may be lost).
+    entries_generation: AtomicU64,
+    prefetched: Mutex<HashMap<i64, (LedgerEntry, Instant, u64)>>,
+}
+
+impl Caches {
+    /// A notification said a table changed: its payload is the table's name, then `:`
+    /// and the writer's session if it named one. `me` is this daemon's session.
+    pub(crate) fn changed(&self, payload: &str, me: i32) {
+        let (table, writer) = match payload.split_once(':') {
+            Some((table, writer)) => (table, writer.parse::<i32>().ok()),
+            None => (payload, None),
+        };
+        match table {
+            "lockdown" => self.latch(),
+            "auto_approval_rules" => self.forget_rules(),
+            "ledger" if writer != Some(me) => {
+                self.entries_generation.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {}
+        }
+    }
+
+    /// The session connection broke: notifications may be lost from now on.
+    pub(crate) fn deaf(&self) {
+        self.listening.store(false, Ordering::SeqCst);
+        let _ = self
+            .lockdown
+            .compare_exchange(CLEAR, UNKNOWN, Ordering::SeqCst, Ordering::SeqCst);
+        self.forget_rules();
+        self.entries_generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The session connection listens, and read the latch (`latched`) after it began.
+    pub(crate) fn listening(&self, latched: bool) {
+        if latched {
+            self.latch();
+        } else {
+            let _ =
+                self.lockdown
+                    .compare_exchange(UNKNOWN, CLEAR, Ordering::SeqCst, Ordering::SeqCst);
+        }
+        self.forget_rules();
+        self.listening.store(true, Ordering::SeqCst);
+    }
+
+    /// The latch, if known without asking.
+    pub(crate) fn latched(&self) -> Option<bool> {
+        match self.lockdown.load(Ordering::SeqCst) {
+            LATCHED => Some(true),
+            CLEAR => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The latch is set (seen, or set here).
+    pub(crate) fn latch(&self) {
+        self.lockdown.store(LATCHED, Ordering::SeqCst);
+    }
+
+    /// The rules, if known without asking.
+    pub(crate) fn rules(&self) -> Option<Arc<Vec<AutoApprovalRule>>> {
+        if !self.listening.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.rules.lock().ok()?.clone()
+    }
+
+    /// Taken before reading the rules, for [`Caches::keep_rules`].
+    pub(crate) fn rules_generation(&self) -> u64 {
+        self.rules_generation.load(Ordering::SeqCst)
+    }
+
+    /// Keep rules read after [`Caches::rules_generation`] returned `generation`, unless
+    /// they changed since.
+    pub(crate) fn keep_rules(&self, generation: u64, rules: Arc<Vec<AutoApprovalRule>>) {
+        if let Ok(mut kept) = self.rules.lock()
+            && self.listening.load(Ordering::SeqCst)
+            && self.rules_generation.load(Ordering::SeqCst) == generation
+        {
+            *kept = Some(rules);
+        }
+    }
+
+    /// The rules changed (here or elsewhere).
+    pub(crate) fn forget_rules(&self) {
+        if let Ok(mut kept) = self.rules.lock() {
+            self.rules_generation.fetch_add(1, Ordering::SeqCst);
+            *kept = None;
+        }
+    }
+
+    /// This daemon's action store of `gatekeeper` handed out `id` just now.
+    pub(crate) fn staged(&self, gatekeeper: &Arc<str>, id: i64) {
+        if let Ok(mut fresh) = self.fresh.lock() {
+            if fresh.len() >= FRESH_STAGES {
+                fresh.clear();
+            }
+            fresh.insert((gatekeeper.clone(), id));
+        }
+    }
+
+    /// Whether `id` of `gatekeeper` was staged here and its ledger insert has not begun.
+    pub(crate) fn is_fresh(&self, gatekeeper: &str, id: i64) -> bool {
+        self.fresh
+            .lock()
+            .is_ok_and(|fresh| fresh.contains(&(Arc::from(gatekeeper), id)))
+    }
+
+    /// `id` of `gatekeeper` is being submitted (or discarded): ask the server from now on.
+    pub(crate) fn submitted(&self, gatekeeper: &str, id: i64) {
+        if let Ok(mut fresh) = self.fresh.lock() {
+            fresh.remove(&(Arc::from(gatekeeper), id));
+        }
+    }
+
+    /// Taken before reading entries to prefetch, for [`Caches::prefetch`].
+    pub(crate) fn entries_generation(&self) -> u64 {
+        self.entries_generation.load(Ordering::SeqCst)
+    }
+
+    /// Entries read with their ids, after [`Caches::entries_generation`] returned
+    /// `generation`, for the next `get` of each.
+    pub(crate) fn prefetch(&self, entries: Vec<LedgerEntry>, generation: u64) {
+        if !self.listening.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = Instant::now();
+        if let Ok(mut prefetched) = self.prefetched.lock() {
+            prefetched.retain(|_, (_, at, _)| now.duration_since(*at) < PREFETCH_TTL);
+            for entry in entries {
+                let id = i64::try_from(entry.id.0).unwrap_or(i64::MAX);
+                prefetched.insert(id, (entry, now, generation));
+            }
+        }
+    }
+
+    /// The entry read for `id` by the last `open_action_ids`, once, if recent and no
+    /// other daemon changed the ledger since it was read.
+    pub(crate) fn take_prefetched(&self, id: i64) -> Option<LedgerEntry> {
+        let (entry, at, generation) = self.prefetched.lock().ok()?.remove(&id)?;
+        (at.elapsed() < PREFETCH_TTL
+            && generation == self.entries_generation.load(Ordering::SeqCst)
+            && self.listening.load(Ordering::SeqCst))
+        .then_some(entry)
+    }
+
+    /// `id` is being written here: its prefetched entry is stale.
+    pub(crate) fn forget_entry(&self, id: i64) {
+        if let Ok(mut prefetched) = self.prefetched.lock() {
+            prefetched.remove(&id);
+        }
+    }
+}

@@ -628,15 +628,7 @@ impl Shared {
 
     /// Take every kept outcome that `pick` selects.
     fn take_settles(&self, pick: impl Fn(&Key, &DeferredSettle) -> bool) -> Vec<DeferredSettle> {
-        let Ok(mut settles) = self.settles.lock() else {
-            return Vec::new();
-        };
-        let keys: Vec<Key> = settles
-            .iter()
-            .filter(|(key, settle)| pick(key, settle))
-            .map(|(key, _)| key.clone())
-            .collect();
-        keys.iter().filter_map(|key| settles.remove(key)).collect()
+        take_all(&self.settles, pick)
     }
 
     /// Write kept outcomes, each committed alone (on this thread, which must not run a
@@ -661,12 +653,9 @@ impl Shared {
 
     /// A stage parked by `stager`, and its key.
     pub(crate) fn take_park_of_stager(&self, stager: Stager) -> Option<(Key, Parked)> {
-        let mut parks = self.parks.lock().ok()?;
-        let key = parks
-            .iter()
-            .find(|(_, parked)| parked.stage.as_ref().is_some_and(|s| s.stager == stager))
-            .map(|(key, _)| key.clone())?;
-        parks.remove(&key).map(|parked| (key, parked))
+        take_first(&self.parks, |parked| {
+            parked.stage.as_ref().is_some_and(|s| s.stager == stager)
+        })
     }
 
     /// Commit the transaction parked under `key`, if any, on this thread (a worker's).
@@ -679,12 +668,7 @@ impl Shared {
 
     /// The transaction parked with a write of ledger entry `id`, and its key.
     pub(crate) fn take_park_of_entry(&self, id: i64) -> Option<(Key, Parked)> {
-        let mut parks = self.parks.lock().ok()?;
-        let key = parks
-            .iter()
-            .find(|(_, parked)| parked.ledger_id == Some(id))
-            .map(|(key, _)| key.clone())?;
-        parks.remove(&key).map(|parked| (key, parked))
+        take_first(&self.parks, |parked| parked.ledger_id == Some(id))
     }
 
     /// The action store's row kept with the transaction parked under `key`, once.
@@ -694,15 +678,7 @@ impl Shared {
 
     /// Take every parked transaction that `pick` selects.
     fn take_parks(&self, pick: impl Fn(&Key, &Parked) -> bool) -> Vec<Parked> {
-        let Ok(mut parks) = self.parks.lock() else {
-            return Vec::new();
-        };
-        let keys: Vec<Key> = parks
-            .iter()
-            .filter(|(key, parked)| pick(key, parked))
-            .map(|(key, _)| key.clone())
-            .collect();
-        keys.iter().filter_map(|key| parks.remove(key)).collect()
+        take_all(&self.parks, pick)
     }
 
     /// Commit parked transactions (on this thread, which must not run a runtime).
@@ -713,6 +689,31 @@ impl Shared {
             }
         }
     }
+}
+
+/// Remove and return every value of `map` that `pick` selects.
+fn take_all<V>(map: &Mutex<HashMap<Key, V>>, pick: impl Fn(&Key, &V) -> bool) -> Vec<V> {
+    let mut map = map
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let keys: Vec<Key> = map
+        .iter()
+        .filter(|(key, value)| pick(key, value))
+        .map(|(key, _)| key.clone())
+        .collect();
+    keys.iter().filter_map(|key| map.remove(key)).collect()
+}
+
+/// Remove and return the first value of `map` that `pick` selects, with its key.
+fn take_first<V>(map: &Mutex<HashMap<Key, V>>, pick: impl Fn(&V) -> bool) -> Option<(Key, V)> {
+    let mut map = map
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key = map
+        .iter()
+        .find(|(_, value)| pick(value))
+        .map(|(key, _)| key.clone())?;
+    map.remove(&key).map(|value| (key, value))
 }
 
 /// The URL with any password removed, for messages.

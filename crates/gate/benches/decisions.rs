@@ -14,7 +14,8 @@
 //! - The daemon's resident memory (`VmRSS` in `/proc/PID/status`, the fixture server not
 //!   counted): idle, after 1,000 decided actions and after the large ledger's; growth per
 //!   1,000 decided actions between the two (target ≤ 64 KiB); and after 2,000 MCP sessions
-//!   opened (`initialize`) and closed (`DELETE`).
+//!   opened (`initialize`) and closed (`DELETE`). The daemons run with
+//!   `MALLOC_ARENA_MAX=2`, as `deploy/gate.service` starts the daemon.
 //!
 //! The action store keeps at most 50 calls open per server, so writes are staged and decided
 //! in rounds of 48. Filling the large ledger rejects three rounds of every four and approves
@@ -45,6 +46,12 @@ use serde_json::{Value, json};
 
 use fixture::{fixture_binary, free_port};
 use support::{Agent, connect};
+
+/// The daemon's `MALLOC_ARENA_MAX`, as `deploy/gate.service` sets it: without it glibc
+/// gives threads that allocate at the same time arenas of their own, and the threads that
+/// take a worker's tasks while a durable write waits for its sync made the daemon hold
+/// 89.6 KiB more per 1,000 decided actions instead of 57.9 (docs/performance.md).
+const MALLOC_ARENA_MAX: &str = "2";
 
 /// Agents staging at once.
 const AGENTS: usize = 16;
@@ -143,7 +150,12 @@ impl Daemon {
             <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
         )
         .expect("config made private");
-        let (child, url) = daemon::spawn_serve(&path, &dir.join("data"));
+        // As the shipped service runs it (`deploy/gate.service`): two malloc arenas.
+        let (child, url) = daemon::spawn_serve_with(
+            &path,
+            &dir.join("data"),
+            &[("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)],
+        );
         Self {
             child,
             dir,

@@ -1047,13 +1047,8 @@ impl Database {
         if parked.is_empty() {
             return Ok(());
         }
-        let (tx, rx) = sync_channel(1);
         let shared = self.inner.shared.clone();
-        self.submit_parked(Box::new(move || {
-            shared.commit_parked(parked);
-            let _ = tx.send(());
-        }))?;
-        rx.recv().map_err(|_| StoreError::Closed)
+        self.run_and_wait(&self.inner.park_jobs, move || shared.commit_parked(parked))
     }
 
     /// Commit every transaction this handle parked (who decided an action, a driver's
@@ -1071,13 +1066,8 @@ impl Database {
         if settles.is_empty() {
             return Ok(());
         }
-        let (tx, rx) = sync_channel(1);
         let shared = self.inner.shared.clone();
-        self.submit(Box::new(move || {
-            shared.write_settles(settles);
-            let _ = tx.send(());
-        }))?;
-        rx.recv().map_err(|_| StoreError::Closed)
+        self.run_and_wait(&self.inner.jobs, move || shared.write_settles(settles))
     }
 
     /// [`Database::write_settles`], awaited.
@@ -1089,13 +1079,9 @@ impl Database {
         if settles.is_empty() {
             return Ok(());
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = self.inner.shared.clone();
-        self.submit(Box::new(move || {
-            shared.write_settles(settles);
-            let _ = tx.send(());
-        }))?;
-        rx.await.map_err(|_| StoreError::Closed)
+        self.run_and_await(&self.inner.jobs, move || shared.write_settles(settles))
+            .await
     }
 
     /// [`Database::commit_parked`], awaited.
@@ -1107,12 +1093,42 @@ impl Database {
         if parked.is_empty() {
             return Ok(());
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
         let shared = self.inner.shared.clone();
-        self.submit_parked(Box::new(move || {
-            shared.commit_parked(parked);
-            let _ = tx.send(());
-        }))?;
+        self.run_and_await(&self.inner.park_jobs, move || shared.commit_parked(parked))
+            .await
+    }
+
+    /// Run `work` on `queue`'s threads and wait for it, blocking this thread.
+    fn run_and_wait(
+        &self,
+        queue: &Mutex<Option<Sender<Job>>>,
+        work: impl FnOnce() + Send + 'static,
+    ) -> Result<(), StoreError> {
+        let (tx, rx) = sync_channel(1);
+        self.submit_to(
+            queue,
+            Box::new(move || {
+                work();
+                let _ = tx.send(());
+            }),
+        )?;
+        rx.recv().map_err(|_| StoreError::Closed)
+    }
+
+    /// Run `work` on `queue`'s threads and await it.
+    async fn run_and_await(
+        &self,
+        queue: &Mutex<Option<Sender<Job>>>,
+        work: impl FnOnce() + Send + 'static,
+    ) -> Result<(), StoreError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit_to(
+            queue,
+            Box::new(move || {
+                work();
+                let _ = tx.send(());
+            }),
+        )?;
         rx.await.map_err(|_| StoreError::Closed)
     }
 

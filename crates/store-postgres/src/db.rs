@@ -972,18 +972,9 @@ impl Database {
         key: Option<Key>,
         work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<R, StoreError> {
-        let (tx, rx) = sync_channel(1);
-        let shared = self.inner.shared.clone();
-        let on_park = parked.is_some();
-        let job: Job = Box::new(move || {
-            let _ = tx.send(shared.exec(parked, key, work));
-        });
-        if on_park {
-            self.submit_parked(job)?;
-        } else {
-            self.submit(job)?;
-        }
-        rx.recv().unwrap_or(Err(StoreError::Closed))
+        self.call_later(parked, key, work)?
+            .recv()
+            .unwrap_or(Err(StoreError::Closed))
     }
 
     /// Hand `work` to a worker connection (or `parked`'s, as [`Database::call_parked`])
@@ -996,17 +987,31 @@ impl Database {
         work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<Receiver<Result<R, StoreError>>, StoreError> {
         let (tx, rx) = sync_channel(1);
-        let shared = self.inner.shared.clone();
-        let on_park = parked.is_some();
-        let job: Job = Box::new(move || {
-            let _ = tx.send(shared.exec(parked, key, work));
-        });
-        if on_park {
-            self.submit_parked(job)?;
-        } else {
-            self.submit(job)?;
-        }
+        self.submit_exec(parked, key, work, move |answer| {
+            let _ = tx.send(answer);
+        })?;
         Ok(rx)
+    }
+
+    /// Submit `work` on `parked`'s transaction (to the threads that run parked work) or
+    /// on a pooled connection, handing its answer to `answer`.
+    fn submit_exec<R: Send + 'static>(
+        &self,
+        parked: Option<Parked>,
+        key: Option<Key>,
+        work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
+        answer: impl FnOnce(Result<R, StoreError>) + Send + 'static,
+    ) -> Result<(), StoreError> {
+        let shared = self.inner.shared.clone();
+        let queue = if parked.is_some() {
+            &self.inner.park_jobs
+        } else {
+            &self.inner.jobs
+        };
+        self.submit_to(
+            queue,
+            Box::new(move || answer(shared.exec(parked, key, work))),
+        )
     }
 
     /// Run `work` on a worker connection and await its answer.
@@ -1025,16 +1030,9 @@ impl Database {
         work: impl FnOnce(&mut Link<'_>) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<R, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let shared = self.inner.shared.clone();
-        let on_park = parked.is_some();
-        let job: Job = Box::new(move || {
-            let _ = tx.send(shared.exec(parked, key, work));
-        });
-        if on_park {
-            self.submit_parked(job)?;
-        } else {
-            self.submit(job)?;
-        }
+        self.submit_exec(parked, key, work, move |answer| {
+            let _ = tx.send(answer);
+        })?;
         rx.await.unwrap_or(Err(StoreError::Closed))
     }
 
@@ -1130,15 +1128,6 @@ impl Database {
             }),
         )?;
         rx.await.map_err(|_| StoreError::Closed)
-    }
-
-    fn submit(&self, job: Job) -> Result<(), StoreError> {
-        self.submit_to(&self.inner.jobs, job)
-    }
-
-    /// Submit a job that works on a parked transaction (see `Inner::park_jobs`).
-    fn submit_parked(&self, job: Job) -> Result<(), StoreError> {
-        self.submit_to(&self.inner.park_jobs, job)
     }
 
     fn submit_to(&self, queue: &Mutex<Option<Sender<Job>>>, job: Job) -> Result<(), StoreError> {

@@ -229,39 +229,18 @@ CREATE TRIGGER lockdown_changed AFTER INSERT ON lockdown
     FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
 "#;
 
-/// Version 2: stage a call in one statement, one round trip. It locks the store's row of
-/// `action_ids` (waiting for a stage of another daemon to commit), counts the open calls
-/// with a snapshot taken after the lock (each statement of a PL/pgSQL function takes its
-/// own under READ COMMITTED, so the other stage is counted), and inserts the row with
-/// the next id; NULL when the store is full. Every stage of one store waits for the one
-/// before, so the open cap holds across daemons.
-pub(crate) const STAGE_FUNCTION: &str = r#"
-CREATE OR REPLACE FUNCTION gate_stage(p_gatekeeper text, p_tool text, p_args text, p_at bigint,
-    p_session integer, p_definition text, p_max_open bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    last bigint;
-    open bigint;
-BEGIN
-    INSERT INTO action_ids (gatekeeper, last_id) VALUES (p_gatekeeper, 0)
-        ON CONFLICT (gatekeeper) DO UPDATE SET last_id = action_ids.last_id
-        RETURNING last_id INTO last;
-    SELECT count(*) INTO open FROM actions WHERE gatekeeper = p_gatekeeper
-        AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable));
-    IF open >= p_max_open THEN
-        RETURN NULL;
-    END IF;
-    UPDATE action_ids SET last_id = last + 1 WHERE gatekeeper = p_gatekeeper;
-    INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at, staged_by, definition)
-        VALUES (p_gatekeeper, last + 1, p_tool, p_args, 'pending', p_at, p_session, p_definition);
-    RETURN last + 1;
-END $$;
-"#;
-
-/// Version 4's `gate_stage`: as version 2's, but a store already full is refused before
-/// the id row's lock is taken (and so without waiting for another stage, and without
-/// writing). The count before the lock may miss a stage not yet committed, never count
-/// one too many that stays: the count after the lock decides.
+/// `gate_stage`: stage a call in one statement, one round trip (version 2; refined in
+/// version 4). A store already full is refused before the id row's lock is taken (and so
+/// without waiting for another stage, and without writing): the count before the lock
+/// may miss a stage not yet committed, never count one too many that stays. Otherwise it
+/// locks the store's row of `action_ids` (waiting for a stage of another daemon to
+/// commit), counts the open calls again with a snapshot taken after the lock (each
+/// statement of a PL/pgSQL function takes its own under READ COMMITTED, so the other
+/// stage is counted), and inserts the row with the next id; NULL when the store is full.
+/// Every stage of one store waits for the one before, so the open cap holds across
+/// daemons. Upgrades run every step to the current version at once, so the step from
+/// version 1 creates this function as it is now, and the step from 3 replaces it (in a
+/// database that stopped at 2 or 3) the same way.
 pub(crate) const STAGE_FUNCTION_4: &str = r#"
 CREATE OR REPLACE FUNCTION gate_stage(p_gatekeeper text, p_tool text, p_args text, p_at bigint,
     p_session integer, p_definition text, p_max_open bigint) RETURNS bigint
@@ -325,7 +304,7 @@ CREATE TRIGGER lockdown_changed AFTER INSERT ON lockdown
 
 /// Each upgrade step, from the version it starts at.
 pub(crate) const UPGRADES: [(i32, &str); 4] = [
-    (1, STAGE_FUNCTION),
+    (1, STAGE_FUNCTION_4),
     (2, RULE_SCOPE),
     (3, LOCKDOWN_NOTIFY),
     (3, STAGE_FUNCTION_4),

@@ -133,6 +133,8 @@ pub struct NotifyConfig {
     /// At most one notification per this interval; what arrives meanwhile is batched into
     /// the next.
     pub min_interval: Duration,
+    /// The review page's origin, when it is on: notifications carry a link to it.
+    pub page: Option<String>,
 }
 
 /// What one agent may use of one server.
@@ -198,6 +200,25 @@ pub struct Config {
     /// Where the person's socket is (`socket = "/run/gate/gate.sock"`); `None`: `gate.sock`
     /// in the data directory.
     pub socket: Option<PathBuf>,
+    /// The review page's listener (`[web]`), off when absent ([`crate::web`]).
+    pub web: Option<WebConfig>,
+}
+
+/// Where the review page listens (`[web] listen = "127.0.0.1:8790"`), and the origin a
+/// browser reaches it at: what passkeys are bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebConfig {
+    /// The listener's address: loopback only (the page serves no TLS yet).
+    pub listen: SocketAddr,
+    /// The page's origin as the browser sees it (`http://localhost:PORT` by default).
+    pub origin: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWeb {
+    listen: Spanned<String>,
+    origin: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -222,6 +243,7 @@ struct RawConfig {
     redact_env: Vec<Spanned<String>>,
     deciders: Option<Spanned<Vec<Spanned<String>>>>,
     socket: Option<Spanned<PathBuf>>,
+    web: Option<RawWeb>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -856,6 +878,7 @@ impl Config {
                     command: program,
                     args: notify.args,
                     min_interval,
+                    page: None,
                 })
             }
         };
@@ -966,6 +989,11 @@ impl Config {
                 )? as usize,
             },
         };
+        let web = web(&check, raw.web, listen)?;
+        let notify = notify.map(|n| NotifyConfig {
+            page: web.as_ref().map(|w| w.origin.clone()),
+            ..n
+        });
         Ok(Self {
             path: path.to_owned(),
             listen,
@@ -980,8 +1008,57 @@ impl Config {
             redact_env,
             deciders,
             socket,
+            web,
         })
     }
+}
+
+/// The `[web]` table checked: a loopback address with a port (another interface needs TLS,
+/// which the review page does not serve yet), not the agents' address, and an `origin`
+/// on this machine for passkeys (`http://localhost:PORT` unless given).
+fn web(
+    check: &Checker<'_>,
+    raw: Option<RawWeb>,
+    agents: SocketAddr,
+) -> Result<Option<WebConfig>, ConfigError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let listen: SocketAddr = raw.listen.get_ref().parse().map_err(|_| {
+        check.at(&raw.listen, format!(
+            "web: listen = {:?} is not an address with a port; write for example listen = \"127.0.0.1:8790\"",
+            raw.listen.get_ref()
+        ))
+    })?;
+    if !listen.ip().is_loopback() {
+        return Err(check.at(&raw.listen, format!(
+            "web: listen = {:?} is not a loopback address; the review page serves no TLS yet, so it listens on this machine only (write listen = \"127.0.0.1:8790\", and reach it from another device through an SSH tunnel: ssh -L 8790:127.0.0.1:8790 HOST)",
+            raw.listen.get_ref()
+        )));
+    }
+    if listen == agents || (listen.port() == agents.port() && listen.port() != 0) {
+        return Err(check.at(&raw.listen, format!(
+            "web: listen = {:?} is the agents' address; the review page never shares a listener with agents: give it a port of its own, for example listen = \"127.0.0.1:8790\"",
+            raw.listen.get_ref()
+        )));
+    }
+    let origin = match &raw.origin {
+        None => format!("http://localhost:{}", listen.port()),
+        Some(origin) => {
+            let text = origin.get_ref().trim_end_matches('/').to_owned();
+            let host = text
+                .strip_prefix("http://")
+                .or_else(|| text.strip_prefix("https://"))
+                .map(|rest| rest.split(':').next().unwrap_or(""));
+            if host != Some("localhost") && !text.starts_with("https://") {
+                return Err(check.at(origin, format!(
+                    "web: origin = {:?} is not a secure context with a name: passkeys work only on https:// or on http://localhost (not on an IP address); write origin = \"http://localhost:{}\"",
+                    origin.get_ref(),
+                    listen.port()
+                )));
+            }
+            text
+        }
+    };
+    Ok(Some(WebConfig { listen, origin }))
 }
 
 /// Check a database URL (`db` in the file, `gate serve --db`): only PostgreSQL URLs name

@@ -167,6 +167,18 @@ pub enum Request {
     /// How many commits and syncs the daemon's SQLite store made since it opened, as
     /// JSON `{"commits": N, "syncs": N}`: what the benchmarks count a write's cost in.
     StoreCounts,
+    /// A one-time link for pairing a device with the review page ([`crate::web`]).
+    Pair {
+        /// The device's name (`phone`).
+        name: String,
+    },
+    /// The devices paired with the review page.
+    Devices,
+    /// Revoke a paired device: its passkey signs nothing from now on, and its sessions end.
+    DeviceRevoke {
+        /// The device's name.
+        name: String,
+    },
 }
 
 /// The daemon's answer.
@@ -248,14 +260,20 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// connection (the daemon out of descriptors, say) is logged and retried a moment later:
 /// the person's channel never closes while agents are served. Each connection is answered
 /// only if `access` lets its user use the socket.
-pub async fn serve(listener: UnixListener, gateway: Arc<Gateway>, access: Arc<SocketAccess>) {
+pub async fn serve(
+    listener: UnixListener,
+    gateway: Arc<Gateway>,
+    access: Arc<SocketAccess>,
+    web: Option<Arc<crate::web::Web>>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let gateway = gateway.clone();
                 let access = access.clone();
+                let web = web.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = answer(stream, &gateway, &access).await {
+                    if let Err(error) = answer(stream, &gateway, &access, web.as_deref()).await {
                         warn!(%error, "control.connection.failed");
                     }
                 });
@@ -272,6 +290,7 @@ async fn answer(
     stream: UnixStream,
     gateway: &Gateway,
     access: &SocketAccess,
+    web: Option<&crate::web::Web>,
 ) -> std::io::Result<()> {
     // Whether this user may use the socket at all (the daemon's user, or the deciders):
     // checked for every request, listing as much as deciding.
@@ -300,11 +319,10 @@ async fn answer(
             ok: false,
             text: refused.unwrap_or_default(),
         },
-        Ok(request) => {
-            // Secrets are redacted from every answer but one that asks to reveal them.
-            let view = crate::redaction::View::of(&request);
-            view.apply(gateway, execute(request, person, gateway).await)
+        Ok(request @ (Request::Pair { .. } | Request::Devices | Request::DeviceRevoke { .. })) => {
+            crate::web::devices_request(web, request, person)
         }
+        Ok(request) => respond(request, person, gateway).await,
         Err(error) => Response {
             ok: false,
             text: format!(
@@ -315,6 +333,35 @@ async fn answer(
     let mut out = serde_json::to_string(&response).expect("a response serialises");
     out.push('\n');
     write.write_all(out.as_bytes()).await
+}
+
+/// Do what `request` asks as `person` (the user behind the socket, or the person a paired
+/// device decides for), and answer with secrets redacted unless the request asks to reveal
+/// them: what the socket and the review page both answer with.
+pub async fn respond(
+    request: Request,
+    person: Result<String, String>,
+    gateway: &Gateway,
+) -> Response {
+    let view = crate::redaction::View::of(&request);
+    let decides = !matches!(
+        request,
+        Request::Pending
+            | Request::Catalog
+            | Request::Rules
+            | Request::RuleTest { .. }
+            | Request::Ledger { .. }
+            | Request::Lockdown
+            | Request::Show { .. }
+            | Request::Queue
+            | Request::Arguments { .. }
+            | Request::StoreCounts
+    );
+    let response = view.apply(gateway, execute(request, person, gateway).await);
+    if decides {
+        gateway.changed();
+    }
+    response
 }
 
 async fn execute(request: Request, person: Result<String, String>, gateway: &Gateway) -> Response {
@@ -671,6 +718,11 @@ async fn execute(request: Request, person: Result<String, String>, gateway: &Gat
                     }
                 }
             }
+        }
+        Request::Pair { .. } | Request::Devices | Request::DeviceRevoke { .. } => {
+            // Answered beside the review page's state, before this ([`answer`]).
+            ok = false;
+            lines.push("the review page's devices are managed from the person's socket".to_owned());
         }
         Request::StoreCounts => match gateway.store_counts() {
             Some((commits, syncs)) => {

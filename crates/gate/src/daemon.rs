@@ -115,6 +115,8 @@ pub struct Daemon {
     sweep: Option<Duration>,
     /// What the agents' endpoint allows.
     limits: http::HttpLimits,
+    /// The review page's state and listener, when `[web]` turns it on.
+    web: Option<(Arc<crate::web::Web>, tokio::net::TcpListener)>,
     /// The data directory's lock, held while the daemon lives.
     _lock: std::fs::File,
 }
@@ -570,6 +572,25 @@ impl Daemon {
         }
         let control =
             control::bind(&socket, access.is_shared()).map_err(|e| StartError(e.to_string()))?;
+        // The review page: a listener of its own, never the agents'.
+        let web = match &config.web {
+            None => None,
+            Some(page) => {
+                let state = crate::web::Web::new(gateway.clone(), data_dir, &page.origin)
+                    .map_err(StartError)?;
+                let listener = tokio::net::TcpListener::bind(page.listen)
+                    .await
+                    .map_err(|e| {
+                        StartError(format!(
+                            "could not listen on {} for the review page: {e}; change [web] listen in {}",
+                            page.listen,
+                            config.path.display()
+                        ))
+                    })?;
+                info!(origin = %page.origin, "web.listening: the review page is on");
+                Some((Arc::new(state), listener))
+            }
+        };
         let http = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| {
@@ -597,6 +618,7 @@ impl Daemon {
             access,
             sweep,
             limits: config.http.clone(),
+            web,
             _lock: lock,
         })
     }
@@ -632,11 +654,13 @@ impl Daemon {
             access,
             sweep,
             limits,
+            web,
             _lock: lock,
         } = self;
         // Held until the daemon has stopped serving (dropped at the end of this function).
         let _lock = lock;
-        let person = tokio::spawn(control::serve(control, gateway.clone(), access));
+        let page = web.as_ref().map(|(state, _)| state.clone());
+        let person = tokio::spawn(control::serve(control, gateway.clone(), access, page));
         let sweeper = sweep.map(|every| {
             let gateway = gateway.clone();
             tokio::spawn(async move {
@@ -653,6 +677,11 @@ impl Daemon {
             let _ = stop.send(true);
         });
         let mut hard = stopped.clone();
+        let review = web.map(|(state, listener)| {
+            let router = crate::web::router(state);
+            let (limits, stopped) = (limits.clone(), stopped.clone());
+            tokio::spawn(async move { http::serve(listener, router, &limits, stopped).await })
+        });
         let router = http::router(gateway.clone(), tokens, &limits);
         let agents = http::serve(http, router, &limits, stopped);
         let outcome = tokio::select! {
@@ -666,6 +695,9 @@ impl Daemon {
             }
         };
         person.abort();
+        if let Some(review) = review {
+            review.abort();
+        }
         if let Some(sweeper) = sweeper {
             sweeper.abort();
         }

@@ -430,6 +430,9 @@ pub struct Gateway {
     clock: Arc<dyn Clock>,
     /// Told of every newly staged action, to tell the person.
     notifier: Option<Notifier>,
+    /// Counts what changed the open work (a stage, a person's decision): the review page's
+    /// open pages wait on it.
+    changes: tokio::sync::watch::Sender<u64>,
     /// How many agents' subscriptions each downstream resource has, by (server, its own
     /// address): a server is subscribed once, and unsubscribed when the last goes.
     /// The session that subscribed the server is kept to unsubscribe it.
@@ -629,6 +632,7 @@ impl Gateway {
             database: None,
             clock: Arc::new(SystemClock),
             notifier: None,
+            changes: tokio::sync::watch::Sender::new(0),
             subscribers: std::sync::Mutex::new(HashMap::new()),
             subscribing: Mutex::new(()),
             redactor: Arc::new(prompt_sanitize::Redactor::new()),
@@ -1371,6 +1375,39 @@ impl Gateway {
         })
     }
 
+    /// The digest of a recorded call as it stands now: its tool, the definition it was
+    /// staged against and its arguments ([`gatekeeper_core::edit::call_digest`]); what a
+    /// decision signed on the review page binds.
+    pub async fn call_digest_of(&self, ledger: LedgerId) -> Option<String> {
+        let entry = self.overseer.entry(ledger).ok().flatten()?;
+        let action = entry.action()?;
+        let downstream = self
+            .downstreams
+            .iter()
+            .find(|d| d.name.as_str() == &*entry.gatekeeper)?;
+        let record = downstream
+            .gatekeeper
+            .store()
+            .get(action.driver_id)
+            .await
+            .ok()??;
+        Some(gatekeeper_core::edit::call_digest(
+            &record.tool,
+            record.definition.as_deref().unwrap_or(""),
+            &record.args,
+        ))
+    }
+
+    /// Say that the open work changed (a stage, a decision), waking the review page.
+    pub fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Wait on changes of the open work ([`Self::changed`]).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// The arguments of action `ledger`, as staged, from its driver's store.
     pub async fn arguments_of(&self, ledger: LedgerId) -> Option<Value> {
         let entry = self.overseer.entry(ledger).ok().flatten()?;
@@ -1651,8 +1688,9 @@ impl Gateway {
                 }
                 self.quotas.record(&view.name, &entry.server, now);
                 if let Some(notifier) = &self.notifier {
-                    notifier.staged(&view.name, &entry.server, &entry.exposed);
+                    notifier.staged(&view.name, &entry.server, &entry.exposed, ledger.0);
                 }
+                self.changed();
                 if let Some(enabled_by) = ruled {
                     return self.applied_by_rule(view, entry, ledger, &enabled_by).await;
                 }

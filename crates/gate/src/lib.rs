@@ -66,3 +66,4 @@ pub mod quotas;
 pub mod redaction;
 pub mod review;
 pub mod sessions;
+pub mod web;

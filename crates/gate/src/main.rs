@@ -227,8 +227,28 @@ enum Command {
         #[command(flatten)]
         at: SocketArgs,
     },
-    /// The ledger, most recent first, a page at a time.
+    /// Pair a device with the review page: prints a one-time link (and its QR code) to
+    /// open on it; the device creates a passkey and decides as you.
+    Pair {
+        /// The device's name (`phone`), shown in the ledger with every decision it signs.
+        #[arg(long)]
+        name: String,
+        #[command(flatten)]
+        at: SocketArgs,
+    },
+    /// The devices paired with the review page; `gate devices revoke NAME` revokes one.
+    Devices {
+        #[command(subcommand)]
+        command: Option<DevicesCommand>,
+        #[command(flatten)]
+        at: SocketArgs,
+    },
+    /// The ledger, most recent first, a page at a time; `gate ledger verify` checks every
+    /// decision signed on the review page.
+    #[command(args_conflicts_with_subcommands = true)]
     Ledger {
+        #[command(subcommand)]
+        command: Option<LedgerCommand>,
         /// Only this agent's entries.
         #[arg(long)]
         agent: Option<String>,
@@ -300,6 +320,26 @@ enum RulesCommand {
         #[arg(required = true, num_args = 1..=2)]
         name: Vec<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum DevicesCommand {
+    /// List them (the default).
+    List,
+    /// Revoke one: its passkey signs nothing from now on, and its pages are signed out.
+    Revoke {
+        /// The device's name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LedgerCommand {
+    /// Check every decision signed on the review page against the registered passkeys:
+    /// the signature, and that it signed the decision and the calls' digests recorded.
+    /// Reads the data directory's files (--data-dir, default $XDG_DATA_HOME/gate); the
+    /// daemon need not run.
+    Verify,
 }
 
 #[derive(Debug, Subcommand)]
@@ -638,6 +678,27 @@ fn ask(at: SocketArgs, request: &Request) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `gate ledger verify`: every signed decision checked; a failure exits non-zero.
+fn verify(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let verified = gate::web::passkeys::verify(data_dir).map_err(anyhow::Error::msg)?;
+    for (line, why) in &verified.bad {
+        println!(
+            "decision on line {line} of {}: FAILED: {why}",
+            gate::web::passkeys::SIGNED_FILE
+        );
+    }
+    println!(
+        "{} decision{} signed on the review page verified, {} failed",
+        verified.good,
+        if verified.good == 1 { "" } else { "s" },
+        verified.bad.len()
+    );
+    if !verified.bad.is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -863,7 +924,21 @@ fn main() -> anyhow::Result<()> {
             },
         ),
         Command::Revert { id, at } => ask(at, &Request::Revert { id }),
+        Command::Pair { name, at } => ask(at, &Request::Pair { name }),
+        Command::Devices { command, at } => ask(
+            at,
+            &match command.unwrap_or(DevicesCommand::List) {
+                DevicesCommand::List => Request::Devices,
+                DevicesCommand::Revoke { name } => Request::DeviceRevoke { name },
+            },
+        ),
         Command::Ledger {
+            command: Some(LedgerCommand::Verify),
+            at,
+            ..
+        } => verify(&data_dir(at.data_dir)?),
+        Command::Ledger {
+            command: None,
             agent,
             server,
             state,

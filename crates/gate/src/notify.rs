@@ -7,7 +7,10 @@
 //! (agents' and servers' names from the configuration, tools' names as agents see them),
 //! each redacted of secrets ([`crate::redaction`]: a name that is or holds a token becomes a
 //! marker), then cleaned to `[A-Za-z0-9_.-]` and at most [`MAX_FIELD_CHARS`] characters.
-//! Nothing an agent wrote (arguments, titles) reaches it.
+//! Nothing an agent wrote (arguments, titles) reaches it. When the review page is on
+//! ([`crate::web`]), `GATE_URL` holds the page to open (the action's own page for one
+//! action, the pending list for several), and the sentence ends with it, so a person's
+//! push tool can open it on a phone.
 //!
 //! Stages are batched: a notification waits until no new stage arrived for [`QUIET`] (or
 //! the interval has passed since the first), and two notifications are at least the
@@ -39,6 +42,8 @@ struct Staged {
     agent: String,
     server: String,
     tool: String,
+    /// Its ledger id.
+    id: u64,
 }
 
 /// A field of a batch: one value, or several.
@@ -67,6 +72,8 @@ impl Field {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Batch {
     count: usize,
+    /// The first action's ledger id.
+    first: u64,
     agent: Field,
     server: Field,
     tool: Field,
@@ -76,6 +83,7 @@ impl Batch {
     fn new(first: &Staged) -> Self {
         Self {
             count: 1,
+            first: first.id,
             agent: Field::One(first.agent.clone()),
             server: Field::One(first.server.clone()),
             tool: Field::One(first.tool.clone()),
@@ -89,14 +97,18 @@ impl Batch {
         self.tool.merge(&staged.tool);
     }
 
-    fn sentence(&self) -> String {
+    fn sentence(&self, page: Option<&str>) -> String {
         let what = if self.count == 1 {
             "1 action waits".to_owned()
         } else {
             format!("{} actions wait", self.count)
         };
+        let listed = match page {
+            Some(page) => format!("open {}", link(page, self)),
+            None => "`gate pending` lists them".to_owned(),
+        };
         format!(
-            "{what} for you (agent {}, tool {}); `gate pending` lists them",
+            "{what} for you (agent {}, tool {}); {listed}",
             self.agent.as_str(),
             self.tool.as_str()
         )
@@ -126,6 +138,16 @@ pub struct Notifier {
     redactor: Arc<Redactor>,
 }
 
+/// The review page's link for a batch: the action's own page for one, the pending list for
+/// several.
+fn link(page: &str, batch: &Batch) -> String {
+    if batch.count == 1 {
+        format!("{page}/action/{}", batch.first)
+    } else {
+        format!("{page}/")
+    }
+}
+
 impl Notifier {
     /// Start the notifier's task (within a tokio runtime).
     pub fn start(config: NotifyConfig) -> Self {
@@ -145,12 +167,13 @@ impl Notifier {
     }
 
     /// Tell the notifier that `agent` staged a call of `tool` on `server`.
-    pub fn staged(&self, agent: &str, server: &str, tool: &str) {
+    pub fn staged(&self, agent: &str, server: &str, tool: &str, id: u64) {
         let field = |value: &str| clean_field(&self.redactor.text(value).value);
         let _ = self.tx.send(Staged {
             agent: field(agent),
             server: field(server),
             tool: field(tool),
+            id,
         });
     }
 }
@@ -209,11 +232,19 @@ async fn notify(config: &NotifyConfig, batch: &Batch) {
     }
     command
         .args(&config.args)
-        .arg(batch.sentence())
+        .arg(batch.sentence(config.page.as_deref()))
         .env("GATE_COUNT", batch.count.to_string())
         .env("GATE_AGENT", batch.agent.as_str())
         .env("GATE_SERVER", batch.server.as_str())
         .env("GATE_TOOL", batch.tool.as_str())
+        .env(
+            "GATE_URL",
+            config
+                .page
+                .as_deref()
+                .map(|p| link(p, batch))
+                .unwrap_or_default(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -250,6 +281,7 @@ mod tests {
             agent: agent.into(),
             server: "files".into(),
             tool: tool.into(),
+            id: 7,
         }
     }
 
@@ -274,6 +306,7 @@ mod tests {
             "coder-token-0123456789",
             "files",
             "files__ghp_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5",
+            1,
         );
         let staged = rx.recv().await.expect("told");
         assert_eq!(staged.agent, "_redacted__agent_token__22_characters_");
@@ -288,12 +321,25 @@ mod tests {
         let mut batch = Batch::new(&staged("coder", "files__write"));
         batch.add(&staged("coder", "files__write"));
         assert_eq!(
-            batch.sentence(),
+            batch.sentence(None),
             "2 actions wait for you (agent coder, tool files__write); `gate pending` lists them"
+        );
+        assert_eq!(
+            batch.sentence(Some("http://localhost:8790")),
+            "2 actions wait for you (agent coder, tool files__write); open http://localhost:8790/"
         );
         batch.add(&staged("coder", "files__move"));
         assert_eq!(batch.tool, Field::Several);
         assert_eq!(batch.agent, Field::One("coder".into()));
         assert_eq!(batch.count, 3);
+    }
+
+    #[test]
+    fn one_action_links_to_its_own_page() {
+        let batch = Batch::new(&staged("coder", "files__write"));
+        assert_eq!(
+            batch.sentence(Some("http://localhost:8790")),
+            "1 action waits for you (agent coder, tool files__write); open http://localhost:8790/action/7"
+        );
     }
 }

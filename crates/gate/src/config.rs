@@ -1397,4 +1397,41 @@ mod tests {
             "{message}"
         );
     }
+
+    #[test]
+    fn the_review_page_listens_on_loopback_alone_with_a_port_of_its_own() {
+        let config = parse("[web]\nlisten = \"127.0.0.1:8790\"\n").expect("valid");
+        let web = config.web.expect("on");
+        assert_eq!(web.origin, "http://localhost:8790");
+        assert!(parse("").expect("valid").web.is_none(), "off by default");
+
+        let message = refused("[web]\nlisten = \"0.0.0.0:8790\"\n");
+        assert!(
+            message.starts_with(
+                "gate.toml:2: web: listen = \"0.0.0.0:8790\" is not a loopback address"
+            ),
+            "{message}"
+        );
+        assert!(message.contains("ssh -L"), "{message}");
+
+        let message = refused(&format!("[web]\nlisten = \"{DEFAULT_LISTEN}\"\n"));
+        assert!(
+            message.contains("never shares a listener with agents"),
+            "{message}"
+        );
+
+        let message =
+            refused("[web]\nlisten = \"127.0.0.1:8790\"\norigin = \"http://127.0.0.1:8790\"\n");
+        assert!(message.contains("not a secure context"), "{message}");
+    }
+
+    #[test]
+    fn a_notifier_links_to_the_review_page_when_it_is_on() {
+        let config = parse("[notify]\ncommand = \"sh\"\n\n[web]\nlisten = \"127.0.0.1:8790\"\n")
+            .expect("valid");
+        assert_eq!(
+            config.notify.expect("set").page.as_deref(),
+            Some("http://localhost:8790")
+        );
+    }
 }

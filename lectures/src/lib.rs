@@ -42,6 +42,7 @@ pub mod ex15_three_ways;
 pub mod ex16_input_required;
 pub mod ex17_scoped_grants;
 pub mod ex18_one_durable_path;
+pub mod ex19_signed_decision;
 
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
@@ -69,4 +70,5 @@ pub const LECTURES: &[Lecture] = &[
     ex16_input_required::LECTURE,
     ex17_scoped_grants::LECTURE,
     ex18_one_durable_path::LECTURE,
+    ex19_signed_decision::LECTURE,
 ];

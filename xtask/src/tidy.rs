@@ -36,6 +36,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("shell", &["kernel", "prompt-sanitize"]),
     ("store-sqlite", &["kernel", "gatekeeper-core"]),
     ("store-postgres", &["kernel", "gatekeeper-core"]),
+    ("signed-decisions", &[]),
     (
         "lectures",
         &[
@@ -46,6 +47,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gatekeeper-confluence",
             "gatekeeper-mcp",
             "shell",
+            "signed-decisions",
             "store-sqlite",
         ],
     ),
@@ -57,6 +59,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gatekeeper-core",
             "gatekeeper-mcp",
             "shell",
+            "signed-decisions",
             "store-postgres",
             "store-sqlite",
         ],

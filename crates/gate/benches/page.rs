@@ -45,7 +45,12 @@ fn epoch_ms() -> f64 {
 
 async fn stage(agent: &RunningService<RoleClient, ()>, n: u64) -> u64 {
     action_id(&text(
-        &call(agent, "fixture__write_note", json!({ "text": format!("note {n}") })).await,
+        &call(
+            agent,
+            "fixture__write_note",
+            json!({ "text": format!("note {n}") }),
+        )
+        .await,
     ))
 }
 
@@ -107,7 +112,11 @@ fn main() {
 
     // One slot free: each iteration stages into it and rejects it again (not timed).
     let freed = open.pop().expect("open work");
-    assert!(gate.person(&["reject", &freed.to_string()]).status.success());
+    assert!(
+        gate.person(&["reject", &freed.to_string()])
+            .status
+            .success()
+    );
     runtime.block_on(async {
         load(&browser, &origin, OPEN - 1).await;
         browser

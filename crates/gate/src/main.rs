@@ -680,11 +680,11 @@ fn ask(at: SocketArgs, request: &Request) -> anyhow::Result<()> {
 
 /// `gate ledger verify`: every signed decision checked; a failure exits non-zero.
 fn verify(data_dir: &std::path::Path) -> anyhow::Result<()> {
-    let verified = gate::web::passkeys::verify(data_dir).map_err(anyhow::Error::msg)?;
+    let verified = signed_decisions::verify(data_dir).map_err(anyhow::Error::msg)?;
     for (line, why) in &verified.bad {
         println!(
             "decision on line {line} of {}: FAILED: {why}",
-            gate::web::passkeys::SIGNED_FILE
+            signed_decisions::SIGNED_FILE
         );
     }
     println!(

@@ -5,7 +5,7 @@
 //! its own: agents' tokens mean nothing here, and its session cookie means nothing on the
 //! agents' endpoint. A device is paired from the terminal (`gate pair` prints a one-time
 //! link, also as a QR code), registers a passkey, and signs in with it. Every decision is a
-//! second assertion whose challenge is the digest of a [`passkeys::Statement`] naming the
+//! second assertion whose challenge is the digest of a [`signed_decisions::Statement`] naming the
 //! decision, the ledger ids and each call's digest as shown; the signed record is synced to
 //! the data directory before the decision is carried out, through the same code as the
 //! person's socket ([`crate::control::respond`]), as the device's owner "via passkey".
@@ -14,7 +14,6 @@
 //! Content-Security-Policy; open pages learn of changes through server-sent events.
 
 mod page;
-pub mod passkeys;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,14 +30,15 @@ use axum::routing::{get, post};
 use kernel::{ActionState, LedgerId};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use webauthn_rs::prelude::{
+use signed_decisions::webauthn_rs::prelude::{
     PasskeyAuthentication, PasskeyRegistration, PublicKeyCredential, RegisterPublicKeyCredential,
     Uuid, Webauthn,
 };
 
 use crate::control::{Request, Response};
 use crate::gateway::Gateway;
-use passkeys::{Device, Devices, Signed, Statement};
+use signed_decisions as passkeys;
+use signed_decisions::{Device, Devices, Signed, Statement};
 
 /// How long a pairing link may be used.
 pub const PAIRING_TTL: Duration = Duration::from_secs(10 * 60);
@@ -128,6 +128,16 @@ fn said(status: StatusCode, text: impl Into<String>) -> HttpResponse {
         .into_response()
 }
 
+/// Why a request is refused: its status and what to tell the page.
+#[derive(Debug)]
+struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> HttpResponse {
+        said(self.0, self.1)
+    }
+}
+
 impl Web {
     /// The page for `origin`, deciding through `gateway`, keeping devices and signed
     /// decisions in `data_dir`.
@@ -172,10 +182,10 @@ impl Web {
 
     /// A state-changing request's checks: from the page's own origin, and (signed in)
     /// carrying the page's token.
-    fn same_origin(&self, headers: &HeaderMap) -> Result<(), HttpResponse> {
+    fn same_origin(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
         if origin != Some(self.origin.as_str()) {
-            return Err(said(
+            return Err(Refusal(
                 StatusCode::FORBIDDEN,
                 format!(
                     "refused: the request did not come from the review page ({}); open {} and try again",
@@ -187,34 +197,35 @@ impl Web {
         Ok(())
     }
 
-    fn signed_in(&self, headers: &HeaderMap) -> Result<(String, Session), HttpResponse> {
+    fn signed_in(&self, headers: &HeaderMap) -> Result<(String, Session), Refusal> {
         self.same_origin(headers)?;
         let Some((id, session)) = self.session(headers) else {
-            return Err(said(
+            return Err(Refusal(
                 StatusCode::UNAUTHORIZED,
-                "you are signed out; reload the page and sign in with your passkey",
+                "you are signed out; reload the page and sign in with your passkey".to_owned(),
             ));
         };
         let token = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
         if token != Some(session.csrf.as_str()) {
-            return Err(said(
+            return Err(Refusal(
                 StatusCode::FORBIDDEN,
-                "refused: the request did not carry this page's token; reload the page and try again",
+                "refused: the request did not carry this page's token; reload the page and try again".to_owned(),
             ));
         }
         Ok((id, session))
     }
 
     /// One more ceremony, unless too many started this minute.
-    fn ceremony_allowed(&self) -> Result<(), HttpResponse> {
+    fn ceremony_allowed(&self) -> Result<(), Refusal> {
         let mut window = lock(&self.ceremonies);
         if window.0.elapsed() >= Duration::from_secs(60) {
             *window = (Instant::now(), 0);
         }
         if window.1 >= CEREMONIES_PER_MINUTE {
-            return Err(said(
+            return Err(Refusal(
                 StatusCode::TOO_MANY_REQUESTS,
-                "too many sign-in and pairing attempts this minute; wait a minute and try again",
+                "too many sign-in and pairing attempts this minute; wait a minute and try again"
+                    .to_owned(),
             ));
         }
         window.1 += 1;
@@ -686,7 +697,7 @@ async fn pair_start(
         .same_origin(&headers)
         .and_then(|()| web.ceremony_allowed())
     {
-        return refused;
+        return refused.into_response();
     }
     let exclude: Vec<_> = lock(&web.devices)
         .all()
@@ -741,7 +752,7 @@ async fn pair_finish(
     Json(body): Json<PairFinish>,
 ) -> HttpResponse {
     if let Err(refused) = web.same_origin(&headers) {
-        return refused;
+        return refused.into_response();
     }
     let Some(pairing) = lock(&web.pairings)
         .remove(&body.token)
@@ -798,7 +809,7 @@ async fn login_start(State(web): State<Arc<Web>>, headers: HeaderMap) -> HttpRes
         .same_origin(&headers)
         .and_then(|()| web.ceremony_allowed())
     {
-        return refused;
+        return refused.into_response();
     }
     let passkeys = lock(&web.devices).active_passkeys();
     if passkeys.is_empty() {
@@ -834,7 +845,7 @@ async fn login_finish(
     Json(body): Json<LoginFinish>,
 ) -> HttpResponse {
     if let Err(refused) = web.same_origin(&headers) {
-        return refused;
+        return refused.into_response();
     }
     let Some((state, _)) = lock(&web.logins)
         .remove(&body.id)
@@ -892,7 +903,7 @@ async fn logout(State(web): State<Arc<Web>>, headers: HeaderMap) -> HttpResponse
             );
             response
         }
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -918,7 +929,7 @@ async fn decide_start(
 ) -> HttpResponse {
     let (session_id, _) = match web.signed_in(&headers) {
         Ok(session) => session,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     if !DECISIONS.contains(&body.decision.as_str()) {
         return said(
@@ -1011,7 +1022,7 @@ async fn decide_finish(
 ) -> HttpResponse {
     let (session_id, session) = match web.signed_in(&headers) {
         Ok(session) => session,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     // Each statement is signed once: taken here, so a replayed assertion finds nothing.
     let Some(asked) = lock(&web.asked)

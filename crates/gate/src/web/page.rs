@@ -89,7 +89,7 @@ pub fn rows(queue: &Queue, lengths: &HashMap<u64, usize>) -> String {
     // Groups ordered by their newest action, each newest first.
     let mut groups: Vec<((&str, &str), Vec<&crate::queue::Row>)> = Vec::new();
     let mut ordered: Vec<&crate::queue::Row> = queue.rows.iter().collect();
-    ordered.sort_by(|a, b| b.id.cmp(&a.id));
+    ordered.sort_by_key(|row| std::cmp::Reverse(row.id));
     for row in ordered {
         let key = (row.agent.as_str(), row.server.as_str());
         match groups.iter_mut().find(|(k, _)| *k == key) {

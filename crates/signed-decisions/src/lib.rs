@@ -1,6 +1,6 @@
-//! The person's paired devices and their passkeys, and the signed record of every decision
-//! made on the review page: what each assertion bound, and how `gate ledger verify` checks
-//! it again.
+//! A person's decision signed with a passkey over exactly what was shown: the paired
+//! devices and their passkeys, the signed record of every decision made on the review page,
+//! and how `gate ledger verify` checks each one again from the record alone.
 //!
 //! A decision's WebAuthn challenge is not random: it is the SHA-256 of a [`Statement`]
 //! (the decision, the ledger ids, each call's digest as the person saw it, the reason, a
@@ -8,6 +8,9 @@
 //! signature covers exactly what was shown; the record keeps the statement and the whole
 //! assertion, and anyone holding the data directory can check both again with the same
 //! code that accepted them ([`verify`]).
+
+/// The WebAuthn library the ceremonies run on, for the page that starts them.
+pub use webauthn_rs;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -189,7 +192,7 @@ pub struct Statement {
     /// The ledger ids it decides (none for a rule's revocation).
     pub ids: Vec<u64>,
     /// For each id, the digest of the call as the page showed it (tool, definition and
-    /// arguments: [`gatekeeper_core::edit::call_digest`]).
+    /// arguments: `gatekeeper_core::edit::call_digest`).
     pub digests: Vec<String>,
     /// The reason given with a rejection, or the rule a revocation names.
     pub reason: Option<String>,

@@ -208,10 +208,28 @@ pub struct Config {
 /// browser reaches it at: what passkeys are bound to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebConfig {
-    /// The listener's address: loopback only (the page serves no TLS yet).
+    /// The listener's address: loopback, or any with TLS.
     pub listen: SocketAddr,
-    /// The page's origin as the browser sees it (`http://localhost:PORT` by default).
+    /// The page's origin as the browser sees it (`http://localhost:PORT` without TLS,
+    /// `https://localhost:PORT` with it, unless given).
     pub origin: String,
+    /// The page's TLS, when it serves HTTPS.
+    pub tls: Option<WebTls>,
+}
+
+/// Where the review page's certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebTls {
+    /// One the gate generates for the origin's host, once, in the data directory
+    /// (`tls = "self-signed"`); its fingerprint is shown by `gate pair` and on the page.
+    SelfSigned,
+    /// A certificate chain and its private key, PEM files (`tls_cert`, `tls_key`).
+    Files {
+        /// The certificate chain.
+        cert: PathBuf,
+        /// The private key.
+        key: PathBuf,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -219,6 +237,9 @@ pub struct WebConfig {
 struct RawWeb {
     listen: Spanned<String>,
     origin: Option<Spanned<String>>,
+    tls: Option<Spanned<String>>,
+    tls_cert: Option<Spanned<PathBuf>>,
+    tls_key: Option<Spanned<PathBuf>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1013,9 +1034,10 @@ impl Config {
     }
 }
 
-/// The `[web]` table checked: a loopback address with a port (another interface needs TLS,
-/// which the review page does not serve yet), not the agents' address, and an `origin`
-/// on this machine for passkeys (`http://localhost:PORT` unless given).
+/// The `[web]` table checked: an address with a port, not the agents'; TLS from
+/// `tls = "self-signed"` or `tls_cert` and `tls_key`; an address other than loopback only
+/// with TLS; and an `origin` that is a secure context with a name, as passkeys need
+/// (`http://localhost:PORT` or `https://HOST:PORT`).
 fn web(
     check: &Checker<'_>,
     raw: Option<RawWeb>,
@@ -1028,37 +1050,88 @@ fn web(
             raw.listen.get_ref()
         ))
     })?;
-    if !listen.ip().is_loopback() {
-        return Err(check.at(&raw.listen, format!(
-            "web: listen = {:?} is not a loopback address; the review page serves no TLS yet, so it listens on this machine only (write listen = \"127.0.0.1:8790\", and reach it from another device through an SSH tunnel: ssh -L 8790:127.0.0.1:8790 HOST)",
-            raw.listen.get_ref()
-        )));
-    }
     if listen == agents || (listen.port() == agents.port() && listen.port() != 0) {
         return Err(check.at(&raw.listen, format!(
             "web: listen = {:?} is the agents' address; the review page never shares a listener with agents: give it a port of its own, for example listen = \"127.0.0.1:8790\"",
             raw.listen.get_ref()
         )));
     }
+    let tls = match (&raw.tls, &raw.tls_cert, &raw.tls_key) {
+        (None, None, None) => None,
+        (Some(kind), None, None) if kind.get_ref() == "self-signed" => Some(WebTls::SelfSigned),
+        (Some(kind), None, None) => {
+            return Err(check.at(kind, format!(
+                "web: tls = {:?} is not known; write tls = \"self-signed\" for a certificate the gate makes, or give tls_cert and tls_key (PEM files) instead",
+                kind.get_ref()
+            )));
+        }
+        (None, Some(cert), Some(key)) => {
+            for file in [cert, key] {
+                if !file.get_ref().is_file() {
+                    return Err(check.at(file, format!(
+                        "web: {} does not exist or is not a file; give the PEM file's full path",
+                        file.get_ref().display()
+                    )));
+                }
+            }
+            Some(WebTls::Files {
+                cert: cert.get_ref().clone(),
+                key: key.get_ref().clone(),
+            })
+        }
+        (Some(kind), _, _) => {
+            return Err(check.at(
+                kind,
+                "web: give either tls = \"self-signed\" or tls_cert and tls_key, not both"
+                    .to_owned(),
+            ));
+        }
+        (None, Some(one), None) | (None, None, Some(one)) => {
+            return Err(check.at(
+                one,
+                "web: tls_cert and tls_key go together; give both PEM files".to_owned(),
+            ));
+        }
+    };
+    if !listen.ip().is_loopback() && tls.is_none() {
+        return Err(check.at(&raw.listen, format!(
+            "web: listen = {:?} is not a loopback address, and the page would be reached without TLS; add tls = \"self-signed\" (or tls_cert and tls_key) and an https origin, or listen on \"127.0.0.1:8790\" and reach it through an SSH tunnel (ssh -L 8790:127.0.0.1:8790 HOST)",
+            raw.listen.get_ref()
+        )));
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let origin = match &raw.origin {
-        None => format!("http://localhost:{}", listen.port()),
+        None if listen.ip().is_loopback() => format!("{scheme}://localhost:{}", listen.port()),
+        None => {
+            return Err(check.at(&raw.listen, format!(
+                "web: a page on {listen} needs origin = \"https://NAME:{}\", the name devices reach this machine by (passkeys are bound to a name, never to an address)",
+                listen.port()
+            )));
+        }
         Some(origin) => {
             let text = origin.get_ref().trim_end_matches('/').to_owned();
             let host = text
-                .strip_prefix("http://")
-                .or_else(|| text.strip_prefix("https://"))
+                .strip_prefix(&format!("{scheme}://"))
                 .map(|rest| rest.split(':').next().unwrap_or(""));
-            if host != Some("localhost") && !text.starts_with("https://") {
+            let named = host.is_some_and(|h| {
+                !h.is_empty() && h.parse::<std::net::IpAddr>().is_err() && !h.starts_with('[')
+            });
+            if !named || (scheme == "http" && host != Some("localhost")) {
                 return Err(check.at(origin, format!(
-                    "web: origin = {:?} is not a secure context with a name: passkeys work only on https:// or on http://localhost (not on an IP address); write origin = \"http://localhost:{}\"",
+                    "web: origin = {:?} is not a secure context with a name: passkeys work only on https:// (with TLS) or on http://localhost, never on an IP address; write origin = \"{scheme}://{}:{}\"",
                     origin.get_ref(),
+                    if scheme == "https" { "NAME" } else { "localhost" },
                     listen.port()
                 )));
             }
             text
         }
     };
-    Ok(Some(WebConfig { listen, origin }))
+    Ok(Some(WebConfig {
+        listen,
+        origin,
+        tls,
+    }))
 }
 
 /// Check a database URL (`db` in the file, `gate serve --db`): only PostgreSQL URLs name
@@ -1399,7 +1472,7 @@ mod tests {
     }
 
     #[test]
-    fn the_review_page_listens_on_loopback_alone_with_a_port_of_its_own() {
+    fn the_review_page_listens_on_loopback_or_with_tls_on_a_port_of_its_own_at_a_named_origin() {
         let config = parse("[web]\nlisten = \"127.0.0.1:8790\"\n").expect("valid");
         let web = config.web.expect("on");
         assert_eq!(web.origin, "http://localhost:8790");

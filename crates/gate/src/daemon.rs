@@ -576,7 +576,14 @@ impl Daemon {
         let web = match &config.web {
             None => None,
             Some(page) => {
-                let state = crate::web::Web::new(gateway.clone(), data_dir, &page.origin)
+                let tls = match &page.tls {
+                    None => None,
+                    Some(tls) => {
+                        let host = crate::web::host_of(&page.origin);
+                        Some(crate::web::tls::load(tls, &host, data_dir).map_err(StartError)?)
+                    }
+                };
+                let state = crate::web::Web::new(gateway.clone(), data_dir, &page.origin, tls)
                     .map_err(StartError)?;
                 let listener = tokio::net::TcpListener::bind(page.listen)
                     .await
@@ -678,12 +685,13 @@ impl Daemon {
         });
         let mut hard = stopped.clone();
         let review = web.map(|(state, listener)| {
+            let tls = state.tls().map(|t| t.acceptor.clone());
             let router = crate::web::router(state);
             let (limits, stopped) = (limits.clone(), stopped.clone());
-            tokio::spawn(async move { http::serve(listener, router, &limits, stopped).await })
+            tokio::spawn(async move { http::serve(listener, router, &limits, stopped, tls).await })
         });
         let router = http::router(gateway.clone(), tokens, &limits);
-        let agents = http::serve(http, router, &limits, stopped);
+        let agents = http::serve(http, router, &limits, stopped, None);
         let outcome = tokio::select! {
             () = agents => Ok(()),
             () = async move {

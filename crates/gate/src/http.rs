@@ -996,14 +996,15 @@ impl Default for HttpLimits {
 /// takes longer than `header_timeout` to send a request's head (or stays idle that long
 /// between requests). An error accepting a connection (descriptors exhausted) is logged
 /// and retried, never the end of the endpoint. On stop, connections finish the request
-/// in hand.
+/// in hand. With `tls`, each connection's handshake comes first, within the same
+/// `header_timeout`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     limits: &HttpLimits,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     let header_timeout = limits.header_timeout;
@@ -1035,28 +1036,54 @@ pub async fn serve(
             tracing::debug!(%error, "agents.nodelay.failed");
         }
         let service = TowerToHyperService::new(router.clone());
-        let mut stop = stop.clone();
+        let stop = stop.clone();
+        let tls = tls.clone();
         connections.spawn(async move {
             let _permit = permit;
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout);
-            let connection = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stopped(&mut stop) => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
+            match tls {
+                None => serve_connection(stream, service, header_timeout, stop).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            serve_connection(stream, service, header_timeout, stop).await;
+                        }
+                        Ok(Err(error)) => tracing::debug!(%error, "tls.handshake.failed"),
+                        Err(_) => tracing::debug!("tls.handshake.timed_out"),
+                    }
                 }
             }
         });
     }
     // Each connection finishes the request in hand.
     while connections.join_next().await.is_some() {}
+}
+
+/// Serve one connection's requests until it closes or `stop` turns true (then the request
+/// in hand finishes).
+async fn serve_connection<S>(
+    stream: S,
+    service: hyper_util::service::TowerToHyperService<Router>,
+    header_timeout: std::time::Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let connection = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    let mut connection = std::pin::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = stopped(&mut stop) => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
 }
 
 /// Until `stop` turns true (or its sender is gone).

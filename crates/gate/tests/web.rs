@@ -21,7 +21,7 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use serde_json::{Value, json};
 
-use browser::{Browser, with_page};
+use browser::{Browser, with_page, with_page_config};
 use daemon::{CODER_TOKEN, Gate, action_id, call, text};
 
 async fn stage(agent: &RunningService<RoleClient, ()>, note: &str) -> u64 {
@@ -293,5 +293,84 @@ async fn a_person_pairs_a_phone_and_decides_there_each_decision_signed_and_verif
     assert!(
         failed.contains("2 decisions signed on the review page verified, 1 failed"),
         "{failed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_tls_the_page_shows_the_fingerprint_the_terminal_printed_and_decides_the_same_way() {
+    let mut gate = Gate::start("web-tls");
+    let origin = with_page_config(&mut gate, "tls = \"self-signed\"\n");
+    assert!(origin.starts_with("https://localhost:"), "{origin}");
+    let coder = gate.agent(CODER_TOKEN).await;
+
+    // `gate pair` prints the certificate's fingerprints; the browser trusts exactly that
+    // public key, as a person who compared them would.
+    let (ok, printed) = person(&gate, &["pair", "--name", "laptop"]);
+    assert!(ok, "{printed}");
+    let key = printed
+        .split("public key SHA-256 (base64) ")
+        .nth(1)
+        .and_then(|rest| rest.split('.').next())
+        .unwrap_or_else(|| panic!("no fingerprint in {printed}"))
+        .to_owned();
+    let certificate = printed
+        .split("certificate SHA-256 ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .expect("the certificate's fingerprint")
+        .to_owned();
+    let browser = Browser::start_with(
+        &gate.dir,
+        &[format!("--ignore-certificate-errors-spki-list={key}")],
+    )
+    .await;
+    let link = printed
+        .lines()
+        .find(|l| l.starts_with(&format!("{origin}/pair/")))
+        .expect("the link")
+        .to_owned();
+    browser.go(&link).await;
+    let shown = browser
+        .script("return document.body.textContent;", json!([]))
+        .await;
+    assert!(
+        shown.as_str().unwrap_or_default().contains(&certificate),
+        "the pairing page shows another fingerprint than {certificate}: {shown}"
+    );
+    browser.click("#pair").await;
+    browser
+        .wait_for(
+            "the pending list after pairing",
+            "return location.pathname + '|' + (document.getElementById('main') ? 'main' : '');",
+            |v| v.as_str() == Some("/|main"),
+        )
+        .await;
+
+    let id = stage(&coder, "over tls").await;
+    browser
+        .wait_for(
+            "the staged write",
+            "return Number(document.body.dataset.rows || 0);",
+            |v| v.as_u64() == Some(1),
+        )
+        .await;
+    browser
+        .click(&format!("button[data-decide=approve][data-id=\"{id}\"]"))
+        .await;
+    let said = browser.said().await;
+    assert!(said.contains("approved"), "{said}");
+    assert_eq!(gate.deliveries(), [r#"write_note {"text":"over tls"}"#]);
+
+    // Over TLS the session cookie is Secure as well.
+    let cookies = browser.command("GET", "/cookie", Value::Null).await;
+    let session = cookies
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "gate_session"))
+        .expect("the session cookie");
+    assert_eq!(session["secure"], true, "{session}");
+    let (ok, verified) = person(&gate, &["ledger", "verify"]);
+    assert!(
+        ok && verified.contains("1 decision signed on the review page verified, 0 failed"),
+        "{verified}"
     );
 }

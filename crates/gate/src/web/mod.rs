@@ -14,6 +14,7 @@
 //! Content-Security-Policy; open pages learn of changes through server-sent events.
 
 mod page;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -91,6 +92,7 @@ pub struct Web {
     rp_id: String,
     webauthn: Webauthn,
     secure: bool,
+    tls: Option<tls::PageTls>,
     devices: Mutex<Devices>,
     sessions: Mutex<HashMap<String, Session>>,
     pairings: Mutex<HashMap<String, Pairing>>,
@@ -140,8 +142,13 @@ impl IntoResponse for Refusal {
 
 impl Web {
     /// The page for `origin`, deciding through `gateway`, keeping devices and signed
-    /// decisions in `data_dir`.
-    pub fn new(gateway: Arc<Gateway>, data_dir: &Path, origin: &str) -> Result<Self, String> {
+    /// decisions in `data_dir`, served over `tls` when given.
+    pub fn new(
+        gateway: Arc<Gateway>,
+        data_dir: &Path,
+        origin: &str,
+        tls: Option<tls::PageTls>,
+    ) -> Result<Self, String> {
         let (rp_id, webauthn) = passkeys::relying_party(origin)?;
         Ok(Self {
             gateway,
@@ -150,6 +157,7 @@ impl Web {
             rp_id,
             webauthn,
             secure: origin.starts_with("https://"),
+            tls,
             devices: Mutex::new(Devices::open(data_dir)?),
             sessions: Mutex::default(),
             pairings: Mutex::default(),
@@ -162,6 +170,21 @@ impl Web {
     /// The page's origin (`http://localhost:8790`).
     pub fn origin(&self) -> &str {
         &self.origin
+    }
+
+    /// The page's TLS, when it serves HTTPS.
+    pub fn tls(&self) -> Option<&tls::PageTls> {
+        self.tls.as_ref()
+    }
+
+    /// What identifies the page's certificate, for the person to compare on both screens.
+    fn fingerprints(&self) -> Option<String> {
+        let tls = self.tls.as_ref()?;
+        let mut text = format!("certificate SHA-256 {}", tls.certificate_sha256);
+        if let Some(key) = &tls.public_key_sha256 {
+            text.push_str(&format!("; public key SHA-256 (base64) {key}"));
+        }
+        Some(text)
     }
 
     fn now_ms(&self) -> u64 {
@@ -261,6 +284,17 @@ impl Web {
     }
 }
 
+/// The host of `origin` (`gate.example.org` of `https://gate.example.org:8790`).
+pub fn host_of(origin: &str) -> String {
+    origin
+        .split_once("://")
+        .map_or(origin, |(_, rest)| rest)
+        .split([':', '/'])
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The value of cookie `name` in the request's `Cookie` headers.
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
@@ -328,10 +362,16 @@ pub fn devices_request(
                     state: None,
                 },
             );
+            let check = match web.fingerprints() {
+                Some(fingerprints) => format!(
+                    "\nThe page's certificate: {fingerprints}. Check that the device shows the same before you go on (the pairing page shows it too, and so does the browser's certificate viewer)."
+                ),
+                None => String::new(),
+            };
             Response {
                 ok: true,
                 text: format!(
-                    "Open this link on the device to pair as {name:?} (it decides as {person}); it works once, for the next {} minutes:\n{link}\n{}\nThe page asks the device to create a passkey for gate; every decision made there is signed with it.",
+                    "Open this link on the device to pair as {name:?} (it decides as {person}); it works once, for the next {} minutes:\n{link}\n{}\nThe page asks the device to create a passkey for gate; every decision made there is signed with it.{check}",
                     PAIRING_TTL.as_secs() / 60,
                     page::qr(&link)
                 ),
@@ -672,7 +712,7 @@ async fn pair_page(State(web): State<Arc<Web>>, UrlPath(token): UrlPath<String>)
         .filter(|p| p.expires > Instant::now())
         .map(|p| p.name.clone());
     match name {
-        Some(name) => Html(page::pair(&name)).into_response(),
+        Some(name) => Html(page::pair(&name, web.fingerprints().as_deref())).into_response(),
         None => (
             StatusCode::NOT_FOUND,
             Html(page::error(

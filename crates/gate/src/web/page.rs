@@ -57,10 +57,18 @@ pub fn login(paired: bool) -> String {
     )
 }
 
-/// The pairing page of a one-time link.
-pub fn pair(name: &str) -> String {
+/// The pairing page of a one-time link, with the certificate's fingerprints when the
+/// page serves HTTPS (to compare with what `gate pair` printed).
+pub fn pair(name: &str, fingerprints: Option<&str>) -> String {
+    let check = match fingerprints {
+        Some(f) => format!(
+            "<p class=\"fingerprint\">This page's {}. The terminal where you ran <code>gate pair</code> shows the same; if it does not, stop here.</p>",
+            esc(f)
+        ),
+        None => String::new(),
+    };
     format!(
-        "{}<body class=\"narrow\"><h1>Pair this device</h1><p>This device will decide for the gate as <strong>{}</strong>. It will create a passkey; every decision you make here is signed with it.</p><button type=\"button\" id=\"pair\" autofocus>Create passkey and pair</button><p id=\"said\" role=\"status\" aria-live=\"polite\"></p></body></html>",
+        "{}<body class=\"narrow\"><h1>Pair this device</h1><p>This device will decide for the gate as <strong>{}</strong>. It will create a passkey; every decision you make here is signed with it.</p>{check}<button type=\"button\" id=\"pair\" autofocus>Create passkey and pair</button><p id=\"said\" role=\"status\" aria-live=\"polite\"></p></body></html>",
         head("Pair", ""),
         esc(name)
     )

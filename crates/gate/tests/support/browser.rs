@@ -30,6 +30,11 @@ pub struct Browser {
 
 impl Browser {
     pub async fn start(scratch: &Path) -> Self {
+        Self::start_with(scratch, &[]).await
+    }
+
+    /// A browser started with `extra` command-line arguments as well.
+    pub async fn start_with(scratch: &Path, extra: &[String]) -> Self {
         for (program, package) in [
             ("chromium", "chromium"),
             ("chromedriver", "chromium-driver"),
@@ -66,6 +71,21 @@ impl Browser {
         }
         let profile = scratch.join("chromium-profile");
         std::fs::create_dir_all(&profile).expect("profile directory");
+        let mut args: Vec<String> = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,900",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.push(format!("--user-data-dir={}", profile.display()));
+        args.extend(extra.iter().cloned());
         let mut browser = Self {
             driver,
             base,
@@ -81,13 +101,7 @@ impl Browser {
                     "browserName": "chrome",
                     "goog:chromeOptions": {
                         "binary": "/usr/bin/chromium",
-                        "args": [
-                            "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                            "--no-first-run", "--disable-background-networking",
-                            "--disable-component-update", "--disable-sync",
-                            "--window-size=1280,900",
-                            format!("--user-data-dir={}", profile.display()),
-                        ]
+                        "args": args
                     }
                 }}}),
             )
@@ -262,6 +276,12 @@ impl Drop for Browser {
 /// A daemon with the review page on a port of its own; its origin. The fixture server is
 /// named as a program on `PATH`, so what the page shows names no directory of this machine.
 pub fn with_page(gate: &mut Gate) -> String {
+    with_page_config(gate, "")
+}
+
+/// [`with_page`], with more lines in its `[web]` table; the origin is https:// when they
+/// turn TLS on.
+pub fn with_page_config(gate: &mut Gate, more: &str) -> String {
     let port = free_port();
     let fixture = fixture::fixture_binary();
     let text = std::fs::read_to_string(&gate.config).expect("config");
@@ -271,7 +291,7 @@ pub fn with_page(gate: &mut Gate) -> String {
     );
     std::fs::write(
         &gate.config,
-        format!("{text}\n[web]\nlisten = \"127.0.0.1:{port}\"\n"),
+        format!("{text}\n[web]\nlisten = \"127.0.0.1:{port}\"\n{more}"),
     )
     .expect("config written");
     gate.child.kill().expect("SIGKILL");
@@ -285,7 +305,12 @@ pub fn with_page(gate: &mut Gate) -> String {
         daemon::spawn_serve_with(&gate.config, &gate.dir.join("data"), &[("PATH", &path)]);
     gate.child = child;
     gate.url = url;
-    format!("http://localhost:{port}")
+    let scheme = if more.contains("tls") {
+        "https"
+    } else {
+        "http"
+    };
+    format!("{scheme}://localhost:{port}")
 }
 
 /// Pair the browser as device `name` through `gate pair`'s link, and wait for the pending

@@ -173,6 +173,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // The official conformance suite, through the gate and not (`--conformance`: only this).
     conformance::run(&root, &work, &mut report, &mut processes);
     processes.stop_all();
+    if !conformance_only {
+        review_page(&mut report);
+    }
     if let Err(why) = outcome {
         report.check("the run reached its end", Err(why));
     }
@@ -188,6 +191,54 @@ pub fn run(args: &[String]) -> Result<(), String> {
         Ok(())
     } else {
         Err(String::new())
+    }
+}
+
+/// The review page in headless Chromium with a virtual authenticator: the gate's browser
+/// tests (`crates/gate/tests/web.rs`), one check each. Without Debian's `chromium` and
+/// `chromium-driver` they fail, naming the package.
+fn review_page(report: &mut Report) {
+    let mut cargo = crate::cargo();
+    cargo.args([
+        "test",
+        "--package",
+        "gate",
+        "--test",
+        "web",
+        "--",
+        "--test-threads=1",
+    ]);
+    let (status, out, err) = match run_bounded(cargo, BUILD_LIMIT) {
+        Ok(ran) => ran,
+        Err(why) => {
+            report.check("the review page's browser tests ran", Err(why));
+            return;
+        }
+    };
+    let mut seen = 0;
+    for line in out.lines() {
+        let Some(rest) = line.strip_prefix("test ") else {
+            continue;
+        };
+        let Some((name, verdict)) = rest.rsplit_once(" ... ") else {
+            continue;
+        };
+        seen += 1;
+        let result = if verdict == "ok" {
+            Ok(String::new())
+        } else {
+            Err(format!("{verdict}: {}", last_lines(&out, 30)))
+        };
+        report.check(&format!("review page in Chromium: {name}"), result);
+    }
+    if seen == 0 || (!status.success() && report.failed == 0) {
+        report.check(
+            "the review page's browser tests ran",
+            Err(format!(
+                "cargo test exited with {status}: {}",
+                last_lines(&err, 20)
+            )),
+        );
     }
 }
 

@@ -298,7 +298,7 @@ async fn a_person_pairs_a_phone_and_decides_there_each_decision_signed_and_verif
 
 #[tokio::test(flavor = "multi_thread")]
 async fn over_tls_the_page_shows_the_fingerprint_the_terminal_printed_and_decides_the_same_way() {
-    let mut gate = Gate::start("web-tls");
+    let mut gate = Gate::start_with("web-tls", "vetted");
     let origin = with_page_config(&mut gate, "tls = \"self-signed\"\n");
     assert!(origin.starts_with("https://localhost:"), "{origin}");
     let coder = gate.agent(CODER_TOKEN).await;
@@ -361,6 +361,32 @@ async fn over_tls_the_page_shows_the_fingerprint_the_terminal_printed_and_decide
     assert!(said.contains("approved"), "{said}");
     assert_eq!(gate.deliveries(), [r#"write_note {"text":"over tls"}"#]);
 
+    // A rule enabled in the terminal is revoked from the rules page, signed like a decision.
+    let (ok, added) = person(&gate, &["rules", "add", "fixture__tag_note"]);
+    assert!(ok, "{added}");
+    browser.go(&format!("{origin}/rules")).await;
+    let rules = browser
+        .script(
+            "return document.querySelector('pre.text').textContent;",
+            json!([]),
+        )
+        .await;
+    assert!(
+        rules.as_str().unwrap_or_default().contains("tag_note"),
+        "{rules}"
+    );
+    browser
+        .script(
+            "document.getElementById('rule').value = 'fixture__tag_note';",
+            json!([]),
+        )
+        .await;
+    browser.click("#revoke").await;
+    let said = browser.said().await;
+    assert!(said.contains("rule removed"), "{said}");
+    let (_, rules) = person(&gate, &["rules"]);
+    assert!(!rules.contains("fixture__tag_note: on"), "{rules}");
+
     // Over TLS the session cookie is Secure as well.
     let cookies = browser.command("GET", "/cookie", Value::Null).await;
     let session = cookies
@@ -370,7 +396,7 @@ async fn over_tls_the_page_shows_the_fingerprint_the_terminal_printed_and_decide
     assert_eq!(session["secure"], true, "{session}");
     let (ok, verified) = person(&gate, &["ledger", "verify"]);
     assert!(
-        ok && verified.contains("1 decision signed on the review page verified, 0 failed"),
+        ok && verified.contains("2 decisions signed on the review page verified, 0 failed"),
         "{verified}"
     );
 }

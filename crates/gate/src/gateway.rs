@@ -1379,18 +1379,7 @@ impl Gateway {
     /// staged against and its arguments ([`gatekeeper_core::edit::call_digest`]); what a
     /// decision signed on the review page binds.
     pub async fn call_digest_of(&self, ledger: LedgerId) -> Option<String> {
-        let entry = self.overseer.entry(ledger).ok().flatten()?;
-        let action = entry.action()?;
-        let downstream = self
-            .downstreams
-            .iter()
-            .find(|d| d.name.as_str() == &*entry.gatekeeper)?;
-        let record = downstream
-            .gatekeeper
-            .store()
-            .get(action.driver_id)
-            .await
-            .ok()??;
+        let record = self.record_of(ledger).await?;
         Some(gatekeeper_core::edit::call_digest(
             &record.tool,
             record.definition.as_deref().unwrap_or(""),
@@ -1410,19 +1399,23 @@ impl Gateway {
 
     /// The arguments of action `ledger`, as staged, from its driver's store.
     pub async fn arguments_of(&self, ledger: LedgerId) -> Option<Value> {
+        Some((*self.record_of(ledger).await?.args).clone())
+    }
+
+    /// Action `ledger`'s record in its driver's store.
+    async fn record_of(&self, ledger: LedgerId) -> Option<gatekeeper_core::store::ActionRecord> {
         let entry = self.overseer.entry(ledger).ok().flatten()?;
         let action = entry.action()?;
         let downstream = self
             .downstreams
             .iter()
             .find(|d| d.name.as_str() == &*entry.gatekeeper)?;
-        let record = downstream
+        downstream
             .gatekeeper
             .store()
             .get(action.driver_id)
             .await
-            .ok()??;
-        Some((*record.args).clone())
+            .ok()?
     }
 
     /// The server's answer to an applied action, from its driver's store.

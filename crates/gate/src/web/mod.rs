@@ -172,6 +172,22 @@ impl Web {
         &self.origin
     }
 
+    /// The active device whose passkey made the verified assertion `result`, its counter
+    /// advanced; why not, when it is revoked, unknown or its counter went back.
+    fn signer(
+        &self,
+        result: &signed_decisions::webauthn_rs::prelude::AuthenticationResult,
+    ) -> Result<Device, String> {
+        let mut devices = lock(&self.devices);
+        let device = devices
+            .holding(result.cred_id().as_ref())
+            .filter(|d| d.active())
+            .cloned()
+            .ok_or("that passkey belongs to no active paired device (it may have been revoked)")?;
+        devices.advance(result.cred_id().as_ref(), result.counter())?;
+        Ok(device)
+    }
+
     /// The page's TLS, when it serves HTTPS.
     pub fn tls(&self) -> Option<&tls::PageTls> {
         self.tls.as_ref()
@@ -908,21 +924,10 @@ async fn login_finish(
             );
         }
     };
-    let mut devices = lock(&web.devices);
-    let Some(device) = devices
-        .holding(result.cred_id().as_ref())
-        .filter(|d| d.active())
-        .cloned()
-    else {
-        return said(
-            StatusCode::UNAUTHORIZED,
-            "that passkey belongs to no paired device (it may have been revoked)",
-        );
+    let device = match web.signer(&result) {
+        Ok(device) => device,
+        Err(error) => return said(StatusCode::UNAUTHORIZED, error),
     };
-    if let Err(error) = devices.advance(result.cred_id().as_ref(), result.counter()) {
-        return said(StatusCode::UNAUTHORIZED, error);
-    }
-    drop(devices);
     web.start_session(&device, format!("signed in as {}", decider_of(&device)))
 }
 
@@ -1086,25 +1091,14 @@ async fn decide_finish(
             );
         }
     };
-    let device = {
-        let mut devices = lock(&web.devices);
-        let Some(device) = devices
-            .holding(result.cred_id().as_ref())
-            .filter(|d| d.active())
-            .cloned()
-        else {
-            return said(
-                StatusCode::UNAUTHORIZED,
-                "nothing was decided: that passkey belongs to no active device (it was revoked)",
-            );
-        };
-        if let Err(error) = devices.advance(result.cred_id().as_ref(), result.counter()) {
+    let device = match web.signer(&result) {
+        Ok(device) => device,
+        Err(error) => {
             return said(
                 StatusCode::UNAUTHORIZED,
                 format!("nothing was decided: {error}"),
             );
         }
-        device
     };
     if device.name != session.device {
         return said(

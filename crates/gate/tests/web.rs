@@ -240,6 +240,14 @@ async fn a_person_pairs_a_phone_and_decides_there_each_decision_signed_and_verif
         .unwrap_or_default()
         .to_owned();
     assert!(csp.contains("script-src 'self'"), "{csp}");
+    // A page of another site whose name resolves here (DNS rebinding) is refused.
+    let rebound = http
+        .get(format!("{origin}/"))
+        .header("host", "attacker.example")
+        .send()
+        .await
+        .expect("the page answers");
+    assert_eq!(rebound.status(), 421);
 
     // Every signed decision verifies; one changed byte of a stored assertion does not.
     let data = gate.dir.join("data");

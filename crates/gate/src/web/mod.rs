@@ -283,7 +283,9 @@ impl Web {
     /// Start a session for `device`, answering with its cookie.
     fn start_session(&self, device: &Device, text: String) -> HttpResponse {
         let id = random();
-        lock(&self.sessions).insert(
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|_, s| s.expires > Instant::now());
+        sessions.insert(
             id.clone(),
             Session {
                 device: device.name.clone(),
@@ -292,6 +294,7 @@ impl Web {
                 expires: Instant::now() + SESSION_TTL,
             },
         );
+        drop(sessions);
         let mut response = said(StatusCode::OK, text);
         response
             .headers_mut()
@@ -463,8 +466,36 @@ pub fn router(web: Arc<Web>) -> Router {
         .route("/api/logout", post(logout))
         .route("/api/decide/start", post(decide_start))
         .route("/api/decide/finish", post(decide_finish))
+        .layer(axum::middleware::from_fn_with_state(web.clone(), own_host))
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(web)
+}
+
+/// Only requests for the page's own host and port are answered: a page of another site
+/// whose name was made to resolve to this machine (DNS rebinding) is refused.
+async fn own_host(
+    State(web): State<Arc<Web>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> HttpResponse {
+    let authority = web
+        .origin
+        .split_once("://")
+        .map_or(web.origin.as_str(), |(_, rest)| rest);
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok());
+    if host != Some(authority) {
+        return said(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "this is the review page of {}; open it by that address",
+                web.origin
+            ),
+        );
+    }
+    next.run(request).await
 }
 
 async fn secure_headers(mut response: HttpResponse) -> HttpResponse {
@@ -672,30 +703,30 @@ async fn ledger(
     .await
 }
 
-/// Server-sent events: `changed` whenever the open work changes.
+/// Server-sent events: `changed` whenever the open work changes, for as long as the page's
+/// session lives.
 async fn events(State(web): State<Arc<Web>>, headers: HeaderMap) -> HttpResponse {
-    if web.session(&headers).is_none() {
+    let Some((session, _)) = web.session(&headers) else {
         return said(StatusCode::UNAUTHORIZED, "signed out");
-    }
+    };
     let changes = web.gateway.changes();
     let first = open_fingerprint(&web);
     let stream = futures_util::stream::unfold(
-        (web, changes, first),
-        |(web, mut changes, mut last)| async move {
+        (web, changes, first, session),
+        |(web, mut changes, mut last, session)| async move {
             loop {
                 // A stage or a decision wakes it at once; expiries and drains within a second.
                 let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
+                // A page signed out (or its device revoked) hears nothing more.
+                if !lock(&web.sessions).contains_key(&session) {
+                    return None;
+                }
                 let now = open_fingerprint(&web);
                 if now != last {
                     last = now;
                     let event = Event::default().event("changed").data("open work changed");
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(event),
-                        (web, changes, last),
-                    ));
-                }
-                if web.session_count() == 0 {
-                    return None;
+                    let state = (web, changes, last, session);
+                    return Some((Ok::<_, std::convert::Infallible>(event), state));
                 }
             }
         },
@@ -703,12 +734,6 @@ async fn events(State(web): State<Arc<Web>>, headers: HeaderMap) -> HttpResponse
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
-}
-
-impl Web {
-    fn session_count(&self) -> usize {
-        lock(&self.sessions).len()
-    }
 }
 
 /// The open actions' ids and states: what the open pages show.

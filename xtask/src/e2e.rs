@@ -174,7 +174,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     conformance::run(&root, &work, &mut report, &mut processes);
     processes.stop_all();
     if !conformance_only {
-        review_page(&mut report);
+        review_page(&work.join("screenshots"), &mut report);
     }
     if let Err(why) = outcome {
         report.check("the run reached its end", Err(why));
@@ -195,19 +195,23 @@ pub fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// The review page in headless Chromium with a virtual authenticator: the gate's browser
-/// tests (`crates/gate/tests/web.rs`), one check each. Without Debian's `chromium` and
-/// `chromium-driver` they fail, naming the package.
-fn review_page(report: &mut Report) {
+/// tests (`crates/gate/tests/web.rs`), one check each, writing the pending page's
+/// screenshots at a phone's and a desktop's width into `screenshots` (the README's
+/// pictures come from there). Without Debian's `chromium` and `chromium-driver` they fail,
+/// naming the package.
+fn review_page(screenshots: &Path, report: &mut Report) {
     let mut cargo = crate::cargo();
-    cargo.args([
-        "test",
-        "--package",
-        "gate",
-        "--test",
-        "web",
-        "--",
-        "--test-threads=1",
-    ]);
+    cargo
+        .args([
+            "test",
+            "--package",
+            "gate",
+            "--test",
+            "web",
+            "--",
+            "--test-threads=1",
+        ])
+        .env("GATE_SCREENSHOTS", screenshots);
     let (status, out, err) = match run_bounded(cargo, BUILD_LIMIT) {
         Ok(ran) => ran,
         Err(why) => {
@@ -230,6 +234,12 @@ fn review_page(report: &mut Report) {
             Err(format!("{verdict}: {}", last_lines(&out, 30)))
         };
         report.check(&format!("review page in Chromium: {name}"), result);
+    }
+    if seen > 0 {
+        println!(
+            "e2e: the review page's screenshots are in {}",
+            screenshots.display()
+        );
     }
     if seen == 0 || (!status.success() && report.failed == 0) {
         report.check(

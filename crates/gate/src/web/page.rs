@@ -141,8 +141,7 @@ fn card(row: &crate::queue::Row, length: Option<usize>) -> String {
     };
     let kind = match &row.revoke {
         Some(_) => format!(
-            "<button type=\"button\" data-decide=\"approve-all-of-kind\" data-id=\"{id}\" title=\"A rule: every call of kind {} is approved from now on, until revoked\">Approve all of kind {}</button>",
-            esc(&row.kind),
+            "<button type=\"button\" data-decide=\"approve-all-of-kind\" data-id=\"{id}\">Approve, and every {} from now on (a rule for every agent, until you revoke it)</button>",
             esc(&row.kind)
         ),
         None => String::new(),

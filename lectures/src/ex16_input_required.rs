@@ -117,6 +117,7 @@ async fn driver(url: &str, elicitation: bool) -> anyhow::Result<Arc<McpServer>> 
     let endpoint = Endpoint::Http(HttpEndpoint {
         url: url.to_owned(),
         headers: Vec::new(),
+        ca_file: None,
     });
     let config = McpServerConfig::new("greeter", endpoint)
         .protocol(Protocol::Discover)

@@ -106,6 +106,7 @@ async fn gatekeeper(desk: &Desk, url: &str) -> anyhow::Result<Arc<ToolGatekeeper
     let endpoint = Endpoint::Http(HttpEndpoint {
         url: url.to_owned(),
         headers: Vec::new(),
+        ca_file: None,
     });
     let driver =
         McpServer::connect(McpServerConfig::new("notes", endpoint).trust(ServerTrust::Vetted))

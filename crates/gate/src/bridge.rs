@@ -104,14 +104,18 @@ pub async fn run(config: &Config, agent: &str) -> Result<(), BridgeError> {
         "the gate daemon at {url} refused the token of agent {agent:?} (HTTP 401): the token in {} is not one the running daemon knows; ask the person to check that `gate serve` runs with this configuration",
         config.path.display()
     );
-    relay(url, bearer, unauthorized).await
+    relay(url, bearer, unauthorized, None).await
 }
 
 /// Connect to the daemon's agents' endpoint at `url` with the one token `token_file`
 /// holds (see [`read_token_file`]), then relay the MCP client on this process's stdin and
 /// stdout until it closes stdin: the agent's user needs neither the daemon's
 /// configuration nor any other agent's token.
-pub async fn run_with_token_file(token_file: &Path, url: &str) -> Result<(), BridgeError> {
+pub async fn run_with_token_file(
+    token_file: &Path,
+    url: &str,
+    ca_file: Option<&Path>,
+) -> Result<(), BridgeError> {
     let token = read_token_file(token_file)?;
     let bearer = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
         BridgeError(format!(
@@ -123,7 +127,7 @@ pub async fn run_with_token_file(token_file: &Path, url: &str) -> Result<(), Bri
         "the gate daemon at {url} refused the token in {} (HTTP 401): it is not a token the running daemon knows; ask the person who runs `gate serve` for this agent's token (its `token` in the daemon's configuration), or check that --endpoint or --url names that daemon",
         token_file.display()
     );
-    relay(url.to_owned(), bearer, unauthorized).await
+    relay(url.to_owned(), bearer, unauthorized, ca_file).await
 }
 
 /// The token in `path`: the file's text without surrounding whitespace. A file that its
@@ -165,25 +169,27 @@ pub fn read_token_file(path: &Path) -> Result<String, BridgeError> {
 }
 
 /// The daemon's agents' URL from `gate mcp --endpoint HOST:PORT` or `--url URL` (neither:
-/// the default address, [`crate::config::DEFAULT_LISTEN`]). Only `http://` on a
-/// loopback address: the daemon listens nowhere else, and the token travels in clear.
+/// the default address, [`crate::config::DEFAULT_LISTEN`]): `https://` to a daemon that
+/// serves TLS, anywhere; `http://` only on a loopback address, since the token would
+/// travel in clear.
 pub fn agents_url(endpoint: Option<&str>, url: Option<&str>) -> Result<String, BridgeError> {
     if let Some(url) = url {
         let parsed = reqwest::Url::parse(url).ok().filter(|u| {
-            u.scheme() == "http"
-                && u.host_str().is_some_and(|host| {
-                    host == "localhost"
-                        || host
-                            .trim_start_matches('[')
-                            .trim_end_matches(']')
-                            .parse::<std::net::IpAddr>()
-                            .is_ok_and(|ip| ip.is_loopback())
-                })
+            (u.scheme() == "https" && u.host_str().is_some_and(|h| !h.is_empty()))
+                || u.scheme() == "http"
+                    && u.host_str().is_some_and(|host| {
+                        host == "localhost"
+                            || host
+                                .trim_start_matches('[')
+                                .trim_end_matches(']')
+                                .parse::<std::net::IpAddr>()
+                                .is_ok_and(|ip| ip.is_loopback())
+                    })
         });
         return match parsed {
             Some(_) => Ok(url.to_owned()),
             None => Err(BridgeError(format!(
-                "--url {url:?} is not an http:// URL on this machine; the daemon listens on loopback only and the token travels in clear, so write for example --url http://{}{MCP_PATH}",
+                "--url {url:?} is neither an https:// URL nor an http:// URL on this machine; over http:// the token travels in clear, so write for example --url http://{}{MCP_PATH}, or --url https://NAME:PORT{MCP_PATH} for a daemon that serves TLS",
                 crate::config::DEFAULT_LISTEN
             ))),
         };
@@ -202,8 +208,14 @@ pub fn agents_url(endpoint: Option<&str>, url: Option<&str>) -> Result<String, B
 
 /// Relay the MCP client on stdin and stdout to the daemon at `url`, presenting `bearer`;
 /// `unauthorized` is what the client is told if the daemon refuses it.
-async fn relay(url: String, bearer: HeaderValue, unauthorized: String) -> Result<(), BridgeError> {
-    let client = reqwest::Client::builder()
+async fn relay(
+    url: String,
+    bearer: HeaderValue,
+    unauthorized: String,
+    ca_file: Option<&Path>,
+) -> Result<(), BridgeError> {
+    let client = gatekeeper_mcp::tls::builder(ca_file)
+        .map_err(BridgeError)?
         .connect_timeout(CONNECT_TIMEOUT)
         .no_proxy()
         .build()

@@ -60,6 +60,9 @@ pub enum Transport {
         url: String,
         /// Headers, each as (header name, environment variable holding its value).
         headers_from_env: Vec<(String, String)>,
+        /// A PEM file of certificates to trust besides the system's (`ca_file`, https
+        /// only).
+        ca_file: Option<PathBuf>,
     },
 }
 
@@ -202,6 +205,12 @@ pub struct Config {
     pub socket: Option<PathBuf>,
     /// The review page's listener (`[web]`), off when absent ([`crate::web`]).
     pub web: Option<WebConfig>,
+    /// The agents' listener's TLS (`tls = "self-signed"`, or `tls_cert` and `tls_key`),
+    /// for agents on other machines.
+    pub tls: Option<ListenerTls>,
+    /// The name agents on other machines reach the gate by (`host`): allowed in their
+    /// requests' `Host`, and named by a generated certificate.
+    pub host: Option<String>,
 }
 
 /// Where the review page listens (`[web] listen = "127.0.0.1:8790"`), and the origin a
@@ -214,12 +223,12 @@ pub struct WebConfig {
     /// `https://localhost:PORT` with it, unless given).
     pub origin: String,
     /// The page's TLS, when it serves HTTPS.
-    pub tls: Option<WebTls>,
+    pub tls: Option<ListenerTls>,
 }
 
 /// Where the review page's certificate comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WebTls {
+pub enum ListenerTls {
     /// One the gate generates for the origin's host, once, in the data directory
     /// (`tls = "self-signed"`); its fingerprint is shown by `gate pair` and on the page.
     SelfSigned,
@@ -265,6 +274,10 @@ struct RawConfig {
     deciders: Option<Spanned<Vec<Spanned<String>>>>,
     socket: Option<Spanned<PathBuf>>,
     web: Option<RawWeb>,
+    tls: Option<Spanned<String>>,
+    tls_cert: Option<Spanned<PathBuf>>,
+    tls_key: Option<Spanned<PathBuf>>,
+    host: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -294,6 +307,7 @@ struct RawServer {
     env: Option<Spanned<BTreeMap<String, String>>>,
     url: Option<Spanned<String>>,
     headers_from_env: Option<Spanned<BTreeMap<String, String>>>,
+    ca_file: Option<Spanned<PathBuf>>,
     #[serde(default)]
     trust: RawTrust,
     deadline_seconds: Option<Spanned<u64>>,
@@ -581,9 +595,9 @@ impl Config {
                         listen.get_ref()
                     ))
                 })?;
-                if !address.ip().is_loopback() {
+                if !address.ip().is_loopback() && raw.tls.is_none() && raw.tls_cert.is_none() {
                     return Err(check.at(listen, format!(
-                        "listen = {:?} is not a loopback address, and agents must not reach the gate from other machines; write for example listen = \"{DEFAULT_LISTEN}\"",
+                        "listen = {:?} is not a loopback address, and agents on other machines would send their tokens in clear; add tls = \"self-signed\" (or tls_cert and tls_key) and host = \"NAME\" (the name they reach this machine by), or write for example listen = \"{DEFAULT_LISTEN}\"",
                         listen.get_ref()
                     )));
                 }
@@ -659,11 +673,19 @@ impl Config {
                             url.get_ref()
                         )));
                     }
-                    if url.get_ref().starts_with("https://") {
-                        return Err(check.at(url, format!(
-                            "server {name:?}: url {:?} needs TLS, which this build of gate does not carry; reach servers on this machine with http://, or start the server with command = \"...\"",
-                            url.get_ref()
-                        )));
+                    if let Some(ca) = &server.ca_file {
+                        if !url.get_ref().starts_with("https://") {
+                            return Err(check.at(ca, format!(
+                                "server {name:?}: ca_file is for an https:// url, and {:?} is not one; remove ca_file, or reach the server by https://",
+                                url.get_ref()
+                            )));
+                        }
+                        if !ca.get_ref().is_file() {
+                            return Err(check.at(ca, format!(
+                                "server {name:?}: ca_file {} does not exist or is not a file; give the full path of a PEM file of the CA that signed the server's certificate",
+                                ca.get_ref().display()
+                            )));
+                        }
                     }
                     Transport::Http {
                         url: url.get_ref().clone(),
@@ -672,6 +694,7 @@ impl Config {
                             .as_ref()
                             .map(|h| h.get_ref().clone().into_iter().collect())
                             .unwrap_or_default(),
+                        ca_file: server.ca_file.as_ref().map(|c| c.get_ref().clone()),
                     }
                 }
                 (Some(command), Some(_)) => {
@@ -983,6 +1006,7 @@ impl Config {
         )?);
         let http = HttpLimits {
             allowed_origins: raw.allowed_origins.clone(),
+            allowed_hosts: raw.host.iter().map(|h| h.get_ref().clone()).collect(),
             max_connections: within(
                 "max_connections",
                 raw.max_connections.as_ref(),
@@ -1010,6 +1034,25 @@ impl Config {
                 )? as usize,
             },
         };
+        let tls = listener_tls(&check, "", &raw.tls, &raw.tls_cert, &raw.tls_key)?;
+        let host = match &raw.host {
+            None if tls.is_some() && !listen.ip().is_loopback() => {
+                return Err(check.at(
+                    raw.listen.as_ref().expect("a non-loopback listen is written"),
+                    "agents on other machines reach the gate by a name: add host = \"NAME\" (for example host = \"gate.example.org\"), which their requests and the certificate must name".to_owned(),
+                ));
+            }
+            None => None,
+            Some(host) => {
+                let name = host.get_ref();
+                if name.is_empty() || name.contains([':', '/', ' ']) {
+                    return Err(check.at(host, format!(
+                        "host = {name:?} is not a host name; write the name alone, for example host = \"gate.example.org\""
+                    )));
+                }
+                Some(name.clone())
+            }
+        };
         let web = web(&check, raw.web, listen)?;
         let notify = notify.map(|n| NotifyConfig {
             page: web.as_ref().map(|w| w.origin.clone()),
@@ -1030,8 +1073,61 @@ impl Config {
             deciders,
             socket,
             web,
+            tls,
+            host,
         })
     }
+}
+
+/// A listener's TLS from `tls = "self-signed"`, or `tls_cert` and `tls_key` (files that
+/// exist); `what` begins each message (`"web: "`, or nothing at the top level).
+fn listener_tls(
+    check: &Checker<'_>,
+    what: &str,
+    tls: &Option<Spanned<String>>,
+    cert: &Option<Spanned<PathBuf>>,
+    key: &Option<Spanned<PathBuf>>,
+) -> Result<Option<ListenerTls>, ConfigError> {
+    Ok(match (tls, cert, key) {
+        (None, None, None) => None,
+        (Some(kind), None, None) if kind.get_ref() == "self-signed" => {
+            Some(ListenerTls::SelfSigned)
+        }
+        (Some(kind), None, None) => {
+            return Err(check.at(kind, format!(
+                "{what}tls = {:?} is not known; write tls = \"self-signed\" for a certificate the gate makes, or give tls_cert and tls_key (PEM files) instead",
+                kind.get_ref()
+            )));
+        }
+        (None, Some(cert), Some(key)) => {
+            for file in [cert, key] {
+                if !file.get_ref().is_file() {
+                    return Err(check.at(file, format!(
+                        "{what}{} does not exist or is not a file; give the PEM file's full path",
+                        file.get_ref().display()
+                    )));
+                }
+            }
+            Some(ListenerTls::Files {
+                cert: cert.get_ref().clone(),
+                key: key.get_ref().clone(),
+            })
+        }
+        (Some(kind), _, _) => {
+            return Err(check.at(
+                kind,
+                format!(
+                    "{what}give either tls = \"self-signed\" or tls_cert and tls_key, not both"
+                ),
+            ));
+        }
+        (None, Some(one), None) | (None, None, Some(one)) => {
+            return Err(check.at(
+                one,
+                format!("{what}tls_cert and tls_key go together; give both PEM files"),
+            ));
+        }
+    })
 }
 
 /// The `[web]` table checked: an address with a port, not the agents'; TLS from
@@ -1056,43 +1152,7 @@ fn web(
             raw.listen.get_ref()
         )));
     }
-    let tls = match (&raw.tls, &raw.tls_cert, &raw.tls_key) {
-        (None, None, None) => None,
-        (Some(kind), None, None) if kind.get_ref() == "self-signed" => Some(WebTls::SelfSigned),
-        (Some(kind), None, None) => {
-            return Err(check.at(kind, format!(
-                "web: tls = {:?} is not known; write tls = \"self-signed\" for a certificate the gate makes, or give tls_cert and tls_key (PEM files) instead",
-                kind.get_ref()
-            )));
-        }
-        (None, Some(cert), Some(key)) => {
-            for file in [cert, key] {
-                if !file.get_ref().is_file() {
-                    return Err(check.at(file, format!(
-                        "web: {} does not exist or is not a file; give the PEM file's full path",
-                        file.get_ref().display()
-                    )));
-                }
-            }
-            Some(WebTls::Files {
-                cert: cert.get_ref().clone(),
-                key: key.get_ref().clone(),
-            })
-        }
-        (Some(kind), _, _) => {
-            return Err(check.at(
-                kind,
-                "web: give either tls = \"self-signed\" or tls_cert and tls_key, not both"
-                    .to_owned(),
-            ));
-        }
-        (None, Some(one), None) | (None, None, Some(one)) => {
-            return Err(check.at(
-                one,
-                "web: tls_cert and tls_key go together; give both PEM files".to_owned(),
-            ));
-        }
-    };
+    let tls = listener_tls(check, "web: ", &raw.tls, &raw.tls_cert, &raw.tls_key)?;
     if !listen.ip().is_loopback() && tls.is_none() {
         return Err(check.at(&raw.listen, format!(
             "web: listen = {:?} is not a loopback address, and the page would be reached without TLS; add tls = \"self-signed\" (or tls_cert and tls_key) and an https origin, or listen on \"127.0.0.1:8790\" and reach it through an SSH tunnel (ssh -L 8790:127.0.0.1:8790 HOST)",
@@ -1335,18 +1395,33 @@ mod tests {
             config.servers[0].transport,
             Transport::Http {
                 url: "http://127.0.0.1:9/mcp".into(),
-                headers_from_env: vec![("Authorization".into(), "A_TOKEN".into())]
+                headers_from_env: vec![("Authorization".into(), "A_TOKEN".into())],
+                ca_file: None,
             }
         );
     }
 
     #[test]
-    fn an_https_url_is_refused_at_check_since_no_tls_is_built_in() {
-        let message = refused("[[server]]\nname = \"a\"\nurl = \"https://mcp.example.com/mcp\"\n");
+    fn an_https_url_is_taken_with_a_ca_file_of_its_own_and_a_ca_file_needs_https() {
+        let config = parse("[[server]]\nname = \"a\"\nurl = \"https://mcp.example.com/mcp\"\n")
+            .expect("valid");
+        assert!(matches!(
+            &config.servers[0].transport,
+            Transport::Http { url, ca_file: None, .. } if url == "https://mcp.example.com/mcp"
+        ));
+        let message = refused(
+            "[[server]]\nname = \"a\"\nurl = \"http://127.0.0.1:9/mcp\"\nca_file = \"/etc/hostname\"\n",
+        );
         assert!(
-            message.starts_with(
-                "gate.toml:3: server \"a\": url \"https://mcp.example.com/mcp\" needs TLS"
-            ),
+            message.contains("ca_file is for an https:// url"),
+            "{message}"
+        );
+        let message = refused(
+            "[[server]]\nname = \"a\"\nurl = \"https://mcp.example.com/mcp\"\nca_file = \"/no/such/ca.pem\"\n",
+        );
+        assert!(
+            message
+                .starts_with("gate.toml:4: server \"a\": ca_file /no/such/ca.pem does not exist"),
             "{message}"
         );
     }
@@ -1386,6 +1461,21 @@ mod tests {
         let message = refused("listen = \"0.0.0.0:7431\"\n");
         assert!(
             message.starts_with("gate.toml:1: listen = \"0.0.0.0:7431\" is not a loopback address"),
+            "{message}"
+        );
+        assert!(message.contains("tokens in clear"), "{message}");
+        // Agents on other machines: TLS and the name they reach the gate by.
+        let message = refused("listen = \"0.0.0.0:7431\"\ntls = \"self-signed\"\n");
+        assert!(message.contains("add host = \"NAME\""), "{message}");
+        let config = parse(
+            "listen = \"0.0.0.0:7431\"\ntls = \"self-signed\"\nhost = \"gate.example.org\"\n",
+        )
+        .expect("valid");
+        assert_eq!(config.tls, Some(ListenerTls::SelfSigned));
+        assert_eq!(config.http.allowed_hosts, ["gate.example.org"]);
+        let message = refused("tls_cert = \"/no/such/cert.pem\"\n");
+        assert!(
+            message.contains("tls_cert and tls_key go together"),
             "{message}"
         );
         let message = refused("[[server]]\nname = \"a\"\ncommand = \"sh\"\ndeadline_seconds = 0\n");

@@ -117,6 +117,10 @@ pub struct Daemon {
     limits: http::HttpLimits,
     /// The review page's state and listener, when `[web]` turns it on.
     web: Option<(Arc<crate::web::Web>, tokio::net::TcpListener)>,
+    /// The agents' listener's TLS, when agents reach it from other machines.
+    agents_tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The name agents on other machines reach the gate by.
+    host: Option<String>,
     /// The data directory's lock, held while the daemon lives.
     _lock: std::fs::File,
 }
@@ -177,14 +181,8 @@ fn endpoint(
         Transport::Http {
             url,
             headers_from_env,
+            ca_file,
         } => {
-            if !url.starts_with("http://") {
-                return Err(StartError(format!(
-                    "server {:?}: {url:?} needs TLS, which this build of gate does not carry (it reaches HTTP servers on this machine only); use an http:// address, or run the server through a stdio command in {}",
-                    server.name,
-                    config.path.display()
-                )));
-            }
             let mut headers = Vec::new();
             for (name, variable) in headers_from_env {
                 let value = std::env::var(variable).map_err(|_| {
@@ -198,6 +196,7 @@ fn endpoint(
             Ok(Endpoint::Http(HttpEndpoint {
                 url: url.clone(),
                 headers,
+                ca_file: ca_file.clone(),
             }))
         }
     }
@@ -580,7 +579,7 @@ impl Daemon {
                     None => None,
                     Some(tls) => {
                         let host = crate::web::host_of(&page.origin);
-                        Some(crate::web::tls::load(tls, &host, data_dir).map_err(StartError)?)
+                        Some(crate::tls::load(tls, &host, data_dir).map_err(StartError)?)
                     }
                 };
                 let state = crate::web::Web::new(gateway.clone(), data_dir, &page.origin, tls)
@@ -596,6 +595,19 @@ impl Daemon {
                     })?;
                 info!(origin = %page.origin, "web.listening: the review page is on");
                 Some((Arc::new(state), listener))
+            }
+        };
+        // The agents' TLS, for agents on other machines (a non-loopback listen needs it).
+        let agents_tls = match &config.tls {
+            None => None,
+            Some(tls) => {
+                let host = config.host.as_deref().unwrap_or("localhost");
+                let loaded = crate::tls::load(tls, host, data_dir).map_err(StartError)?;
+                info!(
+                    certificate = %loaded.certificate_sha256,
+                    "agents.tls: agents reach the gate over TLS"
+                );
+                Some(loaded)
             }
         };
         let http = tokio::net::TcpListener::bind(config.listen)
@@ -626,6 +638,8 @@ impl Daemon {
             sweep,
             limits: config.http.clone(),
             web,
+            agents_tls: agents_tls.map(|t| t.acceptor),
+            host: config.host.clone(),
             _lock: lock,
         })
     }
@@ -635,9 +649,14 @@ impl Daemon {
         self.http.local_addr()
     }
 
-    /// The agents' endpoint URL.
+    /// The agents' endpoint URL: `https://HOST:PORT` over TLS, else the loopback address.
     pub fn url(&self) -> Result<String, std::io::Error> {
-        Ok(format!("http://{}{MCP_PATH}", self.address()?))
+        let address = self.address()?;
+        Ok(match (&self.agents_tls, &self.host) {
+            (Some(_), Some(host)) => format!("https://{host}:{}{MCP_PATH}", address.port()),
+            (Some(_), None) => format!("https://localhost:{}{MCP_PATH}", address.port()),
+            (None, _) => format!("http://{address}{MCP_PATH}"),
+        })
     }
 
     /// The person's socket.
@@ -662,6 +681,8 @@ impl Daemon {
             sweep,
             limits,
             web,
+            agents_tls,
+            host: _,
             _lock: lock,
         } = self;
         // Held until the daemon has stopped serving (dropped at the end of this function).
@@ -691,7 +712,7 @@ impl Daemon {
             tokio::spawn(async move { http::serve(listener, router, &limits, stopped, tls).await })
         });
         let router = http::router(gateway.clone(), tokens, &limits);
-        let agents = http::serve(http, router, &limits, stopped, None);
+        let agents = http::serve(http, router, &limits, stopped, agents_tls);
         let outcome = tokio::select! {
             () = agents => Ok(()),
             () = async move {

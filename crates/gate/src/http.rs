@@ -930,8 +930,8 @@ fn relay_progress(
 }
 
 /// The agents' router: rmcp's streamable HTTP service at [`MCP_PATH`], behind the tokens
-/// and the session bindings ([`crate::sessions`]). rmcp checks `Host` (loopback names
-/// only) and `Origin`: a request from a browser page is refused unless its origin is in
+/// and the session bindings ([`crate::sessions`]). rmcp checks `Host` (loopback names, and
+/// the configuration's `host` for agents on other machines) and `Origin`: a request from a browser page is refused unless its origin is in
 /// `limits.allowed_origins` (none by default); clients that send no `Origin` (agents,
 /// SDKs) pass.
 pub fn router(gateway: Arc<Gateway>, tokens: Tokens, limits: &HttpLimits) -> Router {
@@ -950,6 +950,12 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens, limits: &HttpLimits) -> Rou
         },
         manager.clone(),
         StreamableHttpServerConfig::default()
+            .with_allowed_hosts(
+                ["localhost", "127.0.0.1", "::1"]
+                    .map(str::to_owned)
+                    .into_iter()
+                    .chain(limits.allowed_hosts.iter().cloned()),
+            )
             .with_allowed_origins(limits.allowed_origins.iter().cloned())
             .enforce_origin_validation(),
     );
@@ -971,6 +977,9 @@ pub fn router(gateway: Arc<Gateway>, tokens: Tokens, limits: &HttpLimits) -> Rou
 pub struct HttpLimits {
     /// Browser origins allowed to call the endpoint (`allowed_origins`); none by default.
     pub allowed_origins: Vec<String>,
+    /// Host names allowed in requests besides loopback's (`host`, for agents on other
+    /// machines over TLS); none by default.
+    pub allowed_hosts: Vec<String>,
     /// The most connections open at once (`max_connections`); more wait to be accepted.
     pub max_connections: usize,
     /// How long a connection may take to send a request's head (`header_timeout_seconds`),
@@ -984,6 +993,7 @@ impl Default for HttpLimits {
     fn default() -> Self {
         Self {
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             max_connections: 256,
             header_timeout: std::time::Duration::from_secs(10),
             sessions: SessionLimits::default(),

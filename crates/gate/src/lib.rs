@@ -66,4 +66,5 @@ pub mod quotas;
 pub mod redaction;
 pub mod review;
 pub mod sessions;
+pub mod tls;
 pub mod web;

@@ -102,9 +102,15 @@ enum Command {
         /// With --token-file: the daemon's `listen` address (default: 127.0.0.1:7431).
         #[arg(long, requires = "token_file", conflicts_with = "url")]
         endpoint: Option<String>,
-        /// With --token-file: the daemon's agents' URL (http://127.0.0.1:7431/mcp).
+        /// With --token-file: the daemon's agents' URL (http://127.0.0.1:7431/mcp, or
+        /// https://NAME:PORT/mcp for a daemon that serves TLS to other machines).
         #[arg(long, requires = "token_file")]
         url: Option<String>,
+        /// With an https:// --url: a PEM file of the certificate (or CA) to trust besides
+        /// the system's, such as the one a daemon generated (`tls/NAME.pem` in its data
+        /// directory).
+        #[arg(long, requires = "url")]
+        ca_file: Option<PathBuf>,
     },
     /// The actions waiting for you.
     Pending {
@@ -799,6 +805,7 @@ fn main() -> anyhow::Result<()> {
             token_file,
             endpoint,
             url,
+            ca_file,
         } => {
             // Stdout carries the MCP stream: logs go to stderr, warnings only.
             tracing_subscriber::fmt()
@@ -815,7 +822,11 @@ fn main() -> anyhow::Result<()> {
             match (token_file, agent) {
                 (Some(token_file), _) => {
                     let url = gate::bridge::agents_url(endpoint.as_deref(), url.as_deref())?;
-                    runtime.block_on(gate::bridge::run_with_token_file(&token_file, &url))?;
+                    runtime.block_on(gate::bridge::run_with_token_file(
+                        &token_file,
+                        &url,
+                        ca_file.as_deref(),
+                    ))?;
                 }
                 (None, Some(agent)) => {
                     let config = Config::load(&config_path(config)?)?;

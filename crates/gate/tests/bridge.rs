@@ -354,7 +354,8 @@ async fn post_directly(
     message: &Value,
     headers: &[(&str, &str)],
 ) -> (Option<Value>, Option<String>) {
-    let mut post = reqwest::Client::new()
+    let mut post = gatekeeper_mcp::tls::client(None)
+        .expect("an HTTP client")
         .post(url)
         .bearer_auth(CODER_TOKEN)
         .header("content-type", "application/json")

@@ -592,7 +592,7 @@ fn a_token_file_its_group_or_others_may_read_is_refused_with_the_chmod_to_run() 
     }
     let out = bridge(0o600, &["--url", "http://example.com:7431/mcp"]);
     assert!(
-        stderr(&out).contains("is not an http:// URL on this machine"),
+        stderr(&out).contains("is neither an https:// URL nor an http:// URL on this machine"),
         "{out:?}"
     );
     std::fs::write(&token, "short\n").expect("written");

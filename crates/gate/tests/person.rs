@@ -623,7 +623,8 @@ async fn an_agent_subscribed_to_its_action_is_told_when_the_person_decides() {
     let gate = Gate::start("listen");
     let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
     let coder = Listener(tx)
-        .serve(StreamableHttpClientTransport::from_config(
+        .serve(StreamableHttpClientTransport::with_client(
+            gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
             StreamableHttpClientTransportConfig::with_uri(gate.url.clone())
                 .auth_header(CODER_TOKEN),
         ))

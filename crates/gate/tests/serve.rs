@@ -426,7 +426,8 @@ async fn the_persons_side_is_owner_only_and_out_of_an_agents_reach() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_token_reaches_nothing() {
     let gate = Gate::start("token");
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
         StreamableHttpClientTransportConfig::with_uri(gate.url.clone())
             .auth_header("not-a-token-of-any-agent-at-all"),
     );
@@ -567,7 +568,8 @@ async fn a_changed_catalog_is_refused_until_the_person_accepts_it_and_then_calla
     let listening = Listening::default();
     let coder = listening
         .clone()
-        .serve(StreamableHttpClientTransport::from_config(
+        .serve(StreamableHttpClientTransport::with_client(
+            gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
             StreamableHttpClientTransportConfig::with_uri(gate.url.clone())
                 .auth_header(CODER_TOKEN),
         ))
@@ -798,7 +800,8 @@ tools = ["write_note"]
         &data,
         &[("REMOTE_AUTH", "Bearer downstream-secret")],
     );
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
         StreamableHttpClientTransportConfig::with_uri(agents).auth_header(CODER_TOKEN),
     );
     let coder = ().serve(transport).await.expect("the agent connects");

@@ -241,7 +241,8 @@ async fn listening_as(
     token: &str,
 ) -> (Listener, RunningService<RoleClient, Listener>) {
     let listener = Listener::default();
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
         StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(token),
     );
     let running = listener.clone().serve(transport).await.expect("connected");
@@ -618,7 +619,8 @@ impl ClientHandler for Answering {
 
 async fn answering_agent(gate: &Gate) -> (Answering, RunningService<RoleClient, Answering>) {
     let answering = Answering::default();
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
         StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(CODER_TOKEN),
     );
     let running = answering.clone().serve(transport).await.expect("connected");
@@ -705,7 +707,8 @@ async fn an_answer_larger_than_the_gate_reads_is_told_at_once_and_a_send_of_one_
 async fn modern_answering_agent(gate: &Gate) -> (Answering, RunningService<RoleClient, Answering>) {
     use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
     let answering = Answering::default();
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
         StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(CODER_TOKEN),
     );
     let lifecycle = ClientLifecycleMode::Discover {
@@ -851,7 +854,8 @@ async fn tasking_agent(
             .build(),
         rmcp::model::Implementation::new("tasking", "1"),
     );
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
         StreamableHttpClientTransportConfig::with_uri(gate.url.as_str()).auth_header(CODER_TOKEN),
     );
     let lifecycle = if modern {

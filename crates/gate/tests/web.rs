@@ -83,7 +83,12 @@ async fn a_person_pairs_a_phone_and_decides_there_each_decision_signed_and_verif
         .expect("the link")
         .to_owned();
     // The link works once.
-    let again = reqwest::get(&link).await.expect("the page answers");
+    let again = gatekeeper_mcp::tls::client(None)
+        .expect("an HTTP client")
+        .get(&link)
+        .send()
+        .await
+        .expect("the page answers");
     assert_eq!(again.status(), 404);
     let (_, devices) = person(&gate, &["devices"]);
     assert!(
@@ -212,7 +217,7 @@ async fn a_person_pairs_a_phone_and_decides_there_each_decision_signed_and_verif
         .expect("the session cookie");
     assert_eq!(session["httpOnly"], true, "{session}");
     assert_eq!(session["sameSite"], "Strict", "{session}");
-    let http = reqwest::Client::new();
+    let http = gatekeeper_mcp::tls::client(None).expect("an HTTP client");
     let with_cookie = http
         .post(&gate.url)
         .header(

@@ -135,12 +135,15 @@ impl StdioCommand {
 /// A downstream server reached over MCP streamable HTTP.
 #[derive(Clone, PartialEq, Eq)]
 pub struct HttpEndpoint {
-    /// The endpoint URL. Plain `http://` only: this build carries no TLS stack, so it is
-    /// meant for servers on the same machine.
+    /// The endpoint URL: `http://`, or `https://` (TLS trusting the system's roots and
+    /// `ca_file`, [`crate::tls`]).
     pub url: String,
     /// Headers sent with every request (names and values; the values are secrets and are
     /// never shown or logged).
     pub headers: Vec<(String, String)>,
+    /// A PEM file of certificates to trust besides the system's, for an `https://` server
+    /// whose certificate a CA of the person's own signed.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for HttpEndpoint {
@@ -544,7 +547,9 @@ impl Connection {
                     })?;
                     headers.insert(name, value);
                 }
-                let transport = StreamableHttpClientTransport::from_config(
+                let client = crate::tls::client(http.ca_file.as_deref())?;
+                let transport = StreamableHttpClientTransport::with_client(
+                    client,
                     StreamableHttpClientTransportConfig::with_uri(http.url.as_str())
                         .custom_headers(headers),
                 );
@@ -566,7 +571,16 @@ impl Connection {
                     Endpoint::Stdio(_) => {
                         "; check that the command is an MCP server speaking on stdio"
                     }
-                    Endpoint::Http(_) => {
+                    Endpoint::Http(http) => {
+                        if let Some(refusal) =
+                            crate::tls::certificate_refusal(&http.url, http.ca_file.as_deref())
+                                .await
+                        {
+                            return Err(format!(
+                                "{:?} cannot be reached: {refusal}",
+                                endpoint.subject()
+                            ));
+                        }
                         "; check that the URL is an MCP endpoint and that its credentials are accepted"
                     }
                 };

@@ -47,6 +47,7 @@ pub mod rounds;
 mod server;
 pub mod simulate;
 pub mod stderr;
+pub mod tls;
 
 pub use backoff::{FIRST_BACKOFF, MAX_BACKOFF};
 pub use catalog::{

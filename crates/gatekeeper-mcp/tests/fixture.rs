@@ -402,6 +402,7 @@ impl HttpFixture {
         HttpEndpoint {
             url: self.url.clone(),
             headers: vec![("Authorization".to_owned(), format!("Bearer {token}"))],
+            ca_file: None,
         }
     }
 }

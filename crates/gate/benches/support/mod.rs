@@ -66,7 +66,10 @@ pub async fn connect(url: &str, token: Option<&str>) -> Agent {
     if let Some(token) = token {
         config = config.auth_header(token);
     }
-    ().serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .expect("the agent connects")
+    ().serve(StreamableHttpClientTransport::with_client(
+        gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
+        config,
+    ))
+    .await
+    .expect("the agent connects")
 }

@@ -14,7 +14,6 @@
 //! Content-Security-Policy; open pages learn of changes through server-sent events.
 
 mod page;
-pub mod tls;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -92,7 +91,7 @@ pub struct Web {
     rp_id: String,
     webauthn: Webauthn,
     secure: bool,
-    tls: Option<tls::PageTls>,
+    tls: Option<crate::tls::PageTls>,
     devices: Mutex<Devices>,
     sessions: Mutex<HashMap<String, Session>>,
     pairings: Mutex<HashMap<String, Pairing>>,
@@ -147,7 +146,7 @@ impl Web {
         gateway: Arc<Gateway>,
         data_dir: &Path,
         origin: &str,
-        tls: Option<tls::PageTls>,
+        tls: Option<crate::tls::PageTls>,
     ) -> Result<Self, String> {
         let (rp_id, webauthn) = passkeys::relying_party(origin)?;
         Ok(Self {
@@ -189,7 +188,7 @@ impl Web {
     }
 
     /// The page's TLS, when it serves HTTPS.
-    pub fn tls(&self) -> Option<&tls::PageTls> {
+    pub fn tls(&self) -> Option<&crate::tls::PageTls> {
         self.tls.as_ref()
     }
 

@@ -58,7 +58,7 @@ impl Browser {
             .spawn()
             .expect("chromedriver starts");
         let base = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::new();
+        let http = gatekeeper_mcp::tls::client(None).expect("an HTTP client");
         let start = Instant::now();
         loop {
             if let Ok(r) = http.get(format!("{base}/status")).send().await

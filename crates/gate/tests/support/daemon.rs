@@ -64,7 +64,8 @@ pub fn spawn_serve_command(mut command: Command) -> (Child, String) {
 
 /// An agent connected to the daemon at `url` with `token`, over MCP streamable HTTP.
 pub async fn connect(url: &str, token: &str) -> RunningService<RoleClient, ()> {
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        gatekeeper_mcp::tls::client(None).expect("an HTTP client"),
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token),
     );
     ().serve(transport).await.expect("the agent connects")

@@ -1,6 +1,7 @@
-//! The review page's TLS: a certificate from the configuration's files, or one the gate
-//! generates for the origin's host once and keeps in the data directory, and the
-//! fingerprints a person compares between the terminal and the browser.
+//! TLS for the gate's listeners (the review page, and the agents' endpoint when agents
+//! reach it from other machines): a certificate from the configuration's files, or one the
+//! gate generates for the host name once and keeps in the data directory, and the
+//! fingerprints a person compares between screens, or gives a client to trust.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,12 +12,12 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::WebTls;
+use crate::config::ListenerTls;
 
 /// The folder of the data directory that keeps a generated certificate and its key.
-pub const TLS_DIR: &str = "web-tls";
+pub const TLS_DIR: &str = "tls";
 
-/// The page's TLS, ready to accept connections, and what identifies its certificate.
+/// A listener's TLS, ready to accept connections, and what identifies its certificate.
 #[derive(Clone)]
 pub struct PageTls {
     /// Accepts a connection's TLS handshake.
@@ -36,18 +37,19 @@ impl std::fmt::Debug for PageTls {
     }
 }
 
-/// The TLS of a page reached at `host`: from the configured files, or generated for `host`
-/// in `data_dir` (kept, and used again, at the next start).
-pub fn load(tls: &WebTls, host: &str, data_dir: &Path) -> Result<PageTls, String> {
+/// The TLS of a listener reached at `host`: from the configured files, or generated for
+/// `host` in `data_dir` (kept, and used again, at the next start). Its certificate file is
+/// [`certificate_file`] when generated.
+pub fn load(tls: &ListenerTls, host: &str, data_dir: &Path) -> Result<PageTls, String> {
     let (cert_file, key_file) = match tls {
-        WebTls::Files { cert, key } => (cert.clone(), key.clone()),
-        WebTls::SelfSigned => generated(host, data_dir)?,
+        ListenerTls::Files { cert, key } => (cert.clone(), key.clone()),
+        ListenerTls::SelfSigned => generated(host, data_dir)?,
     };
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_file)
         .and_then(|certs| certs.collect::<Result<_, _>>())
         .map_err(|e| {
             format!(
-                "the review page's certificate {} cannot be read ({e}); give a PEM file of the certificate chain",
+                "the certificate {} cannot be read ({e}); give a PEM file of the certificate chain",
                 cert_file.display()
             )
         })?;
@@ -62,15 +64,11 @@ pub fn load(tls: &WebTls, host: &str, data_dir: &Path) -> Result<PageTls, String
         .map(|b| format!("{b:02X}"))
         .collect::<Vec<_>>()
         .join(":");
-    let key_pem = std::fs::read_to_string(&key_file).map_err(|e| {
-        format!(
-            "the review page's key {} cannot be read: {e}",
-            key_file.display()
-        )
-    })?;
+    let key_pem = std::fs::read_to_string(&key_file)
+        .map_err(|e| format!("the private key {} cannot be read: {e}", key_file.display()))?;
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| {
         format!(
-            "the review page's key {} is not a PEM private key ({e})",
+            "the private key {} is not a PEM private key ({e})",
             key_file.display()
         )
     })?;
@@ -92,7 +90,7 @@ pub fn load(tls: &WebTls, host: &str, data_dir: &Path) -> Result<PageTls, String
         .with_single_cert(certs, key)
         .map_err(|e| {
             format!(
-                "the review page's certificate {} and key {} do not make a TLS identity ({e}); check that the key is the certificate's",
+                "the certificate {} and key {} do not make a TLS identity ({e}); check that the key is the certificate's",
                 cert_file.display(),
                 key_file.display()
             )
@@ -105,6 +103,12 @@ pub fn load(tls: &WebTls, host: &str, data_dir: &Path) -> Result<PageTls, String
     })
 }
 
+/// Where the certificate generated for `host` is kept in `data_dir`: what a client on
+/// another machine is given to trust (`ca_file`, `gate mcp --ca-file`).
+pub fn certificate_file(host: &str, data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join(TLS_DIR).join(format!("{host}.pem"))
+}
+
 /// The generated certificate and key files for `host`, made now unless they exist: a
 /// self-signed certificate naming `host` (and `localhost`), the key readable only by the
 /// daemon's user.
@@ -113,16 +117,13 @@ fn generated(
     data_dir: &Path,
 ) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
     let dir = data_dir.join(TLS_DIR);
-    let cert = dir.join(format!("{host}.pem"));
+    let cert = certificate_file(host, data_dir);
     let key = dir.join(format!("{host}.key"));
     if cert.is_file() && key.is_file() {
         return Ok((cert, key));
     }
     let fail = |e: &dyn std::fmt::Display| {
-        format!(
-            "could not make the review page's certificate in {}: {e}",
-            dir.display()
-        )
+        format!("could not make a certificate in {}: {e}", dir.display())
     };
     std::fs::create_dir_all(&dir).map_err(|e| fail(&e))?;
     let mut names = vec![host.to_owned()];
@@ -160,8 +161,8 @@ mod tests {
     fn a_generated_certificate_is_kept_and_used_again() {
         let dir = std::env::temp_dir().join(format!("gate-web-tls-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let first = load(&WebTls::SelfSigned, "gate.example.org", &dir).expect("made");
-        let again = load(&WebTls::SelfSigned, "gate.example.org", &dir).expect("kept");
+        let first = load(&ListenerTls::SelfSigned, "gate.example.org", &dir).expect("made");
+        let again = load(&ListenerTls::SelfSigned, "gate.example.org", &dir).expect("kept");
         assert_eq!(first.certificate_sha256, again.certificate_sha256);
         assert_eq!(first.certificate_sha256.len(), 32 * 3 - 1);
         assert!(first.public_key_sha256.is_some());
@@ -170,7 +171,7 @@ mod tests {
             &std::fs::metadata(&key).expect("key").permissions(),
         );
         assert_eq!(mode & 0o077, 0, "the key is the daemon's user's alone");
-        let other = load(&WebTls::SelfSigned, "other.example.org", &dir).expect("made");
+        let other = load(&ListenerTls::SelfSigned, "other.example.org", &dir).expect("made");
         assert_ne!(first.certificate_sha256, other.certificate_sha256);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -184,7 +185,7 @@ mod tests {
         let key = dir.join("key.pem");
         std::fs::write(&cert, "not a certificate").expect("written");
         std::fs::write(&key, "not a key").expect("written");
-        let error = load(&WebTls::Files { cert, key }, "x", &dir).expect_err("refused");
+        let error = load(&ListenerTls::Files { cert, key }, "x", &dir).expect_err("refused");
         assert!(error.contains("cert.pem holds no certificate"), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -394,9 +394,26 @@ impl Daemon {
         let mut downstreams = Vec::new();
         for server in &config.servers {
             let endpoint = endpoint(server, config, data_dir)?;
-            let mcp = McpServer::connect(mcp_config(server, endpoint))
-                .await
-                .map_err(|e| StartError(e.to_string()))?;
+            // A server that does not start now, but whose catalog a person accepted before,
+            // is offered with that catalog and tried again at each call: one server down
+            // does not keep the others from the agents. One never seen has no catalog to
+            // offer, and stops the start.
+            let mcp = match McpServer::connect(mcp_config(server, endpoint.clone())).await {
+                Ok(mcp) => mcp,
+                Err(error) => match recorded_catalog(&catalogs, &server.name) {
+                    Ok(Some(recorded)) => McpServer::unavailable(
+                        mcp_config(server, endpoint),
+                        Arc::new(recorded),
+                        &error.to_string(),
+                    ),
+                    _ => {
+                        return Err(StartError(format!(
+                            "{error}; the gate has never reached it, so it has no catalog of it to offer: fix it, or take it out of {} for now",
+                            config.path.display()
+                        )));
+                    }
+                },
+            };
             let store = database
                 .action_store(&server.name, clock.clone())
                 .await

@@ -2,7 +2,8 @@
 //! TLS with a certificate it generated is reached (1) as a downstream `https://` MCP server
 //! by a second gate that trusts the certificate through `ca_file`, and (2) by the stdio
 //! bridge with `--ca-file`. A server whose certificate nobody trusts is refused, naming
-//! the server and what to do.
+//! the server and what to do. A server that is down when the daemon starts is offered with
+//! the catalog a person accepted, leaves the others working, and is tried again.
 
 #[path = "support/daemon.rs"]
 mod daemon;
@@ -15,8 +16,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use daemon::{CODER_TOKEN, Gate, action_id, call, connect, spawn_serve_with, text};
-use fixture::free_port;
+use daemon::{CODER_TOKEN, Gate, action_id, answer_until, call, connect, spawn_serve_with, text};
+use fixture::{fixture_binary, free_port};
 
 /// `gate`'s agents' listener turned to TLS with a certificate it makes for `localhost`;
 /// that certificate's file.
@@ -180,4 +181,61 @@ fn the_bridge_reaches_a_daemon_over_tls_trusting_its_certificate() {
     assert!(names.contains(&"fixture__read_notes"), "{names:?}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_down_at_start_leaves_the_others_working_and_is_tried_again() {
+    let mut gate = Gate::start("remote-down");
+    // The fixture's catalog was accepted at the first start. From now on it starts only
+    // once the file `up` exists; a second server beside it is always there.
+    let up = gate.dir.join("up");
+    let wrapper = gate.dir.join("fixture-when-up.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n[ -e {up:?} ] || {{ echo 'not up yet' >&2; exit 1; }}\nexec {:?} \"$@\"\n",
+            fixture_binary()
+        ),
+    )
+    .expect("written");
+    std::fs::set_permissions(
+        &wrapper,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .expect("executable");
+    let fixture = format!("{:?}", fixture_binary().to_string_lossy());
+    let other = format!("[[server]]\nname = \"other\"\ncommand = {fixture}\n\n[[agent]]");
+    gate.reconfigure(|text| {
+        text.replacen(&fixture, &format!("{:?}", wrapper.to_string_lossy()), 1)
+            .replacen("[[agent]]", &other, 1)
+            .replacen(
+                "[[agent.grant]]\nserver = \"fixture\"\n",
+                "[[agent.grant]]\nserver = \"fixture\"\n\n[[agent.grant]]\nserver = \"other\"\n",
+                1,
+            )
+    });
+    let agent = gate.agent(CODER_TOKEN).await;
+    let tools = agent.list_all_tools().await.expect("tools");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert!(
+        names.contains(&"fixture__read_notes"),
+        "the accepted catalog is offered: {names:?}"
+    );
+    assert!(names.contains(&"other__read_notes"), "{names:?}");
+
+    let working = call(&agent, "other__read_notes", json!({})).await;
+    assert_ne!(working.is_error, Some(true), "{working:?}");
+    let down = call(&agent, "fixture__read_notes", json!({})).await;
+    assert_eq!(down.is_error, Some(true), "{down:?}");
+    assert!(text(&down).contains("unavailable"), "{}", text(&down));
+
+    std::fs::write(&up, "").expect("up");
+    answer_until(
+        "the server back",
+        &agent,
+        "fixture__read_notes",
+        json!({}),
+        |answer| !answer.contains("unavailable") && !answer.contains("failed"),
+    )
+    .await;
 }

@@ -245,6 +245,26 @@ impl McpServer {
         Ok(server)
     }
 
+    /// A server that did not start, offered with `last` (the catalog a person accepted
+    /// earlier) until it does: every call tries to start it again (within the backoff of
+    /// failed starts), and so does every read of its catalog. `why` is logged.
+    pub fn unavailable(config: McpServerConfig, last: Arc<Catalog>, why: &str) -> Arc<Self> {
+        warn!(server = %config.name, %why, "downstream.unavailable: offered with the catalog a person accepted, and tried again at each call");
+        let mut backoff = Backoff::default();
+        backoff.failed(Instant::now());
+        Arc::new(Self {
+            stderr: Arc::new(StderrTail::named(config.name.clone())),
+            config,
+            connection: Mutex::new(None),
+            backoff: Mutex::new(backoff),
+            stale: Arc::new(AtomicBool::new(true)),
+            progress: SharedRoutes::default(),
+            events: broadcast::channel(EVENT_BUFFER).0,
+            capabilities: RwLock::new(Value::Null),
+            catalog: RwLock::new(last),
+        })
+    }
+
     /// Its configuration.
     pub fn config(&self) -> &McpServerConfig {
         &self.config
@@ -308,7 +328,8 @@ impl McpServer {
         let mut backoff = self.backoff.lock().await;
         if let Err(wait) = backoff.check(Instant::now()) {
             return Err(format!(
-                "the server failed to start and is not tried again for another {}; check its command and its log",
+                "the server {:?} is unavailable: it failed to start and is not tried again for another {}; check its command or address, and the gate's log",
+                self.config.name,
                 seconds(wait)
             ));
         }

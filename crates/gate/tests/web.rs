@@ -318,8 +318,7 @@ async fn over_tls_the_page_shows_the_fingerprint_the_terminal_printed_and_decide
 
     // `gate pair` prints the certificate's fingerprints; the browser trusts exactly that
     // public key, as a person who compared them would.
-    let (ok, printed) = person(&gate, &["pair", "--name", "laptop"]);
-    assert!(ok, "{printed}");
+    let (printed, link) = browser::pairing_link(&gate, &origin, "laptop");
     let key = printed
         .split("public key SHA-256 (base64) ")
         .nth(1)
@@ -337,11 +336,6 @@ async fn over_tls_the_page_shows_the_fingerprint_the_terminal_printed_and_decide
         &[format!("--ignore-certificate-errors-spki-list={key}")],
     )
     .await;
-    let link = printed
-        .lines()
-        .find(|l| l.starts_with(&format!("{origin}/pair/")))
-        .expect("the link")
-        .to_owned();
     browser.go(&link).await;
     let shown = browser
         .script("return document.body.textContent;", json!([]))
@@ -350,14 +344,7 @@ async fn over_tls_the_page_shows_the_fingerprint_the_terminal_printed_and_decide
         shown.as_str().unwrap_or_default().contains(&certificate),
         "the pairing page shows another fingerprint than {certificate}: {shown}"
     );
-    browser.click("#pair").await;
-    browser
-        .wait_for(
-            "the pending list after pairing",
-            "return location.pathname + '|' + (document.getElementById('main') ? 'main' : '');",
-            |v| v.as_str() == Some("/|main"),
-        )
-        .await;
+    browser::finish_pairing(&browser).await;
 
     let id = stage(&coder, "over tls").await;
     browser

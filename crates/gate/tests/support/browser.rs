@@ -313,9 +313,8 @@ pub fn with_page_config(gate: &mut Gate, more: &str) -> String {
     format!("{scheme}://localhost:{port}")
 }
 
-/// Pair the browser as device `name` through `gate pair`'s link, and wait for the pending
-/// list it lands on; what `gate pair` printed.
-pub async fn pair(gate: &Gate, browser: &Browser, origin: &str, name: &str) -> String {
+/// `gate pair --name NAME` on `gate`: what it printed, and the link in it.
+pub fn pairing_link(gate: &Gate, origin: &str, name: &str) -> (String, String) {
     let out = gate.person(&["pair", "--name", name]);
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{printed}");
@@ -324,7 +323,11 @@ pub async fn pair(gate: &Gate, browser: &Browser, origin: &str, name: &str) -> S
         .find(|l| l.starts_with(&format!("{origin}/pair/")))
         .unwrap_or_else(|| panic!("no link in {printed}"))
         .to_owned();
-    browser.go(&link).await;
+    (printed, link)
+}
+
+/// On an open pairing page: create the passkey, and wait for the pending list it lands on.
+pub async fn finish_pairing(browser: &Browser) {
     browser.click("#pair").await;
     browser
         .wait_for(
@@ -333,5 +336,13 @@ pub async fn pair(gate: &Gate, browser: &Browser, origin: &str, name: &str) -> S
             |v| v.as_str() == Some("/|main"),
         )
         .await;
+}
+
+/// Pair the browser as device `name` through `gate pair`'s link, and wait for the pending
+/// list it lands on; what `gate pair` printed.
+pub async fn pair(gate: &Gate, browser: &Browser, origin: &str, name: &str) -> String {
+    let (printed, link) = pairing_link(gate, origin, name);
+    browser.go(&link).await;
+    finish_pairing(browser).await;
     printed
 }

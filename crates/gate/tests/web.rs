@@ -177,7 +177,7 @@ async fn a_person_pairs_a_phone_and_decides_there_each_decision_signed_and_verif
     // A stale page: deciding what was decided elsewhere says what happened.
     let stale = browser
         .run_async(
-            "return await post('/api/decide/start', {decision: 'approve', ids: [args[0]]});",
+            "return await post('/api/decide/start', {decision: 'approve', ids: [args[0]], digests: digests([args[0]])});",
             json!([staged[5]]),
         )
         .await;
@@ -186,11 +186,36 @@ async fn a_person_pairs_a_phone_and_decides_there_each_decision_signed_and_verif
     assert!(text_of(&stale).contains("already decided"), "{stale}");
     assert!(text_of(&stale).contains("rejected"), "{stale}");
 
-    // A forged assertion (one signature byte changed) and a replayed one are refused.
+    // A page that shows a call other than the one waiting (here: the digest it holds is
+    // changed in the page) signs nothing: the decision is refused with the reason.
     let target = stage(&coder, "forged").await;
+    let shown = format!("return document.querySelector('article[data-id=\"{target}\"]') !== null;");
+    browser
+        .wait_for("the next write", &shown, |v| v.as_bool() == Some(true))
+        .await;
+    browser
+        .script(
+            "document.querySelector('article[data-id=\"' + arguments[0] + '\"]').dataset.digest = 'sha256:0000000000000000';",
+            json!([target]),
+        )
+        .await;
+    browser
+        .click(&format!(
+            "button[data-decide=approve][data-id=\"{target}\"]"
+        ))
+        .await;
+    let said = browser.said().await;
+    assert!(said.contains("changed since the page showed it"), "{said}");
+    assert_eq!(gate.deliveries().len(), 4, "nothing changed was sent");
+    browser.go(&origin).await;
+    browser
+        .wait_for("the page again", &shown, |v| v.as_bool() == Some(true))
+        .await;
+
+    // A forged assertion (one signature byte changed) and a replayed one are refused.
     let forged = browser
         .run_async(
-            "const s = await post('/api/decide/start', {decision: 'approve', ids: [args[0]]});
+            "const s = await post('/api/decide/start', {decision: 'approve', ids: [args[0]], digests: digests([args[0]])});
              const c = assertion(await navigator.credentials.get(requestOptions(s.options)));
              const good = JSON.parse(JSON.stringify(c));
              const bytes = new Uint8Array(b64u.dec(c.response.signature));
@@ -272,7 +297,7 @@ async fn a_person_pairs_a_phone_and_decides_there_each_decision_signed_and_verif
     assert!(ok, "{revoked}");
     let refused = browser
         .run_async(
-            "return await post('/api/decide/start', {decision: 'approve', ids: [args[0]]});",
+            "return await post('/api/decide/start', {decision: 'approve', ids: [args[0]], digests: digests([args[0]])});",
             json!([target]),
         )
         .await;

@@ -124,9 +124,20 @@ function describe(statement) {
   }
 }
 
+// The digest of each call as this page shows it: a decision signs those, and the gate
+// refuses it if a call changed since.
+function digests(ids) {
+  return ids.map((id) => {
+    const shown = document.querySelector('[data-id="' + id + '"][data-digest]');
+    return shown ? shown.dataset.digest : '';
+  });
+}
+
 async function decide(decision, ids, reason, fullSeen) {
   say('Asking the gate…', 'busy');
-  const started = await post('/api/decide/start', { decision, ids, reason, full_seen: fullSeen });
+  const started = await post('/api/decide/start', {
+    decision, ids, digests: digests(ids), reason, full_seen: fullSeen,
+  });
   if (!started.ok) { await refresh(); return say(started.text, 'failed'); }
   say('Sign with your passkey to ' + describe(started.statement) + '.', 'signing');
   let credential;

@@ -166,11 +166,6 @@ impl Web {
         })
     }
 
-    /// The page's origin (`http://localhost:8790`).
-    pub fn origin(&self) -> &str {
-        &self.origin
-    }
-
     /// The active device whose passkey made the verified assertion `result`, its counter
     /// advanced; why not, when it is revoked, unknown or its counter went back.
     fn signer(
@@ -540,9 +535,10 @@ async fn style() -> HttpResponse {
         .into_response()
 }
 
-/// The person behind a session, as the ledger records a web decision.
-fn decider(session: &Session) -> String {
-    format!("{} via passkey {}", session.owner, session.device)
+/// Who decides from the page, as the ledger records a web decision: the device's owner
+/// and the device (`alice via passkey phone`).
+fn decider(owner: &str, device: &str) -> String {
+    format!("{owner} via passkey {device}")
 }
 
 /// The open work, rendered.
@@ -553,17 +549,20 @@ async fn open_rows(web: &Web) -> Result<String, String> {
     }
     let queue: crate::queue::Queue =
         serde_json::from_str(&response.text).map_err(|e| e.to_string())?;
-    let mut lengths = HashMap::new();
+    // Each call's length as shown (redacted), and its digest: what a decision signs.
+    let mut shown = HashMap::new();
     for row in &queue.rows {
-        if let Some(args) = web.gateway.arguments_of(LedgerId(row.id)).await {
+        let id = LedgerId(row.id);
+        if let (Some(args), Some(digest)) = (
+            web.gateway.arguments_of(id).await,
+            web.gateway.call_digest_of(id).await,
+        ) {
             let redacted = web.gateway.redactor().json(&args).value;
-            lengths.insert(
-                row.id,
-                serde_json::to_string(&redacted).map_or(0, |t| t.chars().count()),
-            );
+            let length = serde_json::to_string(&redacted).map_or(0, |t| t.chars().count());
+            shown.insert(row.id, (length, digest));
         }
     }
-    Ok(page::rows(&queue, &lengths))
+    Ok(page::rows(&queue, &shown))
 }
 
 async fn index(State(web): State<Arc<Web>>, headers: HeaderMap) -> HttpResponse {
@@ -571,14 +570,13 @@ async fn index(State(web): State<Arc<Web>>, headers: HeaderMap) -> HttpResponse 
         let paired = lock(&web.devices).all().iter().any(Device::active);
         return Html(page::login(paired)).into_response();
     };
-    let body = match open_rows(&web).await {
-        Ok(rows) => rows,
-        Err(error) => page::error(&error),
-    };
+    let body = open_rows(&web)
+        .await
+        .unwrap_or_else(|error| page::problem(&error));
     Html(page::frame(
         "Pending",
         &session.csrf,
-        &decider(&session),
+        &decider(&session.owner, &session.device),
         &body,
     ))
     .into_response()
@@ -588,10 +586,10 @@ async fn rows(State(web): State<Arc<Web>>, headers: HeaderMap) -> HttpResponse {
     if web.session(&headers).is_none() {
         return said(StatusCode::UNAUTHORIZED, "signed out");
     }
-    match open_rows(&web).await {
-        Ok(rows) => Html(rows).into_response(),
-        Err(error) => Html(page::error(&error)).into_response(),
-    }
+    let rows = open_rows(&web)
+        .await
+        .unwrap_or_else(|error| page::problem(&error));
+    Html(rows).into_response()
 }
 
 /// A text page of the person's socket's answer to `request`, signed in.
@@ -607,7 +605,13 @@ async fn text_page(
     };
     let response = crate::control::respond(request, Ok(session.owner.clone()), &web.gateway).await;
     let body = format!("{}{}", page::text(&response.text), extra(&response.text));
-    Html(page::frame(title, &session.csrf, &decider(&session), &body)).into_response()
+    Html(page::frame(
+        title,
+        &session.csrf,
+        &decider(&session.owner, &session.device),
+        &body,
+    ))
+    .into_response()
 }
 
 async fn action(
@@ -623,17 +627,19 @@ async fn action(
         .flatten()
         .and_then(|e| e.action().map(|a| a.state == ActionState::Pending))
         .unwrap_or(false);
+    let digest = match open {
+        true => web.gateway.call_digest_of(LedgerId(id)).await,
+        false => None,
+    };
     let request = Request::Show {
         ids: vec![id],
         full: true,
         reveal: false,
     };
     text_page(&web, &headers, &format!("#{id}"), request, |_| {
-        if open {
-            page::action_buttons(id)
-        } else {
-            String::new()
-        }
+        digest
+            .map(|digest| page::action_buttons(id, &digest))
+            .unwrap_or_default()
     })
     .await
 }
@@ -666,6 +672,9 @@ async fn ledger(
     headers: HeaderMap,
     Query(filter): Query<LedgerFilter>,
 ) -> HttpResponse {
+    if web.session(&headers).is_none() {
+        return (StatusCode::UNAUTHORIZED, Html(page::login(true))).into_response();
+    }
     let empty = |v: Option<String>| v.filter(|s| !s.is_empty());
     let query = crate::person::LedgerQuery {
         agent: empty(filter.agent),
@@ -952,11 +961,10 @@ async fn login_finish(
         Ok(device) => device,
         Err(error) => return said(StatusCode::UNAUTHORIZED, error),
     };
-    web.start_session(&device, format!("signed in as {}", decider_of(&device)))
-}
-
-fn decider_of(device: &Device) -> String {
-    format!("{} via passkey {}", device.owner, device.name)
+    web.start_session(
+        &device,
+        format!("signed in as {}", decider(&device.owner, &device.name)),
+    )
 }
 
 async fn logout(State(web): State<Arc<Web>>, headers: HeaderMap) -> HttpResponse {
@@ -982,6 +990,9 @@ struct DecideStart {
     decision: String,
     #[serde(default)]
     ids: Vec<u64>,
+    /// Each call's digest as the page showed it, in the order of `ids`.
+    #[serde(default)]
+    digests: Vec<String>,
     #[serde(default)]
     reason: Option<String>,
     #[serde(default)]
@@ -1026,15 +1037,24 @@ async fn decide_start(
             StatusCode::BAD_REQUEST,
             "choose from 1 to 500 actions to decide",
         );
+    } else if body.digests.len() != body.ids.len() {
+        return said(
+            StatusCode::BAD_REQUEST,
+            "nothing was decided: the page did not say which version of each call it showed; reload it and try again",
+        );
     }
     // A page that shows work decided elsewhere is told what happened instead.
     let mut digests = Vec::with_capacity(body.ids.len());
     let mut decided = Vec::new();
-    for &id in &body.ids {
+    for (&id, shown) in body.ids.iter().zip(&body.digests) {
         match web.gateway.outcome(LedgerId(id)).await {
             Some(outcome) => decided.push(format!("#{id} was already decided.{outcome}")),
             None => match web.gateway.call_digest_of(LedgerId(id)).await {
-                Some(digest) => digests.push(digest),
+                // What is signed is what the page showed, and only while it is still so.
+                Some(digest) if digest == *shown => digests.push(digest),
+                Some(_) => decided.push(format!(
+                    "#{id} changed since the page showed it (its tool's definition or its arguments); reload the page and look at it again"
+                )),
                 None => decided.push(format!("#{id} is not an open action of this gate")),
             },
         }
@@ -1178,7 +1198,12 @@ async fn decide_finish(
             edited: None,
         },
     };
-    let response = crate::control::respond(request, Ok(decider(&session)), &web.gateway).await;
+    let response = crate::control::respond(
+        request,
+        Ok(decider(&session.owner, &session.device)),
+        &web.gateway,
+    )
+    .await;
     tracing::info!(device = %device.name, ok = response.ok, "web.decided");
     let status = if response.ok {
         StatusCode::OK

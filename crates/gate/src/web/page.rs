@@ -83,14 +83,20 @@ pub fn error(text: &str) -> String {
     )
 }
 
+/// A problem shown inside a page.
+pub fn problem(text: &str) -> String {
+    format!("<p class=\"error\">{}</p>", esc(text))
+}
+
 /// A text answer of the person's socket, as the terminal would print it.
 pub fn text(text: &str) -> String {
     format!("<pre class=\"text\">{}</pre>", esc(text))
 }
 
 /// The open work: newest first, grouped by agent and server, each with what it sends and
-/// its buttons; `lengths` holds each call's arguments' length in characters.
-pub fn rows(queue: &Queue, lengths: &HashMap<u64, usize>) -> String {
+/// its buttons; `shown` holds each call's arguments' length in characters and its digest
+/// (what a decision on it signs).
+pub fn rows(queue: &Queue, shown: &HashMap<u64, (usize, String)>) -> String {
     if queue.rows.is_empty() {
         return "<p class=\"empty\" id=\"empty\">Nothing waits for you.</p>".to_owned();
     }
@@ -116,7 +122,7 @@ pub fn rows(queue: &Queue, lengths: &HashMap<u64, usize>) -> String {
             esc(server)
         ));
         for row in rows {
-            out.push_str(&card(row, lengths.get(&row.id).copied()));
+            out.push_str(&card(row, shown.get(&row.id)));
         }
         out.push_str("</section>");
     }
@@ -126,15 +132,16 @@ pub fn rows(queue: &Queue, lengths: &HashMap<u64, usize>) -> String {
     out
 }
 
-fn card(row: &crate::queue::Row, length: Option<usize>) -> String {
+fn card(row: &crate::queue::Row, shown: Option<&(usize, String)>) -> String {
     let id = row.id;
+    let digest = shown.map_or("", |(_, digest)| digest.as_str());
     let flags: String = row
         .flags
         .iter()
         .map(|f| format!("<li>{}</li>", esc(f)))
         .collect();
-    let length = match length {
-        Some(n) => format!(
+    let length = match shown {
+        Some((n, _)) => format!(
             "<p class=\"length\">Its arguments are {n} characters; <a href=\"/action/{id}\">read everything it sends</a>.</p>"
         ),
         None => String::new(),
@@ -147,7 +154,8 @@ fn card(row: &crate::queue::Row, length: Option<usize>) -> String {
         None => String::new(),
     };
     format!(
-        "<article class=\"action\" id=\"a{id}\" data-id=\"{id}\"><header><label><input type=\"checkbox\" class=\"pick\" value=\"{id}\"> #{id}</label> <span class=\"kind\">{}</span> <time>{}</time></header><h3>{}</h3><ul class=\"flags\">{flags}</ul><pre class=\"prompt\">{}</pre>{length}<p class=\"rule\">{}</p><div class=\"buttons\"><button type=\"button\" data-decide=\"approve\" data-id=\"{id}\">Approve</button> {kind} <input type=\"text\" class=\"reason\" data-id=\"{id}\" placeholder=\"Reason (told to the agent)\" aria-label=\"Reason for rejecting #{id}\"> <button type=\"button\" data-decide=\"reject\" data-id=\"{id}\">Reject</button></div></article>",
+        "<article class=\"action\" id=\"a{id}\" data-id=\"{id}\" data-digest=\"{}\"><header><label><input type=\"checkbox\" class=\"pick\" value=\"{id}\"> #{id}</label> <span class=\"kind\">{}</span> <time>{}</time></header><h3>{}</h3><ul class=\"flags\">{flags}</ul><pre class=\"prompt\">{}</pre>{length}<p class=\"rule\">{}</p><div class=\"buttons\"><button type=\"button\" data-decide=\"approve\" data-id=\"{id}\">Approve</button> {kind} <input type=\"text\" class=\"reason\" data-id=\"{id}\" placeholder=\"Reason (told to the agent)\" aria-label=\"Reason for rejecting #{id}\"> <button type=\"button\" data-decide=\"reject\" data-id=\"{id}\">Reject</button></div></article>",
+        esc(digest),
         esc(&row.kind),
         esc(&row.staged_at),
         esc(&row.title),
@@ -156,10 +164,12 @@ fn card(row: &crate::queue::Row, length: Option<usize>) -> String {
     )
 }
 
-/// The buttons of one open action's own page (which shows every character it sends).
-pub fn action_buttons(id: u64) -> String {
+/// The buttons of one open action's own page (which shows every character it sends), for
+/// the call whose digest is `digest`.
+pub fn action_buttons(id: u64, digest: &str) -> String {
     format!(
-        "<div class=\"buttons\" data-full-seen=\"true\"><button type=\"button\" data-decide=\"approve\" data-id=\"{id}\">Approve</button> <input type=\"text\" class=\"reason\" data-id=\"{id}\" placeholder=\"Reason (told to the agent)\" aria-label=\"Reason for rejecting #{id}\"> <button type=\"button\" data-decide=\"reject\" data-id=\"{id}\">Reject</button></div>"
+        "<div class=\"buttons\" data-full-seen=\"true\" data-id=\"{id}\" data-digest=\"{}\"><button type=\"button\" data-decide=\"approve\" data-id=\"{id}\">Approve</button> <input type=\"text\" class=\"reason\" data-id=\"{id}\" placeholder=\"Reason (told to the agent)\" aria-label=\"Reason for rejecting #{id}\"> <button type=\"button\" data-decide=\"reject\" data-id=\"{id}\">Reject</button></div>",
+        esc(digest)
     )
 }
 

@@ -93,7 +93,25 @@ pub async fn run(config: &Config, agent: &str) -> Result<(), BridgeError> {
             crate::config::DEFAULT_LISTEN
         )));
     }
-    let url = format!("http://{}{MCP_PATH}", config.listen);
+    // A daemon that serves TLS is reached by https, trusting its certificate: the one in
+    // the configuration's files, or the one it generated in its data directory.
+    let (url, ca_file) = match &config.tls {
+        None => (format!("http://{}{MCP_PATH}", config.listen), None),
+        Some(tls) => {
+            let host = config.host.as_deref().unwrap_or("localhost");
+            let ca = match tls {
+                crate::config::ListenerTls::Files { cert, .. } => cert.clone(),
+                crate::config::ListenerTls::SelfSigned => crate::tls::certificate_file(
+                    host,
+                    &crate::paths::default_data_dir().map_err(|e| BridgeError(e.to_string()))?,
+                ),
+            };
+            (
+                format!("https://{host}:{}{MCP_PATH}", config.listen.port()),
+                Some(ca),
+            )
+        }
+    };
     let bearer = HeaderValue::from_str(&format!("Bearer {}", entry.token)).map_err(|_| {
         BridgeError(format!(
             "the token of agent {agent:?} in {} cannot travel in an HTTP header; write it in printable ASCII",
@@ -104,7 +122,7 @@ pub async fn run(config: &Config, agent: &str) -> Result<(), BridgeError> {
         "the gate daemon at {url} refused the token of agent {agent:?} (HTTP 401): the token in {} is not one the running daemon knows; ask the person to check that `gate serve` runs with this configuration",
         config.path.display()
     );
-    relay(url, bearer, unauthorized, None).await
+    relay(url, bearer, unauthorized, ca_file.as_deref()).await
 }
 
 /// Connect to the daemon's agents' endpoint at `url` with the one token `token_file`

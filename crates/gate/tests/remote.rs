@@ -144,11 +144,31 @@ fn the_bridge_reaches_a_daemon_over_tls_trusting_its_certificate() {
         <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
     )
     .expect("private");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
+    // An agent's user with a token file and the certificate.
+    let mut with_token = Command::new(env!("CARGO_BIN_EXE_gate"));
+    with_token
         .args(["mcp", "--token-file"])
         .arg(&token)
         .args(["--url", &gate.url, "--ca-file"])
-        .arg(&certificate)
+        .arg(&certificate);
+    lists_the_fixtures_tools(with_token);
+    // The daemon's own user: the bridge reads the configuration, and finds the certificate
+    // the daemon generated in its data directory ($XDG_DATA_HOME/gate).
+    let xdg = gate.dir.join("xdg");
+    std::fs::create_dir_all(&xdg).expect("directory");
+    std::os::unix::fs::symlink(gate.dir.join("data"), xdg.join("gate")).expect("linked");
+    let mut with_config = Command::new(env!("CARGO_BIN_EXE_gate"));
+    with_config
+        .args(["mcp", "--agent", "coder", "--config"])
+        .arg(&gate.config)
+        .env("XDG_DATA_HOME", &xdg);
+    lists_the_fixtures_tools(with_config);
+}
+
+/// Run the bridge `command`, initialize through it and list the tools: the fixture's are
+/// there.
+fn lists_the_fixtures_tools(mut command: Command) {
+    let mut child = command
         .env("RUST_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -392,6 +392,8 @@ impl Daemon {
         // Questions servers ask during the person's sends, held for the person.
         let questions = Arc::new(crate::questions::Questions::new(overseer.clone()));
         let mut downstreams = Vec::new();
+        // Servers offered while they are down, to tell the person of once the notifier runs.
+        let mut unavailable = Vec::new();
         for server in &config.servers {
             let endpoint = endpoint(server, config, data_dir)?;
             // A server that does not start now, but whose catalog a person accepted before,
@@ -401,11 +403,14 @@ impl Daemon {
             let mcp = match McpServer::connect(mcp_config(server, endpoint.clone())).await {
                 Ok(mcp) => mcp,
                 Err(error) => match recorded_catalog(&catalogs, &server.name) {
-                    Ok(Some(recorded)) => McpServer::unavailable(
-                        mcp_config(server, endpoint),
-                        Arc::new(recorded),
-                        &error.to_string(),
-                    ),
+                    Ok(Some(recorded)) => {
+                        unavailable.push(server.name.clone());
+                        McpServer::unavailable(
+                            mcp_config(server, endpoint),
+                            Arc::new(recorded),
+                            &error.to_string(),
+                        )
+                    }
                     _ => {
                         return Err(StartError(format!(
                             "{error}; the gate has never reached it, so it has no catalog of it to offer: fix it, or take it out of {} for now",
@@ -541,8 +546,11 @@ impl Daemon {
             .with_questions(questions)
             .with_quotas(quotas(config, &overseer)?);
         if let Some(notify) = &config.notify {
-            gateway =
-                gateway.with_notifier(Notifier::start(notify.clone()).redacting(redactor.clone()));
+            let notifier = Notifier::start(notify.clone()).redacting(redactor.clone());
+            for server in &unavailable {
+                notifier.unavailable(server);
+            }
+            gateway = gateway.with_notifier(notifier);
         }
         gateway = gateway.with_redactor(redactor);
         gateway = gateway.with_catalogs(&catalogs).with_clock(clock.clone());

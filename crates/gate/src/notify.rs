@@ -2,7 +2,9 @@
 //!
 //! The command is run directly (never through a shell) with its configured arguments and
 //! one more, a sentence such as `3 actions wait for you (agent coder, tool files__write)`,
-//! and with `GATE_COUNT`, `GATE_AGENT`, `GATE_SERVER` and `GATE_TOOL` in its environment.
+//! and with `GATE_COUNT`, `GATE_AGENT`, `GATE_SERVER` and `GATE_TOOL` in its environment
+//! (`GATE_EVENT=staged`). A server that is unavailable when the daemon starts is told at
+//! once, unbatched (`GATE_EVENT=unavailable`, `GATE_SERVER`).
 //! Those are the only fields it gets: a count, and names the gate itself checked
 //! (agents' and servers' names from the configuration, tools' names as agents see them),
 //! each redacted of secrets ([`crate::redaction`]: a name that is or holds a token becomes a
@@ -136,6 +138,8 @@ pub fn clean_field(value: &str) -> String {
 pub struct Notifier {
     tx: mpsc::UnboundedSender<Staged>,
     redactor: Arc<Redactor>,
+    /// The command, for words that are not batched (a server unavailable).
+    config: Arc<NotifyConfig>,
 }
 
 /// The review page's link for a batch: the action's own page for one, the pending list for
@@ -152,10 +156,12 @@ impl Notifier {
     /// Start the notifier's task (within a tokio runtime).
     pub fn start(config: NotifyConfig) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(config.clone());
         tokio::spawn(run(config, rx));
         Self {
             tx,
             redactor: Arc::new(Redactor::new()),
+            config: shared,
         }
     }
 
@@ -164,6 +170,24 @@ impl Notifier {
     pub fn redacting(mut self, redactor: Arc<Redactor>) -> Self {
         self.redactor = redactor;
         self
+    }
+
+    /// Tell the person at once that `server` is unavailable: its calls fail until it
+    /// answers again (it is tried at each call).
+    pub fn unavailable(&self, server: &str) {
+        let server = clean_field(&self.redactor.text(server).value);
+        let sentence = format!(
+            "server {server} is unavailable: its calls fail until it answers again; `gate check --servers` says why"
+        );
+        let config = self.config.clone();
+        tokio::spawn(async move {
+            let vars = [
+                ("GATE_COUNT", "0".to_owned()),
+                ("GATE_SERVER", server),
+                ("GATE_EVENT", "unavailable".to_owned()),
+            ];
+            run_command(&config, &sentence, &vars).await;
+        });
     }
 
     /// Tell the notifier that `agent` staged a call of `tool` on `server`.
@@ -223,6 +247,32 @@ pub const NOTIFIER_ENV: [&str; 9] = [
 ];
 
 async fn notify(config: &NotifyConfig, batch: &Batch) {
+    let vars = [
+        ("GATE_COUNT", batch.count.to_string()),
+        ("GATE_AGENT", batch.agent.as_str().to_owned()),
+        ("GATE_SERVER", batch.server.as_str().to_owned()),
+        ("GATE_TOOL", batch.tool.as_str().to_owned()),
+        ("GATE_EVENT", "staged".to_owned()),
+        (
+            "GATE_URL",
+            config
+                .page
+                .as_deref()
+                .map(|p| link(p, batch))
+                .unwrap_or_default(),
+        ),
+    ];
+    if run_command(config, &batch.sentence(config.page.as_deref()), &vars).await {
+        info!(
+            count = batch.count,
+            "notify: the person was told that work waits"
+        );
+    }
+}
+
+/// Run the notifier's command with `sentence` as its last argument and `vars` besides
+/// [`NOTIFIER_ENV`]; whether it ran and succeeded (a failure is logged).
+async fn run_command(config: &NotifyConfig, sentence: &str, vars: &[(&str, String)]) -> bool {
     let mut command = tokio::process::Command::new(&config.command);
     command.env_clear();
     for key in NOTIFIER_ENV {
@@ -232,19 +282,8 @@ async fn notify(config: &NotifyConfig, batch: &Batch) {
     }
     command
         .args(&config.args)
-        .arg(batch.sentence(config.page.as_deref()))
-        .env("GATE_COUNT", batch.count.to_string())
-        .env("GATE_AGENT", batch.agent.as_str())
-        .env("GATE_SERVER", batch.server.as_str())
-        .env("GATE_TOOL", batch.tool.as_str())
-        .env(
-            "GATE_URL",
-            config
-                .page
-                .as_deref()
-                .map(|p| link(p, batch))
-                .unwrap_or_default(),
-        )
+        .arg(sentence)
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -253,21 +292,23 @@ async fn notify(config: &NotifyConfig, batch: &Batch) {
         Ok(child) => child,
         Err(error) => {
             warn!(command = %config.command, %error, "notify: the command could not be started; check [notify] in the configuration");
-            return;
+            return false;
         }
     };
     match tokio::time::timeout(COMMAND_DEADLINE, child.wait()).await {
-        Ok(Ok(status)) if status.success() => {
-            info!(
-                count = batch.count,
-                "notify: the person was told that work waits"
-            );
+        Ok(Ok(status)) if status.success() => true,
+        Ok(Ok(status)) => {
+            warn!(command = %config.command, %status, "notify: the command failed");
+            false
         }
-        Ok(Ok(status)) => warn!(command = %config.command, %status, "notify: the command failed"),
-        Ok(Err(error)) => warn!(command = %config.command, %error, "notify: the command failed"),
+        Ok(Err(error)) => {
+            warn!(command = %config.command, %error, "notify: the command failed");
+            false
+        }
         Err(_) => {
             let _ = child.kill().await;
             warn!(command = %config.command, "notify: the command ran too long and was stopped");
+            false
         }
     }
 }
@@ -301,6 +342,12 @@ mod tests {
                 "coder-token-0123456789",
                 "agent token",
             )])),
+            config: Arc::new(NotifyConfig {
+                command: "true".into(),
+                args: Vec::new(),
+                min_interval: Duration::from_secs(1),
+                page: None,
+            }),
         };
         notifier.staged(
             "coder-token-0123456789",

@@ -225,8 +225,15 @@ async fn a_server_down_at_start_leaves_the_others_working_and_is_tried_again() {
     .expect("executable");
     let fixture = format!("{:?}", fixture_binary().to_string_lossy());
     let other = format!("[[server]]\nname = \"other\"\ncommand = {fixture}\n\n[[agent]]");
+    // The person's notifier writes what it is told to a file.
+    let told = gate.dir.join("told.txt");
+    let notify = format!(
+        "\n[notify]\ncommand = \"/bin/sh\"\nargs = [\"-c\", {:?}]\n",
+        format!("echo \"$GATE_EVENT: $0\" >> '{}'", told.display())
+    );
     gate.reconfigure(|text| {
-        text.replacen(&fixture, &format!("{:?}", wrapper.to_string_lossy()), 1)
+        (text + &notify)
+            .replacen(&fixture, &format!("{:?}", wrapper.to_string_lossy()), 1)
             .replacen("[[agent]]", &other, 1)
             .replacen(
                 "[[agent.grant]]\nserver = \"fixture\"\n",
@@ -248,6 +255,14 @@ async fn a_server_down_at_start_leaves_the_others_working_and_is_tried_again() {
     let down = call(&agent, "fixture__read_notes", json!({})).await;
     assert_eq!(down.is_error, Some(true), "{down:?}");
     assert!(text(&down).contains("unavailable"), "{}", text(&down));
+    daemon::eventually("the person told", || {
+        std::fs::read_to_string(&told).is_ok_and(|t| {
+            t.contains(
+                "unavailable: server fixture is unavailable: its calls fail until it answers again",
+            )
+        })
+    })
+    .await;
 
     std::fs::write(&up, "").expect("up");
     answer_until(

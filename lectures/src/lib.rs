@@ -43,6 +43,7 @@ pub mod ex16_input_required;
 pub mod ex17_scoped_grants;
 pub mod ex18_one_durable_path;
 pub mod ex19_signed_decision;
+pub mod ex20_server_down;
 
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
@@ -71,4 +72,5 @@ pub const LECTURES: &[Lecture] = &[
     ex17_scoped_grants::LECTURE,
     ex18_one_durable_path::LECTURE,
     ex19_signed_decision::LECTURE,
+    ex20_server_down::LECTURE,
 ];

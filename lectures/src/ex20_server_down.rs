@@ -75,23 +75,6 @@ impl ServerHandler for Small {
     }
 }
 
-/// Serve `server` on `listener` until the task is aborted.
-fn serve_on(listener: tokio::net::TcpListener, server: Small) -> tokio::task::JoinHandle<()> {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-    };
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
-    );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    })
-}
-
 fn config(name: &str, url: &str) -> McpServerConfig {
     let endpoint = Endpoint::Http(HttpEndpoint {
         url: url.to_owned(),
@@ -141,7 +124,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     let calendar_url = crate::setup::serve_mcp(Small { name: "calendar" }).await?;
 
     cx.section("1. Yesterday: the person accepted what notes offers")?;
-    let up = serve_on(listener, Small { name: "notes" });
+    let up = crate::setup::serve_mcp_on(listener, Small { name: "notes" });
     let seen = McpServer::connect(config("notes", &notes_url)).await?;
     let accepted = seen.catalog();
     let names: Vec<&str> = accepted.tools().iter().map(|t| t.name.as_str()).collect();
@@ -184,7 +167,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
 
     cx.section("3. notes comes back, and the next call reaches it")?;
     let listener = tokio::net::TcpListener::bind(address).await?;
-    let back = serve_on(listener, Small { name: "notes" });
+    let back = crate::setup::serve_mcp_on(listener, Small { name: "notes" });
     writeln!(cx, "  (notes listens again on its address)")?;
     // Failed starts are tried again after a backoff (250 ms, doubling, at most 30 s): the
     // agent's calls in the meantime are told so; the lecture waits for the next try.

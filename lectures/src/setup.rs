@@ -365,6 +365,21 @@ pub(crate) async fn serve_mcp<S>(server: S) -> anyhow::Result<String>
 where
     S: rmcp::ServerHandler + Clone + Send + Sync + 'static,
 {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let address = listener.local_addr()?;
+    serve_mcp_on(listener, server);
+    Ok(format!("http://{address}/mcp"))
+}
+
+/// Serve `server` over MCP's streamable HTTP at `/mcp` on `listener`, until the returned
+/// task is aborted (a lecture that stops a server and starts it again).
+pub(crate) fn serve_mcp_on<S>(
+    listener: tokio::net::TcpListener,
+    server: S,
+) -> tokio::task::JoinHandle<()>
+where
+    S: rmcp::ServerHandler + Clone + Send + Sync + 'static,
+{
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -376,12 +391,9 @@ where
         StreamableHttpServerConfig::default(),
     );
     let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-    let address = listener.local_addr()?;
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
-    });
-    Ok(format!("http://{address}/mcp"))
+    })
 }
 
 #[cfg(test)]

@@ -16,7 +16,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use daemon::{CODER_TOKEN, Gate, action_id, answer_until, call, connect, spawn_serve_with, text};
+use daemon::{
+    CODER_TOKEN, Gate, action_id, answer_until, call, connect, spawn_serve_with, text,
+    write_with_mode,
+};
 use fixture::{fixture_binary, free_port};
 
 /// `gate`'s agents' listener turned to TLS with a certificate it makes for `localhost`;
@@ -35,9 +38,9 @@ fn downstream_config(dir: &Path, upstream: &str, ca_file: Option<&Path>) -> Path
         .map(|c| format!("ca_file = {:?}\n", c.display().to_string()))
         .unwrap_or_default();
     let config = dir.join("gate.toml");
-    std::fs::write(
+    write_with_mode(
         &config,
-        format!(
+        &format!(
             r#"listen = "127.0.0.1:{port}"
 
 [[server]]
@@ -54,13 +57,8 @@ server = "up"
 "#,
             port = free_port(),
         ),
-    )
-    .expect("written");
-    std::fs::set_permissions(
-        &config,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
-    )
-    .expect("private");
+        0o600,
+    );
     config
 }
 
@@ -138,12 +136,7 @@ fn the_bridge_reaches_a_daemon_over_tls_trusting_its_certificate() {
     let mut gate = Gate::start("remote-bridge");
     let certificate = over_tls(&mut gate);
     let token = gate.dir.join("coder.token");
-    std::fs::write(&token, format!("{CODER_TOKEN}\n")).expect("written");
-    std::fs::set_permissions(
-        &token,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
-    )
-    .expect("private");
+    write_with_mode(&token, &format!("{CODER_TOKEN}\n"), 0o600);
     // An agent's user with a token file and the certificate.
     let mut with_token = Command::new(env!("CARGO_BIN_EXE_gate"));
     with_token
@@ -210,19 +203,14 @@ async fn a_server_down_at_start_leaves_the_others_working_and_is_tried_again() {
     // once the file `up` exists; a second server beside it is always there.
     let up = gate.dir.join("up");
     let wrapper = gate.dir.join("fixture-when-up.sh");
-    std::fs::write(
+    write_with_mode(
         &wrapper,
-        format!(
+        &format!(
             "#!/bin/sh\n[ -e {up:?} ] || {{ echo 'not up yet' >&2; exit 1; }}\nexec {:?} \"$@\"\n",
             fixture_binary()
         ),
-    )
-    .expect("written");
-    std::fs::set_permissions(
-        &wrapper,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
-    )
-    .expect("executable");
+        0o755,
+    );
     let fixture = format!("{:?}", fixture_binary().to_string_lossy());
     let other = format!("[[server]]\nname = \"other\"\ncommand = {fixture}\n\n[[agent]]");
     // The person's notifier writes what it is told to a file.

@@ -17,7 +17,6 @@ mod fixture;
 use std::path::PathBuf;
 
 use rmcp::RoleClient;
-use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use serde_json::{Value, json};
 
@@ -28,17 +27,6 @@ async fn stage(agent: &RunningService<RoleClient, ()>, note: &str) -> u64 {
     action_id(&text(
         &call(agent, "fixture__write_note", json!({ "text": note })).await,
     ))
-}
-
-async fn outcome(agent: &RunningService<RoleClient, ()>, id: u64) -> String {
-    let Value::Object(args) = json!({"action_id": id}) else {
-        unreachable!()
-    };
-    let result = agent
-        .call_tool(CallToolRequestParams::new("gate_action_result").with_arguments(args))
-        .await
-        .expect("gate_action_result answers");
-    text(&result)
 }
 
 fn person(gate: &Gate, args: &[&str]) -> (bool, String) {
@@ -150,7 +138,14 @@ async fn a_person_pairs_a_phone_and_decides_there_each_decision_signed_and_verif
         .await;
     let said = browser.said().await;
     assert!(said.contains("rejected"), "{said}");
-    let told = outcome(&coder, staged[1]).await;
+    let told = text(
+        &call(
+            &coder,
+            "gate_action_result",
+            json!({"action_id": staged[1]}),
+        )
+        .await,
+    );
     assert!(told.contains("not this week"), "{told}");
 
     // Approve three at once: one assertion over the three digests.

@@ -78,6 +78,17 @@ pub fn read_deliveries(log: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Write `text` to `path` and give it `mode` (0600 for a file holding tokens, 0755 for a
+/// script).
+pub fn write_with_mode(path: &Path, text: &str, mode: u32) {
+    std::fs::write(path, text).expect("written");
+    std::fs::set_permissions(
+        path,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(mode),
+    )
+    .expect("chmod");
+}
+
 /// The user running these tests, as the daemon names the person behind its socket.
 pub fn me() -> String {
     gate::person::user_name(nix::unistd::getuid().as_raw())

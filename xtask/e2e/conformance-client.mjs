@@ -51,6 +51,40 @@ const SCENARIOS = {
   'sse-retry': { reads: ['test_reconnection'], elicitation: false, drive: reconnection },
 };
 
+// The authorization scenarios: the scenario's server asks for OAuth, so the person runs
+// `gate login suite` before `gate serve` (this script plays the browser: it fetches the
+// authorization address the gate printed and follows its redirect to the gate's loopback
+// port), and again when the gate tells the agent that the person must (a server asking
+// for more scope), at most MAX_LOGINS times in all. The agent calls the server's one tool.
+const MAX_LOGINS = 3;
+const auth = (extra = {}) => ({ reads: ['test-tool'], elicitation: false, drive: testTool, oauth: {}, ...extra });
+for (const name of [
+  'metadata-default', 'metadata-var1', 'metadata-var2', 'metadata-var3',
+  'scope-from-www-authenticate', 'scope-from-scopes-supported', 'scope-omitted-when-undefined',
+  'token-endpoint-auth-basic', 'token-endpoint-auth-post', 'token-endpoint-auth-none',
+  '2025-03-26-oauth-metadata-backcompat', '2025-03-26-oauth-endpoint-fallback',
+  'offline-access-scope', 'offline-access-not-supported',
+]) SCENARIOS[`auth/${name}`] = auth();
+// The gate's client ID metadata document, where the authorization server supports them.
+SCENARIOS['auth/basic-cimd'] = auth({ oauth: { client_metadata_url: 'https://conformance-test.local/client-metadata.json' } });
+// A client registered by hand: its id and secret come with the scenario.
+SCENARIOS['auth/pre-registration'] = auth({ oauth: 'context' });
+// The gate as a client of its own (a service account): no login, the gate gets its token.
+SCENARIOS['auth/client-credentials-basic'] = auth({ oauth: 'context', grant: 'client_credentials' });
+// The same with a signed assertion (private_key_jwt) instead of a secret.
+SCENARIOS['auth/client-credentials-jwt'] = auth({ oauth: 'context', grant: 'client_credentials' });
+// The server's metadata names another resource: the login must be refused, and nothing
+// reaches the server with a token.
+SCENARIOS['auth/resource-mismatch'] = auth({ loginRefused: /resource/i });
+// Authorization server metadata whose issuer is not the URL it was found at (RFC 8414
+// section 3.3): refused, so nothing is registered or asked for.
+SCENARIOS['auth/2025-03-26-oauth-metadata-backcompat'] = auth({ loginRefused: /issuer mismatch/i });
+// More scope for the call than for the listing: the agent is told the person must log in
+// again, the person does, and the call goes through.
+SCENARIOS['auth/scope-step-up'] = auth();
+// A server that never accepts any scope: the person gives up after MAX_LOGINS logins.
+SCENARIOS['auth/scope-retry-limit'] = auth({ drive: neverEnough, givesUp: true });
+
 function need(name) {
   const value = process.env[name];
   if (!value) fail(`${name} must be set`);
@@ -96,6 +130,22 @@ function freePort() {
 rmSync(work, { recursive: true, force: true });
 for (const sub of ['home', 'config/gate', 'data']) mkdirSync(join(work, sub), { recursive: true });
 const token = randomBytes(24).toString('hex');
+const context = JSON.parse(process.env.MCP_CONFORMANCE_CONTEXT || '{}');
+const oauthLines = [];
+if (scenario.oauth === 'context') {
+  oauthLines.push('[server.oauth]', `client_id = ${toml(context.client_id)}`);
+  if (context.private_key_pem) {
+    if (context.signing_algorithm && context.signing_algorithm !== 'ES256') fail(`the gate signs with ES256, not ${context.signing_algorithm}`);
+    const keyFile = join(work, 'client-key.pem');
+    writeFileSync(keyFile, context.private_key_pem, { mode: 0o600 });
+    oauthLines.push(`private_key_file = ${toml(keyFile)}`);
+  } else {
+    oauthLines.push('client_secret_env = "SUITE_CLIENT_SECRET"');
+  }
+  if (scenario.grant) oauthLines.push(`grant = ${toml(scenario.grant)}`);
+} else if (scenario.oauth) {
+  oauthLines.push('[server.oauth]', ...Object.entries(scenario.oauth).map(([k, v]) => `${k} = ${toml(v)}`));
+}
 const config = [
   '# Written by xtask/e2e/conformance-client.mjs for the conformance scenario',
   `# ${scenarioName}: its test server is a downstream server reached by url.`,
@@ -107,6 +157,7 @@ const config = [
   `reads = [${scenario.reads.map(toml).join(', ')}]`,
   ...(scenario.elicitation ? ['forward_elicitation = true'] : []),
   'deadline_seconds = 20',
+  ...oauthLines,
   '',
   '[[agent]]',
   'name = "agent"',
@@ -118,16 +169,64 @@ const config = [
 ].join('\n');
 writeFileSync(join(work, 'config/gate/gate.toml'), config, { mode: 0o600 });
 
+const gateEnv = {
+  ...process.env,
+  HOME: join(work, 'home'),
+  XDG_CONFIG_HOME: join(work, 'config'),
+  XDG_DATA_HOME: join(work, 'data'),
+  RUST_LOG: 'info',
+  NO_COLOR: '1',
+  ...(context.client_secret ? { SUITE_CLIENT_SECRET: context.client_secret } : {}),
+};
+
+let logins = 0;
+/**
+ * The person's `gate login suite`, with this script as the browser: the authorization
+ * address the gate prints is fetched, and its redirect (the authorization server's answer)
+ * is delivered to the gate's loopback port. Whether the login succeeded, and what it said.
+ */
+async function login() {
+  logins += 1;
+  const child = spawn(gateBin, ['login', SERVER, '--no-browser', '--wait-seconds', '20'], {
+    env: gateEnv,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let said = '';
+  child.stderr.on('data', (chunk) => { said += chunk; });
+  const done = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+  let browsed = false;
+  child.stdout.on('data', async (chunk) => {
+    said += chunk;
+    const address = /^ {2}(https?:\/\/\S+)$/m.exec(said)?.[1];
+    if (!address || browsed) return;
+    browsed = true;
+    try {
+      const answer = await fetch(address, { redirect: 'manual' });
+      const back = answer.headers.get('location');
+      if (back) await fetch(back);
+      else said += `\n(the authorization page answered ${answer.status} with no redirect)`;
+    } catch (error) {
+      said += `\n(the browser failed: ${error?.message ?? error})`;
+    }
+  });
+  const code = await done;
+  return { ok: code === 0, said: said.trim() };
+}
+
+if (scenario.oauth !== undefined && !scenario.grant) {
+  const first = await login();
+  if (scenario.loginRefused) {
+    if (first.ok) fail(`gate login accepted metadata it must refuse:\n${first.said}`);
+    if (!scenario.loginRefused.test(first.said)) fail(`gate login failed, but not for the reason it must (${scenario.loginRefused}):\n${first.said}`);
+    console.log(`conformance-client: ${scenarioName}: gate login refused, as it must:\n${first.said}`);
+    process.exit(0);
+  }
+  if (!first.ok && !scenario.givesUp) fail(`gate login failed:\n${first.said}`);
+}
+
 const log = join(work, 'serve.log');
 const gate = spawn(gateBin, ['serve'], {
-  env: {
-    ...process.env,
-    HOME: join(work, 'home'),
-    XDG_CONFIG_HOME: join(work, 'config'),
-    XDG_DATA_HOME: join(work, 'data'),
-    RUST_LOG: 'info',
-    NO_COLOR: '1',
-  },
+  env: gateEnv,
   stdio: ['ignore', 'pipe', openSync(log, 'w')],
 });
 const exited = new Promise((resolve) => gate.on('exit', (code, signal) => resolve(signal ?? code)));
@@ -236,6 +335,36 @@ async function elicitationDefaults(client) {
   const said = text(result);
   if (asked !== 1) return `the server's question reached the agent ${asked} times, not once (the call answered ${JSON.stringify(said)})`;
   return !result.isError && said.startsWith('Elicitation completed:') ? null : `the call answered ${JSON.stringify(result)}`;
+}
+
+/** Whether what the gate answered tells the agent that the person must log in again. */
+function loginNeeded(said) {
+  return said.includes(`the person must run \`gate login ${SERVER}\``);
+}
+
+/** Call the server's tool, the person logging in again when the gate says they must. */
+async function testTool(client) {
+  for (;;) {
+    const result = await client.callTool({ name: `${SERVER}__test-tool`, arguments: {} });
+    const said = text(result);
+    if (!result.isError && said === 'test') return null;
+    if (!loginNeeded(said) || logins >= MAX_LOGINS) return `the call answered ${JSON.stringify(result)}`;
+    const again = await login();
+    if (!again.ok) return `the login the gate asked for failed:\n${again.said}`;
+  }
+}
+
+/** A server that wants more scope at every call: the person stops after MAX_LOGINS. */
+async function neverEnough(client) {
+  while (logins < MAX_LOGINS) {
+    const { tools } = await client.listTools();
+    const call = tools.some((t) => t.name === `${SERVER}__test-tool`)
+      ? text(await client.callTool({ name: `${SERVER}__test-tool`, arguments: {} }))
+      : 'the person must run `gate login suite`';
+    if (!loginNeeded(call)) return `the gate did not say the person must log in again: ${call}`;
+    await login();
+  }
+  return null;
 }
 
 async function reconnection(client) {

@@ -63,7 +63,45 @@ pub enum Transport {
         /// A PEM file of certificates to trust besides the system's (`ca_file`, https
         /// only).
         ca_file: Option<PathBuf>,
+        /// `[server.oauth]`: requests carry the access token of the person's `gate login`.
+        oauth: Option<OAuthConfig>,
     },
+}
+
+/// `[server.oauth]`: how the gate is registered with a server's authorization server.
+/// Every field may be left out: the server's metadata then decides (dynamic registration,
+/// scopes from its challenge).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// A client id registered by hand with the authorization server.
+    pub client_id: Option<String>,
+    /// The environment variable holding that client's secret (never the secret itself).
+    pub client_secret_env: Option<String>,
+    /// The HTTPS address of the gate's client ID metadata document.
+    pub client_metadata_url: Option<String>,
+    /// The scopes to ask for.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// With `grant = "client_credentials"`: a file holding the P-256 private key (PKCS #8
+    /// PEM) that signs the gate's client assertions, instead of a client secret.
+    pub private_key_file: Option<PathBuf>,
+    /// `grant = "client_credentials"`: the gate is a client of its own (client_id and
+    /// client_secret_env required) and gets its tokens itself; the default,
+    /// `"authorization_code"`, is the person's `gate login`.
+    #[serde(default)]
+    pub grant: OAuthGrant,
+}
+
+/// How the gate gets its tokens from an authorization server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OAuthGrant {
+    /// The person logs in (`gate login`): the authorization code grant with PKCE.
+    #[default]
+    AuthorizationCode,
+    /// The gate's own client id and secret (a service account): no person involved.
+    ClientCredentials,
 }
 
 /// What a confined stdio server may reach besides everything its user may, but the
@@ -308,6 +346,7 @@ struct RawServer {
     url: Option<Spanned<String>>,
     headers_from_env: Option<Spanned<BTreeMap<String, String>>>,
     ca_file: Option<Spanned<PathBuf>>,
+    oauth: Option<Spanned<OAuthConfig>>,
     #[serde(default)]
     trust: RawTrust,
     deadline_seconds: Option<Spanned<u64>>,
@@ -539,6 +578,24 @@ fn valid_url(url: &str) -> bool {
     })
 }
 
+/// Whether `url` names a loopback host (`localhost`, `127.x`, `[::1]`).
+fn loopback_url(url: &str) -> bool {
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    let host = if host.starts_with('[') {
+        host.split(']')
+            .next()
+            .map_or("", |h| h.trim_start_matches('['))
+    } else {
+        host.split(':').next().unwrap_or("")
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// A time to live from the file, checked: 1 second to 90 days.
 fn pending_ttl(
     check: &Checker<'_>,
@@ -687,7 +744,47 @@ impl Config {
                             )));
                         }
                     }
+                    if let Some(oauth) = &server.oauth {
+                        if !url.get_ref().starts_with("https://") && !loopback_url(url.get_ref()) {
+                            return Err(check.at(oauth, format!(
+                                "server {name:?}: OAuth tokens would cross the network in the clear over {:?}; reach the server by https:// (plain http is taken only on loopback)",
+                                url.get_ref()
+                            )));
+                        }
+                        if oauth.get_ref().client_secret_env.is_some()
+                            && oauth.get_ref().client_id.is_none()
+                        {
+                            return Err(check.at(oauth, format!(
+                                "server {name:?}: client_secret_env is the secret of a client registered by hand; set its client_id too, or remove both to register dynamically"
+                            )));
+                        }
+                        let settings = oauth.get_ref();
+                        if settings.grant == OAuthGrant::ClientCredentials
+                            && (settings.client_id.is_none()
+                                || settings.client_secret_env.is_some()
+                                    == settings.private_key_file.is_some())
+                        {
+                            return Err(check.at(oauth, format!(
+                                "server {name:?}: grant = \"client_credentials\" needs the client_id the authorization server issued to the gate, and one of client_secret_env (its secret) or private_key_file (its signing key)"
+                            )));
+                        }
+                        if settings.private_key_file.is_some()
+                            && settings.grant != OAuthGrant::ClientCredentials
+                        {
+                            return Err(check.at(oauth, format!(
+                                "server {name:?}: private_key_file signs the gate's own client; it goes with grant = \"client_credentials\""
+                            )));
+                        }
+                        if let Some(document) = &oauth.get_ref().client_metadata_url
+                            && !document.starts_with("https://")
+                        {
+                            return Err(check.at(oauth, format!(
+                                "server {name:?}: client_metadata_url {document:?} must be an https:// address where the gate's client metadata document is served"
+                            )));
+                        }
+                    }
                     Transport::Http {
+                        oauth: server.oauth.as_ref().map(|o| o.get_ref().clone()),
                         url: url.get_ref().clone(),
                         headers_from_env: server
                             .headers_from_env

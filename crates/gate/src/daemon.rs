@@ -182,6 +182,7 @@ fn endpoint(
             url,
             headers_from_env,
             ca_file,
+            oauth,
         } => {
             let mut headers = Vec::new();
             for (name, variable) in headers_from_env {
@@ -197,9 +198,56 @@ fn endpoint(
                 url: url.clone(),
                 headers,
                 ca_file: ca_file.clone(),
+                oauth: oauth
+                    .as_ref()
+                    .map(|o| oauth_settings(&server.name, o, data_dir))
+                    .transpose()?,
             }))
         }
     }
+}
+
+/// Where the tokens of `server`'s login live: `oauth/<server>.json` in the data directory
+/// (0600 in a 0700 directory; stdio servers are confined away from the data directory).
+pub fn token_file(data_dir: &Path, server: &str) -> PathBuf {
+    data_dir.join("oauth").join(format!("{server}.json"))
+}
+
+/// `[server.oauth]` as the driver takes it: the token file, and the client secret read
+/// from its variable.
+pub fn oauth_settings(
+    server: &str,
+    oauth: &crate::config::OAuthConfig,
+    data_dir: &Path,
+) -> Result<gatekeeper_mcp::OAuthSettings, StartError> {
+    let client_secret = match &oauth.client_secret_env {
+        Some(variable) => Some(std::env::var(variable).map_err(|_| {
+            StartError(format!(
+                "server {server:?}: the client secret comes from ${variable}, which is not set; set it in the environment of the gate"
+            ))
+        })?),
+        None => None,
+    };
+    Ok(gatekeeper_mcp::OAuthSettings {
+        token_file: token_file(data_dir, server),
+        client_id: oauth.client_id.clone(),
+        client_secret,
+        client_metadata_url: oauth.client_metadata_url.clone(),
+        scopes: oauth.scopes.clone(),
+        client_credentials: oauth.grant == crate::config::OAuthGrant::ClientCredentials,
+        private_key: oauth
+            .private_key_file
+            .as_ref()
+            .map(|file| {
+                std::fs::read_to_string(file).map_err(|e| {
+                    StartError(format!(
+                        "server {server:?}: the private key {} cannot be read ({e}); give the PEM file of the gate's signing key",
+                        file.display()
+                    ))
+                })
+            })
+            .transpose()?,
+    })
 }
 
 /// The person's limits on staging, counted from the ledger's last hour ([`crate::quotas`]);
@@ -411,6 +459,16 @@ impl Daemon {
                             &error.to_string(),
                         )
                     }
+                    // A server that waits for the person's first login: offered with no
+                    // tools until then (`gate login` says so, and the notifier is told).
+                    _ if gatekeeper_mcp::oauth::is_login_needed(&error.to_string()) => {
+                        unavailable.push(server.name.clone());
+                        McpServer::unavailable(
+                            mcp_config(server, endpoint),
+                            Arc::default(),
+                            &error.to_string(),
+                        )
+                    }
                     _ => {
                         return Err(StartError(format!(
                             "{error}; the gate has never reached it, so it has no catalog of it to offer: fix it, or take it out of {} for now",
@@ -432,8 +490,14 @@ impl Daemon {
                     catalogs.display()
                 ))
             };
+            // A server that waits for its first login has listed nothing yet: nothing is
+            // recorded as accepted, and the tools the file names are checked once it lists
+            // them (its first catalog is then a change for the person to accept).
+            let awaiting_login =
+                unavailable.contains(&server.name) && mcp.catalog().tools().is_empty();
             let accepted = match recorded_catalog(&catalogs, &server.name).map_err(unreadable)? {
                 Some(recorded) => Arc::new(recorded),
+                None if awaiting_login => mcp.catalog(),
                 None => {
                     let current = mcp.catalog();
                     record_catalog(&catalogs, &server.name, &current).map_err(unreadable)?;
@@ -466,12 +530,14 @@ impl Daemon {
                     config.path.display()
                 ))
             };
-            if let Some(tool) = server.reads.iter().find(|t| accepted.get(t).is_none()) {
+            if awaiting_login {
+                // Checked when it lists its tools.
+            } else if let Some(tool) = server.reads.iter().find(|t| accepted.get(t).is_none()) {
                 return Err(unlisted("read", "reads", tool));
             }
             // A sensitive read must also be one the classifier calls a read: anything else
             // would lock nothing down, silently.
-            for tool in &server.sensitive_reads {
+            for tool in server.sensitive_reads.iter().filter(|_| !awaiting_login) {
                 let Some(listed) = accepted.get(tool).cloned() else {
                     return Err(unlisted("sensitive read", "sensitive_reads", tool));
                 };
@@ -542,6 +608,7 @@ impl Daemon {
                 .iter()
                 .map(|a| (a.name.as_str(), a.token.as_str())),
         );
+        let servers: Vec<Arc<McpServer>> = downstreams.iter().map(|d| d.server.clone()).collect();
         let mut gateway = Gateway::new(overseer.clone(), downstreams, views, latches)
             .with_questions(questions)
             .with_quotas(quotas(config, &overseer)?);
@@ -549,6 +616,23 @@ impl Daemon {
             let notifier = Notifier::start(notify.clone()).redacting(redactor.clone());
             for server in &unavailable {
                 notifier.unavailable(server);
+            }
+            // A server that comes to need the person's login while the gate runs (its
+            // token revoked, a scope it asks for) tells the person once.
+            for server in &servers {
+                let mut events = server.events();
+                let (notifier, name) = (notifier.clone(), server.config().name.clone());
+                tokio::spawn(async move {
+                    loop {
+                        match events.recv().await {
+                            Ok(gatekeeper_mcp::ServerEvent::LoginNeeded(why)) => {
+                                notifier.login_needed(&name, &why);
+                            }
+                            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                        }
+                    }
+                });
             }
             gateway = gateway.with_notifier(notifier);
         }

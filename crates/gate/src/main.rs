@@ -2,7 +2,8 @@
 //! what it holds from the person's socket.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
@@ -111,6 +112,36 @@ enum Command {
         /// directory).
         #[arg(long, requires = "url")]
         ca_file: Option<PathBuf>,
+    },
+    /// Log the gate in to a server that asks for OAuth (`[server.oauth]`): prints the
+    /// authorization page's address (and opens a browser where one exists), takes the
+    /// redirect on a loopback port, keeps the tokens in the data directory.
+    Login {
+        /// The server, as named in the configuration.
+        server: String,
+        /// The file (default: $XDG_CONFIG_HOME/gate/gate.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The data directory `gate serve` uses (default: $XDG_DATA_HOME/gate).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Only print the address; open no browser.
+        #[arg(long)]
+        no_browser: bool,
+        /// How long to wait for the authorization, in seconds.
+        #[arg(long, default_value_t = 300)]
+        wait_seconds: u64,
+    },
+    /// Forget the gate's tokens for a server (`gate login` makes new ones).
+    Logout {
+        /// The server, as named in the configuration.
+        server: String,
+        /// The file (default: $XDG_CONFIG_HOME/gate/gate.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The data directory `gate serve` uses (default: $XDG_DATA_HOME/gate).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
     },
     /// The actions waiting for you.
     Pending {
@@ -374,6 +405,124 @@ enum CatalogAction {
         #[arg(requires = "server")]
         tool: Option<String>,
     },
+}
+
+/// `gate check`: for each server reached with OAuth, whether the gate is logged in and
+/// when its access token expires.
+fn check_logins(config: &Config, data_dir: &Path) {
+    for server in &config.servers {
+        if let gate::config::Transport::Http {
+            url,
+            oauth: Some(_),
+            ..
+        } = &server.transport
+        {
+            let file = gate::daemon::token_file(data_dir, &server.name);
+            let line = gatekeeper_mcp::oauth::LoginState::read(&file, url)
+                .map(|state| state.describe(&server.name))
+                .unwrap_or_else(|why| why);
+            println!("server {:?}: OAuth: {line}", server.name);
+        }
+    }
+}
+
+/// The server named `name` of `config`, if it is reached with OAuth: its URL, its CA file
+/// and its OAuth settings (the token file in `data_dir`).
+fn oauth_server(
+    config: &Config,
+    data_dir: &Path,
+    name: &str,
+) -> anyhow::Result<(String, Option<PathBuf>, gatekeeper_mcp::OAuthSettings)> {
+    let Some(server) = config.servers.iter().find(|s| s.name == name) else {
+        anyhow::bail!(
+            "{} names no server {name:?}; the servers are: {}",
+            config.path.display(),
+            config
+                .servers
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    let gate::config::Transport::Http {
+        url,
+        ca_file,
+        oauth: Some(oauth),
+        ..
+    } = &server.transport
+    else {
+        anyhow::bail!(
+            "server {name:?} is not reached with OAuth; give it an `oauth = {{}}` (or a [server.oauth] table) in {} to log in to it",
+            config.path.display()
+        );
+    };
+    let settings = gate::daemon::oauth_settings(name, oauth, data_dir)
+        .map_err(|e| anyhow::anyhow!(e.to_string()))?;
+    Ok((url.clone(), ca_file.clone(), settings))
+}
+
+/// `gate login SERVER`.
+fn login(
+    config: &Path,
+    data_dir: &Path,
+    name: &str,
+    browser: bool,
+    wait: Duration,
+) -> anyhow::Result<()> {
+    let config = Config::load(config)?;
+    let (url, ca_file, settings) = oauth_server(&config, data_dir, name)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let logged_in = runtime
+        .block_on(gatekeeper_mcp::oauth::login(
+            name,
+            &url,
+            ca_file.as_deref(),
+            &settings,
+            wait,
+            |address| {
+                println!(
+                    "Open this address to let the gate reach {name} (waiting up to {} s):",
+                    wait.as_secs()
+                );
+                println!("  {address}");
+                if browser {
+                    open_browser(address);
+                }
+            },
+        ))
+        .map_err(anyhow::Error::msg)?;
+    println!(
+        "logged in to {name} at {} ({}); {}",
+        logged_in.issuer,
+        logged_in.registration,
+        logged_in.state.describe(name)
+    );
+    println!(
+        "the tokens are in {} (readable by this user only); a running `gate serve` uses them at its next call",
+        settings.token_file.display()
+    );
+    Ok(())
+}
+
+/// Open `address` in the person's browser where there is one: `$BROWSER`, else
+/// `xdg-open` on a desktop. Nothing happens otherwise; the address is printed anyway.
+fn open_browser(address: &str) {
+    let program = match std::env::var("BROWSER") {
+        Ok(browser) if !browser.trim().is_empty() => browser,
+        _ if std::env::var_os("DISPLAY").is_some()
+            || std::env::var_os("WAYLAND_DISPLAY").is_some() =>
+        {
+            "xdg-open".to_owned()
+        }
+        _ => return,
+    };
+    let _ = std::process::Command::new(program)
+        .arg(address)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
 }
 
 fn config_path(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -727,6 +876,7 @@ fn main() -> anyhow::Result<()> {
             );
             check_confinement(&config);
             check_deciders(&config);
+            check_logins(&config, &self::data_dir(data_dir.clone())?);
             for server in &config.servers {
                 if let gate::pending::PendingMode::Simulate(simulator) = &server.pending {
                     println!(
@@ -934,6 +1084,35 @@ fn main() -> anyhow::Result<()> {
                 RulesCommand::Remove { name } => Request::RuleRemove { name },
             },
         ),
+        Command::Login {
+            server,
+            config,
+            data_dir,
+            no_browser,
+            wait_seconds,
+        } => login(
+            &config_path(config)?,
+            &self::data_dir(data_dir)?,
+            &server,
+            !no_browser,
+            Duration::from_secs(wait_seconds),
+        ),
+        Command::Logout {
+            server,
+            config,
+            data_dir,
+        } => {
+            let config = Config::load(&config_path(config)?)?;
+            let (_, _, settings) = oauth_server(&config, &self::data_dir(data_dir)?, &server)?;
+            if gatekeeper_mcp::oauth::logout(&settings).map_err(anyhow::Error::msg)? {
+                println!(
+                    "logged out of {server}: its tokens are removed; its calls fail until `gate login {server}` (revoke the gate's access at the authorization server too, if it should end there)"
+                );
+            } else {
+                println!("the gate was not logged in to {server}");
+            }
+            Ok(())
+        }
         Command::Revert { id, at } => ask(at, &Request::Revert { id }),
         Command::Pair { name, at } => ask(at, &Request::Pair { name }),
         Command::Devices { command, at } => ask(

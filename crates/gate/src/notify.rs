@@ -175,16 +175,31 @@ impl Notifier {
     /// Tell the person at once that `server` is unavailable: its calls fail until it
     /// answers again (it is tried at each call).
     pub fn unavailable(&self, server: &str) {
+        self.tell_of(server, "unavailable", |server| {
+            format!(
+                "server {server} is unavailable: its calls fail until it answers again; `gate check --servers` says why"
+            )
+        });
+    }
+
+    /// Tell the person at once that `server` waits for their `gate login` (`why`: its
+    /// token expired and could not be refreshed, was revoked, or lacks a scope).
+    pub fn login_needed(&self, server: &str, why: &str) {
+        let why = clean_field(&self.redactor.text(why).value);
+        self.tell_of(server, "login", move |_| why);
+    }
+
+    /// Run the command for `event` of `server`, with the sentence `sentence` makes of
+    /// the server's cleaned name.
+    fn tell_of(&self, server: &str, event: &'static str, sentence: impl FnOnce(&str) -> String) {
         let server = clean_field(&self.redactor.text(server).value);
-        let sentence = format!(
-            "server {server} is unavailable: its calls fail until it answers again; `gate check --servers` says why"
-        );
+        let sentence = sentence(&server);
         let config = self.config.clone();
         tokio::spawn(async move {
             let vars = [
                 ("GATE_COUNT", "0".to_owned()),
                 ("GATE_SERVER", server),
-                ("GATE_EVENT", "unavailable".to_owned()),
+                ("GATE_EVENT", event.to_owned()),
             ];
             run_command(&config, &sentence, &vars).await;
         });

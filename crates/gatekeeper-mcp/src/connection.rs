@@ -40,6 +40,7 @@ use serde_json::Value;
 use tokio::process::Command;
 use tracing::debug;
 
+use crate::oauth::OAuthSettings;
 use crate::oversize::Capped;
 use crate::relay::{Ask, ProgressRoutes, ReadRelay, SharedRoutes};
 use crate::stderr::StderrTail;
@@ -144,6 +145,9 @@ pub struct HttpEndpoint {
     /// A PEM file of certificates to trust besides the system's, for an `https://` server
     /// whose certificate a CA of the person's own signed.
     pub ca_file: Option<std::path::PathBuf>,
+    /// OAuth 2.1 ([`crate::oauth`]): requests carry the access token of the person's
+    /// `gate login`, refreshed before it expires.
+    pub oauth: Option<OAuthSettings>,
 }
 
 impl std::fmt::Debug for HttpEndpoint {
@@ -158,6 +162,8 @@ impl std::fmt::Debug for HttpEndpoint {
                     .map(|(name, _)| name)
                     .collect::<Vec<_>>(),
             )
+            .field("ca_file", &self.ca_file)
+            .field("oauth", &self.oauth)
             .finish()
     }
 }
@@ -216,6 +222,9 @@ pub enum ServerEvent {
     ResourceListChanged,
     /// `notifications/prompts/list_changed`.
     PromptListChanged,
+    /// The server waits for the person's `gate login` (the sentence says why); told
+    /// once until a request carries a token again.
+    LoginNeeded(String),
 }
 
 /// How many announcements may wait for a slow listener before it misses some.
@@ -363,10 +372,16 @@ pub(crate) enum Failure {
     AfterSend(String),
     /// The server answered with a JSON-RPC error: an answer, not a lost request.
     Answered(String),
+    /// The server refused the request's credentials (HTTP 401, or 403 for want of
+    /// scope), with this `WWW-Authenticate` challenge: nothing ran. The server's driver
+    /// turns it into a [`Failure::NotSent`] that says what the person must do.
+    Refused(String),
 }
 
 /// How a connection is wired to its server's driver.
 pub(crate) struct Wiring {
+    /// The server's name in the gate, for what its messages tell the person to do.
+    pub(crate) name: String,
     /// Set whenever the server announces a changed tool list.
     pub(crate) stale: Arc<AtomicBool>,
     /// Where agents' reads in flight take progress and questions.
@@ -432,6 +447,8 @@ impl Protocol {
 pub(crate) struct Connection {
     running: RunningService<RoleClient, Handler>,
     child: Option<tokio::process::Child>,
+    /// The OAuth client of a server reached with OAuth.
+    auth: Option<crate::oauth::Authorized>,
 }
 
 /// How long a stdio server has to end after its connection is dropped and it is asked to
@@ -480,6 +497,7 @@ impl Connection {
         wiring: Wiring,
     ) -> Result<Self, String> {
         let Wiring {
+            name: wiring_name,
             stale,
             progress,
             events,
@@ -496,6 +514,7 @@ impl Connection {
             capabilities,
         };
         let mut child = None;
+        let mut auth = None;
         let handshake = match endpoint {
             Endpoint::Stdio(command) => {
                 // Its stderr is the server's to write and the gate's to read: captured,
@@ -547,22 +566,55 @@ impl Connection {
                     })?;
                     headers.insert(name, value);
                 }
-                let client = crate::tls::client(http.ca_file.as_deref())?;
-                let transport = StreamableHttpClientTransport::with_client(
-                    client,
-                    StreamableHttpClientTransportConfig::with_uri(http.url.as_str())
-                        .custom_headers(headers),
-                );
-                tokio::time::timeout(
-                    deadline,
-                    handler.serve_with_lifecycle(transport, protocol.lifecycle()),
-                )
-                .await
+                let config = StreamableHttpClientTransportConfig::with_uri(http.url.as_str())
+                    .custom_headers(headers);
+                match &http.oauth {
+                    Some(settings) => {
+                        let authorized = crate::oauth::authorized(
+                            &wiring_name,
+                            &http.url,
+                            http.ca_file.as_deref(),
+                            settings,
+                        )
+                        .await?;
+                        let transport = StreamableHttpClientTransport::with_client(
+                            authorized.client.clone(),
+                            config,
+                        );
+                        auth = Some(authorized);
+                        tokio::time::timeout(
+                            deadline,
+                            handler.serve_with_lifecycle(transport, protocol.lifecycle()),
+                        )
+                        .await
+                    }
+                    None => {
+                        let client = crate::tls::client(http.ca_file.as_deref())?;
+                        let transport = StreamableHttpClientTransport::with_client(client, config);
+                        tokio::time::timeout(
+                            deadline,
+                            handler.serve_with_lifecycle(transport, protocol.lifecycle()),
+                        )
+                        .await
+                    }
+                }
             }
         };
         let running = match handshake {
             Ok(Ok(running)) => running,
             Ok(Err(error)) => {
+                if let (Some(_), Endpoint::Http(http)) = (error.auth_challenge(), endpoint) {
+                    return Err(if http.oauth.is_some() {
+                        crate::oauth::needs_login(
+                            &wiring_name,
+                            &format!(
+                                "{wiring_name} refused the gate's access token at the handshake (HTTP 401 or 403)"
+                            ),
+                        )
+                    } else {
+                        format!("{:?} {}", endpoint.subject(), crate::oauth::STATIC_REFUSAL)
+                    });
+                }
                 let words = stderr.last_words(LAST_WORDS_WAIT).await;
                 let advice = match endpoint {
                     Endpoint::Stdio(_) if !words.is_empty() => {
@@ -597,12 +649,21 @@ impl Connection {
                 ));
             }
         };
-        Ok(Self { running, child })
+        Ok(Self {
+            running,
+            child,
+            auth,
+        })
     }
 
     /// Whether the connection can still carry a request.
     pub(crate) fn is_alive(&self) -> bool {
         !self.running.is_closed() && !self.running.peer().is_transport_closed()
+    }
+
+    /// The OAuth client its requests carry tokens from, for a server reached with OAuth.
+    pub(crate) fn auth(&self) -> Option<&crate::oauth::Authorized> {
+        self.auth.as_ref()
     }
 
     pub(crate) fn peer(&self) -> Peer<RoleClient> {
@@ -739,8 +800,8 @@ async fn answer(
             "the connection to the server was lost before it answered (it may have crashed)"
                 .to_owned(),
         )),
-        Ok(Err(error)) if error.auth_challenge().is_some() => Err(Failure::NotSent(
-            "the server refused the credentials (HTTP 401 or 403), so the request did not run; check the headers it is given".to_owned(),
+        Ok(Err(error)) if error.auth_challenge().is_some() => Err(Failure::Refused(
+            error.auth_challenge().unwrap_or_default().to_owned(),
         )),
         Ok(Err(ServiceError::McpError(error))) => Err(Failure::Answered(format!(
             "the server answered with an error (code {}): {}",

@@ -36,11 +36,13 @@
 //! # }
 //! ```
 
+pub mod assertion;
 pub mod backoff;
 pub mod catalog;
 pub mod confine;
 mod connection;
 pub mod limit;
+pub mod oauth;
 pub mod oversize;
 pub mod relay;
 pub mod rounds;
@@ -54,6 +56,7 @@ pub use catalog::{
     Catalog, CatalogChanges, CatalogTool, canonical_json, definition_digest, withheld_reason,
 };
 pub use connection::{Endpoint, HttpEndpoint, INHERITED_ENV, Protocol, ServerEvent, StdioCommand};
+pub use oauth::OAuthSettings;
 pub use relay::{
     Ask, InputRetry, PROGRESS_BUFFER, PendingAsk, PersonAsk, ReadRelay, SEND_CANNOT_SAMPLE,
     for_person,

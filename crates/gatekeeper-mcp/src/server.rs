@@ -58,6 +58,7 @@ use crate::catalog::{Catalog, CatalogTool};
 use crate::connection::{
     self, Connection, EVENT_BUFFER, Endpoint, Failure, Protocol, ServerEvent, Wiring, seconds,
 };
+use crate::oauth::{self, NotReady};
 use crate::relay::{Asker, InputRetry, ReadRelay, SharedRoutes, person_in_scope, person_window};
 use crate::rounds;
 use crate::stderr::StderrTail;
@@ -210,6 +211,8 @@ pub struct McpServer {
     /// The last lines a stdio server wrote to its stderr.
     stderr: Arc<StderrTail>,
     catalog: RwLock<Arc<Catalog>>,
+    /// Set while the server waits for the person's `gate login` (told once per wait).
+    login_needed: AtomicBool,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -234,6 +237,7 @@ impl McpServer {
             capabilities: RwLock::new(Value::Null),
             stderr,
             catalog: RwLock::new(Arc::default()),
+            login_needed: AtomicBool::new(false),
         });
         server
             .refresh()
@@ -262,6 +266,7 @@ impl McpServer {
             events: broadcast::channel(EVENT_BUFFER).0,
             capabilities: RwLock::new(Value::Null),
             catalog: RwLock::new(last),
+            login_needed: AtomicBool::new(false),
         })
     }
 
@@ -318,9 +323,28 @@ impl McpServer {
         let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref() {
             if connection.is_alive() {
-                return Ok(connection.peer());
+                let Some(auth) = connection.auth() else {
+                    return Ok(connection.peer());
+                };
+                // A server reached with OAuth: the request goes out only with a valid
+                // token (refreshed now if it nears expiry), or not at all.
+                match auth.ready().await {
+                    Ok(()) => {
+                        self.login_needed.store(false, Ordering::SeqCst);
+                        return Ok(connection.peer());
+                    }
+                    Err(NotReady::Login(message)) => {
+                        self.needs_login(&message);
+                        return Err(message);
+                    }
+                    Err(NotReady::Later(message)) => return Err(message),
+                    Err(NotReady::Relogged) => {
+                        info!(server = %self.config.name, "downstream.relogged: connecting with the new login");
+                    }
+                }
+            } else {
+                warn!(server = %self.config.name, "downstream.exited: starting it again");
             }
-            warn!(server = %self.config.name, "downstream.exited: starting it again");
             // A restarted server may list other tools.
             self.stale.store(true, Ordering::SeqCst);
             *slot = None;
@@ -334,6 +358,7 @@ impl McpServer {
             ));
         }
         let wiring = Wiring {
+            name: self.config.name.clone(),
             stale: self.stale.clone(),
             progress: self.progress.clone(),
             events: self.events.clone(),
@@ -353,6 +378,12 @@ impl McpServer {
         .await
         {
             Ok(connection) => connection,
+            Err(message) if oauth::is_login_needed(&message) => {
+                // Not a failure to back off from: the person's login is awaited, and the
+                // next call after it connects at once.
+                self.needs_login(&message);
+                return Err(message);
+            }
             Err(message) => {
                 let wait = backoff.failed(Instant::now());
                 warn!(server = %self.config.name, %message, wait = %seconds(wait), "downstream.start.failed");
@@ -365,6 +396,41 @@ impl McpServer {
         let peer = connection.peer();
         *slot = Some(connection);
         Ok(peer)
+    }
+
+    /// Say once that the server waits for the person's login: a
+    /// [`ServerEvent::LoginNeeded`] for whoever listens (the gate's notifier), until a
+    /// request carries a token again.
+    fn needs_login(&self, message: &str) {
+        if !self.login_needed.swap(true, Ordering::SeqCst) {
+            warn!(server = %self.config.name, %message, "downstream.login-needed");
+            let _ = self
+                .events
+                .send(ServerEvent::LoginNeeded(message.to_owned()));
+        }
+    }
+
+    /// A failure as the agent and the person read it: a refusal of the request's
+    /// credentials says what the person must do (and a want of scope is kept for the
+    /// next login); every other failure is as it was.
+    async fn explained(&self, failure: Failure) -> Failure {
+        let Failure::Refused(challenge) = failure else {
+            return failure;
+        };
+        let auth = self
+            .connection
+            .lock()
+            .await
+            .as_ref()
+            .and_then(|c| c.auth().cloned());
+        match (auth, &self.config.endpoint) {
+            (Some(auth), Endpoint::Http(http)) => {
+                let message = auth.refused(&challenge, &http.url).await;
+                self.needs_login(&message);
+                Failure::NotSent(message)
+            }
+            _ => Failure::NotSent(oauth::STATIC_REFUSAL.to_owned()),
+        }
     }
 
     /// Read the catalog again (every page of `tools/list`, each under the deadline).
@@ -400,13 +466,16 @@ impl McpServer {
                     .map(|c| PaginatedRequestParams::default().with_cursor(Some(c))),
                 extensions: Default::default(),
             });
-            let reply = connection::request(peer, request, self.config.deadline)
-                .await
-                .map_err(|failure| {
-                    let (Failure::NotSent(m) | Failure::AfterSend(m) | Failure::Answered(m)) =
-                        failure;
-                    format!("could not read the tool list: {m}")
-                })?;
+            let reply = match connection::request(peer, request, self.config.deadline).await {
+                Ok(reply) => reply,
+                Err(failure) => {
+                    let (Failure::NotSent(m)
+                    | Failure::AfterSend(m)
+                    | Failure::Answered(m)
+                    | Failure::Refused(m)) = self.explained(failure).await;
+                    return Err(format!("could not read the tool list: {m}"));
+                }
+            };
             // Whatever variant rmcp matched, the raw JSON is what counts.
             let mut page = serde_json::to_value(&reply)
                 .map_err(|e| format!("could not read the tool list: {e}"))?;
@@ -639,9 +708,9 @@ impl McpServer {
             Ok(reply) => serde_json::to_value(&reply).map_err(|e| {
                 CallError::Unknown(format!("the server's answer could not be read ({e})"))
             }),
-            Err(Failure::NotSent(message)) => Err(CallError::NotDispatched(format!(
-                "{message}; nothing was sent"
-            ))),
+            Err(Failure::NotSent(message) | Failure::Refused(message)) => Err(
+                CallError::NotDispatched(format!("{message}; nothing was sent")),
+            ),
             Err(Failure::Answered(message)) => Err(CallError::Answered(message)),
             Err(Failure::AfterSend(message)) => Err(CallError::Unknown(message)),
         }
@@ -683,20 +752,27 @@ impl McpServer {
         loop {
             let reply = match relay {
                 Some(relay) => {
-                    connection::request_relayed(
+                    match connection::request_relayed(
                         peer,
                         request.clone(),
                         deadline,
                         &self.progress,
                         relay,
                     )
-                    .await?
+                    .await
+                    {
+                        Ok(reply) => reply,
+                        Err(failure) => return Err(self.explained(failure).await),
+                    }
                 }
                 None => {
                     let call = self.progress.start_call(asker.clone());
                     let reply = connection::request(peer, request.clone(), deadline).await;
                     self.progress.stop_asking(call);
-                    reply?
+                    match reply {
+                        Ok(reply) => reply,
+                        Err(failure) => return Err(self.explained(failure).await),
+                    }
                 }
             };
             let ServerResult::InputRequiredResult(needed) = reply else {
@@ -756,9 +832,9 @@ impl McpServer {
         ));
         match self.send(&peer, request, relay).await {
             Ok(reply) => tool_result(reply),
-            Err(Failure::NotSent(message)) => Err(CallError::NotDispatched(format!(
-                "{message}; nothing was sent"
-            ))),
+            Err(Failure::NotSent(message) | Failure::Refused(message)) => Err(
+                CallError::NotDispatched(format!("{message}; nothing was sent")),
+            ),
             Err(Failure::Answered(message)) => Err(CallError::Answered(message)),
             Err(Failure::AfterSend(message)) => {
                 if relay.is_some_and(|relay| relay.cancelled.is_cancelled()) {

@@ -403,6 +403,7 @@ impl HttpFixture {
             url: self.url.clone(),
             headers: vec![("Authorization".to_owned(), format!("Bearer {token}"))],
             ca_file: None,
+            oauth: None,
         }
     }
 }

@@ -118,6 +118,7 @@ async fn driver(url: &str, elicitation: bool) -> anyhow::Result<Arc<McpServer>> 
         url: url.to_owned(),
         headers: Vec::new(),
         ca_file: None,
+        oauth: None,
     });
     let config = McpServerConfig::new("greeter", endpoint)
         .protocol(Protocol::Discover)

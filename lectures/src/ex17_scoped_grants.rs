@@ -107,6 +107,7 @@ async fn gatekeeper(desk: &Desk, url: &str) -> anyhow::Result<Arc<ToolGatekeeper
         url: url.to_owned(),
         headers: Vec::new(),
         ca_file: None,
+        oauth: None,
     });
     let driver =
         McpServer::connect(McpServerConfig::new("notes", endpoint).trust(ServerTrust::Vetted))

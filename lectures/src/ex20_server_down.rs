@@ -80,6 +80,7 @@ fn config(name: &str, url: &str) -> McpServerConfig {
         url: url.to_owned(),
         headers: Vec::new(),
         ca_file: None,
+        oauth: None,
     });
     McpServerConfig::new(name, endpoint).trust(ServerTrust::Vetted)
 }

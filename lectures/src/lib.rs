@@ -44,6 +44,7 @@ pub mod ex17_scoped_grants;
 pub mod ex18_one_durable_path;
 pub mod ex19_signed_decision;
 pub mod ex20_server_down;
+pub mod ex21_token_at_send;
 
 pub use db::{DbPlan, LedgerPage, ledger_check, ledger_view, ledger_view_page, shown_path};
 pub use runner::{
@@ -73,4 +74,5 @@ pub const LECTURES: &[Lecture] = &[
     ex18_one_durable_path::LECTURE,
     ex19_signed_decision::LECTURE,
     ex20_server_down::LECTURE,
+    ex21_token_at_send::LECTURE,
 ];

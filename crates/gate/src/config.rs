@@ -1494,8 +1494,58 @@ mod tests {
                 url: "http://127.0.0.1:9/mcp".into(),
                 headers_from_env: vec![("Authorization".into(), "A_TOKEN".into())],
                 ca_file: None,
+                oauth: None,
             }
         );
+    }
+
+    #[test]
+    fn oauth_is_taken_over_https_or_loopback_and_its_client_is_complete() {
+        let config = parse(
+            "[[server]]\nname = \"a\"\nurl = \"https://mcp.example.com/mcp\"\n[server.oauth]\nscopes = [\"read\"]\n",
+        )
+        .expect("valid");
+        let Transport::Http {
+            oauth: Some(oauth), ..
+        } = &config.servers[0].transport
+        else {
+            panic!("{:?}", config.servers[0].transport);
+        };
+        assert_eq!(oauth.scopes, ["read"]);
+        assert_eq!(oauth.grant, OAuthGrant::AuthorizationCode);
+        assert!(
+            parse("[[server]]\nname = \"a\"\nurl = \"http://localhost:9/mcp\"\noauth = {}\n")
+                .is_ok()
+        );
+        for (text, says) in [
+            (
+                "url = \"http://mcp.example.com/mcp\"\noauth = {}",
+                "in the clear",
+            ),
+            (
+                "url = \"https://mcp.example.com/mcp\"\noauth = { client_secret_env = \"S\" }",
+                "set its client_id too",
+            ),
+            (
+                "url = \"https://mcp.example.com/mcp\"\noauth = { grant = \"client_credentials\", client_id = \"c\" }",
+                "one of client_secret_env",
+            ),
+            (
+                "url = \"https://mcp.example.com/mcp\"\noauth = { client_id = \"c\", private_key_file = \"/k.pem\" }",
+                "goes with grant",
+            ),
+            (
+                "url = \"https://mcp.example.com/mcp\"\noauth = { client_metadata_url = \"http://x/c.json\" }",
+                "must be an https://",
+            ),
+            (
+                "url = \"https://mcp.example.com/mcp\"\noauth = { token = \"t\" }",
+                "unknown field",
+            ),
+        ] {
+            let message = refused(&format!("[[server]]\nname = \"a\"\n{text}\n"));
+            assert!(message.contains(says), "{text}: {message}");
+        }
     }
 
     #[test]

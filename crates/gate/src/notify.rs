@@ -185,8 +185,12 @@ impl Notifier {
     /// Tell the person at once that `server` waits for their `gate login` (`why`: its
     /// token expired and could not be refreshed, was revoked, or lacks a scope).
     pub fn login_needed(&self, server: &str, why: &str) {
-        let why = clean_field(&self.redactor.text(why).value);
-        self.tell_of(server, "login", move |_| why);
+        // The reason may carry what the server said (the scope it asked for): one line,
+        // controls neutralized, marked as not the gate's own words.
+        let why = prompt_sanitize::untrusted_label(&self.redactor.text(why).value, 300).to_string();
+        self.tell_of(server, "login", move |server| {
+            format!("server {server} needs your login: run `gate login {server}` ({why})")
+        });
     }
 
     /// Run the command for `event` of `server`, with the sentence `sentence` makes of

@@ -377,6 +377,37 @@ impl CredentialStore for TokenFile {
         }
         Ok(())
     }
+
+    /// The authorization server refused the refresh token for good (`invalid_grant`):
+    /// the tokens are dead, and the file says so (the person's next `gate login` makes new
+    /// ones; `gate check` says one is needed). Tokens a login wrote since are kept.
+    async fn on_refresh_token_rejected(
+        &self,
+        rejected: &StoredCredentials,
+    ) -> Result<(), AuthError> {
+        let _held = self.lock.lock().await;
+        if let Some(mut saved) = self.read().map_err(store_error)?
+            && saved
+                .credentials
+                .as_ref()
+                .is_some_and(|kept| same_grant(kept, rejected))
+        {
+            saved.credentials = None;
+            self.write(&saved).map_err(store_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether two stored credentials carry the same refresh token.
+fn same_grant(a: &StoredCredentials, b: &StoredCredentials) -> bool {
+    let refresh = |c: &StoredCredentials| {
+        c.token_response
+            .as_ref()
+            .and_then(|t| serde_json::to_value(t).ok())
+            .and_then(|t| t.get("refresh_token").cloned())
+    };
+    a.client_id == b.client_id && refresh(a) == refresh(b)
 }
 
 /// The HTTP client of the OAuth exchanges: the server's own trust (system roots and its
@@ -426,8 +457,23 @@ impl Http {
                 .build()
                 .map_err(|e| format!("the HTTP client cannot be built: {e}"))
         };
+        // Redirects are followed within the origin asked, at most 5: metadata that sends
+        // the gate elsewhere is refused, not trusted.
+        let same_origin = reqwest::redirect::Policy::custom(|attempt| {
+            let first = attempt.previous().first().map(reqwest::Url::origin);
+            if attempt.previous().len() > 5 {
+                attempt.error("more than 5 redirects")
+            } else if first.is_some_and(|origin| origin != attempt.url().origin()) {
+                let to = attempt.url().to_string();
+                attempt.error(format!(
+                    "redirected to another origin ({to}), which the gate does not follow"
+                ))
+            } else {
+                attempt.follow()
+            }
+        });
         Ok(Arc::new(Self {
-            follow: build(reqwest::redirect::Policy::limited(5))?,
+            follow: build(same_origin)?,
             stop: build(reqwest::redirect::Policy::none())?,
         }))
     }

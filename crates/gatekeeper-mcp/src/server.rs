@@ -329,10 +329,7 @@ impl McpServer {
                 // A server reached with OAuth: the request goes out only with a valid
                 // token (refreshed now if it nears expiry), or not at all.
                 match auth.ready().await {
-                    Ok(()) => {
-                        self.login_needed.store(false, Ordering::SeqCst);
-                        return Ok(connection.peer());
-                    }
+                    Ok(()) => return Ok(connection.peer()),
                     Err(NotReady::Login(message)) => {
                         self.needs_login(&message);
                         return Err(message);
@@ -723,6 +720,22 @@ impl McpServer {
     /// `input_required` answer goes back to an agent that takes it, and is answered by the
     /// gate for everyone else ([`crate::rounds`]).
     async fn send(
+        &self,
+        peer: &Peer<RoleClient>,
+        request: ClientRequest,
+        relay: Option<&ReadRelay>,
+    ) -> Result<ServerResult, Failure> {
+        let answered = self.send_once(peer, request, relay).await;
+        if answered.is_ok() {
+            // The server took the request's credentials: a later need for the person's
+            // login is news again.
+            self.login_needed.store(false, Ordering::SeqCst);
+        }
+        answered
+    }
+
+    /// [`Self::send`] without its bookkeeping.
+    async fn send_once(
         &self,
         peer: &Peer<RoleClient>,
         request: ClientRequest,

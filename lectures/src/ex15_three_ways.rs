@@ -28,7 +28,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use gatekeeper_core::{
@@ -224,13 +223,7 @@ struct Run {
 
 impl Run {
     async fn new(cx: &mut Context<'_>, way: Way) -> anyhow::Result<Self> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "gate-ex15-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::setup::scratch_dir("ex15")?;
         std::fs::create_dir_all(dir.join("notes"))?;
         std::fs::write(dir.join("notes/plan.md"), "step one\n")?;
         let desk = Desk::new(cx)?;

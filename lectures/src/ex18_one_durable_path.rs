@@ -52,14 +52,7 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new() -> anyhow::Result<Self> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "gate-lecture-ex18-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
+        let dir = crate::setup::scratch_dir("lecture-ex18")?;
         Ok(Self(dir))
     }
 }

@@ -299,7 +299,7 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     }));
     let base = serve(shared.clone()).await?;
     let url = format!("{base}/mcp");
-    let dir = std::env::temp_dir().join(format!("gate-ex21-{}", std::process::id()));
+    let dir = crate::setup::scratch_dir("ex21")?;
     let settings = OAuthSettings::new(dir.join("oauth").join("notes.json"));
 
     cx.section("1. gate login notes")?;
@@ -401,7 +401,11 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         let world = world(&shared);
         (world.refreshes, world.notes.len())
     };
-    cx.evidence("refreshes asked of the authorization server", refreshes)?;
+    // (The transport's own streams may ask again later; what counts is that one was.)
+    cx.evidence(
+        "the gate asked the authorization server for a refresh",
+        refreshes >= 1,
+    )?;
     cx.evidence("notes written on the server", notes)?;
 
     cx.section("3. The person's grant is revoked; another write is approved")?;
@@ -413,20 +417,33 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
     };
     // Its token expires too, so the refresh is asked for before anything is sent.
     tokio::time::sleep(Duration::from_millis(2100)).await;
+    // The gate finds out before the write leaves: either the refresh is refused, or the
+    // server refuses the token on the request that comes first (the catalog's re-read) and
+    // the refresh after it is refused. Which one depends on the clock; both end the same.
     let decided = desk.overseer.approve(ledger, "alice").await;
+    let said = match &decided {
+        Ok(()) => anyhow::bail!("the write was applied without a token"),
+        Err(e) => e.to_string(),
+    };
+    anyhow::ensure!(
+        said.contains("the person must run `gate login notes`"),
+        "{said}"
+    );
     writeln!(
         cx,
-        "  alice approves: {}",
-        match &decided {
-            Ok(()) => "accepted".to_owned(),
-            Err(e) => visible(&e.to_string()),
-        }
+        "  alice approves: not sent, because no token can be had; the person must run `gate login notes`"
     )?;
-    let result = poll(cx, &session, action).await?;
+    let result = session.get_action_result(action).await?;
+    let (status, message) = (result.status(), result.message().unwrap_or("").to_owned());
     anyhow::ensure!(
-        !matches!(result, ActionResult::Applied { .. }),
-        "a write was sent without a token"
+        !matches!(result, ActionResult::Applied { .. }) && message.contains("gate login notes"),
+        "{status}: {message}"
     );
+    cx.evidence("the agent's get_action_result", status)?;
+    cx.evidence(
+        "it tells the agent",
+        visible(message.rsplit("; ").next().unwrap_or("")),
+    )?;
     cx.evidence("notes written on the server", world(&shared).notes.len())?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -258,6 +258,20 @@ fn indented(cx: &mut Context<'_>, lead: &str, text: &str) -> std::io::Result<()>
     Ok(())
 }
 
+/// A fresh scratch directory for one run of lecture `name`, its own even when a lecture
+/// runs twice at once in one process (the transcript tests do): `gate-<name>-<pid>-<n>`.
+pub(crate) fn scratch_dir(name: &str) -> std::io::Result<std::path::PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "gate-{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
 /// The agent calls `tool` through `session`; the call and its answer are printed.
 pub(crate) async fn call(
     cx: &mut Context<'_>,

@@ -14,7 +14,13 @@
 //     comes back (answering an elicitation by accepting with the schema's defaults);
 //
 // so that the gate, as the MCP client of the scenario's server, does what the scenario
-// checks. Then it stops the gate (SIGTERM to the pid it started, then SIGKILL) and exits 0
+// checks. In the authorization scenarios (`auth/*`) the server asks for OAuth: the
+// configuration gets an `[server.oauth]` table (with the scenario's client id, secret or
+// signing key where it gives them), and the person runs `gate login suite` before
+// `gate serve`, with this script as the browser, and again whenever the gate tells the
+// agent that the person must (step-up), at most three times; for a client of its own
+// (client credentials) nobody logs in. Where the login must be refused (a resource or an
+// issuer that does not match), the script checks that it was, and for the reason. Then it stops the gate (SIGTERM to the pid it started, then SIGKILL) and exits 0
 // when the agent saw what it expected, 1 otherwise (what went wrong on stderr; the gate's
 // log is kept in the scratch directory).
 //

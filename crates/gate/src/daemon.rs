@@ -459,9 +459,12 @@ impl Daemon {
                             &error.to_string(),
                         )
                     }
-                    // A server that waits for the person's first login: offered with no
-                    // tools until then (`gate login` says so, and the notifier is told).
-                    _ if gatekeeper_mcp::oauth::is_login_needed(&error.to_string()) => {
+                    // A remote server never reached yet (it waits for the person's first
+                    // login, or the network or the server is down): offered with no tools
+                    // until it lists them (a change for the person to accept), tried again
+                    // at each call, and the notifier is told. A local command that fails
+                    // the first time is the configuration's mistake, and stops the start.
+                    _ if matches!(endpoint, Endpoint::Http(_)) => {
                         unavailable.push(server.name.clone());
                         McpServer::unavailable(
                             mcp_config(server, endpoint),
@@ -471,7 +474,7 @@ impl Daemon {
                     }
                     _ => {
                         return Err(StartError(format!(
-                            "{error}; the gate has never reached it, so it has no catalog of it to offer: fix it, or take it out of {} for now",
+                            "{error}; the gate has never started it, so it has no catalog of it to offer: fix its command, or take it out of {} for now",
                             config.path.display()
                         )));
                     }

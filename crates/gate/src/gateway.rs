@@ -271,7 +271,9 @@ impl AgentTools {
                                 warn!(agent = %name, %server, %tool, "grant.tool-withheld: see `gate catalog`");
                             }
                             Some(listed) => chosen.push(listed),
-                            None if strict => {
+                            // A server that has listed nothing yet (a remote server never
+                            // reached) cannot say; its grants are checked once it lists.
+                            None if strict && !catalog.tools().is_empty() => {
                                 return Err(ViewError::UnknownTool {
                                     agent: name.to_owned(),
                                     server: server.clone(),

@@ -262,3 +262,38 @@ async fn a_server_down_at_start_leaves_the_others_working_and_is_tried_again() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remote_server_never_reached_does_not_stop_the_start() {
+    let mut gate = Gate::start("remote-never");
+    // `far` has never answered (nothing listens on its port): the daemon starts anyway,
+    // offers none of its tools (even the one a grant names), and tells the person.
+    let far = format!(
+        "[[server]]\nname = \"far\"\nurl = \"http://127.0.0.1:{}/mcp\"\n\n[[agent]]",
+        free_port()
+    );
+    let told = gate.dir.join("told.txt");
+    let notify = format!(
+        "\n[notify]\ncommand = \"/bin/sh\"\nargs = [\"-c\", {:?}]\n",
+        format!("echo \"$GATE_EVENT: $0\" >> '{}'", told.display())
+    );
+    gate.reconfigure(|text| {
+        (text + &notify).replacen("[[agent]]", &far, 1).replacen(
+            "[[agent.grant]]\nserver = \"fixture\"\n",
+            "[[agent.grant]]\nserver = \"fixture\"\n\n[[agent.grant]]\nserver = \"far\"\ntools = [\"search\"]\n",
+            1,
+        )
+    });
+    let agent = gate.agent(CODER_TOKEN).await;
+    let tools = agent.list_all_tools().await.expect("tools");
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert!(names.contains(&"fixture__read_notes"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("far__")), "{names:?}");
+    let working = call(&agent, "fixture__read_notes", json!({})).await;
+    assert_ne!(working.is_error, Some(true), "{working:?}");
+    daemon::eventually("the person told", || {
+        std::fs::read_to_string(&told)
+            .is_ok_and(|t| t.contains("unavailable: server far is unavailable"))
+    })
+    .await;
+}

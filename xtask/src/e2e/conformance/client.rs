@@ -1,8 +1,9 @@
 //! The conformance suite's client scenarios with `gate` as the MCP client: the suite starts
 //! a scenario's test server, and `xtask/e2e/conformance-client.mjs` puts that server behind
 //! a `gate serve` of its own (a downstream `url = ...` server, with the person's `reads` and
-//! `forward_elicitation` where the scenario needs them) and drives an agent through the gate
-//! so that the gate does what the scenario checks.
+//! `forward_elicitation` where the scenario needs them, and `[server.oauth]` with the
+//! person's `gate login` for the authorization scenarios) and drives an agent through the
+//! gate so that the gate does what the scenario checks.
 //!
 //! Every scenario of the pinned suite's client list is in the printed table: it applies and
 //! runs, or it does not apply and the table says why. A scenario that does not apply but
@@ -250,11 +251,22 @@ struct Saved {
 
 /// The one `<scenario>-<timestamp>` directory the suite saved under `out`.
 fn saved_run(out: &Path) -> Option<Saved> {
-    let dir: PathBuf = fs::read_dir(out)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.join("checks.json").is_file())?;
+    // `auth/basic-cimd` is saved as `auth/basic-cimd-<timestamp>`: one level further down.
+    let find = |dir: &Path| -> Option<PathBuf> {
+        fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join("checks.json").is_file())
+    };
+    let dir: PathBuf = find(out).or_else(|| {
+        fs::read_dir(out)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .find_map(|p| find(&p))
+    })?;
     let checks = serde_json::from_str(&fs::read_to_string(dir.join("checks.json")).ok()?).ok()?;
     let stderr = fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
     Some(Saved { checks, stderr })

@@ -1190,6 +1190,58 @@ pub(crate) const STATIC_REFUSAL: &str = "the server refused the credentials (HTT
 mod tests {
     use super::*;
 
+    /// An authorization server on loopback whose every answer is `body`, or a redirect to
+    /// `elsewhere` when given.
+    async fn answering(body: usize, elsewhere: Option<&'static str>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let address = listener.local_addr().expect("bound");
+        let router = axum::Router::new().fallback(move || async move {
+            match elsewhere {
+                Some(to) => axum::response::Response::builder()
+                    .status(302)
+                    .header("location", to)
+                    .body(axum::body::Body::empty())
+                    .expect("a response"),
+                None => axum::response::Response::new(axum::body::Body::from(vec![b'x'; body])),
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        format!("http://{address}/token")
+    }
+
+    #[tokio::test]
+    async fn an_oversized_answer_or_a_redirect_elsewhere_is_refused_not_read_halfway() {
+        let http = Http::new(None).expect("a client");
+        let big = answering(MAX_ANSWER_BYTES + 1, None).await;
+        let refused = http
+            .post_form(&big, String::new())
+            .await
+            .expect_err("too large");
+        assert!(refused.contains("larger than"), "{refused}");
+        let small = answering(10, None).await;
+        assert_eq!(
+            http.post_form(&small, String::new())
+                .await
+                .expect("read")
+                .1
+                .len(),
+            10
+        );
+        let moved = answering(0, Some("http://192.0.2.1/metadata")).await;
+        let followed = http
+            .follow
+            .get(&moved)
+            .send()
+            .await
+            .expect_err("not followed");
+        assert!(
+            format!("{followed:?}").contains("another origin"),
+            "{followed:?}"
+        );
+    }
+
     #[test]
     fn a_span_reads_in_the_largest_unit_that_fits() {
         assert_eq!(span(12), "12 s");

@@ -440,10 +440,12 @@ async fn body(cx: &mut Context<'_>) -> anyhow::Result<()> {
         "{status}: {message}"
     );
     cx.evidence("the agent's get_action_result", status)?;
-    cx.evidence(
-        "it tells the agent",
-        visible(message.rsplit("; ").next().unwrap_or("")),
-    )?;
+    // What it says to do (the reason before it depends on the clock, as above).
+    let to_do: String = message
+        .find("the person must run")
+        .map(|at| message[at..].split_inclusive('`').take(2).collect())
+        .unwrap_or_default();
+    cx.evidence("it tells the agent", visible(&to_do))?;
     cx.evidence("notes written on the server", world(&shared).notes.len())?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

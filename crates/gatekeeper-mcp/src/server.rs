@@ -513,7 +513,13 @@ impl McpServer {
             .is_read()
         });
         let catalog = if self.is_stale() || !is_read || !self.connection_alive().await {
-            self.refresh().await.map_err(CallError::NotDispatched)?
+            // Every write is checked against the tool's definition as the server lists it
+            // now: a listing that fails stops the send, and says it was that check.
+            self.refresh().await.map_err(|why| {
+                CallError::NotDispatched(format!(
+                    "the tool's definition could not be checked before sending, so nothing was sent ({why})"
+                ))
+            })?
         } else {
             self.catalog()
         };

@@ -184,21 +184,20 @@ impl Machine {
         http: &Http,
         store: &dyn CredentialStore,
     ) -> Result<(), String> {
-        let Self::Signed {
-            client_id,
-            key,
-            scopes,
-            resource,
-        } = self
-        else {
-            let Self::Secret(config) = self else {
-                unreachable!("two kinds of machine client")
-            };
-            return manager
-                .exchange_client_credentials(config)
-                .await
-                .map(|_| ())
-                .map_err(|e| explain(&e));
+        let (client_id, key, scopes, resource) = match self {
+            Self::Secret(config) => {
+                return manager
+                    .exchange_client_credentials(config)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| explain(&e));
+            }
+            Self::Signed {
+                client_id,
+                key,
+                scopes,
+                resource,
+            } => (client_id, key, scopes, resource),
         };
         let audience = metadata
             .issuer
@@ -529,25 +528,19 @@ pub fn is_login_needed(message: &str) -> bool {
     message.contains(LOGIN_NEEDED)
 }
 
-/// An rmcp error as a person reads it: its message and its causes.
+/// An rmcp error as a person reads it: its message and its causes, each once.
 fn explain(error: &AuthError) -> String {
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
+        let said = cause.to_string();
+        if !text.contains(&said) {
             text.push_str(": ");
-            text.push_str(&cause);
+            text.push_str(&said);
         }
-        source = cause_of(source);
+        source = cause.source();
     }
     text
-}
-
-fn cause_of<'a>(
-    error: Option<&'a (dyn std::error::Error + 'static)>,
-) -> Option<&'a (dyn std::error::Error + 'static)> {
-    error.and_then(std::error::Error::source)
 }
 
 fn now() -> u64 {

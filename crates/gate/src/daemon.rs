@@ -493,14 +493,15 @@ impl Daemon {
                     catalogs.display()
                 ))
             };
-            // A server that waits for its first login has listed nothing yet: nothing is
-            // recorded as accepted, and the tools the file names are checked once it lists
-            // them (its first catalog is then a change for the person to accept).
-            let awaiting_login =
+            // A remote server never reached (down, or waiting for its first login) has
+            // listed nothing yet: nothing is recorded as accepted, and the tools the file
+            // names are checked once it lists them (its first catalog is then a change for
+            // the person to accept).
+            let never_listed =
                 unavailable.contains(&server.name) && mcp.catalog().tools().is_empty();
             let accepted = match recorded_catalog(&catalogs, &server.name).map_err(unreadable)? {
                 Some(recorded) => Arc::new(recorded),
-                None if awaiting_login => mcp.catalog(),
+                None if never_listed => mcp.catalog(),
                 None => {
                     let current = mcp.catalog();
                     record_catalog(&catalogs, &server.name, &current).map_err(unreadable)?;
@@ -533,14 +534,14 @@ impl Daemon {
                     config.path.display()
                 ))
             };
-            if awaiting_login {
+            if never_listed {
                 // Checked when it lists its tools.
             } else if let Some(tool) = server.reads.iter().find(|t| accepted.get(t).is_none()) {
                 return Err(unlisted("read", "reads", tool));
             }
             // A sensitive read must also be one the classifier calls a read: anything else
             // would lock nothing down, silently.
-            for tool in server.sensitive_reads.iter().filter(|_| !awaiting_login) {
+            for tool in server.sensitive_reads.iter().filter(|_| !never_listed) {
                 let Some(listed) = accepted.get(tool).cloned() else {
                     return Err(unlisted("sensitive read", "sensitive_reads", tool));
                 };

@@ -433,19 +433,7 @@ impl Http {
             .send()
             .await
             .map_err(|e| format!("{url} could not be asked ({e})"))?;
-        let status = response.status();
-        let mut body = Vec::new();
-        let mut chunks = response.bytes_stream();
-        while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| format!("{url}'s answer was cut ({e})"))?;
-            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(format!(
-                    "{url}'s answer is larger than {MAX_ANSWER_BYTES} bytes, so it is refused"
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok((status, body))
+        Ok((response.status(), capped(response).await?))
     }
 
     fn new(ca_file: Option<&Path>) -> Result<Arc<Self>, String> {
@@ -478,6 +466,24 @@ impl Http {
     }
 }
 
+/// The body of an authorization server's answer, refused whole when it is larger than
+/// [`MAX_ANSWER_BYTES`].
+async fn capped(response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let url = response.url().to_string();
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| format!("{url}'s answer was cut ({e})"))?;
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(format!(
+                "{url}'s answer is larger than {MAX_ANSWER_BYTES} bytes, so it is refused"
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 impl OAuthHttpClient for Http {
     fn execute(&self, request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
         Box::pin(async move {
@@ -495,18 +501,7 @@ impl OAuthHttpClient for Http {
             for (name, value) in response.headers() {
                 answer = answer.header(name, value);
             }
-            let mut body = Vec::new();
-            let mut chunks = response.bytes_stream();
-            while let Some(chunk) = chunks.next().await {
-                let chunk = chunk.map_err(|e| Box::new(e) as OAuthHttpClientError)?;
-                if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                    return Err(format!(
-                        "the authorization server's answer is larger than {MAX_ANSWER_BYTES} bytes, so it is refused"
-                    )
-                    .into());
-                }
-                body.extend_from_slice(&chunk);
-            }
+            let body = capped(response).await?;
             answer
                 .body(body)
                 .map_err(|e| Box::new(e) as OAuthHttpClientError)
@@ -757,23 +752,20 @@ pub async fn login(
             .map_err(|e| {
                 format!("the authorization server of {server} gave the gate's client no token: {e}")
             })?;
-        file.write(&Saved {
-            url: url.to_owned(),
-            client_id: settings.client_id.clone().unwrap_or_default(),
-            client_secret: None,
-            redirect_uri: String::new(),
-            metadata: metadata.clone(),
-            wanted_scopes: Vec::new(),
-            credentials: tokens.load().await.map_err(|e| explain(&e))?,
-        })?;
-        return Ok(LoggedIn {
-            issuer: metadata
-                .issuer
-                .clone()
-                .unwrap_or_else(|| metadata.authorization_endpoint.clone()),
-            registration: "client credentials",
-            state: LoginState::read(&settings.token_file, url)?,
-        });
+        let credentials = tokens.load().await.map_err(|e| explain(&e))?;
+        return keep(
+            &file,
+            Saved {
+                url: url.to_owned(),
+                client_id: settings.client_id.clone().unwrap_or_default(),
+                client_secret: None,
+                redirect_uri: String::new(),
+                metadata,
+                wanted_scopes: Vec::new(),
+                credentials,
+            },
+            "client credentials",
+        );
     }
 
     let listener = TcpListener::bind("127.0.0.1:0")
@@ -881,22 +873,32 @@ pub async fn login(
             "the authorization server of {server} answered without a token"
         ));
     }
-    file.write(&Saved {
-        url: url.to_owned(),
-        client_id,
-        client_secret,
-        redirect_uri,
-        metadata: metadata.clone(),
-        wanted_scopes: Vec::new(),
-        credentials,
-    })?;
+    keep(
+        &file,
+        Saved {
+            url: url.to_owned(),
+            client_id,
+            client_secret,
+            redirect_uri,
+            metadata,
+            wanted_scopes: Vec::new(),
+            credentials,
+        },
+        registration,
+    )
+}
+
+/// Write a login's `saved` tokens to `file`, and say what the login came to.
+fn keep(file: &TokenFile, saved: Saved, registration: &'static str) -> Result<LoggedIn, String> {
+    file.write(&saved)?;
     Ok(LoggedIn {
-        issuer: metadata
+        issuer: saved
+            .metadata
             .issuer
             .clone()
-            .unwrap_or_else(|| metadata.authorization_endpoint.clone()),
+            .unwrap_or_else(|| saved.metadata.authorization_endpoint.clone()),
         registration,
-        state: LoginState::read(&settings.token_file, url)?,
+        state: LoginState::read(&file.path, &saved.url)?,
     })
 }
 

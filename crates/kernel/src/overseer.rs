@@ -895,15 +895,11 @@ impl Overseer {
     /// Every action still waiting for a person (pending, or failed but retryable), in
     /// ascending id across all gatekeepers.
     pub fn open_actions(&self) -> Result<Vec<LedgerEntry>, DecisionError> {
-        let mut ids = Vec::new();
+        let mut open = Vec::new();
         for name in self.gatekeeper_names() {
-            ids.extend(self.inner.store.open_action_ids(&name)?);
+            open.extend(self.inner.store.open_actions(&name)?);
         }
-        ids.sort_unstable();
-        let mut open = Vec::with_capacity(ids.len());
-        for id in ids {
-            open.extend(self.inner.store.get(id)?);
-        }
+        open.sort_unstable_by_key(|entry| entry.id);
         Ok(open)
     }
 

@@ -44,6 +44,11 @@ pub type DurableFuture = Pin<Box<dyn Future<Output = Result<(), StorageError>> +
 /// Ids handed out by [`LedgerStore::insert`] increase strictly and are never reused.
 pub trait LedgerStore: Send + Sync {
     /// Allocate the next id, build the entry for it with `make`, and store it.
+    ///
+    /// `make` is called once. What it builds depends on the id only through
+    /// [`LedgerEntry::id`], so a store that numbers an entry in the statement that writes
+    /// it may build it first, under a placeholder id, and store it under the id that
+    /// statement hands out (the PostgreSQL store does, to write in one round trip).
     fn insert(
         &self,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
@@ -100,6 +105,20 @@ pub trait LedgerStore: Send + Sync {
     /// The ids of one gatekeeper's open actions (pending, or failed but retryable: both
     /// still wait for a person), in ascending id.
     fn open_action_ids(&self, gatekeeper: &str) -> Result<Vec<LedgerId>, StorageError>;
+
+    /// One gatekeeper's open actions, whole, in ascending id (a person's list).
+    ///
+    /// The default reads [`LedgerStore::open_action_ids`] and [`LedgerStore::get`]s each.
+    /// A store that reads them in one statement answers from it, and may answer the next
+    /// `get` of each (the person's decision) from the same read, as it may after
+    /// `open_action_ids`.
+    fn open_actions(&self, gatekeeper: &str) -> Result<Vec<LedgerEntry>, StorageError> {
+        let mut open = Vec::new();
+        for id in self.open_action_ids(gatekeeper)? {
+            open.extend(self.get(id)?);
+        }
+        Ok(open)
+    }
 
     /// The ledger id of the action a gatekeeper submitted under `driver_id`.
     fn find_action(

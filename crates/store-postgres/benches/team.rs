@@ -5,6 +5,8 @@
 //! - `cycle/sqlite_wal`, `cycle/postgres`: one action staged, approved by a person and
 //!   applied; the summary gives commits per action on both and round trips per action on
 //!   PostgreSQL (statements, prepares, BEGIN and COMMIT each count one).
+//!   `cycle/postgres_batch`: the same, the person listing once per 16 staged actions
+//!   and approving each from the list (a review in batch).
 //! - `agents16/one_daemon`, `agents16/two_daemons`: 16 agents per daemon stage
 //!   auto-approvable calls under a rule as fast as the open cap lets them, and the drain
 //!   applies them; actions applied per second with one daemon and with two on one
@@ -151,8 +153,43 @@ fn cycle(c: &mut Criterion) {
             })
         });
     });
+    // A person's review in batch, as the design has it: what was staged meanwhile is
+    // listed once, and each action approved from the list.
+    group.bench_function("postgres_batch", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let (commits, trips) = (postgres.commits(), postgres.round_trips());
+                let start = Instant::now();
+                let mut left = iters;
+                while left > 0 {
+                    let round = left.min(BATCH);
+                    for _ in 0..round {
+                        rig.queue_issue(&title()).await;
+                    }
+                    for entry in rig.overseer.open_actions().unwrap() {
+                        rig.overseer.approve(entry.id, "ana").await.unwrap();
+                    }
+                    left -= round;
+                }
+                rig.overseer.settle().await;
+                let elapsed = start.elapsed();
+                tally(
+                    "cycle/postgres_batch",
+                    elapsed,
+                    iters,
+                    postgres.commits() - commits,
+                    postgres.round_trips() - trips,
+                );
+                elapsed
+            })
+        });
+    });
     group.finish();
 }
+
+/// How many actions a person reviews at once in `cycle/postgres_batch` (the store keeps
+/// at most 50 open per gatekeeper).
+const BATCH: u64 = 16;
 
 /// Per daemon, 16 agents each stage `per_agent` auto-approvable calls (retrying while the
 /// store is full); returns when every call was applied.

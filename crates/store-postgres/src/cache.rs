@@ -17,9 +17,10 @@
 //!   handed out (`gate_stage`) names no ledger action yet: ids are never handed out
 //!   twice, and only the staging daemon submits it. `find_action` answers "none" for it
 //!   without asking, until the ledger insert of that action begins.
-//! - **Open entries read by `open_action_ids`.** Read with the ids in one statement and
-//!   handed to the next `get` of each id (once, and for at most [`PREFETCH_TTL`]), as
-//!   the drain and a person's list read them one after the other. This daemon's own writes
+//! - **Open entries read by `open_action_ids` or `open_actions`.** Read in one statement
+//!   and handed to the next `get` of each id (once, and for at most [`PREFETCH_TTL`]):
+//!   the drain reads them one after the other, and a person's decision reads the entry
+//!   the list (`open_actions`, already whole) showed. This daemon's own writes
 //!   of an entry drop it; a notification of a ledger change by another daemon (the
 //!   payload names the writer's session) drops them all. What is left is as old as a
 //!   notification, and a decision on it is checked again by `record_attempt` (open,
@@ -36,7 +37,7 @@ use kernel::{AutoApprovalRule, LedgerEntry};
 /// Whether the lockdown latch is set.
 pub(crate) const LOCKED_DOWN: &str = "SELECT EXISTS (SELECT 1 FROM lockdown)";
 
-/// How long an entry read by `open_action_ids` may answer the next `get` of its id.
+/// How long an entry read by `open_action_ids` or `open_actions` may answer the next `get` of its id.
 pub const PREFETCH_TTL: Duration = Duration::from_millis(250);
 
 /// How many stages not yet submitted are remembered; beyond that, `find_action` asks.
@@ -191,7 +192,7 @@ impl Caches {
         }
     }
 
-    /// The entry read for `id` by the last `open_action_ids`, once, if recent and no
+    /// The entry read for `id` by the last `open_action_ids` or `open_actions`, once, if recent and no
     /// other daemon changed the ledger since it was read.
     pub(crate) fn take_prefetched(&self, id: i64) -> Option<LedgerEntry> {
         let (entry, at, generation) = self.prefetched.lock().ok()?.remove(&id)?;

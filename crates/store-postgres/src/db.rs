@@ -295,28 +295,6 @@ impl Link<'_> {
         self.rt().block_on(self.conn.client.simple_query(sql))
     }
 
-    /// `BEGIN` and `first` (SQL without parameters that returns one row of one value) in
-    /// one round trip (`first` alone inside an open transaction); returns that value as
-    /// text. The transaction stays open.
-    pub(crate) fn begin_simple(&mut self, first: &str) -> Result<Option<String>, StoreError> {
-        let opened = if self.in_tx {
-            self.simple(first)
-        } else {
-            self.simple(&format!("BEGIN; {first}"))
-        };
-        self.in_tx = true;
-        match opened {
-            Ok(messages) => Ok(messages.into_iter().find_map(|message| match message {
-                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                _ => None,
-            })),
-            Err(error) => {
-                self.rollback();
-                Err(sql_error(&error))
-            }
-        }
-    }
-
     /// `BEGIN` and a statement in one round trip (pipelined); returns its rows and leaves
     /// the transaction open (a connection already inside one stays in it). On an error
     /// the transaction is rolled back.

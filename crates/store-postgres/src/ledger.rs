@@ -15,8 +15,9 @@
 //!
 //! # What is committed when
 //!
-//! - An insert is committed before it returns, in two round trips: `BEGIN` with the
-//!   insert lock and the next id, then the row with `COMMIT` (pipelined). A submission
+//! - An insert is committed before it returns, in one round trip: the statement that
+//!   takes the insert lock, numbers the entry and writes it, pipelined with `COMMIT`
+//!   (the entry is built before its id is known; the port allows it). A submission
 //!   runs in the transaction its driver's stage left parked (same task or thread), so
 //!   one commit holds both the driver's pending row and the ledger's entry; if the
 //!   action's stage is parked elsewhere, it is committed first.
@@ -275,15 +276,32 @@ impl Moving {
     }
 }
 
-const INSERT_ACTION: &str = "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at,
+/// The id of a new entry, numbered where it is written: the insert lock (`$1` is
+/// [`LEDGER_LOCKS`], key 0), held to the commit, then the next id. Inserts of every
+/// daemon wait for that lock, so ids become visible in ascending order: a reader never
+/// sees id n + 1 before n (the drain applies in id order).
+macro_rules! numbered {
+    () => {
+        "(SELECT nextval('ledger_ids') FROM (SELECT pg_advisory_xact_lock($1, 0)) AS locked)"
+    };
+}
+
+const INSERT_ACTION: &str = concat!(
+    "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at,
         description_json, driver_id, depends_on_json, state, resolved_by, auto_approved,
         resolved_at, resolution_cause, failure, failure_retryable, failure_kind, blocked_by,
         restart_requested, revert_by, revert_at, revert_refused)
-     VALUES ($1, 'action', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-        $17, $18, $19, $20) RETURNING id";
+     VALUES (",
+    numbered!(),
+    ", 'action', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+        $17, $18, $19, $20) RETURNING id"
+);
 
-const INSERT_OBSERVATION: &str = "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at,
-        description_json) VALUES ($1, 'observation', $2, $3, $4, $5) RETURNING id";
+const INSERT_OBSERVATION: &str = concat!(
+    "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json) VALUES (",
+    numbered!(),
+    ", 'observation', $2, $3, $4, $5) RETURNING id"
+);
 
 /// A still-pending action's moving columns (`$1` id, `$2..$14` moving, `$15` this
 /// session): written only while the action is open, and keeping who decides it if
@@ -358,14 +376,6 @@ const RECORD_ATTEMPT: &str = "WITH latch AS (SELECT EXISTS (SELECT 1 FROM lockdo
 /// Where the action store's columns begin in a row of [`RECORD_ATTEMPT`].
 pub(crate) const ATTEMPT_ACTION_COLUMNS: usize = 4;
 
-/// Take the insert lock (`LEDGER_LOCKS`, 0), held to the commit, then the next id: sent
-/// with the `BEGIN`, in one round trip.
-fn next_id() -> String {
-    format!(
-        "SELECT nextval('ledger_ids') FROM (SELECT pg_advisory_xact_lock({LEDGER_LOCKS}, 0)) AS locked"
-    )
-}
-
 /// A new entry's row, built on the caller's thread and written by a worker.
 #[derive(Clone)]
 enum Row0 {
@@ -425,20 +435,19 @@ impl Row0 {
         }
     }
 
-    /// Write the row with `COMMIT`, in one round trip, ending the open transaction.
-    fn write(&self, link: &mut Link<'_>, id: i64) -> Result<(), StoreError> {
-        let _: usize = match self {
+    /// Number the row and write it with `COMMIT`, in one round trip, ending the open
+    /// transaction (outside one, the statement commits as it runs); returns its id.
+    fn write(&self, link: &mut Link<'_>) -> Result<i64, StoreError> {
+        let rows = match self {
             Self::Observation {
                 gatekeeper,
                 caller,
                 created_at,
                 json,
-            } => link
-                .commit_with(
-                    INSERT_OBSERVATION,
-                    &[&id, gatekeeper, caller, created_at, json],
-                )?
-                .len(),
+            } => link.commit_with(
+                INSERT_OBSERVATION,
+                &[&LEDGER_LOCKS, gatekeeper, caller, created_at, json],
+            )?,
             Self::Action {
                 gatekeeper,
                 caller,
@@ -449,13 +458,21 @@ impl Row0 {
                 moving,
             } => {
                 let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
-                    &id, gatekeeper, caller, created_at, json, driver_id, depends_on,
+                    &LEDGER_LOCKS,
+                    gatekeeper,
+                    caller,
+                    created_at,
+                    json,
+                    driver_id,
+                    depends_on,
                 ];
                 params.extend(moving.params());
-                link.commit_with(INSERT_ACTION, &params)?.len()
+                link.commit_with(INSERT_ACTION, &params)?
             }
         };
-        Ok(())
+        rows.first()
+            .map(|row| row.get(0))
+            .ok_or_else(|| StoreError::Missing("no ledger id was handed out".into()))
     }
 }
 
@@ -566,6 +583,34 @@ fn put_in(
 
 impl PostgresLedger {
     /// Every rule, remembered until they change (see `cache.rs`).
+    /// One gatekeeper's open actions, in ascending id, in one statement; each is kept
+    /// for the next read of it ([`crate::cache`]'s prefetch: once, briefly).
+    fn read_open(&self, gatekeeper: &str) -> Result<Vec<LedgerEntry>, StorageError> {
+        let gatekeeper = gatekeeper.to_owned();
+        // What is parked for this gatekeeper is committed first, so this daemon reads
+        // its own writes.
+        let parked_for: Arc<str> = Arc::from(gatekeeper.as_str());
+        self.db
+            .commit_parked(move |key, _| key.0 == parked_for)
+            .map_err(port)?;
+        let generation = self.db.shared().caches.entries_generation();
+        let entries = self
+            .db
+            .call(move |link| {
+                link.query(OPEN_ROWS, &[&gatekeeper])
+                    .map_err(sql)?
+                    .iter()
+                    .map(entry_of)
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(port)?;
+        self.db
+            .shared()
+            .caches
+            .prefetch(entries.clone(), generation);
+        Ok(entries)
+    }
+
     fn all_rules(&self) -> Result<Arc<Vec<AutoApprovalRule>>, StoreError> {
         let caches = &self.db.shared().caches;
         if let Some(rules) = caches.rules() {
@@ -589,74 +634,34 @@ impl LedgerStore for PostgresLedger {
         &self,
         make: &mut dyn FnMut(LedgerId) -> LedgerEntry,
     ) -> Result<LedgerId, StorageError> {
-        // One transaction takes the insert lock and the next id (with its BEGIN, one
-        // round trip), hands the id here, where the entry is built (on the caller's
-        // thread), and writes it with its COMMIT (one round trip). Inserts of every
-        // daemon wait for that lock, so ids become visible in ascending order: a reader
-        // never sees id n + 1 before n (the drain applies in id order).
+        // The entry is built first, on the caller's thread, under a placeholder id (the
+        // port allows it: an entry depends on its id only through `LedgerEntry::id`);
+        // the statement that writes it numbers it ([`numbered!`]) and is pipelined with
+        // the COMMIT: one round trip.
         //
         // A stage this task parked (its driver's row, see `actions.rs`) is written in the
         // same transaction: the submission that follows a stage commits both.
+        let row = Row0::of(&make(LedgerId(0))).map_err(port)?;
         let (key, parked) = match self.db.shared().take_park_of_stager(Stager::current()) {
             Some((key, parked)) => (Some(key), Some(parked)),
             None => (None, None),
         };
-        let (id_tx, id_rx) = std::sync::mpsc::sync_channel::<i64>(1);
-        let (entry_tx, entry_rx) = std::sync::mpsc::sync_channel::<Option<Row0>>(1);
-        let db = self.db.clone();
-        let done = self
-            .db
-            .call_later(parked, key, move |link| {
-                let next: i64 = link
-                    .begin_simple(&next_id())?
-                    .and_then(|n| n.parse().ok())
-                    .ok_or_else(|| StoreError::Missing("no ledger id was handed out".into()))?;
-                let _ = id_tx.send(next);
-                let Ok(Some(row)) = entry_rx.recv() else {
-                    return Err(StoreError::Missing("the entry was not built".into()));
-                };
-                // An action whose stage is parked elsewhere (not in this transaction) has
-                // it committed first: an acknowledged submission has both records.
-                if let Some((gatekeeper, driver_id)) = row.action_key() {
-                    db.shared()
-                        .commit_park_now(&(Arc::from(gatekeeper), driver_id))?;
-                }
-                row.write(link, next)
-            })
-            .map_err(port)?;
-        let next = match id_rx.recv() {
-            Ok(next) => next,
-            // The transaction failed before it had an id: its answer says why.
-            Err(_) => {
-                return Err(port(
-                    done.recv()
-                        .unwrap_or(Err(StoreError::Closed))
-                        .err()
-                        .unwrap_or(StoreError::Closed),
-                ));
-            }
-        };
-        let id = LedgerId(u64_of(next, "ledger id").map_err(port)?);
-        let entry = make(id);
-        let row = if entry.id == id {
-            Row0::of(&entry).map_err(port)
-        } else {
-            Err(StorageError(format!(
-                "entry built for {id} carries id {}",
-                entry.id
-            )))
-        };
-        if let Ok(row) = &row
-            && let Some((gatekeeper, driver_id)) = row.action_key()
-        {
+        if let Some((gatekeeper, driver_id)) = row.action_key() {
             // From now on `find_action` asks the server about it.
             self.db.shared().caches.submitted(gatekeeper, driver_id);
         }
-        let _ = entry_tx.send(row.as_ref().ok().cloned());
-        let written = done.recv().unwrap_or(Err(StoreError::Closed));
-        row?;
-        written.map_err(port)?;
-        Ok(id)
+        let db = self.db.clone();
+        let written = self.db.call_parked(parked, key, move |link| {
+            // An action whose stage is parked elsewhere (not in this transaction) has it
+            // committed first: an acknowledged submission has both records.
+            if let Some((gatekeeper, driver_id)) = row.action_key() {
+                db.shared()
+                    .commit_park_now(&(Arc::from(gatekeeper), driver_id))?;
+            }
+            row.write(link)
+        });
+        let id = written.map_err(port)?;
+        Ok(LedgerId(u64_of(id, "ledger id").map_err(port)?))
     }
 
     fn get(&self, id: LedgerId) -> Result<Option<LedgerEntry>, StorageError> {
@@ -757,28 +762,14 @@ impl LedgerStore for PostgresLedger {
     }
 
     fn open_action_ids(&self, gatekeeper: &str) -> Result<Vec<LedgerId>, StorageError> {
-        let gatekeeper = gatekeeper.to_owned();
-        // What is parked for this gatekeeper is committed first, so this daemon reads
-        // its own writes.
-        let parked_for: Arc<str> = Arc::from(gatekeeper.as_str());
-        self.db
-            .commit_parked(move |key, _| key.0 == parked_for)
-            .map_err(port)?;
-        let generation = self.db.shared().caches.entries_generation();
-        let entries = self
-            .db
-            .call(move |link| {
-                link.query(OPEN_ROWS, &[&gatekeeper])
-                    .map_err(sql)?
-                    .iter()
-                    .map(entry_of)
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .map_err(port)?;
-        let ids = entries.iter().map(|entry| entry.id).collect();
-        // The caller reads them one by one next (the drain, a person's list).
-        self.db.shared().caches.prefetch(entries, generation);
-        Ok(ids)
+        // The caller reads them one by one next (the drain): each from this read.
+        let entries = self.read_open(gatekeeper)?;
+        Ok(entries.iter().map(|entry| entry.id).collect())
+    }
+
+    fn open_actions(&self, gatekeeper: &str) -> Result<Vec<LedgerEntry>, StorageError> {
+        // A person's list: the decision that follows reads its entry from this read.
+        self.read_open(gatekeeper)
     }
 
     fn find_action(

@@ -114,6 +114,61 @@ fn one_handle_submits_while_another_decides_and_both_agree() {
     }
 }
 
+#[test]
+fn two_people_deciding_from_their_lists_at_once_apply_each_action_once() {
+    // Each person's decision reads the entry their list showed (`open_actions`, kept for
+    // the next read): the other's approval between the list and the decision is caught by
+    // `record_attempt`, so the second approval is refused and nothing is applied twice.
+    let path = fresh_url();
+    let (one, two) = (
+        Database::open(&path).unwrap(),
+        Database::open(&path).unwrap(),
+    );
+    let (applied_one, applied_two) = runtime().block_on(async {
+        let first = Overseer::with_store(one.ledger(), Arc::new(StepClock::default()));
+        let second = Overseer::with_store(two.ledger(), Arc::new(StepClock::new(0, 1)));
+        let (gk_one, gk_two) = (FakeGatekeeper::new("gk"), FakeGatekeeper::new("gk"));
+        first.register(gk_one.clone()).unwrap();
+        second.register(gk_two.clone()).unwrap();
+        let queue = first.queue_for("gk", "agent").unwrap();
+        for n in 1..=ACTIONS {
+            queue
+                .submit_action(DriverActionId(n), ActionDescription::new("write", "body"))
+                .await
+                .unwrap();
+            let (listed_one, listed_two) = (
+                first.open_actions().unwrap(),
+                second.open_actions().unwrap(),
+            );
+            assert_eq!(
+                listed_one, listed_two,
+                "both lists show the same open action"
+            );
+            let id = listed_one[0].id;
+            first.approve(id, "ana").await.unwrap();
+            let refused = second.approve(id, "bo").await.unwrap_err();
+            assert!(
+                matches!(
+                    refused,
+                    kernel::DecisionError::DecidedElsewhere { open: false, .. }
+                        | kernel::DecisionError::NotPending { .. }
+                ),
+                "action {n}: {refused:?}"
+            );
+        }
+        first.settle().await;
+        second.settle().await;
+        let applied = |gk: &FakeGatekeeper| gk.applies.lock().unwrap().clone();
+        (applied(&gk_one), applied(&gk_two))
+    });
+    let expected: Vec<u64> = (1..=ACTIONS).collect();
+    assert_eq!(
+        applied_one, expected,
+        "each action applied once, by the first"
+    );
+    assert!(applied_two.is_empty(), "the second applied {applied_two:?}");
+}
+
 /// A pending action entry of gatekeeper `gk` for driver action `n`.
 fn submitted(n: u64) -> impl FnMut(kernel::LedgerId) -> kernel::LedgerEntry {
     pending_entry(

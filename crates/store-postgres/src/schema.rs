@@ -53,8 +53,8 @@ CREATE TABLE gate_schema (
 
 CREATE SEQUENCE gate_sessions AS integer;
 
--- Ledger ids: handed out once each, increasing, never reused (a failed insert leaves a
--- gap, as an id is taken before the entry is built).
+-- Ledger ids: handed out once each, increasing, never reused (an insert that fails
+-- after its id was taken leaves a gap).
 CREATE SEQUENCE ledger_ids AS bigint;
 
 CREATE FUNCTION gate_session_alive(session integer) RETURNS boolean

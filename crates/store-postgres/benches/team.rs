@@ -132,59 +132,65 @@ fn cycle(c: &mut Criterion) {
     let rig = rt.block_on(support::Rig::new(postgres.clone()));
     group.bench_function("postgres", |b| {
         b.iter_custom(|iters| {
-            rt.block_on(async {
-                let (commits, trips) = (postgres.commits(), postgres.round_trips());
-                let start = Instant::now();
+            rt.block_on(counted(&postgres, &rig, "cycle/postgres", iters, async {
                 for _ in 0..iters {
                     rig.queue_issue(&title()).await;
                     let open = rig.overseer.open_actions().unwrap();
                     rig.overseer.approve(open[0].id, "ana").await.unwrap();
                 }
-                rig.overseer.settle().await;
-                let elapsed = start.elapsed();
-                tally(
-                    "cycle/postgres",
-                    elapsed,
-                    iters,
-                    postgres.commits() - commits,
-                    postgres.round_trips() - trips,
-                );
-                elapsed
-            })
+            }))
         });
     });
     // A person's review in batch, as the design has it: what was staged meanwhile is
     // listed once, and each action approved from the list.
     group.bench_function("postgres_batch", |b| {
         b.iter_custom(|iters| {
-            rt.block_on(async {
-                let (commits, trips) = (postgres.commits(), postgres.round_trips());
-                let start = Instant::now();
-                let mut left = iters;
-                while left > 0 {
-                    let round = left.min(BATCH);
-                    for _ in 0..round {
-                        rig.queue_issue(&title()).await;
+            rt.block_on(counted(
+                &postgres,
+                &rig,
+                "cycle/postgres_batch",
+                iters,
+                async {
+                    let mut left = iters;
+                    while left > 0 {
+                        let round = left.min(BATCH);
+                        for _ in 0..round {
+                            rig.queue_issue(&title()).await;
+                        }
+                        for entry in rig.overseer.open_actions().unwrap() {
+                            rig.overseer.approve(entry.id, "ana").await.unwrap();
+                        }
+                        left -= round;
                     }
-                    for entry in rig.overseer.open_actions().unwrap() {
-                        rig.overseer.approve(entry.id, "ana").await.unwrap();
-                    }
-                    left -= round;
-                }
-                rig.overseer.settle().await;
-                let elapsed = start.elapsed();
-                tally(
-                    "cycle/postgres_batch",
-                    elapsed,
-                    iters,
-                    postgres.commits() - commits,
-                    postgres.round_trips() - trips,
-                );
-                elapsed
-            })
+                },
+            ))
         });
     });
     group.finish();
+}
+
+/// Time `cycles` (`iters` actions on `postgres`) until every apply settled, and tally it
+/// under `name` with its commits and round trips.
+async fn counted(
+    postgres: &Database,
+    rig: &support::Rig,
+    name: &'static str,
+    iters: u64,
+    cycles: impl std::future::Future<Output = ()>,
+) -> Duration {
+    let (commits, trips) = (postgres.commits(), postgres.round_trips());
+    let start = Instant::now();
+    cycles.await;
+    rig.overseer.settle().await;
+    let elapsed = start.elapsed();
+    tally(
+        name,
+        elapsed,
+        iters,
+        postgres.commits() - commits,
+        postgres.round_trips() - trips,
+    );
+    elapsed
 }
 
 /// How many actions a person reviews at once in `cycle/postgres_batch` (the store keeps

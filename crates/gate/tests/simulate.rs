@@ -41,6 +41,10 @@ fn npm_servers() -> (PathBuf, PathBuf, PathBuf) {
     let node = node().expect(
         "this test runs the real npm MCP servers and needs node and npm: install them (Debian: apt-get install nodejs npm)",
     );
+    // The tests of this file run at once: one installs while the others wait, so none
+    // starts a server from a half-written tree.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _installing = INSTALLING.lock().unwrap_or_else(|p| p.into_inner());
     if npm_server("server-filesystem").is_none() || npm_server("server-memory").is_none() {
         let pinned = include_str!("../../../xtask/e2e/npm-servers.txt")
             .lines()

@@ -20,8 +20,7 @@ use gatekeeper_mcp::{
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InputRequest,
-    InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -52,7 +51,7 @@ struct Greeter;
 
 impl ServerHandler for Greeter {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        crate::setup::tools_only()
     }
 
     async fn list_tools(
@@ -60,14 +59,12 @@ impl ServerHandler for Greeter {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tool: Tool = serde_json::from_value(json!({
+        crate::setup::tools_listed(json!([{
             "name": "greet",
             "description": "Greet someone; asks whom.",
             "inputSchema": {"type": "object"},
             "annotations": {"readOnlyHint": true}
-        }))
-        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        Ok(ListToolsResult::with_all_items(vec![tool]))
+        }]))
     }
 
     async fn call_tool(

@@ -24,7 +24,7 @@ use gatekeeper_mcp::{Endpoint, HttpEndpoint, McpServer, McpServerConfig};
 use kernel::{ArgumentCheck, ArgumentTest, LedgerId, RuleScope, Timestamp};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -57,7 +57,7 @@ struct Notes {
 
 impl ServerHandler for Notes {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        crate::setup::tools_only()
     }
 
     async fn list_tools(
@@ -66,7 +66,7 @@ impl ServerHandler for Notes {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let path = json!({"type": "string", "description": "The note's path."});
-        let tools: Vec<Tool> = serde_json::from_value(json!([
+        crate::setup::tools_listed(json!([
             {
                 "name": "tag_note",
                 "description": "Tag a note; tagging twice is the same as once.",
@@ -82,8 +82,6 @@ impl ServerHandler for Notes {
                 "annotations": {"readOnlyHint": false, "destructiveHint": false}
             }
         ]))
-        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(

@@ -16,7 +16,7 @@ use gatekeeper_core::{CallOutcome, Grants, ServerTrust, Session, ToolService as 
 use gatekeeper_mcp::{Endpoint, HttpEndpoint, McpServer, McpServerConfig};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -45,7 +45,7 @@ struct Small {
 
 impl ServerHandler for Small {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        crate::setup::tools_only()
     }
 
     async fn list_tools(
@@ -53,14 +53,12 @@ impl ServerHandler for Small {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools: Vec<Tool> = serde_json::from_value(json!([{
+        crate::setup::tools_listed(json!([{
             "name": format!("read_{}", self.name),
             "description": "Read what there is.",
             "inputSchema": {"type": "object", "properties": {}},
             "annotations": {"readOnlyHint": true}
         }]))
-        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(

@@ -21,7 +21,7 @@ use gatekeeper_core::{ActionResult, CallOutcome, Grants, ServerTrust};
 use gatekeeper_mcp::{Endpoint, HttpEndpoint, McpServer, McpServerConfig, OAuthSettings};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -118,7 +118,7 @@ struct Notes(Shared);
 
 impl ServerHandler for Notes {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        crate::setup::tools_only()
     }
 
     async fn list_tools(
@@ -126,14 +126,12 @@ impl ServerHandler for Notes {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools: Vec<Tool> = serde_json::from_value(json!([{
+        crate::setup::tools_listed(json!([{
             "name": "write_note",
             "description": "Write a note.",
             "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
             "annotations": {"readOnlyHint": false, "destructiveHint": false}
         }]))
-        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(

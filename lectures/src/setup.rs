@@ -21,6 +21,8 @@ use gatekeeper_core::{
 use gatekeeper_issues::{IssueTracker, IssuesConfig};
 use kernel::{Clock, DriverActionId, LedgerStore, MemoryLedger, Overseer, StepClock, SystemClock};
 use prompt_sanitize::neutralize_controls;
+use rmcp::ErrorData;
+use rmcp::model::{ListToolsResult, ServerCapabilities, ServerConfig, Tool};
 use serde_json::Value;
 use store_sqlite::Database;
 
@@ -408,6 +410,19 @@ where
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     })
+}
+
+/// What the lectures' small MCP servers say they offer: tools only.
+pub fn tools_only() -> ServerConfig {
+    ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+}
+
+/// A lecture server's answer to `tools/list`: `tools`, a JSON array of tool definitions
+/// as the protocol writes them.
+pub fn tools_listed(tools: Value) -> Result<ListToolsResult, ErrorData> {
+    let tools: Vec<Tool> = serde_json::from_value(tools)
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    Ok(ListToolsResult::with_all_items(tools))
 }
 
 #[cfg(test)]

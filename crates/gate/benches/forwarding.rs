@@ -29,7 +29,6 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::Child;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
@@ -39,31 +38,9 @@ use rmcp::service::Peer;
 use serde_json::{Value, json};
 
 use fixture::{fixture_binary, free_port};
-use support::{DirectServer, connect};
+use support::{DirectServer, connect, figures, record};
 
 const TOKEN: &str = "bench-forwarding-token-0123456789abcdef";
-
-/// Each call's own time, per benchmark, over criterion's warm-up and samples.
-static CALLS: Mutex<Vec<(&'static str, Vec<Duration>)>> = Mutex::new(Vec::new());
-
-fn record(name: &'static str, calls: Vec<Duration>) {
-    let mut all = CALLS.lock().unwrap_or_else(|p| p.into_inner());
-    match all.iter_mut().find(|(n, _)| *n == name) {
-        Some((_, times)) => times.extend(calls),
-        None => all.push((name, calls)),
-    }
-}
-
-/// Median, p90 and mean microseconds per call of a benchmark, if it ran.
-fn figures(name: &str) -> Option<(f64, f64, f64)> {
-    let all = CALLS.lock().unwrap_or_else(|p| p.into_inner());
-    let (_, times) = all.iter().find(|(n, t)| *n == name && !t.is_empty())?;
-    let mut micros: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e6).collect();
-    micros.sort_by(f64::total_cmp);
-    let at = |q: f64| micros[((micros.len() - 1) as f64 * q).round() as usize];
-    let mean = micros.iter().sum::<f64>() / micros.len() as f64;
-    Some((at(0.5), at(0.9), mean))
-}
 
 /// A running `gate serve` over one rich fixture server (stdio) named `fixture`, granted
 /// to one agent.

@@ -84,12 +84,8 @@ fn tally(name: &'static str, elapsed: Duration, calls: u64) {
     }
 }
 
-/// Each read's own time per benchmark, over criterion's warm-up and samples, for the
-/// summary's percentiles.
-static READS: Mutex<Vec<(&'static str, Vec<Duration>)>> = Mutex::new(Vec::new());
-
 /// `iters` calls of `tool` (no arguments) by `agent`, each timed: the total for criterion
-/// and the tally, each call's time for [`percentile_micros`].
+/// and the tally, each call's time for the summary's percentiles ([`support::figures`]).
 async fn timed_reads(
     name: &'static str,
     agent: &Peer<RoleClient>,
@@ -105,23 +101,8 @@ async fn timed_reads(
     }
     let elapsed = start.elapsed();
     tally(name, elapsed, iters);
-    let mut reads = READS.lock().unwrap_or_else(|p| p.into_inner());
-    match reads.iter_mut().find(|(n, _)| *n == name) {
-        Some((_, all)) => all.extend(each),
-        None => reads.push((name, each)),
-    }
+    support::record(name, each);
     elapsed
-}
-
-/// The `q` quantile (0.5 for the median) of a benchmark's reads, in microseconds.
-fn percentile_micros(name: &str, q: f64) -> Option<f64> {
-    let mut reads = READS.lock().unwrap_or_else(|p| p.into_inner());
-    let (_, all) = reads
-        .iter_mut()
-        .find(|(n, all)| *n == name && !all.is_empty())?;
-    all.sort_unstable();
-    let at = ((all.len() - 1) as f64 * q).round() as usize;
-    Some(all[at].as_secs_f64() * 1e6)
 }
 
 /// Mean microseconds per call of a benchmark, if it ran.
@@ -605,12 +586,9 @@ fn summary(counts: &Counts) {
             "+300 µs at most",
         ),
     ] {
-        let (Some(d50), Some(t50), Some(d90), Some(t90)) = (
-            percentile_micros(direct, 0.5),
-            percentile_micros(through, 0.5),
-            percentile_micros(direct, 0.9),
-            percentile_micros(through, 0.9),
-        ) else {
+        let (Some((d50, d90, _)), Some((t50, t90, _))) =
+            (support::figures(direct), support::figures(through))
+        else {
             continue;
         };
         println!(

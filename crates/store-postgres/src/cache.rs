@@ -37,7 +37,8 @@ use kernel::{AutoApprovalRule, LedgerEntry};
 /// Whether the lockdown latch is set.
 pub(crate) const LOCKED_DOWN: &str = "SELECT EXISTS (SELECT 1 FROM lockdown)";
 
-/// How long an entry read by `open_action_ids` or `open_actions` may answer the next `get` of its id.
+/// How long an entry read by `open_action_ids` or `open_actions` may answer the next `get`
+/// of its id.
 pub const PREFETCH_TTL: Duration = Duration::from_millis(250);
 
 /// How many stages not yet submitted are remembered; beyond that, `find_action` asks.
@@ -192,8 +193,8 @@ impl Caches {
         }
     }
 
-    /// The entry read for `id` by the last `open_action_ids` or `open_actions`, once, if recent and no
-    /// other daemon changed the ledger since it was read.
+    /// The entry read for `id` by the last `open_action_ids` or `open_actions`, once, if
+    /// recent and no other daemon changed the ledger since it was read.
     pub(crate) fn take_prefetched(&self, id: i64) -> Option<LedgerEntry> {
         let (entry, at, generation) = self.prefetched.lock().ok()?.remove(&id)?;
         (at.elapsed() < PREFETCH_TTL

@@ -377,7 +377,6 @@ const RECORD_ATTEMPT: &str = "WITH latch AS (SELECT EXISTS (SELECT 1 FROM lockdo
 pub(crate) const ATTEMPT_ACTION_COLUMNS: usize = 4;
 
 /// A new entry's row, built on the caller's thread and written by a worker.
-#[derive(Clone)]
 enum Row0 {
     Observation {
         gatekeeper: String,
@@ -392,7 +391,7 @@ enum Row0 {
         json: String,
         driver_id: i64,
         depends_on: String,
-        moving: Arc<Moving>,
+        moving: Box<Moving>,
     },
 }
 
@@ -406,7 +405,7 @@ impl Row0 {
                 gatekeeper,
                 caller,
                 created_at,
-                json: encode(observation, entry.id)?,
+                json: encode(observation, "a new ledger entry")?,
             },
             EntryBody::Action(action) => {
                 let ids: Vec<u64> = action.depends_on.iter().map(|id| id.0).collect();
@@ -414,10 +413,10 @@ impl Row0 {
                     gatekeeper,
                     caller,
                     created_at,
-                    json: encode(&*action.description, entry.id)?,
+                    json: encode(&*action.description, "a new ledger entry")?,
                     driver_id: i64_of(action.driver_id.0),
                     depends_on: serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned()),
-                    moving: Arc::new(Moving::of(action)),
+                    moving: Box::new(Moving::of(action)),
                 }
             }
         })
@@ -517,9 +516,13 @@ fn rule_of(row: &Row) -> Result<AutoApprovalRule, StoreError> {
     })
 }
 
-fn encode<T: serde::Serialize>(value: &T, id: LedgerId) -> Result<String, StoreError> {
+/// The JSON of the description of `entry` (its id, or what it is when it has none yet).
+fn encode<T: serde::Serialize>(
+    value: &T,
+    entry: impl std::fmt::Display,
+) -> Result<String, StoreError> {
     serde_json::to_string(value)
-        .map_err(|e| StoreError::decode(format!("the description of ledger entry {id}"), e))
+        .map_err(|e| StoreError::decode(format!("the description of {entry}"), e))
 }
 
 /// Write `entry` over its row; `settle` is the driver's outcome kept for it, written in
@@ -533,7 +536,7 @@ fn put_in(
     let id = i64_of(entry.id.0);
     let changed = match &entry.body {
         EntryBody::Observation(observation) => {
-            let json = encode(observation, entry.id)?;
+            let json = encode(observation, format_args!("ledger entry {}", entry.id))?;
             link.commit_with(UPDATE_OBSERVATION, &[&id, &json])?.len()
         }
         EntryBody::Action(action) => {
@@ -582,7 +585,6 @@ fn put_in(
 }
 
 impl PostgresLedger {
-    /// Every rule, remembered until they change (see `cache.rs`).
     /// One gatekeeper's open actions, in ascending id, in one statement; each is kept
     /// for the next read of it ([`crate::cache`]'s prefetch: once, briefly).
     fn read_open(&self, gatekeeper: &str) -> Result<Vec<LedgerEntry>, StorageError> {
@@ -611,6 +613,7 @@ impl PostgresLedger {
         Ok(entries)
     }
 
+    /// Every rule, remembered until they change (see `cache.rs`).
     fn all_rules(&self) -> Result<Arc<Vec<AutoApprovalRule>>, StoreError> {
         let caches = &self.db.shared().caches;
         if let Some(rules) = caches.rules() {

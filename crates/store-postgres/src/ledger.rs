@@ -644,17 +644,20 @@ impl LedgerStore for PostgresLedger {
         //
         // A stage this task parked (its driver's row, see `actions.rs`) is written in the
         // same transaction: the submission that follows a stage commits both.
-        let row = Row0::of(&make(LedgerId(0))).map_err(port)?;
+        let row = Row0::of(&make(LedgerId(0)));
         let (key, parked) = match self.db.shared().take_park_of_stager(Stager::current()) {
             Some((key, parked)) => (Some(key), Some(parked)),
             None => (None, None),
         };
-        if let Some((gatekeeper, driver_id)) = row.action_key() {
+        if let Some((gatekeeper, driver_id)) = row.as_ref().ok().and_then(Row0::action_key) {
             // From now on `find_action` asks the server about it.
             self.db.shared().caches.submitted(gatekeeper, driver_id);
         }
         let db = self.db.clone();
         let written = self.db.call_parked(parked, key, move |link| {
+            // An entry that cannot be written rolls back the stage parked with it: no
+            // driver's row is kept without its ledger entry.
+            let row = row?;
             // An action whose stage is parked elsewhere (not in this transaction) has it
             // committed first: an acknowledged submission has both records.
             if let Some((gatekeeper, driver_id)) = row.action_key() {

@@ -377,99 +377,76 @@ const RECORD_ATTEMPT: &str = "WITH latch AS (SELECT EXISTS (SELECT 1 FROM lockdo
 pub(crate) const ATTEMPT_ACTION_COLUMNS: usize = 4;
 
 /// A new entry's row, built on the caller's thread and written by a worker.
-enum Row0 {
-    Observation {
-        gatekeeper: String,
-        caller: String,
-        created_at: i64,
-        json: String,
-    },
-    Action {
-        gatekeeper: String,
-        caller: String,
-        created_at: i64,
-        json: String,
-        driver_id: i64,
-        depends_on: String,
-        moving: Box<Moving>,
-    },
+struct Row0 {
+    gatekeeper: String,
+    caller: String,
+    created_at: i64,
+    /// The observation's or the action's description.
+    json: String,
+    /// An action's own columns; `None` for an observation.
+    action: Option<ActionColumns>,
+}
+
+/// The columns only an action's row has.
+struct ActionColumns {
+    driver_id: i64,
+    depends_on: String,
+    moving: Moving,
 }
 
 impl Row0 {
     fn of(entry: &LedgerEntry) -> Result<Self, StoreError> {
-        let gatekeeper = entry.gatekeeper.to_string();
-        let caller = entry.caller.to_string();
-        let created_at = i64_of(entry.created_at.0);
-        Ok(match &entry.body {
-            EntryBody::Observation(observation) => Self::Observation {
-                gatekeeper,
-                caller,
-                created_at,
-                json: encode(observation, "a new ledger entry")?,
-            },
+        let new = "a new ledger entry";
+        let (json, action) = match &entry.body {
+            EntryBody::Observation(observation) => (encode(observation, new)?, None),
             EntryBody::Action(action) => {
                 let ids: Vec<u64> = action.depends_on.iter().map(|id| id.0).collect();
-                Self::Action {
-                    gatekeeper,
-                    caller,
-                    created_at,
-                    json: encode(&*action.description, "a new ledger entry")?,
+                let columns = ActionColumns {
                     driver_id: i64_of(action.driver_id.0),
                     depends_on: serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned()),
-                    moving: Box::new(Moving::of(action)),
-                }
+                    moving: Moving::of(action),
+                };
+                (encode(&*action.description, new)?, Some(columns))
             }
+        };
+        Ok(Self {
+            gatekeeper: entry.gatekeeper.to_string(),
+            caller: entry.caller.to_string(),
+            created_at: i64_of(entry.created_at.0),
+            json,
+            action,
         })
     }
 
     /// The gatekeeper and driver id of an action's row.
     fn action_key(&self) -> Option<(&str, i64)> {
-        match self {
-            Self::Action {
-                gatekeeper,
-                driver_id,
-                ..
-            } => Some((gatekeeper, *driver_id)),
-            Self::Observation { .. } => None,
-        }
+        let action = self.action.as_ref()?;
+        Some((&self.gatekeeper, action.driver_id))
     }
 
     /// Number the row and write it with `COMMIT`, in one round trip, ending the open
     /// transaction (outside one, the statement commits as it runs); returns its id.
     fn write(&self, link: &mut Link<'_>) -> Result<i64, StoreError> {
-        let rows = match self {
-            Self::Observation {
-                gatekeeper,
-                caller,
-                created_at,
-                json,
-            } => link.commit_with(
-                INSERT_OBSERVATION,
-                &[&LEDGER_LOCKS, gatekeeper, caller, created_at, json],
-            )?,
-            Self::Action {
-                gatekeeper,
-                caller,
-                created_at,
-                json,
-                driver_id,
-                depends_on,
-                moving,
-            } => {
-                let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
-                    &LEDGER_LOCKS,
-                    gatekeeper,
-                    caller,
-                    created_at,
-                    json,
-                    driver_id,
-                    depends_on,
-                ];
-                params.extend(moving.params());
-                link.commit_with(INSERT_ACTION, &params)?
+        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![
+            &LEDGER_LOCKS,
+            &self.gatekeeper,
+            &self.caller,
+            &self.created_at,
+            &self.json,
+        ];
+        let sql = match &self.action {
+            None => INSERT_OBSERVATION,
+            Some(action) => {
+                params.extend([
+                    &action.driver_id as &(dyn postgres::types::ToSql + Sync),
+                    &action.depends_on,
+                ]);
+                params.extend(action.moving.params());
+                INSERT_ACTION
             }
         };
-        rows.first()
+        link.commit_with(sql, &params)?
+            .first()
             .map(|row| row.get(0))
             .ok_or_else(|| StoreError::Missing("no ledger id was handed out".into()))
     }

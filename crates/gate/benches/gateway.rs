@@ -30,8 +30,8 @@
 //! summary at the end.
 //!
 //! Run: `cargo bench -p gate --bench gateway -- --warm-up-time 1 --measurement-time 5`;
-//! `GATE_BENCH_WORKERS=N` runs the daemon alone on N runtime workers (its default is one
-//! per processor).
+//! `GATE_BENCH_WORKERS=N` runs the daemon alone on N runtime workers (its default on the
+//! SQLite file is one).
 //! Under `cargo test --benches` each benchmark runs once, as a test.
 
 #[path = "../tests/support/daemon.rs"]

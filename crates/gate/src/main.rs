@@ -602,20 +602,44 @@ async fn shutdown_signal() {
     }
 }
 
-async fn serve(config: PathBuf, data_dir: PathBuf, db: Option<String>) -> anyhow::Result<()> {
+/// `gate serve`'s configuration: the file, with `--db` over its `db`.
+fn serve_config(config: &Path, db: Option<String>) -> anyhow::Result<Config> {
     let db = match db {
         Some(db) => {
             Some(gate::config::check_db_url(&db).map_err(|e| anyhow::anyhow!("--db: {e}"))?)
         }
         None => None,
     };
-    let mut config = Config::load(&config)?;
+    let mut config = Config::load(config)?;
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
     if db.is_some() {
         config.db = db;
     }
+    Ok(config)
+}
+
+/// The daemon's runtime.
+///
+/// On the SQLite file, one worker thread. A read crosses several tasks (the agent's
+/// session, the gate's handler, the downstream server's session and its transport), and
+/// on one thread each hop is a push onto a queue, where two workers wake each other
+/// through the kernel on almost every hop: a read through the gate took 27% less time
+/// and processor (docs/performance.md). A write that waits for its sync leaves the worker
+/// first (`block_in_place`, in store-sqlite), so agents still share syncs.
+///
+/// On PostgreSQL, a worker per processor: that store's ports wait for their round trip
+/// on the worker that called them. `TOKIO_WORKER_THREADS=N` sets the count either way.
+fn daemon_runtime(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if config.db.is_none() && std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(1);
+    }
+    builder.enable_all().build()
+}
+
+async fn serve(config: Config, data_dir: PathBuf) -> anyhow::Result<()> {
     // Not dumpable: other processes of this user (a server run unconfined, say) cannot
     // read the daemon's memory or environment through /proc or ptrace.
     if let Err(error) = nix::sys::prctl::set_dumpable(false) {
@@ -944,10 +968,8 @@ fn main() -> anyhow::Result<()> {
                 .init();
             let config = config_path(config)?;
             let data_dir = self::data_dir(data_dir)?;
-            tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?
-                .block_on(serve(config, data_dir, db))
+            let config = serve_config(&config, db)?;
+            daemon_runtime(&config)?.block_on(serve(config, data_dir))
         }
         Command::Mcp {
             agent,
@@ -966,7 +988,8 @@ fn main() -> anyhow::Result<()> {
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_writer(gate::redaction::LogWriter)
                 .init();
-            let runtime = tokio::runtime::Builder::new_multi_thread()
+            // One agent's stream relayed on one thread: no hop between threads.
+            let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
             match (token_file, agent) {
@@ -1165,5 +1188,28 @@ fn main() -> anyhow::Result<()> {
             },
         ),
         Command::Review { at } => gate::review::run(&socket_path(at)?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_daemon_runs_on_one_worker_on_its_file_and_one_per_processor_on_postgres() {
+        // Whoever runs the tests may have set the count for every tokio program.
+        assert!(
+            std::env::var_os("TOKIO_WORKER_THREADS").is_none(),
+            "unset TOKIO_WORKER_THREADS to run this test: it sets the count it checks"
+        );
+        let file = Config::parse(Path::new("gate.toml"), "").expect("an empty configuration");
+        let runtime = daemon_runtime(&file).expect("a runtime");
+        assert_eq!(runtime.metrics().num_workers(), 1);
+
+        let team = Config::parse(Path::new("gate.toml"), "db = \"postgres://gate@db/gate\"\n")
+            .expect("a team configuration");
+        let runtime = daemon_runtime(&team).expect("a runtime");
+        let processors = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(runtime.metrics().num_workers(), processors);
     }
 }

@@ -380,9 +380,11 @@ fn on_threads<D: Store + Sync, R>(
     })
 }
 
-/// A runtime as the daemon's: multi-threaded, a worker per processor.
+/// A runtime as the daemon's on this file (`gate serve`'s `daemon_runtime`): one worker,
+/// which a wait for a sync leaves to the other tasks (`block_in_place`).
 fn daemon_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .unwrap()
@@ -459,7 +461,7 @@ fn concurrent_cycles<D: Store + Sync>(c: &mut Criterion, name: &'static str, ses
 }
 
 /// The cycle from `sessions` sessions at once on one file as the daemon runs them: tasks
-/// on one multi-threaded tokio runtime with a worker per processor (`gate serve`'s).
+/// on one runtime as `gate serve`'s on this file ([`daemon_runtime`]).
 fn concurrent_tasks(c: &mut Criterion, name: &'static str, sessions: u64, db: Database) {
     let rt = daemon_runtime();
     let rig = Arc::new(rt.block_on(Rig::new(db)));

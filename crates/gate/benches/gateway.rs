@@ -11,7 +11,7 @@
 //!   over stdio, to the fixture server as its own child process against the stdio bridge
 //!   (`gate mcp --agent NAME`, a child process relaying to the daemon over HTTP).
 //! - `staged_write`: one `write_note` staged and answered to the agent, on the daemon's
-//!   SQLite file.
+//!   SQLite file; the summary gives each write's median beside a raw sync and the read.
 //! - `staging_16_agents`: 16 agents, each with its own session and token, staging at
 //!   once: one iteration is a round of 48 actions (3 from each agent), and criterion's
 //!   throughput line reads actions per second.
@@ -252,6 +252,21 @@ async fn stage(agent: &Peer<RoleClient>) -> u64 {
     daemon::action_id(&daemon::text(&result))
 }
 
+/// Stage `count` writes from `agent`, one after another, each timed into `each`; the ids.
+async fn timed_stages(
+    agent: &Peer<RoleClient>,
+    count: usize,
+    each: &mut Vec<Duration>,
+) -> Vec<u64> {
+    let mut ids = Vec::with_capacity(count);
+    for _ in 0..count {
+        let began = Instant::now();
+        ids.push(stage(agent).await);
+        each.push(began.elapsed());
+    }
+    ids
+}
+
 /// Stage `count` writes from `agents` at once, each agent its share in turn; the ids.
 async fn stage_concurrently(agents: &[Agent], count: usize) -> Vec<u64> {
     let share = |i: usize| count / agents.len() + usize::from(i < count % agents.len());
@@ -459,16 +474,18 @@ fn main() {
     group.bench_function("staged_write", |b| {
         b.iter_custom(|iters| {
             let mut elapsed = Duration::ZERO;
+            let mut each = Vec::with_capacity(usize::try_from(iters).unwrap_or(0));
             let mut left = iters as usize;
             while left > 0 {
                 let round = left.min(ROUND);
                 let start = Instant::now();
-                let ids = rt.block_on(stage_concurrently(std::slice::from_ref(&gated), round));
+                let ids = rt.block_on(timed_stages(gated.peer(), round, &mut each));
                 elapsed += start.elapsed();
                 daemon.reject(ids);
                 left -= round;
             }
             tally("staged_write", elapsed, iters);
+            support::record("staged_write", each);
             elapsed
         });
     });
@@ -607,8 +624,15 @@ fn summary(counts: &Counts) {
             cost.cpu.as_secs_f64() * 1e6 / reads as f64
         );
     }
-    if let Some(write) = mean_micros("staged_write") {
-        println!("  staged write, answered: {write:.1} µs");
+    // Issue 42: the staged write's median beside a raw sync and the read, same run.
+    if let (Some((w50, w90, mean)), Some(raw), Some((r50, _, _))) = (
+        support::figures("staged_write"),
+        counts.raw_fsync_micros,
+        support::figures("read_through_gate"),
+    ) {
+        println!(
+            "  staged write, answered: p50 {w50:.1} µs (p90 {w90:.1}, mean {mean:.1}) beside a raw 4 KiB write + fdatasync of {raw:.1} µs and a read through the gate of {r50:.1} µs (p50)"
+        );
     }
     if let Some(cpu) = counts.direct_cpu {
         println!(

@@ -311,7 +311,7 @@ fn error_line(id: &Value, code: i64, message: &str) -> String {
 /// Read the client's lines until EOF, relaying each; then let answers on their way arrive
 /// (briefly), end the session and stop.
 async fn relay_stdin(relay: &Arc<Relay>) {
-    let mut stdin = BufReader::new(tokio::io::stdin());
+    let mut stdin = BufReader::new(crate::stdio::stdin());
     let mut tasks = JoinSet::new();
     let mut in_flight: HashMap<String, AbortHandle> = HashMap::new();
     let mut listener: Option<JoinHandle<()>> = None;
@@ -403,7 +403,7 @@ async fn relay_stdin(relay: &Arc<Relay>) {
 /// Write each line to stdout as it comes, flushed, so lines never interleave and a
 /// notification reaches the client while a call still runs.
 async fn write_lines(mut lines: mpsc::Receiver<String>) {
-    let mut stdout = tokio::io::stdout();
+    let mut stdout = crate::stdio::stdout();
     while let Some(mut line) = lines.recv().await {
         line.push('\n');
         if let Err(error) = stdout.write_all(line.as_bytes()).await {

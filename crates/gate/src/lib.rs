@@ -66,5 +66,6 @@ pub mod quotas;
 pub mod redaction;
 pub mod review;
 pub mod sessions;
+mod stdio;
 pub mod tls;
 pub mod web;

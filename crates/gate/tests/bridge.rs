@@ -11,9 +11,12 @@ mod daemon;
 #[path = "support/fixture.rs"]
 mod fixture;
 
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -79,21 +82,51 @@ fn result_text(answer: &Value) -> String {
 /// A running `gate mcp --agent coder`, its stdout read line by line on a thread.
 struct Bridge {
     child: Child,
-    stdin: Option<ChildStdin>,
+    stdin: Option<Box<dyn Write + Send>>,
     lines: mpsc::Receiver<String>,
 }
 
 impl Bridge {
+    /// The bridge on pipes, as most clients start their servers.
     fn start(config: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gate"))
-            .args(["mcp", "--agent", "coder", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "warn")
+        let mut child = Self::command(config)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("gate mcp starts");
         let stdout = child.stdout.take().expect("piped");
+        let stdin = child.stdin.take().expect("piped");
+        Self::reading(child, Box::new(stdin), stdout)
+    }
+
+    /// The bridge with a socket for stdin and one for stdout, as Node's child processes
+    /// get theirs.
+    fn start_on_sockets(config: &Path) -> Self {
+        let (stdin, theirs_in) = UnixStream::pair().expect("a socket pair");
+        let (stdout, theirs_out) = UnixStream::pair().expect("a socket pair");
+        let child = Self::command(config)
+            .stdin(Stdio::from(OwnedFd::from(theirs_in)))
+            .stdout(Stdio::from(OwnedFd::from(theirs_out)))
+            .spawn()
+            .expect("gate mcp starts");
+        Self::reading(child, Box::new(stdin), stdout)
+    }
+
+    fn command(config: &Path) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gate"));
+        command
+            .args(["mcp", "--agent", "coder", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "warn");
+        command
+    }
+
+    /// `child` with its stdout read line by line on a thread.
+    fn reading(
+        child: Child,
+        stdin: Box<dyn Write + Send>,
+        stdout: impl Read + Send + 'static,
+    ) -> Self {
         let (sender, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
@@ -104,7 +137,7 @@ impl Bridge {
             }
         });
         Self {
-            stdin: child.stdin.take(),
+            stdin: Some(stdin),
             child,
             lines,
         }
@@ -168,6 +201,17 @@ impl Bridge {
     fn ask(&mut self, message: &Value) -> Value {
         self.send(message);
         self.answer(message["id"].clone())
+    }
+
+    /// How many threads the bridge's process runs (`/proc/PID/status`).
+    fn threads(&self) -> u32 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the bridge's status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Threads:"))
+            .and_then(|count| count.trim().parse().ok())
+            .expect("a thread count")
     }
 
     /// Close stdin and wait (at most [`PATIENCE`]) for the bridge to exit.
@@ -269,6 +313,8 @@ fn a_client_on_2025_11_25_initializes_lists_reads_and_stages_through_the_bridge(
 
     let read = bridge.ask(&read_call(5, None));
     assert_eq!(result_text(&read), "hi", "the approved note: {read}");
+    // Pipes are polled on the runtime's one thread, as sockets are.
+    assert_eq!(bridge.threads(), 1, "the bridge relays on one thread");
 
     for answer in [&init, &list, &staged, &read] {
         assert!(
@@ -276,6 +322,38 @@ fn a_client_on_2025_11_25_initializes_lists_reads_and_stages_through_the_bridge(
             "a 2025 result has no resultType: {answer}"
         );
     }
+    assert!(bridge.close().success(), "the bridge exits 0 on EOF");
+}
+
+#[test]
+fn a_client_that_gives_the_bridge_sockets_for_stdin_and_stdout_reads_and_stages() {
+    let gate = Gate::start("bridge-sockets");
+    let mut bridge = Bridge::start_on_sockets(&gate.config);
+
+    let init = bridge.ask(&initialize_2025(1));
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    bridge.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // Two requests in flight at once, each answered with its own id, in either order.
+    bridge.send(&read_call(2, None));
+    bridge.send(&write_call(3, "over a socket", None));
+    let mut answers = HashMap::new();
+    while answers.len() < 2 {
+        let message = bridge.next();
+        if let Some(id) = message.get("id").and_then(Value::as_u64) {
+            answers.insert(id, message);
+        }
+    }
+    let read = &answers[&2];
+    assert_eq!(result_text(read), "", "no note yet: {read}");
+    let staged = &answers[&3];
+    assert!(
+        result_text(staged).starts_with("Staged as action "),
+        "{staged}"
+    );
+    assert!(gate.deliveries().is_empty(), "nothing sent before approval");
+    // Sockets are polled on the runtime's one thread: no thread of its own blocks on
+    // stdin or stdout (tokio's own stdin and stdout would add one).
+    assert_eq!(bridge.threads(), 1, "the bridge relays on one thread");
     assert!(bridge.close().success(), "the bridge exits 0 on EOF");
 }
 

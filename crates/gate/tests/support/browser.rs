@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -51,10 +52,13 @@ impl Browser {
             );
         }
         let port = free_port();
+        // A process group of its own: chromedriver starts the browser in it, and the drop
+        // ends them all (killing chromedriver alone left the browser running).
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("chromedriver starts");
         let base = format!("http://127.0.0.1:{port}");
@@ -268,6 +272,12 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        if let Ok(group) = i32::try_from(self.driver.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(group),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }

@@ -40,7 +40,7 @@ fn duplicate(stream: impl AsFd) -> Option<(OwnedFd, Kind)> {
 
 /// A socket descriptor as a non-blocking tokio stream (any stream socket reads and writes
 /// as a Unix one does).
-fn socket(fd: OwnedFd) -> std::io::Result<tokio::net::UnixStream> {
+fn nonblocking_socket(fd: OwnedFd) -> std::io::Result<tokio::net::UnixStream> {
     let socket = std::os::unix::net::UnixStream::from(fd);
     socket.set_nonblocking(true)?;
     tokio::net::UnixStream::from_std(socket)
@@ -55,32 +55,40 @@ fn blocking(stream: impl AsFd) {
     }
 }
 
+/// `stream()` polled by the runtime: through `pipe` if it is a pipe, `socket` if it is a
+/// socket; `None` for anything else, or if the conversion failed (the stream is left
+/// blocking then).
+fn polled<S: AsFd, T>(
+    stream: fn() -> S,
+    pipe: impl FnOnce(OwnedFd) -> std::io::Result<T>,
+    socket: impl FnOnce(tokio::net::UnixStream) -> T,
+) -> Option<T> {
+    let converted = match duplicate(stream())? {
+        (fd, Kind::Pipe) => pipe(fd),
+        (fd, Kind::Socket) => nonblocking_socket(fd).map(socket),
+        (_, Kind::Other) => return None,
+    };
+    converted.inspect_err(|_| blocking(stream())).ok()
+}
+
 /// This process's stdin, read on the runtime's thread when it is a pipe or a socket.
 /// Call it inside the runtime.
 pub(crate) fn stdin() -> Box<dyn AsyncRead + Send + Unpin> {
-    let polled = match duplicate(std::io::stdin()) {
-        Some((fd, Kind::Pipe)) => tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
-            .map(|pipe| Box::new(pipe) as Box<dyn AsyncRead + Send + Unpin>),
-        Some((fd, Kind::Socket)) => socket(fd).map(|socket| Box::new(socket) as _),
-        Some((_, Kind::Other)) | None => return Box::new(tokio::io::stdin()),
-    };
-    polled.unwrap_or_else(|_| {
-        blocking(std::io::stdin());
-        Box::new(tokio::io::stdin())
-    })
+    polled::<_, Box<dyn AsyncRead + Send + Unpin>>(
+        std::io::stdin,
+        |fd| Ok(Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?) as _),
+        |socket| Box::new(socket) as _,
+    )
+    .unwrap_or_else(|| Box::new(tokio::io::stdin()))
 }
 
 /// This process's stdout, written on the runtime's thread when it is a pipe or a socket.
 /// Call it inside the runtime.
 pub(crate) fn stdout() -> Box<dyn AsyncWrite + Send + Unpin> {
-    let polled = match duplicate(std::io::stdout()) {
-        Some((fd, Kind::Pipe)) => tokio::net::unix::pipe::Sender::from_owned_fd(fd)
-            .map(|pipe| Box::new(pipe) as Box<dyn AsyncWrite + Send + Unpin>),
-        Some((fd, Kind::Socket)) => socket(fd).map(|socket| Box::new(socket) as _),
-        Some((_, Kind::Other)) | None => return Box::new(tokio::io::stdout()),
-    };
-    polled.unwrap_or_else(|_| {
-        blocking(std::io::stdout());
-        Box::new(tokio::io::stdout())
-    })
+    polled::<_, Box<dyn AsyncWrite + Send + Unpin>>(
+        std::io::stdout,
+        |fd| Ok(Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(fd)?) as _),
+        |socket| Box::new(socket) as _,
+    )
+    .unwrap_or_else(|| Box::new(tokio::io::stdout()))
 }

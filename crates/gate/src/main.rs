@@ -625,9 +625,10 @@ fn serve_config(config: &Path, db: Option<String>) -> anyhow::Result<Config> {
 /// On the SQLite file, one worker thread. A read crosses several tasks (the agent's
 /// session, the gate's handler, the downstream server's session and its transport), and
 /// on one thread each hop is a push onto a queue, where two workers wake each other
-/// through the kernel on almost every hop: a read through the gate took 27% less time
-/// and processor (docs/performance.md). A write that waits for its sync leaves the worker
-/// first (`block_in_place`, in store-sqlite), so agents still share syncs.
+/// through the kernel on almost every hop: a read through the gate added 80–190 µs less
+/// and took a third less processor (docs/performance.md). A write that waits for its
+/// sync leaves the worker first (`block_in_place`, in store-sqlite), so agents still
+/// share syncs.
 ///
 /// On PostgreSQL, a worker per processor: that store's ports wait for their round trip
 /// on the worker that called them. `TOKIO_WORKER_THREADS=N` sets the count either way.

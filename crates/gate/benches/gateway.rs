@@ -200,13 +200,7 @@ impl Daemon {
 
     /// Resident memory of the daemon's process, in KiB.
     fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("/proc/PID/status is readable");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/PID/status")
+        daemon::proc_status(self.child.id(), "VmRSS")
     }
 
     /// Lines of every fixture's delivery log: calls that reached a server.

@@ -204,14 +204,8 @@ impl Bridge {
     }
 
     /// How many threads the bridge's process runs (`/proc/PID/status`).
-    fn threads(&self) -> u32 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("the bridge's status");
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("Threads:"))
-            .and_then(|count| count.trim().parse().ok())
-            .expect("a thread count")
+    fn threads(&self) -> u64 {
+        daemon::proc_status(self.child.id(), "Threads")
     }
 
     /// Close stdin and wait (at most [`PATIENCE`]) for the bridge to exit.

@@ -27,6 +27,17 @@ pub fn spawn_serve(config: &Path, data: &Path) -> (Child, String) {
     spawn_serve_with(config, data, &[])
 }
 
+/// A number in process `pid`'s `/proc/PID/status`: `"VmRSS"` (KiB), `"Threads"`.
+pub fn proc_status(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("/proc/PID/status is readable");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
+}
+
 pub fn spawn_serve_with(config: &Path, data: &Path, env: &[(&str, &str)]) -> (Child, String) {
     let mut command = serve_command(config, data);
     command.envs(env.iter().copied());

@@ -478,7 +478,6 @@ fn main() {
                 daemon.reject(ids);
                 left -= round;
             }
-            tally("staged_write", elapsed, iters);
             support::record("staged_write", each);
             elapsed
         });

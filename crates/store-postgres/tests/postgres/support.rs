@@ -158,6 +158,29 @@ pub struct Rig {
     pub gatekeeper: Arc<gatekeeper_core::ToolGatekeeper>,
     pub service: Arc<RecordingService>,
     pub session: gatekeeper_core::Session,
+    #[allow(dead_code)] // read by `add_tracker`, which the team bench calls
+    pub clock: Arc<dyn kernel::Clock>,
+}
+
+/// An issue tracker named `name` (its gatekeeper's and its server's) on `service`.
+pub fn tracker(
+    name: &str,
+    service: Arc<RecordingService>,
+    store: gatekeeper_core::ActionStore,
+) -> Arc<gatekeeper_core::ToolGatekeeper> {
+    Arc::new(gatekeeper_core::ToolGatekeeper::new(
+        gatekeeper_core::GatekeeperConfig {
+            name: name.into(),
+            server_name: "Issue tracker".into(),
+            endpoint: format!("https://{name}.example/mcp"),
+            trust: gatekeeper_core::ServerTrust::Vetted,
+            scope: format!("mcp:{name}"),
+            reads: Vec::new(),
+        },
+        catalog(),
+        service,
+        store,
+    ))
 }
 
 impl Rig {
@@ -176,21 +199,9 @@ impl Rig {
         store: gatekeeper_core::ActionStore,
         clock: Arc<dyn kernel::Clock>,
     ) -> Self {
-        let overseer = kernel::Overseer::with_store(ledger, clock);
+        let overseer = kernel::Overseer::with_store(ledger, clock.clone());
         let service = Arc::new(RecordingService::default());
-        let gatekeeper = Arc::new(gatekeeper_core::ToolGatekeeper::new(
-            gatekeeper_core::GatekeeperConfig {
-                name: "issues".into(),
-                server_name: "Issue tracker".into(),
-                endpoint: "https://issues.example/mcp".into(),
-                trust: gatekeeper_core::ServerTrust::Vetted,
-                scope: "mcp:issues".into(),
-                reads: Vec::new(),
-            },
-            catalog(),
-            service.clone(),
-            store,
-        ));
+        let gatekeeper = tracker("issues", service.clone(), store);
         overseer.register(gatekeeper.clone()).expect("register");
         let session = gatekeeper
             .grant_all(&overseer, "agent")
@@ -201,7 +212,28 @@ impl Rig {
             gatekeeper,
             service,
             session,
+            clock,
         }
+    }
+
+    /// A second server on this rig's kernel, an issue tracker named `name` with its
+    /// action store on `db` (a daemon configured with two servers; the team bench's).
+    #[allow(dead_code)]
+    pub async fn add_tracker(
+        &self,
+        db: &store_postgres::Database,
+        name: &str,
+    ) -> (Arc<gatekeeper_core::ToolGatekeeper>, Arc<RecordingService>) {
+        let store = db
+            .action_store(name, self.clock.clone())
+            .await
+            .expect("action store");
+        let service = Arc::new(RecordingService::default());
+        let gatekeeper = tracker(name, service.clone(), store);
+        self.overseer
+            .register(gatekeeper.clone())
+            .expect("register");
+        (gatekeeper, service)
     }
 
     /// The agent asks to create an issue titled `title`: staged and submitted, pending.

@@ -319,18 +319,24 @@ const UPDATE_PENDING: &str = "UPDATE ledger SET state = $2,
 
 /// The outcome of a decision: written only if this session (`$15`) is deciding the
 /// action, or nobody is, or the session that was died; it ends the decision.
+///
+/// `state IS NOT NULL` says "an action" (the table's CHECK makes it the same as
+/// `kind = 'action'`). Written as `kind = 'action'`, it matched the predicate of
+/// `ledger_by_driver`, and a plan a connection made before the server had statistics
+/// (a new database, for a minute or more) read that whole index for each outcome instead
+/// of the one entry by its id.
 const UPDATE_OUTCOME: &str = "UPDATE ledger SET state = $2, resolved_by = $3,
         auto_approved = $4, resolved_at = $5, resolution_cause = $6, failure = $7,
         failure_retryable = $8, failure_kind = $9, blocked_by = $10, restart_requested = $11,
         revert_by = $12, revert_at = $13, revert_refused = $14, deciding_session = NULL
-     WHERE id = $1 AND kind = 'action'
+     WHERE id = $1 AND state IS NOT NULL
        AND CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN true
            ELSE NOT gate_session_alive(deciding_session) END
      RETURNING id";
 
 /// [`UPDATE_OUTCOME`] with the driver's outcome (`actions.rs`'s `SETTLE_CLAIM`, its
 /// parameters from `$16`), in one statement: the ledger's is written only if the
-/// driver's is.
+/// driver's is. The entry is found as in [`UPDATE_OUTCOME`].
 const OUTCOME_AND_SETTLE: &str = "WITH settle AS (
        UPDATE actions SET state = $19, claimed_at = $20,
            claimed_by = CASE WHEN $19 = 'applying' THEN $21 ELSE claimed_by END,
@@ -342,7 +348,7 @@ const OUTCOME_AND_SETTLE: &str = "WITH settle AS (
         auto_approved = $4, resolved_at = $5, resolution_cause = $6, failure = $7,
         failure_retryable = $8, failure_kind = $9, blocked_by = $10, restart_requested = $11,
         revert_by = $12, revert_at = $13, revert_refused = $14, deciding_session = NULL
-     WHERE id = $1 AND kind = 'action'
+     WHERE id = $1 AND state IS NOT NULL
        AND CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN true
            ELSE NOT gate_session_alive(deciding_session) END
        AND EXISTS (SELECT 1 FROM settle)

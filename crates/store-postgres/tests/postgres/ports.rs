@@ -554,3 +554,57 @@ fn a_version_3_database_is_upgraded_and_a_latch_reaches_every_daemon() {
     let reopened = Database::open(&url).unwrap();
     assert!(reopened.ledger().locked_down().unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_reads_only_its_own_ledger_entry_in_a_database_without_statistics() {
+    // A new database has no statistics yet, and each connection keeps the plans it made
+    // then (generic ones after five runs of a statement) until the server analyses the
+    // tables, a minute or more later. An outcome must still find its entry by id, not by
+    // reading every action's entry, or each costs more than the one before.
+    const ACTIONS: u64 = 80;
+    let (url, db) = fresh();
+    let rig = Rig::new(db.clone()).await;
+    for n in 0..ACTIONS {
+        rig.queue_issue(&format!("issue {n}")).await;
+        let open = rig.overseer.open_actions().unwrap();
+        rig.overseer.approve(open[0].id, "ana").await.unwrap();
+        rig.overseer.settle().await;
+    }
+    assert_eq!(rig.service.calls().len() as u64, ACTIONS);
+    // The daemon's connections end, and with them the statistics they had not sent yet.
+    drop(rig);
+    drop(db);
+    let reader = Database::open(&url).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let read_by_driver = loop {
+        let row = reader
+            .query_text(
+                "SELECT (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'ledger'),
+                        (SELECT idx_tup_read FROM pg_stat_user_indexes
+                          WHERE indexrelname = 'ledger_by_driver')",
+            )
+            .unwrap();
+        let number = |column: usize| -> u64 {
+            row[0][column]
+                .as_deref()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        let (updated, read) = (number(0), number(1));
+        // Each action's entry is updated twice: who decides, then the outcome.
+        if updated >= 2 * ACTIONS {
+            break read;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server's statistics never counted the updates ({updated})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Looking an action up by its driver's id reads one entry of that index; a scan of
+    // it for each outcome reads about ACTIONS² / 2.
+    assert!(
+        read_by_driver < 8 * ACTIONS,
+        "{read_by_driver} index entries read by driver id for {ACTIONS} actions"
+    );
+}

@@ -303,19 +303,33 @@ const INSERT_OBSERVATION: &str = concat!(
     ", 'observation', $2, $3, $4, $5) RETURNING id"
 );
 
+/// An action still open (pending, or failed and retryable), as a condition on a row
+/// already found by its id. Written as a `CASE`, which no index's predicate matches: as
+/// `kind = 'action' AND (state = 'pending' OR ...)` it matched `ledger_by_driver`'s and
+/// `ledger_open`'s, and a plan a connection made before the server had statistics (a new
+/// database, for a minute or more) read a whole index for each call instead of the one
+/// entry by its id (see [`UPDATE_OUTCOME`]). An observation has no state: not open.
+macro_rules! still_open {
+    () => {
+        "CASE state WHEN 'pending' THEN true WHEN 'failed' THEN failure_retryable ELSE false END"
+    };
+}
+
 /// A still-pending action's moving columns (`$1` id, `$2..$14` moving, `$15` this
 /// session): written only while the action is open, and keeping who decides it if
 /// another session is deciding it.
-const UPDATE_PENDING: &str = "UPDATE ledger SET state = $2,
+const UPDATE_PENDING: &str = concat!(
+    "UPDATE ledger SET state = $2,
         resolved_by = CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN $3 ELSE resolved_by END,
         auto_approved = CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN $4 ELSE auto_approved END,
         resolved_at = CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN $5 ELSE resolved_at END,
         resolution_cause = CASE WHEN deciding_session IS NULL OR deciding_session = $15 THEN $6 ELSE resolution_cause END,
         failure = $7, failure_retryable = $8, failure_kind = $9, blocked_by = $10,
         restart_requested = $11, revert_by = $12, revert_at = $13, revert_refused = $14
-     WHERE id = $1 AND kind = 'action'
-       AND (state = 'pending' OR (state = 'failed' AND failure_retryable))
-     RETURNING id";
+     WHERE id = $1 AND ",
+    still_open!(),
+    " RETURNING id"
+);
 
 /// The outcome of a decision: written only if this session (`$15`) is deciding the
 /// action, or nobody is, or the session that was died; it ends the decision.
@@ -362,12 +376,14 @@ const UPDATE_OBSERVATION: &str = "UPDATE ledger SET description_json = $2
 /// lockdown latch is not set. Returns one row: the latch, the entry's kind, and if
 /// written the action's gatekeeper and driver id, then the action store's row of it (the
 /// columns `actions.rs` reads, from the fifth on; NULL if none).
-const RECORD_ATTEMPT: &str = "WITH latch AS (SELECT EXISTS (SELECT 1 FROM lockdown) AS set),
+const RECORD_ATTEMPT: &str = concat!(
+    "WITH latch AS (SELECT EXISTS (SELECT 1 FROM lockdown) AS set),
      attempt AS (
        UPDATE ledger SET resolved_by = $2, auto_approved = $3, resolved_at = $4,
            resolution_cause = $5, deciding_session = $6
-       WHERE id = $1 AND kind = 'action'
-         AND (state = 'pending' OR (state = 'failed' AND failure_retryable))
+       WHERE id = $1 AND ",
+    still_open!(),
+    "
          AND CASE WHEN deciding_session IS NULL OR deciding_session = $6 THEN true
              ELSE NOT gate_session_alive(deciding_session) END
          AND NOT (SELECT set FROM latch)
@@ -377,7 +393,8 @@ const RECORD_ATTEMPT: &str = "WITH latch AS (SELECT EXISTS (SELECT 1 FROM lockdo
          a.submitted_at, a.claimed_at, a.retryable, a.error, a.result_json, a.definition
      FROM (SELECT 1) AS one
      LEFT JOIN attempt ON true
-     LEFT JOIN actions AS a ON a.gatekeeper = attempt.gatekeeper AND a.id = attempt.driver_id";
+     LEFT JOIN actions AS a ON a.gatekeeper = attempt.gatekeeper AND a.id = attempt.driver_id"
+);
 
 /// Where the action store's columns begin in a row of [`RECORD_ATTEMPT`].
 pub(crate) const ATTEMPT_ACTION_COLUMNS: usize = 4;

@@ -70,52 +70,37 @@ fn tally(
 /// live children and the children that ended), from `/proc`; zero where `/proc` is not.
 fn server_cpu() -> Duration {
     let port = format!("-p {}", Cluster::shared().port());
-    let ticks = |stat: &str, fields: std::ops::Range<usize>| -> u64 {
-        // The fields after the command's closing parenthesis, from `state` (field 3).
-        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields_of: Vec<&str> = rest.split_whitespace().collect();
-        fields
-            .map(|f| {
-                fields_of
-                    .get(f - 3)
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0)
-            })
-            .sum()
-    };
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Duration::ZERO;
     };
-    let stats: Vec<(u32, u32, String)> = entries
+    // Each process's `stat` fields after the command's closing parenthesis, from `state`
+    // (field 3): `fields[n - 3]` is field n.
+    let processes: Vec<(u32, Vec<u64>)> = entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let ppid = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some((pid, ppid, stat))
+            let fields = stat.rsplit_once(')')?.1.split_whitespace();
+            Some((pid, fields.map(|f| f.parse().unwrap_or(0)).collect()))
         })
         .collect();
-    let postmaster = stats.iter().find(|(pid, _, _)| {
+    let field = |fields: &[u64], n: usize| fields.get(n - 3).copied().unwrap_or(0);
+    let postmaster = processes.iter().find(|(pid, _)| {
         std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
             String::from_utf8_lossy(&cmdline)
                 .replace('\0', " ")
                 .contains(&port)
         })
     });
-    let Some((postmaster, _, stat)) = postmaster else {
+    let Some((postmaster, own)) = postmaster else {
         return Duration::ZERO;
     };
-    // utime, stime (fields 14, 15), and the ended children's cutime, cstime (16, 17).
-    let mut total = ticks(stat, 14..18);
-    for (_, ppid, stat) in &stats {
-        if ppid == postmaster {
-            total += ticks(stat, 14..16);
+    // utime, stime (fields 14, 15), and the ended children's cutime, cstime (16, 17);
+    // a child's parent is field 4.
+    let mut total: u64 = (14..18).map(|n| field(own, n)).sum();
+    for (_, fields) in &processes {
+        if field(fields, 4) == u64::from(*postmaster) {
+            total += field(fields, 14) + field(fields, 15);
         }
     }
     // Clock ticks are hundredths of a second on Linux.

@@ -245,6 +245,11 @@ impl Cluster {
 
     /// A shell that waits for its standard input to close, then stops the server and
     /// removes the directory: the cleanup of a process that ended without `Drop`.
+    ///
+    /// It ignores the signals that end a process group (`timeout`'s SIGTERM, a
+    /// terminal's SIGINT and SIGHUP): they reach the watcher with the process it watches,
+    /// but not the server, which `pg_ctl` starts in a session of its own, so a watcher
+    /// that died with the test left the server running.
     fn watch(&self) -> Result<Child, String> {
         let pg_ctl = self.bin.join("pg_ctl");
         let data = self.dir.join("data");
@@ -261,7 +266,7 @@ impl Cluster {
             ),
         };
         let script = format!(
-            "cat >/dev/null; {stop} >/dev/null 2>&1; rm -rf '{}'",
+            "trap '' TERM INT HUP; cat >/dev/null; {stop} >/dev/null 2>&1; rm -rf '{}'",
             self.dir.display()
         );
         Command::new("sh")

@@ -49,8 +49,8 @@ use crate::actions::DeferredSettle;
 use crate::cache::Caches;
 use crate::error::StoreError;
 use crate::schema::{
-    CREATE, EXPECTED_TABLES, LEDGER_LOCKS, MIGRATION_LOCK, SCHEMA_VERSION, SESSION_LOCKS,
-    STAGE_FUNCTION_4, UPGRADES,
+    CREATE, EXPECTED_TABLES, LEDGER_LOCKS, MIGRATION_LOCK, ROW_RULES_5, SCHEMA_VERSION,
+    SESSION_LOCKS, STAGE_FUNCTION_4, UPGRADES,
 };
 
 /// How many worker threads a [`Database`] runs statements on.
@@ -1303,6 +1303,7 @@ fn migrate(url: &str, shown: &str) -> Result<(), StoreError> {
             tx.batch_execute(CREATE).map_err(|e| sql_error(&e))?;
             tx.batch_execute(STAGE_FUNCTION_4)
                 .map_err(|e| sql_error(&e))?;
+            tx.batch_execute(ROW_RULES_5).map_err(|e| sql_error(&e))?;
             tx.execute(
                 "INSERT INTO gate_schema (version) VALUES ($1)",
                 &[&SCHEMA_VERSION],

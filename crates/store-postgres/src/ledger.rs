@@ -334,7 +334,7 @@ const UPDATE_PENDING: &str = concat!(
 /// The outcome of a decision: written only if this session (`$15`) is deciding the
 /// action, or nobody is, or the session that was died; it ends the decision.
 ///
-/// `state IS NOT NULL` says "an action" (the table's CHECK makes it the same as
+/// `state IS NOT NULL` says "an action" (the table's rules make it the same as
 /// `kind = 'action'`). Written as `kind = 'action'`, it matched the predicate of
 /// `ledger_by_driver`, and a plan a connection made before the server had statistics
 /// (a new database, for a minute or more) read that whole index for each outcome instead

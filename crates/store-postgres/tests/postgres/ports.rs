@@ -610,3 +610,185 @@ async fn decisions_and_outcomes_read_only_their_own_ledger_entry_in_a_database_w
         "{read_in_partial} entries of the ledger's partial indexes read for {ACTIONS} actions"
     );
 }
+
+/// The error a statement of `client` ended with, as the server worded it.
+fn refusal(client: &mut postgres::Client, statement: &str) -> String {
+    let error = client
+        .batch_execute(statement)
+        .expect_err(&format!("refused: {statement}"));
+    error
+        .as_db_error()
+        .map_or_else(|| error.to_string(), |db| db.message().to_owned())
+}
+
+#[test]
+fn the_schema_refuses_rows_that_break_its_rules_and_lets_states_only_move_forward() {
+    let url = fresh_url();
+    drop(Database::open(&url).unwrap());
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let entry = |id: i64, extra: &str, values: &str| {
+        format!(
+            "INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json{extra})
+             VALUES ({id}, {values})"
+        )
+    };
+    let action = |id: i64, state: &str| {
+        entry(
+            id,
+            ", driver_id, state, depends_on_json, restart_requested",
+            &format!("'action', 'gk', 'agent', 0, '{{}}', {id}, '{state}', '[]', false"),
+        )
+    };
+    client.batch_execute(&action(1, "pending")).unwrap();
+    client
+        .batch_execute(&entry(2, "", "'observation', 'gk', 'agent', 0, '{}'"))
+        .unwrap();
+
+    // The shape of an entry.
+    let shape = refusal(&mut client, &action(3, "done"));
+    assert!(shape.contains("not the shape of an action"), "{shape}");
+    let observed = refusal(
+        &mut client,
+        &entry(
+            4,
+            ", state",
+            "'observation', 'gk', 'agent', 0, '{}', 'pending'",
+        ),
+    );
+    assert!(observed.contains("not the shape"), "{observed}");
+    let json = refusal(
+        &mut client,
+        &entry(5, "", "'observation', 'gk', 'agent', 0, '[1]'"),
+    );
+    assert!(json.contains("not a JSON object"), "{json}");
+    let range = refusal(
+        &mut client,
+        &entry(0, "", "'observation', 'gk', 'agent', 0, '{}'"),
+    );
+    assert!(range.contains("out of range"), "{range}");
+    let partial = refusal(
+        &mut client,
+        "UPDATE ledger SET state = 'failed', failure = 'boom' WHERE id = 1",
+    );
+    assert!(partial.contains("only in part"), "{partial}");
+    let dependencies = refusal(
+        &mut client,
+        "UPDATE ledger SET depends_on_json = '{}' WHERE id = 1",
+    );
+    assert!(dependencies.contains("not a JSON array"), "{dependencies}");
+
+    // States move forward only, and entries stay.
+    client
+        .batch_execute(
+            "UPDATE ledger SET state = 'approved', resolved_by = 'ana', auto_approved = false,
+                 resolved_at = 1 WHERE id = 1",
+        )
+        .unwrap();
+    let back = refusal(
+        &mut client,
+        "UPDATE ledger SET state = 'pending' WHERE id = 1",
+    );
+    assert!(back.contains("cannot leave a final state"), "{back}");
+    let gone = refusal(&mut client, "DELETE FROM ledger WHERE id = 2");
+    assert!(gone.contains("never deleted"), "{gone}");
+
+    // The action store's rows.
+    let call = |id: i64, args: &str| {
+        format!(
+            "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at)
+             VALUES ('gk', {id}, 'write', '{args}', 'pending', 0)"
+        )
+    };
+    client.batch_execute(&call(1, "{}")).unwrap();
+    let args = refusal(&mut client, &call(2, "[]"));
+    assert!(args.contains("not a JSON object"), "{args}");
+    let failed = refusal(
+        &mut client,
+        "UPDATE actions SET state = 'failed', error = 'boom' WHERE id = 1",
+    );
+    assert!(
+        failed.contains("not the shape of its state failed"),
+        "{failed}"
+    );
+    let result = refusal(
+        &mut client,
+        "UPDATE actions SET state = 'applied', result_json = 'not json' WHERE id = 1",
+    );
+    assert!(result.contains("json"), "{result}");
+    client
+        .batch_execute(
+            "UPDATE actions SET state = 'applied', result_json = '{\"ok\":true}' WHERE id = 1",
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_version_4_database_keeps_its_rows_and_checks_its_rules_with_triggers() {
+    let (url, db) = fresh();
+    let ledger = db.ledger();
+    let id = ledger
+        .insert(&mut pending_entry(
+            "gk",
+            7,
+            ActionDescription::new("write 7", "body"),
+        ))
+        .unwrap();
+    drop((ledger, db));
+    // Back to version 4 by hand: its CHECK constraints and its trigger of states.
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(
+            "DROP TRIGGER ledger_rows ON ledger; DROP TRIGGER ledger_json ON ledger;
+             DROP TRIGGER actions_rows ON actions; DROP TRIGGER actions_json ON actions;
+             ALTER TABLE ledger ADD CHECK (id > 0),
+                 ADD CHECK (jsonb_typeof(description_json::jsonb) = 'object');
+             ALTER TABLE actions ADD CHECK (jsonb_typeof(args_json::jsonb) = 'object');
+             CREATE FUNCTION gate_ledger_states_move_forward() RETURNS trigger
+                 LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+             CREATE TRIGGER ledger_states_move_forward BEFORE UPDATE OF state ON ledger
+                 FOR EACH ROW EXECUTE FUNCTION gate_ledger_states_move_forward();
+             UPDATE gate_schema SET version = 4;",
+        )
+        .unwrap();
+    for _ in 0..2 {
+        // The second time, a half upgrade: the step runs again over its own work.
+        let db = Database::open(&url).unwrap();
+        let version = db
+            .query_text("SELECT version::text FROM gate_schema")
+            .unwrap();
+        assert_eq!(version, [[Some(SCHEMA_VERSION.to_string())]]);
+        let checks = db
+            .query_text(
+                "SELECT count(*)::text FROM pg_constraint WHERE contype = 'c'
+                 AND conrelid IN ('ledger'::regclass, 'actions'::regclass)",
+            )
+            .unwrap();
+        assert_eq!(checks, [[Some("0".to_owned())]], "no CHECK is left");
+        let triggers = db
+            .query_text(
+                "SELECT string_agg(tgname::text, ' ' ORDER BY tgname) FROM pg_trigger
+                 WHERE NOT tgisinternal AND tgrelid IN ('ledger'::regclass, 'actions'::regclass)",
+            )
+            .unwrap();
+        assert_eq!(
+            triggers,
+            [[Some(
+                "actions_changed actions_json actions_rows ledger_changed ledger_is_append_only \
+                 ledger_json ledger_rows"
+                    .to_owned()
+            )]]
+        );
+        assert!(db.ledger().get(id).unwrap().is_some(), "the entry is kept");
+        let title = db.query_text("SELECT title FROM ledger_view").unwrap();
+        assert_eq!(title, [[Some("write 7".to_owned())]]);
+        drop(db);
+        client
+            .batch_execute("UPDATE gate_schema SET version = 4")
+            .unwrap();
+    }
+    let back = refusal(
+        &mut client,
+        &format!("UPDATE ledger SET driver_id = NULL WHERE id = {}", id.0),
+    );
+    assert!(back.contains("not the shape of an action"), "{back}");
+}

@@ -10,8 +10,9 @@
 //!   acknowledged to the agent: it is discarded (its id is never handed out again), so it
 //!   holds no slot of the open cap.
 //!
-//! A session is gone when no connection holds its advisory lock (`gate_session_alive`):
-//! the server releases it when the daemon's connection ends, however the daemon died.
+//! A session is gone when no connection holds its advisory lock (`gate_session_alive`;
+//! each statement here reads the live sessions once, [`with_alive!`]): the server
+//! releases it when the daemon's connection ends, however the daemon died.
 
 use gatekeeper_core::store::INTERRUPTED_MESSAGE;
 
@@ -26,10 +27,41 @@ fn sql(error: postgres::Error) -> StoreError {
     }
 }
 
+/// The live sessions, read once per statement: what `gate_session_alive` (`schema.rs`)
+/// reads for one session, with the same lock key (`SESSION_LOCKS`, 0x4753). Each call of
+/// that function reads the server's whole lock table (`pg_locks`), so a statement that
+/// called it for every open call of every store took milliseconds, every
+/// `RECOVERY_INTERVAL`, in every daemon, however quiet the team.
+macro_rules! with_alive {
+    () => {
+        "WITH alive AS MATERIALIZED (
+            SELECT objid AS session FROM pg_locks
+            WHERE locktype = 'advisory' AND classid = 18259::oid AND objsubid = 2 AND granted
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+        "
+    };
+}
+
+/// Whether the session in column `$session` is gone (no live session holds its lock; a
+/// session that is NULL is gone), in a statement that starts with [`with_alive!`].
+macro_rules! gone {
+    ($session:literal) => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM alive WHERE alive.session = ",
+            $session,
+            "::oid)"
+        )
+    };
+}
+
 /// Claims of dead sessions, settled; returns `(gatekeeper, id)` of each.
-const INTERRUPT: &str = "UPDATE actions SET state = 'failed', retryable = false, error = $1
-     WHERE state = 'applying' AND NOT gate_session_alive(claimed_by)
-     RETURNING gatekeeper, id";
+const INTERRUPT: &str = concat!(
+    with_alive!(),
+    "UPDATE actions SET state = 'failed', retryable = false, error = $1
+     WHERE state = 'applying' AND ",
+    gone!("claimed_by"),
+    " RETURNING gatekeeper, id"
+);
 
 /// The ledger entry of an interrupted action, unless the ledger moved on.
 const INTERRUPT_LEDGER: &str = "UPDATE ledger SET state = 'failed', failure = $3,
@@ -41,19 +73,24 @@ const INTERRUPT_LEDGER: &str = "UPDATE ledger SET state = 'failed', failure = $3
 /// (`a`) has settled.
 macro_rules! behind {
     () => {
-        "ledger.kind = 'action'
+        concat!(
+            "ledger.kind = 'action'
        AND a.gatekeeper = ledger.gatekeeper AND a.id = ledger.driver_id
        AND (ledger.state = 'pending' OR (ledger.state = 'failed' AND ledger.failure_retryable))
-       AND (ledger.deciding_session IS NULL OR NOT gate_session_alive(ledger.deciding_session))
+       AND ",
+            gone!("ledger.deciding_session"),
+            "
        AND (a.state IN ('applied', 'rejected')
             OR (a.state = 'failed' AND NOT (ledger.state = 'failed'
                  AND ledger.failure IS NOT DISTINCT FROM a.error
                  AND ledger.failure_retryable IS NOT DISTINCT FROM a.retryable)))"
+        )
     };
 }
 
 /// Move those forward to match their driver record.
 const FORWARD: &str = concat!(
+    with_alive!(),
     "UPDATE ledger SET
         state = CASE a.state WHEN 'applied' THEN 'approved' ELSE a.state END,
         failure = CASE a.state WHEN 'failed' THEN a.error ELSE ledger.failure END,
@@ -68,30 +105,45 @@ const FORWARD: &str = concat!(
 );
 
 /// Remember the ids of unrecorded stages of dead sessions before deleting them.
-const REMEMBER_UNRECORDED: &str = "INSERT INTO action_ids (gatekeeper, last_id)
-     SELECT gatekeeper, max(id) FROM actions
-     WHERE state = 'pending' AND NOT gate_session_alive(staged_by)
+/// A staged call whose staging session is gone and that the kernel never recorded.
+macro_rules! unrecorded {
+    () => {
+        concat!(
+            "actions.state = 'pending' AND ",
+            gone!("actions.staged_by"),
+            "
        AND NOT EXISTS (SELECT 1 FROM ledger WHERE ledger.kind = 'action'
-           AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id)
-     GROUP BY gatekeeper
-     ON CONFLICT (gatekeeper) DO UPDATE SET last_id = greatest(action_ids.last_id, excluded.last_id)";
+           AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id)"
+        )
+    };
+}
 
-const DISCARD_UNRECORDED: &str = "DELETE FROM actions
-     WHERE state = 'pending' AND NOT gate_session_alive(staged_by)
-       AND NOT EXISTS (SELECT 1 FROM ledger WHERE ledger.kind = 'action'
-           AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id)";
+const REMEMBER_UNRECORDED: &str = concat!(
+    with_alive!(),
+    "INSERT INTO action_ids (gatekeeper, last_id)
+     SELECT gatekeeper, max(id) FROM actions WHERE ",
+    unrecorded!(),
+    " GROUP BY gatekeeper
+     ON CONFLICT (gatekeeper) DO UPDATE SET last_id = greatest(action_ids.last_id, excluded.last_id)"
+);
+
+const DISCARD_UNRECORDED: &str =
+    concat!(with_alive!(), "DELETE FROM actions WHERE ", unrecorded!());
 
 /// Whether anything needs settling: one cheap read, so a quiet database costs one round
 /// trip per interval and no transaction.
 const ANYTHING: &str = concat!(
+    with_alive!(),
     "SELECT
-     EXISTS (SELECT 1 FROM actions WHERE state = 'applying' AND NOT gate_session_alive(claimed_by))
+     EXISTS (SELECT 1 FROM actions WHERE state = 'applying' AND ",
+    gone!("claimed_by"),
+    ")
   OR EXISTS (SELECT 1 FROM ledger JOIN actions AS a ON true WHERE ",
     behind!(),
     ")
-  OR EXISTS (SELECT 1 FROM actions WHERE state = 'pending' AND NOT gate_session_alive(staged_by)
-        AND NOT EXISTS (SELECT 1 FROM ledger WHERE ledger.kind = 'action'
-            AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id))"
+  OR EXISTS (SELECT 1 FROM actions WHERE ",
+    unrecorded!(),
+    ")"
 );
 
 /// Settle everything dead sessions left (see the module docs); returns the rows changed.

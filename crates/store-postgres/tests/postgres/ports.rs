@@ -792,3 +792,63 @@ fn a_version_4_database_keeps_its_rows_and_checks_its_rules_with_triggers() {
     );
     assert!(back.contains("not the shape of an action"), "{back}");
 }
+
+#[test]
+fn what_a_dead_daemon_left_is_settled_and_what_a_live_one_holds_is_not() {
+    let (url, live) = fresh();
+    let alive = live
+        .query_text(
+            "SELECT objid::text FROM pg_locks WHERE locktype = 'advisory'
+             AND classid = 18259 AND objsubid = 2 AND granted
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .unwrap();
+    let [row] = &alive[..] else {
+        panic!("one live session: {alive:?}");
+    };
+    let session = row[0].as_deref().unwrap();
+    // Session 9999 never was: whatever names it was left by a daemon that is gone.
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO action_ids VALUES ('gk', 3);
+             INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at, staged_by)
+                 VALUES ('gk', 1, 'write', '{{}}', 'pending', 0, 9999),
+                        ('gk', 3, 'write', '{{}}', 'pending', 0, {session});
+             INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at,
+                     claimed_at, claimed_by, staged_by, result_json)
+                 VALUES ('gk', 2, 'write', '{{}}', 'applied', 0, 1, 9999, 9999,
+                     '{{\"content\":[]}}');
+             INSERT INTO ledger (id, kind, gatekeeper, caller, created_at, description_json,
+                     driver_id, state, depends_on_json, restart_requested, resolved_by,
+                     auto_approved, resolved_at, deciding_session)
+                 VALUES (1, 'action', 'gk', 'agent', 0, '{{}}', 2, 'pending', '[]', false,
+                     'ana', false, 1, 9999);
+             SELECT pg_notify('gate_changes', 'actions');"
+        ))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let states = live
+            .query_text(
+                "SELECT (SELECT string_agg(id || ':' || state, ' ' ORDER BY id) FROM actions),
+                        (SELECT state FROM ledger WHERE id = 1),
+                        (SELECT last_id::text FROM action_ids)",
+            )
+            .unwrap();
+        let settled = [[
+            Some("2:applied 3:pending".to_owned()),
+            Some("approved".to_owned()),
+            Some("3".to_owned()),
+        ]];
+        if states == settled {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dead daemon's unrecorded stage is discarded, its applied call's entry moves \
+             forward, the live daemon's stage stays: {states:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -18,7 +18,7 @@
 //!
 //! Every benchmark also reads the cluster's processor time and its own (the daemons' and
 //! the agents') from `/proc` (they share the machine's processors) and prints both per
-//! action.
+//! action, and how many of the machine's processors they kept busy together.
 //!
 //! Run: `cargo bench -p store-postgres --bench team -- --warm-up-time 1 --measurement-time 5`.
 //! It starts a throwaway PostgreSQL cluster (initdb and pg_ctl, see `cluster.rs`); the
@@ -469,16 +469,18 @@ fn summary(_: &mut Criterion) {
     let tally = TALLY.lock().unwrap();
     println!("\nsummary (means over warm-up and samples):");
     let mut per_second = Vec::new();
+    let processors = std::thread::available_parallelism().map_or(1, usize::from);
     for (name, elapsed, actions, commits, trips, server, own) in tally.iter() {
         let n = (*actions).max(1) as f64;
         let rate = n / elapsed.as_secs_f64();
         println!(
-            "  {name}: {:.0} µs per action, {rate:.0} actions/s, {:.2} commits and {:.2} round trips per action, processor time per action {:.0} µs PostgreSQL's, {:.0} µs the daemons' and agents' ({actions} actions)",
+            "  {name}: {:.0} µs per action, {rate:.0} actions/s, {:.2} commits and {:.2} round trips per action, processor time per action {:.0} µs PostgreSQL's, {:.0} µs the daemons' and agents', {:.2} of the machine's {processors} processors busy ({actions} actions)",
             elapsed.as_secs_f64() * 1e6 / n,
             *commits as f64 / n,
             *trips as f64 / n,
             server.as_secs_f64() * 1e6 / n,
             own.as_secs_f64() * 1e6 / n,
+            (*server + *own).as_secs_f64() / elapsed.as_secs_f64().max(1e-9),
         );
         per_second.push((*name, rate));
     }

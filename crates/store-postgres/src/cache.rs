@@ -22,7 +22,9 @@
 //!   the drain reads them one after the other, and a person's decision reads the entry
 //!   the list (`open_actions`, already whole) showed. This daemon's own writes
 //!   of an entry drop it; a notification of a ledger change by another daemon (the
-//!   payload names the writer's session) drops them all. What is left is as old as a
+//!   payload names the writer's session and the servers whose entries changed, schema
+//!   version 5) drops those servers' entries, or all of them when it names no servers
+//!   (an older daemon's, a list too long). What is left is as old as a
 //!   notification, and a decision on it is checked again by `record_attempt` (open,
 //!   decided by nobody else); when that refuses, the kernel's next `get` of the id
 //!   reads the server.
@@ -56,26 +58,54 @@ pub(crate) struct Caches {
     rules_generation: AtomicU64,
     rules: Mutex<Option<Arc<Vec<AutoApprovalRule>>>>,
     fresh: Mutex<HashSet<(Arc<str>, i64)>>,
-    /// Moves when another daemon changes the ledger (or notifications may be lost).
+    /// Moves when another daemon changes the ledger without naming the servers (or
+    /// notifications may be lost): every remembered entry is dropped.
     entries_generation: AtomicU64,
-    prefetched: Mutex<HashMap<i64, (LedgerEntry, Instant, u64)>>,
+    /// Moves for one server when another daemon changes its entries.
+    server_generations: Mutex<HashMap<String, u64>>,
+    prefetched: Mutex<HashMap<i64, (LedgerEntry, Instant, Generation)>>,
 }
+
+/// What the remembered entries of one server were read under: the generation of all
+/// entries, and of that server's.
+pub(crate) type Generation = (u64, u64);
 
 impl Caches {
     /// A notification said a table changed: its payload is the table's name, then `:`
     /// and the writer's session if it named one. `me` is this daemon's session.
+    /// A ledger change also names the servers whose entries changed, as a JSON array
+    /// after a second `:` (`ledger:7:["issues"]`).
     pub(crate) fn changed(&self, payload: &str, me: i32) {
-        let (table, writer) = match payload.split_once(':') {
-            Some((table, writer)) => (table, writer.parse::<i32>().ok()),
-            None => (payload, None),
-        };
+        let mut parts = payload.splitn(3, ':');
+        let table = parts.next().unwrap_or_default();
+        let writer = parts.next().and_then(|writer| writer.parse::<i32>().ok());
+        let servers = parts.next();
         match table {
             "lockdown" => self.latch(),
             "auto_approval_rules" => self.forget_rules(),
             "ledger" if writer != Some(me) => {
-                self.entries_generation.fetch_add(1, Ordering::SeqCst);
+                match servers.and_then(|s| serde_json::from_str::<Vec<String>>(s).ok()) {
+                    Some(servers) => self.servers_changed(servers),
+                    None => {
+                        self.entries_generation.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
             }
             _ => {}
+        }
+    }
+
+    /// Another daemon changed entries of `servers`.
+    fn servers_changed(&self, servers: Vec<String>) {
+        match self.server_generations.lock() {
+            Ok(mut generations) => {
+                for server in servers {
+                    *generations.entry(server).or_default() += 1;
+                }
+            }
+            Err(_) => {
+                self.entries_generation.fetch_add(1, Ordering::SeqCst);
+            }
         }
     }
 
@@ -172,14 +202,20 @@ impl Caches {
         }
     }
 
-    /// Taken before reading entries to prefetch, for [`Caches::prefetch`].
-    pub(crate) fn entries_generation(&self) -> u64 {
-        self.entries_generation.load(Ordering::SeqCst)
+    /// Taken before reading entries of `server` to prefetch, for [`Caches::prefetch`].
+    pub(crate) fn entries_generation(&self, server: &str) -> Generation {
+        let of_server = self
+            .server_generations
+            .lock()
+            .ok()
+            .and_then(|generations| generations.get(server).copied())
+            .unwrap_or_default();
+        (self.entries_generation.load(Ordering::SeqCst), of_server)
     }
 
-    /// Entries read with their ids, after [`Caches::entries_generation`] returned
-    /// `generation`, for the next `get` of each.
-    pub(crate) fn prefetch(&self, entries: Vec<LedgerEntry>, generation: u64) {
+    /// Entries of one server read with their ids, after [`Caches::entries_generation`]
+    /// returned `generation`, for the next `get` of each.
+    pub(crate) fn prefetch(&self, entries: Vec<LedgerEntry>, generation: Generation) {
         if !self.listening.load(Ordering::SeqCst) {
             return;
         }
@@ -198,7 +234,7 @@ impl Caches {
     pub(crate) fn take_prefetched(&self, id: i64) -> Option<LedgerEntry> {
         let (entry, at, generation) = self.prefetched.lock().ok()?.remove(&id)?;
         (at.elapsed() < PREFETCH_TTL
-            && generation == self.entries_generation.load(Ordering::SeqCst)
+            && generation == self.entries_generation(&entry.gatekeeper)
             && self.listening.load(Ordering::SeqCst))
         .then_some(entry)
     }
@@ -208,5 +244,61 @@ impl Caches {
         if let Ok(mut prefetched) = self.prefetched.lock() {
             prefetched.remove(&id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kernel::{ActionDescription, LedgerId};
+
+    use super::*;
+
+    fn entry(server: &str, id: u64) -> LedgerEntry {
+        kernel::testkit::pending_entry(server, id, ActionDescription::new("write", "body"))(
+            LedgerId(id),
+        )
+    }
+
+    /// Remember entry 1 of server `a` and entry 2 of server `a:b`, as a list would.
+    fn remember_both(caches: &Caches) {
+        for (server, id) in [("a", 1), ("a:b", 2)] {
+            let generation = caches.entries_generation(server);
+            caches.prefetch(vec![entry(server, id)], generation);
+        }
+    }
+
+    fn kept(caches: &Caches) -> [bool; 2] {
+        [1, 2].map(|id| caches.take_prefetched(id).is_some())
+    }
+
+    #[test]
+    fn another_daemons_ledger_change_drops_only_the_entries_of_the_servers_it_names() {
+        const ME: i32 = 3;
+        let caches = Caches::default();
+        caches.listening(false);
+        remember_both(&caches);
+        caches.changed(r#"ledger:7:["a:b"]"#, ME);
+        assert_eq!(kept(&caches), [true, false]);
+
+        // This daemon's own change drops nothing here (its writes drop their entries).
+        remember_both(&caches);
+        caches.changed(r#"ledger:3:["a","a:b"]"#, ME);
+        assert_eq!(kept(&caches), [true, true]);
+
+        // A change that names no servers (an older daemon's, a list too long, a writer
+        // without a session) drops every entry; so does one that cannot be read.
+        for payload in ["ledger:7", "ledger", "ledger::", r#"ledger:7:["a""#] {
+            remember_both(&caches);
+            caches.changed(payload, ME);
+            assert_eq!(kept(&caches), [false, false], "{payload}");
+        }
+        remember_both(&caches);
+        caches.changed(r#"ledger::["a"]"#, ME);
+        assert_eq!(kept(&caches), [false, true], "a writer without a session");
+
+        // Other tables leave the entries alone.
+        remember_both(&caches);
+        caches.changed("actions:7", ME);
+        assert_eq!(kept(&caches), [true, true]);
     }
 }

@@ -595,7 +595,7 @@ impl PostgresLedger {
         self.db
             .commit_parked(move |key, _| key.0 == parked_for)
             .map_err(port)?;
-        let generation = self.db.shared().caches.entries_generation();
+        let generation = self.db.shared().caches.entries_generation(&gatekeeper);
         let entries = self
             .db
             .call(move |link| {

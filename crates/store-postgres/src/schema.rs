@@ -30,7 +30,8 @@
 ///   from its own (see `cache.rs`); and `gate_stage` refuses a full store before it takes
 ///   the id row's lock (`STAGE_FUNCTION_4`).
 /// - Version 5: the rows' rules of `ledger` and `actions` as row triggers instead of
-///   CHECK constraints (`ROW_RULES_5`), the same rules at a fraction of the cost.
+///   CHECK constraints (`ROW_RULES_5`), the same rules at a fraction of the cost; a
+///   ledger notification names the server whose entry changed, from the same trigger.
 pub const SCHEMA_VERSION: i32 = 5;
 
 /// The first key of the advisory locks that mark a live session (second key: its id).
@@ -46,9 +47,9 @@ pub(crate) const LEDGER_LOCKS: i32 = 0x474C;
 /// The `LISTEN`/`NOTIFY` channel every change is announced on.
 pub const CHANNEL: &str = "gate_changes";
 
-/// The whole schema but `gate_stage` ([`STAGE_FUNCTION_4`]) and the rows' rules
-/// ([`ROW_RULES_5`]), as of the current version, run in one transaction on an empty
-/// database.
+/// The whole schema but `gate_stage` ([`STAGE_FUNCTION_4`]) and the rows' rules and the
+/// ledger's notifications ([`ROW_RULES_5`]), as of the current version, run in one
+/// transaction on an empty database.
 pub(crate) const CREATE: &str = r#"
 CREATE TABLE gate_schema (
     version integer NOT NULL
@@ -184,15 +185,14 @@ CREATE TABLE kv (
 );
 
 -- The payload names the table, and the daemon session that wrote, if it said
--- (`gate.session`): "ledger:7".
+-- (`gate.session`): "actions:7". The ledger's name the server whose entry changed too
+-- (`gate_ledger_rows`, `ROW_RULES_5`).
 CREATE FUNCTION gate_notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('gate_changes', TG_TABLE_NAME
         || coalesce(':' || nullif(current_setting('gate.session', true), ''), ''));
     RETURN NULL;
 END $$;
-CREATE TRIGGER ledger_changed AFTER INSERT OR UPDATE ON ledger
-    FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
 CREATE TRIGGER actions_changed AFTER INSERT OR UPDATE ON actions
     FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
 CREATE TRIGGER rules_changed AFTER INSERT OR UPDATE OR DELETE ON auto_approval_rules
@@ -250,9 +250,19 @@ END $$;
 /// server put 22% of its processor time in checking constraints. A PL/pgSQL function is
 /// compiled once per connection, and the JSON checks run only when a statement writes a
 /// JSON column (`UPDATE OF`). A row that breaks a rule is refused with `check_violation`
-/// and a message naming the rule. Run after `CREATE`, and as the upgrade from version 4,
-/// which drops the two tables' CHECK constraints and the older trigger first; every step
-/// can run again safely.
+/// and a message naming the rule.
+///
+/// The ledger's row trigger also announces the change, naming the server whose entry
+/// changed after the writer's session, as a JSON array: `ledger:7:["issues"]` (the
+/// session is empty when the writer did not say). A daemon then drops what it remembers
+/// of that server's entries only (`cache.rs`): with each daemon serving its own agents'
+/// server, every change of the other daemon used to drop them all. The server a
+/// notification cannot carry (a name of 4,000 bytes or more) is left out, which means
+/// every server. Notifications alike within a transaction are sent once.
+///
+/// Run after `CREATE`, and as the upgrade from version 4, which drops the two tables'
+/// CHECK constraints, the older trigger of states and the ledger's statement-level
+/// notification first; every step can run again safely.
 pub(crate) const ROW_RULES_5: &str = r#"
 DO $$
 DECLARE
@@ -266,11 +276,13 @@ BEGIN
 END $$;
 DROP TRIGGER IF EXISTS ledger_states_move_forward ON ledger;
 DROP FUNCTION IF EXISTS gate_ledger_states_move_forward();
+DROP TRIGGER IF EXISTS ledger_changed ON ledger;
 
 -- An entry's shape: an action has a driver id, a state, its dependencies and whether a
 -- restart was asked; an observation has none of an action's columns. States move
 -- forward: an action never returns to pending, approved/rejected/reverted/expired are
 -- final (approved may only become reverted), and so is a failure that cannot be retried.
+-- Each entry written is announced, with its server.
 CREATE OR REPLACE FUNCTION gate_ledger_rows() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
     IF TG_OP = 'UPDATE' AND OLD.state IS DISTINCT FROM NEW.state AND (
@@ -313,6 +325,10 @@ BEGIN
         RAISE EXCEPTION 'ledger entry %: a resolution, failure or revert only in part', NEW.id
             USING ERRCODE = 'check_violation';
     END IF;
+    PERFORM pg_notify('gate_changes', 'ledger:'
+        || coalesce(current_setting('gate.session', true), '')
+        || CASE WHEN octet_length(NEW.gatekeeper) < 4000
+                THEN ':' || json_build_array(NEW.gatekeeper)::text ELSE '' END);
     RETURN NEW;
 END $f$;
 

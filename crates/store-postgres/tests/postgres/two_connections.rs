@@ -212,6 +212,71 @@ fn what_one_handle_remembers_gives_way_to_what_another_wrote() {
     assert_eq!(one.get(a).unwrap().unwrap(), decided);
 }
 
+/// Wait until `db` was told of a change after `seen` (its `changes` counter moved).
+fn told(db: &Database, seen: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while *db.changes().borrow() == seen {
+        assert!(
+            Instant::now() < deadline,
+            "no notification reached the handle"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_change_to_one_servers_entries_leaves_what_a_handle_remembers_of_another_servers() {
+    let path = fresh_url();
+    let first = Database::open(&path).unwrap();
+    let second = Database::open(&path).unwrap();
+    let (one, two) = (first.ledger(), second.ledger());
+    let entry = |server: &'static str, n: u64| {
+        pending_entry(
+            server,
+            n,
+            ActionDescription::new(format!("write {n}"), "body"),
+        )
+    };
+    let a = one.insert(&mut entry("a", 1)).unwrap();
+    let b = two.insert(&mut entry("b", 2)).unwrap();
+
+    // The first handle lists server a's open actions (as the drain does), then the
+    // second changes server b's entry: the first's next read of a's entry is the one
+    // it listed, without a round trip.
+    assert_eq!(one.open_action_ids("a").unwrap(), [a]);
+    let seen = *first.changes().borrow();
+    let mut decided = two.get(b).unwrap().unwrap();
+    decided.action_mut().unwrap().state = ActionState::Rejected;
+    decided.action_mut().unwrap().resolution = Some(kernel::Resolution {
+        by: "reviewer".into(),
+        auto: false,
+        at: kernel::Timestamp(9),
+        cause: None,
+    });
+    two.put(decided).unwrap();
+    told(&first, seen);
+    let trips = first.round_trips();
+    assert_eq!(one.get(a).unwrap().unwrap().id, a);
+    assert_eq!(first.round_trips(), trips, "a's entry came from the list");
+
+    // A change to server a's entry is read from the server.
+    assert_eq!(one.open_action_ids("a").unwrap(), [a]);
+    let seen = *first.changes().borrow();
+    let mut decided = two.get(a).unwrap().unwrap();
+    decided.action_mut().unwrap().state = ActionState::Rejected;
+    decided.action_mut().unwrap().resolution = Some(kernel::Resolution {
+        by: "reviewer".into(),
+        auto: false,
+        at: kernel::Timestamp(9),
+        cause: None,
+    });
+    two.put(decided.clone()).unwrap();
+    told(&first, seen);
+    let trips = first.round_trips();
+    assert_eq!(one.get(a).unwrap().unwrap(), decided);
+    assert!(first.round_trips() > trips, "a's entry was read again");
+}
+
 /// One handle's action store of gatekeeper `gk`.
 struct Desk {
     db: Database,

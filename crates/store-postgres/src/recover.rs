@@ -104,7 +104,6 @@ const FORWARD: &str = concat!(
     behind!()
 );
 
-/// Remember the ids of unrecorded stages of dead sessions before deleting them.
 /// A staged call whose staging session is gone and that the kernel never recorded.
 macro_rules! unrecorded {
     () => {
@@ -118,6 +117,7 @@ macro_rules! unrecorded {
     };
 }
 
+/// Remember the ids of unrecorded stages of dead sessions before deleting them.
 const REMEMBER_UNRECORDED: &str = concat!(
     with_alive!(),
     "INSERT INTO action_ids (gatekeeper, last_id)
@@ -127,6 +127,7 @@ const REMEMBER_UNRECORDED: &str = concat!(
      ON CONFLICT (gatekeeper) DO UPDATE SET last_id = greatest(action_ids.last_id, excluded.last_id)"
 );
 
+/// Delete those stages.
 const DISCARD_UNRECORDED: &str =
     concat!(with_alive!(), "DELETE FROM actions WHERE ", unrecorded!());
 

@@ -178,6 +178,21 @@ fn submitted(n: u64) -> impl FnMut(kernel::LedgerId) -> kernel::LedgerEntry {
     )
 }
 
+/// Entry `id` as `ledger` reads it, rejected by a reviewer and written back.
+fn reject(ledger: &dyn kernel::LedgerStore, id: kernel::LedgerId) -> kernel::LedgerEntry {
+    let mut decided = ledger.get(id).unwrap().unwrap();
+    let action = decided.action_mut().unwrap();
+    action.state = ActionState::Rejected;
+    action.resolution = Some(kernel::Resolution {
+        by: "reviewer".into(),
+        auto: false,
+        at: kernel::Timestamp(9),
+        cause: None,
+    });
+    ledger.put(decided.clone()).unwrap();
+    decided
+}
+
 #[test]
 fn what_one_handle_remembers_gives_way_to_what_another_wrote() {
     // Ids come from one sequence, and what one handle wrote is what the other reads.
@@ -196,16 +211,7 @@ fn what_one_handle_remembers_gives_way_to_what_another_wrote() {
     );
 
     // The second handle decides an entry the first one wrote and remembers.
-    let mut decided = two.get(a).unwrap().unwrap();
-    let action = decided.action_mut().unwrap();
-    action.state = ActionState::Rejected;
-    action.resolution = Some(kernel::Resolution {
-        by: "reviewer".into(),
-        auto: false,
-        at: kernel::Timestamp(9),
-        cause: None,
-    });
-    two.put(decided.clone()).unwrap();
+    let decided = reject(&*two, a);
     assert_eq!(one.get(a).unwrap().unwrap(), decided);
     // Still true once the first handle writes again.
     one.insert(&mut submitted(4)).unwrap();
@@ -245,15 +251,7 @@ fn a_change_to_one_servers_entries_leaves_what_a_handle_remembers_of_another_ser
     // it listed, without a round trip.
     assert_eq!(one.open_action_ids("a").unwrap(), [a]);
     let seen = *first.changes().borrow();
-    let mut decided = two.get(b).unwrap().unwrap();
-    decided.action_mut().unwrap().state = ActionState::Rejected;
-    decided.action_mut().unwrap().resolution = Some(kernel::Resolution {
-        by: "reviewer".into(),
-        auto: false,
-        at: kernel::Timestamp(9),
-        cause: None,
-    });
-    two.put(decided).unwrap();
+    reject(&*two, b);
     told(&first, seen);
     let trips = first.round_trips();
     assert_eq!(one.get(a).unwrap().unwrap().id, a);
@@ -262,15 +260,7 @@ fn a_change_to_one_servers_entries_leaves_what_a_handle_remembers_of_another_ser
     // A change to server a's entry is read from the server.
     assert_eq!(one.open_action_ids("a").unwrap(), [a]);
     let seen = *first.changes().borrow();
-    let mut decided = two.get(a).unwrap().unwrap();
-    decided.action_mut().unwrap().state = ActionState::Rejected;
-    decided.action_mut().unwrap().resolution = Some(kernel::Resolution {
-        by: "reviewer".into(),
-        auto: false,
-        at: kernel::Timestamp(9),
-        cause: None,
-    });
-    two.put(decided.clone()).unwrap();
+    let decided = reject(&*two, a);
     told(&first, seen);
     let trips = first.round_trips();
     assert_eq!(one.get(a).unwrap().unwrap(), decided);

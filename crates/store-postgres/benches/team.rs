@@ -41,32 +41,37 @@ use serde_json::json;
 use store_postgres::Database;
 use store_postgres::cluster::Cluster;
 
-/// (name, elapsed, actions, commits, round trips, the server's processor time, this
-/// process's: the daemons' and the agents') per benchmark, for the summary.
-type Tally = (&'static str, Duration, u64, u64, u64, Duration, Duration);
-static TALLY: Mutex<Vec<Tally>> = Mutex::new(Vec::new());
-
-fn tally(
-    name: &'static str,
+/// What one benchmark measured, summed over its runs, for the summary.
+#[derive(Clone, Copy, Default)]
+struct Tally {
     elapsed: Duration,
     actions: u64,
     commits: u64,
     round_trips: u64,
+    /// The cluster's processor time.
     server: Duration,
+    /// This process's: the daemons' and the agents'.
     own: Duration,
-) {
+}
+
+static TALLY: Mutex<Vec<(&'static str, Tally)>> = Mutex::new(Vec::new());
+
+/// Add `run` to benchmark `name`'s tally.
+fn tally(name: &'static str, run: Tally) {
     let mut tally = TALLY.lock().unwrap();
-    match tally.iter_mut().find(|t| t.0 == name) {
-        Some(t) => {
-            t.1 += elapsed;
-            t.2 += actions;
-            t.3 += commits;
-            t.4 += round_trips;
-            t.5 += server;
-            t.6 += own;
+    let sum = match tally.iter_mut().find(|t| t.0 == name) {
+        Some((_, sum)) => sum,
+        None => {
+            tally.push((name, Tally::default()));
+            &mut tally.last_mut().unwrap().1
         }
-        None => tally.push((name, elapsed, actions, commits, round_trips, server, own)),
-    }
+    };
+    sum.elapsed += run.elapsed;
+    sum.actions += run.actions;
+    sum.commits += run.commits;
+    sum.round_trips += run.round_trips;
+    sum.server += run.server;
+    sum.own += run.own;
 }
 
 /// The processor time this process (the daemons and their agents) has used so far.
@@ -193,12 +198,12 @@ fn cycle(c: &mut Criterion) {
                 let elapsed = start.elapsed();
                 tally(
                     "cycle/sqlite_wal",
-                    elapsed,
-                    iters,
-                    sqlite.commits() - commits,
-                    0,
-                    Duration::ZERO,
-                    Duration::ZERO,
+                    Tally {
+                        elapsed,
+                        actions: iters,
+                        commits: sqlite.commits() - commits,
+                        ..Tally::default()
+                    },
                 );
                 elapsed
             })
@@ -263,12 +268,14 @@ async fn counted(
     let elapsed = start.elapsed();
     tally(
         name,
-        elapsed,
-        iters,
-        postgres.commits() - commits,
-        postgres.round_trips() - trips,
-        server_cpu().saturating_sub(server),
-        own_cpu().saturating_sub(own),
+        Tally {
+            elapsed,
+            actions: iters,
+            commits: postgres.commits() - commits,
+            round_trips: postgres.round_trips() - trips,
+            server: server_cpu().saturating_sub(server),
+            own: own_cpu().saturating_sub(own),
+        },
     );
     elapsed
 }
@@ -450,12 +457,14 @@ fn agents16(c: &mut Criterion) {
                     }
                     tally(
                         label,
-                        elapsed,
-                        actions,
-                        dbs.iter().map(Database::commits).sum::<u64>() - commits,
-                        dbs.iter().map(Database::round_trips).sum::<u64>() - trips,
-                        server_cpu().saturating_sub(server),
-                        own_cpu().saturating_sub(own),
+                        Tally {
+                            elapsed,
+                            actions,
+                            commits: dbs.iter().map(Database::commits).sum::<u64>() - commits,
+                            round_trips: dbs.iter().map(Database::round_trips).sum::<u64>() - trips,
+                            server: server_cpu().saturating_sub(server),
+                            own: own_cpu().saturating_sub(own),
+                        },
                     );
                     elapsed
                 })
@@ -470,36 +479,43 @@ fn summary(_: &mut Criterion) {
     println!("\nsummary (means over warm-up and samples):");
     let mut per_second = Vec::new();
     let processors = std::thread::available_parallelism().map_or(1, usize::from);
-    for (name, elapsed, actions, commits, trips, server, own) in tally.iter() {
-        let n = (*actions).max(1) as f64;
-        let rate = n / elapsed.as_secs_f64();
+    for (name, t) in tally.iter() {
+        let n = t.actions.max(1) as f64;
+        let rate = n / t.elapsed.as_secs_f64();
+        // SQLite's cycle runs in this process with no server: its time is not split.
+        let processors_used = if t.server.is_zero() && t.own.is_zero() {
+            String::new()
+        } else {
+            format!(
+                ", processor time per action {:.0} µs PostgreSQL's, {:.0} µs the daemons' and agents', {:.2} of the machine's {processors} processors busy",
+                t.server.as_secs_f64() * 1e6 / n,
+                t.own.as_secs_f64() * 1e6 / n,
+                (t.server + t.own).as_secs_f64() / t.elapsed.as_secs_f64().max(1e-9),
+            )
+        };
         println!(
-            "  {name}: {:.0} µs per action, {rate:.0} actions/s, {:.2} commits and {:.2} round trips per action, processor time per action {:.0} µs PostgreSQL's, {:.0} µs the daemons' and agents', {:.2} of the machine's {processors} processors busy ({actions} actions)",
-            elapsed.as_secs_f64() * 1e6 / n,
-            *commits as f64 / n,
-            *trips as f64 / n,
-            server.as_secs_f64() * 1e6 / n,
-            own.as_secs_f64() * 1e6 / n,
-            (*server + *own).as_secs_f64() / elapsed.as_secs_f64().max(1e-9),
+            "  {name}: {:.0} µs per action, {rate:.0} actions/s, {:.2} commits and {:.2} round trips per action{processors_used} ({} actions)",
+            t.elapsed.as_secs_f64() * 1e6 / n,
+            t.commits as f64 / n,
+            t.round_trips as f64 / n,
+            t.actions,
         );
         per_second.push((*name, rate));
     }
     // Issue 42's targets, beside what was measured.
-    for (name, _, actions, commits, trips, _, _) in
-        tally.iter().filter(|t| t.0 != "cycle/sqlite_wal")
-    {
-        let n = (*actions).max(1) as f64;
+    for (name, t) in tally.iter().filter(|t| t.0 != "cycle/sqlite_wal") {
+        let n = t.actions.max(1) as f64;
         println!(
             "  {name}: {:.2} round trips (target <= 6), {:.2} commits (target <= 3) per action",
-            *trips as f64 / n,
-            *commits as f64 / n,
+            t.round_trips as f64 / n,
+            t.commits as f64 / n,
         );
     }
     for (name, refused) in REFUSED.lock().unwrap().iter() {
         if let Some(t) = tally.iter().find(|t| t.0 == *name) {
             println!(
                 "  {name}: {:.2} stages refused as full per action applied (the drain is behind)",
-                *refused as f64 / t.2.max(1) as f64
+                *refused as f64 / t.1.actions.max(1) as f64
             );
         }
     }

@@ -193,6 +193,22 @@ pub fn scoped_rule() -> crate::AutoApprovalRule {
     }
 }
 
+/// Entry `id` as `ledger` reads it, rejected by "reviewer" and written back with `put`
+/// (a decision made through another handle than the one that wrote the entry).
+pub fn reject_by_reviewer(ledger: &dyn LedgerStore, id: LedgerId) -> LedgerEntry {
+    let mut decided = ledger.get(id).unwrap().unwrap();
+    let action = decided.action_mut().unwrap();
+    action.state = ActionState::Rejected;
+    action.resolution = Some(Resolution {
+        by: "reviewer".into(),
+        auto: false,
+        at: Timestamp(9),
+        cause: None,
+    });
+    ledger.put(decided.clone()).unwrap();
+    decided
+}
+
 /// Put rules into `ledger` so that each way of writing one is taken: the scoped rule
 /// over an older whole-kind rule of its kind, and a whole-kind rule over an older scoped
 /// one (which must lose its scope). Returns the rules as `rules()` must answer them.

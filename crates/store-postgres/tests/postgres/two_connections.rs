@@ -178,21 +178,6 @@ fn submitted(n: u64) -> impl FnMut(kernel::LedgerId) -> kernel::LedgerEntry {
     )
 }
 
-/// Entry `id` as `ledger` reads it, rejected by a reviewer and written back.
-fn reject(ledger: &dyn kernel::LedgerStore, id: kernel::LedgerId) -> kernel::LedgerEntry {
-    let mut decided = ledger.get(id).unwrap().unwrap();
-    let action = decided.action_mut().unwrap();
-    action.state = ActionState::Rejected;
-    action.resolution = Some(kernel::Resolution {
-        by: "reviewer".into(),
-        auto: false,
-        at: kernel::Timestamp(9),
-        cause: None,
-    });
-    ledger.put(decided.clone()).unwrap();
-    decided
-}
-
 #[test]
 fn what_one_handle_remembers_gives_way_to_what_another_wrote() {
     // Ids come from one sequence, and what one handle wrote is what the other reads.
@@ -211,7 +196,7 @@ fn what_one_handle_remembers_gives_way_to_what_another_wrote() {
     );
 
     // The second handle decides an entry the first one wrote and remembers.
-    let decided = reject(&*two, a);
+    let decided = kernel::testkit::reject_by_reviewer(&*two, a);
     assert_eq!(one.get(a).unwrap().unwrap(), decided);
     // Still true once the first handle writes again.
     one.insert(&mut submitted(4)).unwrap();
@@ -251,7 +236,7 @@ fn a_change_to_one_servers_entries_leaves_what_a_handle_remembers_of_another_ser
     // it listed, without a round trip.
     assert_eq!(one.open_action_ids("a").unwrap(), [a]);
     let seen = *first.changes().borrow();
-    reject(&*two, b);
+    kernel::testkit::reject_by_reviewer(&*two, b);
     told(&first, seen);
     let trips = first.round_trips();
     assert_eq!(one.get(a).unwrap().unwrap().id, a);
@@ -260,7 +245,7 @@ fn a_change_to_one_servers_entries_leaves_what_a_handle_remembers_of_another_ser
     // A change to server a's entry is read from the server.
     assert_eq!(one.open_action_ids("a").unwrap(), [a]);
     let seen = *first.changes().borrow();
-    let decided = reject(&*two, a);
+    let decided = kernel::testkit::reject_by_reviewer(&*two, a);
     told(&first, seen);
     let trips = first.round_trips();
     assert_eq!(one.get(a).unwrap().unwrap(), decided);

@@ -143,16 +143,7 @@ fn what_one_handle_remembers_gives_way_to_what_another_wrote() {
     );
 
     // The second handle decides an entry the first one wrote and remembers.
-    let mut decided = two.get(a).unwrap().unwrap();
-    let action = decided.action_mut().unwrap();
-    action.state = ActionState::Rejected;
-    action.resolution = Some(kernel::Resolution {
-        by: "reviewer".into(),
-        auto: false,
-        at: kernel::Timestamp(9),
-        cause: None,
-    });
-    two.put(decided.clone()).unwrap();
+    let decided = kernel::testkit::reject_by_reviewer(&*two, a);
     assert_eq!(one.get(a).unwrap().unwrap(), decided);
     // Still true once the first handle writes again (it looks inside its transaction).
     one.insert(&mut submitted(4)).unwrap();

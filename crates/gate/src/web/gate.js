@@ -200,5 +200,8 @@ document.addEventListener('DOMContentLoaded', () => {
   if (location.pathname === '/' && document.getElementById('main') && window.EventSource) {
     const events = new EventSource('/events');
     events.addEventListener('changed', () => { refresh(); });
+    // The stream reports changes after it opened: what changed between this page's
+    // rendering and then (or while a dropped stream reconnected) is read on each open.
+    events.addEventListener('open', () => { refresh(); });
   }
 });

@@ -171,8 +171,13 @@ fn two_people_deciding_from_their_lists_at_once_apply_each_action_once() {
 
 /// A pending action entry of gatekeeper `gk` for driver action `n`.
 fn submitted(n: u64) -> impl FnMut(kernel::LedgerId) -> kernel::LedgerEntry {
+    submitted_to("gk", n)
+}
+
+/// A pending action entry of gatekeeper `server` for driver action `n`.
+fn submitted_to(server: &str, n: u64) -> impl FnMut(kernel::LedgerId) -> kernel::LedgerEntry {
     pending_entry(
-        "gk",
+        server,
         n,
         ActionDescription::new(format!("write {n}"), "body"),
     )
@@ -221,15 +226,8 @@ fn a_change_to_one_servers_entries_leaves_what_a_handle_remembers_of_another_ser
     let first = Database::open(&path).unwrap();
     let second = Database::open(&path).unwrap();
     let (one, two) = (first.ledger(), second.ledger());
-    let entry = |server: &'static str, n: u64| {
-        pending_entry(
-            server,
-            n,
-            ActionDescription::new(format!("write {n}"), "body"),
-        )
-    };
-    let a = one.insert(&mut entry("a", 1)).unwrap();
-    let b = two.insert(&mut entry("b", 2)).unwrap();
+    let a = one.insert(&mut submitted_to("a", 1)).unwrap();
+    let b = two.insert(&mut submitted_to("b", 2)).unwrap();
 
     // The first handle lists server a's open actions (as the drain does), then the
     // second changes server b's entry: the first's next read of a's entry is the one

@@ -50,7 +50,7 @@ use crate::cache::Caches;
 use crate::error::StoreError;
 use crate::schema::{
     CREATE, EXPECTED_TABLES, LEDGER_LOCKS, MIGRATION_LOCK, ROW_RULES_5, SCHEMA_VERSION,
-    SESSION_LOCKS, STAGE_FUNCTION_4, UPGRADES,
+    SESSION_LOCKS, STAGE_FUNCTION_6, UPGRADES,
 };
 
 /// How many worker threads a [`Database`] runs statements on.
@@ -1301,7 +1301,7 @@ fn migrate(url: &str, shown: &str) -> Result<(), StoreError> {
         if tables.is_empty() {
             let mut tx = client.transaction().map_err(|e| sql_error(&e))?;
             tx.batch_execute(CREATE).map_err(|e| sql_error(&e))?;
-            tx.batch_execute(STAGE_FUNCTION_4)
+            tx.batch_execute(STAGE_FUNCTION_6)
                 .map_err(|e| sql_error(&e))?;
             tx.batch_execute(ROW_RULES_5).map_err(|e| sql_error(&e))?;
             tx.execute(

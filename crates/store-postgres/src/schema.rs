@@ -28,11 +28,14 @@
 ///   daemon can answer "not latched" from its session's view; the writer's session in
 ///   every notification's payload (`ledger:7`), so a daemon tells other daemons' changes
 ///   from its own (see `cache.rs`); and `gate_stage` refuses a full store before it takes
-///   the id row's lock (`STAGE_FUNCTION_4`).
+///   the id row's lock (`STAGE_FUNCTION_4`, since replaced).
 /// - Version 5: the rows' rules of `ledger` and `actions` as row triggers instead of
 ///   CHECK constraints (`ROW_RULES_5`), the same rules at a fraction of the cost; a
 ///   ledger notification names the server whose entry changed, from the same trigger.
-pub const SCHEMA_VERSION: i32 = 5;
+/// - Version 6: `gate_stage` counts the open calls once when no other stage holds the
+///   store's id row, and takes that row without writing a new version of it
+///   (`STAGE_FUNCTION_6`).
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The first key of the advisory locks that mark a live session (second key: its id).
 pub(crate) const SESSION_LOCKS: i32 = 0x4753;
@@ -47,7 +50,7 @@ pub(crate) const LEDGER_LOCKS: i32 = 0x474C;
 /// The `LISTEN`/`NOTIFY` channel every change is announced on.
 pub const CHANNEL: &str = "gate_changes";
 
-/// The whole schema but `gate_stage` ([`STAGE_FUNCTION_4`]) and the rows' rules and the
+/// The whole schema but `gate_stage` ([`STAGE_FUNCTION_6`]) and the rows' rules and the
 /// ledger's notifications ([`ROW_RULES_5`]), as of the current version, run in one
 /// transaction on an empty database.
 pub(crate) const CREATE: &str = r#"
@@ -202,18 +205,25 @@ CREATE TRIGGER lockdown_changed AFTER INSERT ON lockdown
 "#;
 
 /// `gate_stage`: stage a call in one statement, one round trip (version 2; refined in
-/// version 4). A store already full is refused before the id row's lock is taken (and so
-/// without waiting for another stage, and without writing): the count before the lock
-/// may miss a stage not yet committed, never count one too many that stays. Otherwise it
-/// locks the store's row of `action_ids` (waiting for a stage of another daemon to
-/// commit), counts the open calls again with a snapshot taken after the lock (each
-/// statement of a PL/pgSQL function takes its own under READ COMMITTED, so the other
-/// stage is counted), and inserts the row with the next id; NULL when the store is full.
-/// Every stage of one store waits for the one before, so the open cap holds across
-/// daemons. Upgrades run every step to the current version at once, so the step from
-/// version 1 creates this function as it is now, and the step from 3 replaces it (in a
-/// database that stopped at 2 or 3) the same way.
-pub(crate) const STAGE_FUNCTION_4: &str = r#"
+/// versions 4 and 6). It takes the store's row of `action_ids` if no other stage holds it
+/// (`SKIP LOCKED`), counts the open calls once with a snapshot taken after that lock, and
+/// inserts the row with the next id; NULL when the store is full.
+///
+/// Only when another stage holds the row (one of another daemon, parked until it commits)
+/// or the store has no row yet does it count first: a store already full is then refused
+/// without waiting and without writing (the count before the lock may miss a stage not yet
+/// committed, never count one too many that stays). Otherwise it waits for the lock and
+/// counts again, the other stage now included: each statement of a PL/pgSQL function
+/// takes its own snapshot under READ COMMITTED. Every stage of one store waits for the one
+/// before, so the open cap holds across daemons.
+///
+/// Version 4 counted twice on every stage and took the row with an upsert, which writes a
+/// new version of the row even when it changes nothing; each count reads every row the
+/// store keeps (up to 100 settled calls, and the versions updates leave until vacuum).
+///
+/// Upgrades run every step to the current version at once, so the steps from versions 1,
+/// 3 and 5 create or replace this function as it is now.
+pub(crate) const STAGE_FUNCTION_6: &str = r#"
 CREATE OR REPLACE FUNCTION gate_stage(p_gatekeeper text, p_tool text, p_args text, p_at bigint,
     p_session integer, p_definition text, p_max_open bigint) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
@@ -221,14 +231,18 @@ DECLARE
     last bigint;
     open bigint;
 BEGIN
-    SELECT count(*) INTO open FROM actions WHERE gatekeeper = p_gatekeeper
-        AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable));
-    IF open >= p_max_open THEN
-        RETURN NULL;
+    SELECT last_id INTO last FROM action_ids WHERE gatekeeper = p_gatekeeper
+        FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        SELECT count(*) INTO open FROM actions WHERE gatekeeper = p_gatekeeper
+            AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable));
+        IF open >= p_max_open THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO action_ids (gatekeeper, last_id) VALUES (p_gatekeeper, 0)
+            ON CONFLICT (gatekeeper) DO UPDATE SET last_id = action_ids.last_id
+            RETURNING last_id INTO last;
     END IF;
-    INSERT INTO action_ids (gatekeeper, last_id) VALUES (p_gatekeeper, 0)
-        ON CONFLICT (gatekeeper) DO UPDATE SET last_id = action_ids.last_id
-        RETURNING last_id INTO last;
     SELECT count(*) INTO open FROM actions WHERE gatekeeper = p_gatekeeper
         AND (state IN ('pending', 'applying') OR (state = 'failed' AND retryable));
     IF open >= p_max_open THEN
@@ -421,10 +435,11 @@ CREATE TRIGGER lockdown_changed AFTER INSERT ON lockdown
 "#;
 
 /// Each upgrade step, from the version it starts at.
-pub(crate) const UPGRADES: [(i32, &str); 5] = [
-    (1, STAGE_FUNCTION_4),
+pub(crate) const UPGRADES: [(i32, &str); 6] = [
+    (1, STAGE_FUNCTION_6),
     (2, RULE_SCOPE),
     (3, LOCKDOWN_NOTIFY),
-    (3, STAGE_FUNCTION_4),
+    (3, STAGE_FUNCTION_6),
     (4, ROW_RULES_5),
+    (5, STAGE_FUNCTION_6),
 ];

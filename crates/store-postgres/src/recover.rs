@@ -70,20 +70,36 @@ const INTERRUPT_LEDGER: &str = "UPDATE ledger SET state = 'failed', failure = $3
        AND (state = 'pending' OR (state = 'failed' AND failure_retryable))";
 
 /// A ledger action (`ledger`) still open, decided by nobody alive, whose driver record
-/// (`a`) has settled.
+/// (the row of `actions` named `$a`) has settled. "Open" is written as a `CASE`, which
+/// the predicate of the partial index `ledger_open` does not match: a plan then finds the
+/// entry by its driver's id (`ledger_by_driver`, one entry) rather than reading every open
+/// entry of the server, dead versions included, for each call.
 macro_rules! behind {
-    () => {
+    ($a:literal) => {
         concat!(
             "ledger.kind = 'action'
-       AND a.gatekeeper = ledger.gatekeeper AND a.id = ledger.driver_id
-       AND (ledger.state = 'pending' OR (ledger.state = 'failed' AND ledger.failure_retryable))
+       AND ",
+            $a,
+            ".gatekeeper = ledger.gatekeeper AND ",
+            $a,
+            ".id = ledger.driver_id
+       AND CASE ledger.state WHEN 'pending' THEN true
+           WHEN 'failed' THEN ledger.failure_retryable ELSE false END
        AND ",
             gone!("ledger.deciding_session"),
             "
-       AND (a.state IN ('applied', 'rejected')
-            OR (a.state = 'failed' AND NOT (ledger.state = 'failed'
-                 AND ledger.failure IS NOT DISTINCT FROM a.error
-                 AND ledger.failure_retryable IS NOT DISTINCT FROM a.retryable)))"
+       AND (",
+            $a,
+            ".state IN ('applied', 'rejected')
+            OR (",
+            $a,
+            ".state = 'failed' AND NOT (ledger.state = 'failed'
+                 AND ledger.failure IS NOT DISTINCT FROM ",
+            $a,
+            ".error
+                 AND ledger.failure_retryable IS NOT DISTINCT FROM ",
+            $a,
+            ".retryable)))"
         )
     };
 }
@@ -101,18 +117,21 @@ const FORWARD: &str = concat!(
             ELSE ledger.failure_kind END,
         deciding_session = NULL
      FROM actions AS a WHERE ",
-    behind!()
+    behind!("a")
 );
 
-/// A staged call whose staging session is gone and that the kernel never recorded.
+/// A staged call whose staging session is gone and that the kernel never recorded. The
+/// ledger is looked up for each such call (a subquery per row, which no plan turns into a
+/// read of the whole ledger), as in [`ANYTHING`].
 macro_rules! unrecorded {
     () => {
         concat!(
             "actions.state = 'pending' AND ",
             gone!("actions.staged_by"),
             "
-       AND NOT EXISTS (SELECT 1 FROM ledger WHERE ledger.kind = 'action'
-           AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id)"
+       AND (SELECT true FROM ledger WHERE ledger.kind = 'action'
+           AND ledger.gatekeeper = actions.gatekeeper AND ledger.driver_id = actions.id
+           LIMIT 1) IS NULL"
         )
     };
 }
@@ -133,18 +152,26 @@ const DISCARD_UNRECORDED: &str =
 
 /// Whether anything needs settling: one cheap read, so a quiet database costs one round
 /// trip per interval and no transaction.
+///
+/// It reads what the action store keeps (its open calls and the newest settled ones) in one
+/// pass, and looks up the ledger entry of each settled one by its driver's id: a subquery
+/// per row, which no plan turns into a join. As a join, a plan made before the server had
+/// statistics (every connection's, in a new database) read every action entry of the
+/// ledger, twice, every [`RECOVERY_INTERVAL`](crate::RECOVERY_INTERVAL) in every daemon
+/// (`the_recovery_check_reads_the_kept_calls_not_the_whole_ledger`).
 const ANYTHING: &str = concat!(
     with_alive!(),
-    "SELECT
-     EXISTS (SELECT 1 FROM actions WHERE state = 'applying' AND ",
-    gone!("claimed_by"),
+    "SELECT EXISTS (SELECT 1 FROM actions WHERE
+     (actions.state = 'applying' AND ",
+    gone!("actions.claimed_by"),
     ")
-  OR EXISTS (SELECT 1 FROM ledger JOIN actions AS a ON true WHERE ",
-    behind!(),
-    ")
-  OR EXISTS (SELECT 1 FROM actions WHERE ",
+  OR (actions.state IN ('applied', 'rejected', 'failed')
+       AND (SELECT true FROM ledger WHERE ",
+    behind!("actions"),
+    " LIMIT 1))
+  OR (",
     unrecorded!(),
-    ")"
+    "))"
 );
 
 /// Settle everything dead sessions left (see the module docs); returns the rows changed.

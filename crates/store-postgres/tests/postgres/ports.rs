@@ -1017,3 +1017,80 @@ fn retention_keeps_the_newest_settled_calls_and_reads_each_row_once_without_stat
         "{read} rows of `actions` read by {ROUNDS} prunes"
     );
 }
+
+/// The check every daemon runs every `RECOVERY_INTERVAL` reads what the action store
+/// keeps (its open calls and the newest settled ones), not every action the ledger ever
+/// recorded, also with the plans a connection makes before the server has statistics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recovery_check_reads_the_kept_calls_not_the_whole_ledger() {
+    const ACTIONS: i64 = 400;
+    const CHECKS: i64 = 10;
+    let (url, db) = fresh();
+    let rig = Rig::new(db.clone()).await;
+    for n in 0..ACTIONS {
+        rig.queue_issue(&format!("issue {n}")).await;
+        let open = rig.overseer.open_actions().unwrap();
+        rig.overseer.approve(open[0].id, "ana").await.unwrap();
+        rig.overseer.settle().await;
+    }
+    drop(rig);
+    drop(db);
+    // What was read of the ledger and of the action store, in entries and rows.
+    let reads = |url: &str| -> [i64; 2] {
+        let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+        let row = client
+            .query_one(
+                "SELECT (SELECT sum(idx_tup_read)::bigint FROM pg_stat_user_indexes i
+                         WHERE i.relid = t.relid) + seq_tup_read
+                 FROM pg_stat_user_tables t WHERE relname = $1",
+                &[&"ledger"],
+            )
+            .unwrap();
+        let ledger: i64 = row.get(0);
+        let row = client
+            .query_one(
+                "SELECT (SELECT sum(idx_tup_read)::bigint FROM pg_stat_user_indexes i
+                         WHERE i.relid = t.relid) + seq_tup_read
+                 FROM pg_stat_user_tables t WHERE relname = $1",
+                &[&"actions"],
+            )
+            .unwrap();
+        [ledger, row.get(0)]
+    };
+    let before = tokio::task::block_in_place(|| reads(&url));
+    let checker = Database::open(&url).unwrap();
+    for _ in 0..CHECKS {
+        assert_eq!(checker.recover().unwrap(), 0, "nothing to settle");
+    }
+    drop(checker);
+    // The statistics of the checker's connection arrive when it ends.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let read = tokio::task::block_in_place(|| {
+        let mut watcher = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        // Every connection of the checker has ended (each sends what it counted as it
+        // ends), and the checks' reads of the action store have arrived.
+        loop {
+            let others: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                     AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            let after = reads(&url);
+            if others == 0 && after[1] > before[1] {
+                break after[0] - before[0];
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the checks' statistics never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    assert!(
+        read < CHECKS * ACTIONS / 2,
+        "{CHECKS} recovery checks read {read} entries of a ledger of {ACTIONS} actions"
+    );
+}

@@ -555,6 +555,22 @@ fn a_version_3_database_is_upgraded_and_a_latch_reaches_every_daemon() {
     assert!(reopened.ledger().locked_down().unwrap());
 }
 
+/// A new database where `count` actions were staged, approved by a person and applied, one
+/// at a time, through the real stack; the daemon's connections have ended, and with them
+/// the statistics they had not sent yet.
+async fn applied_through_a_daemon_that_ended(count: u64) -> String {
+    let (url, db) = fresh();
+    let rig = Rig::new(db.clone()).await;
+    for n in 0..count {
+        rig.queue_issue(&format!("issue {n}")).await;
+        let open = rig.overseer.open_actions().unwrap();
+        rig.overseer.approve(open[0].id, "ana").await.unwrap();
+        rig.overseer.settle().await;
+    }
+    assert_eq!(rig.service.calls().len() as u64, count);
+    url
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_and_outcomes_read_only_their_own_ledger_entry_in_a_database_without_statistics()
 {
@@ -563,45 +579,21 @@ async fn decisions_and_outcomes_read_only_their_own_ledger_entry_in_a_database_w
     // tables, a minute or more later. An outcome must still find its entry by id, not by
     // reading every action's entry, or each costs more than the one before.
     const ACTIONS: u64 = 80;
-    let (url, db) = fresh();
-    let rig = Rig::new(db.clone()).await;
-    for n in 0..ACTIONS {
-        rig.queue_issue(&format!("issue {n}")).await;
-        let open = rig.overseer.open_actions().unwrap();
-        rig.overseer.approve(open[0].id, "ana").await.unwrap();
-        rig.overseer.settle().await;
-    }
-    assert_eq!(rig.service.calls().len() as u64, ACTIONS);
-    // The daemon's connections end, and with them the statistics they had not sent yet.
-    drop(rig);
-    drop(db);
-    let reader = Database::open(&url).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let read_in_partial = loop {
-        let row = reader
-            .query_text(
-                "SELECT (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'ledger'),
-                        (SELECT sum(idx_tup_read) FROM pg_stat_user_indexes
-                          WHERE indexrelname IN ('ledger_by_driver', 'ledger_open'))",
-            )
-            .unwrap();
-        let number = |column: usize| -> u64 {
-            row[0][column]
-                .as_deref()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        };
-        let (updated, read) = (number(0), number(1));
-        // Each action's entry is updated twice: who decides, then the outcome.
-        if updated >= 2 * ACTIONS {
-            break read;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server's statistics never counted the updates ({updated})"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let url = applied_through_a_daemon_that_ended(ACTIONS).await;
+    let read_in_partial = off_runtime(|| {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        once_counted(
+            &mut client,
+            "SELECT (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'ledger'),
+                    (SELECT sum(idx_tup_read)::bigint FROM pg_stat_user_indexes
+                      WHERE indexrelname IN ('ledger_by_driver', 'ledger_open'))",
+            // Each action's entry is updated twice: who decides, then the outcome.
+            |row| {
+                let (updated, read): (i64, Option<i64>) = (row.get(0), row.get(1));
+                (updated >= 2 * ACTIONS as i64).then(|| read.unwrap_or(0) as u64)
+            },
+        )
+    });
     // Looking an action up by its driver's id reads one entry of `ledger_by_driver`, a
     // person's list the open entries of `ledger_open` (one here); a scan of either for
     // each decision or outcome reads about ACTIONS² / 2.
@@ -612,6 +604,37 @@ async fn decisions_and_outcomes_read_only_their_own_ledger_entry_in_a_database_w
 }
 
 /// The error a statement of `client` ended with, as the server worded it.
+/// Run `sql` (one row) until `arrived` finds in it what it waits for, and return that: a
+/// connection sends the server the statistics it counted as it ends, so they arrive a
+/// little after it.
+fn once_counted<T>(
+    client: &mut postgres::Client,
+    sql: &str,
+    arrived: impl Fn(&postgres::Row) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = arrived(&client.query_one(sql, &[]).unwrap()) {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server's statistics never arrived: {sql}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Run `work` on a thread of its own: the blocking client must not run on a test's runtime.
+fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| scope.spawn(work).join().unwrap())
+}
+
+/// What statements read of the table `t` (a row of `pg_stat_user_tables`): its index entries
+/// and the rows of its sequential scans, as the server's statistics count them.
+const READ_OF: &str = "(SELECT sum(idx_tup_read)::bigint FROM pg_stat_user_indexes i
+     WHERE i.relid = t.relid) + t.seq_tup_read";
+
 fn refusal(client: &mut postgres::Client, statement: &str) -> String {
     let error = client
         .batch_execute(statement)
@@ -990,26 +1013,13 @@ fn retention_keeps_the_newest_settled_calls_and_reads_each_row_once_without_stat
     );
     // The handle's connection ends, and with it the statistics it had not sent yet.
     drop((storage, db));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let read = loop {
-        let row = client
-            .query_one(
-                "SELECT (SELECT idx_tup_read FROM pg_stat_user_indexes
-                         WHERE indexrelname = 'actions_pkey') + seq_tup_read, n_tup_del
-                 FROM pg_stat_user_tables WHERE relname = 'actions'",
-                &[],
-            )
-            .unwrap();
-        let (read, deleted): (i64, i64) = (row.get(0), row.get(1));
-        if deleted >= pruned as i64 {
-            break read;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the statistics never counted the deletes"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let read = once_counted(
+        &mut client,
+        &format!(
+            "SELECT {READ_OF}, n_tup_del FROM pg_stat_user_tables t WHERE relname = 'actions'"
+        ),
+        |row| (row.get::<_, i64>(1) >= pruned as i64).then(|| row.get::<_, i64>(0)),
+    );
     // Each prune reads the store's rows a few times at most (up to 116 here), not once
     // for each of them.
     assert!(
@@ -1025,69 +1035,31 @@ fn retention_keeps_the_newest_settled_calls_and_reads_each_row_once_without_stat
 async fn the_recovery_check_reads_the_kept_calls_not_the_whole_ledger() {
     const ACTIONS: i64 = 400;
     const CHECKS: i64 = 10;
-    let (url, db) = fresh();
-    let rig = Rig::new(db.clone()).await;
-    for n in 0..ACTIONS {
-        rig.queue_issue(&format!("issue {n}")).await;
-        let open = rig.overseer.open_actions().unwrap();
-        rig.overseer.approve(open[0].id, "ana").await.unwrap();
-        rig.overseer.settle().await;
-    }
-    drop(rig);
-    drop(db);
-    // What was read of the ledger and of the action store, in entries and rows.
-    let reads = |url: &str| -> [i64; 2] {
-        let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
-        let row = client
-            .query_one(
-                "SELECT (SELECT sum(idx_tup_read)::bigint FROM pg_stat_user_indexes i
-                         WHERE i.relid = t.relid) + seq_tup_read
-                 FROM pg_stat_user_tables t WHERE relname = $1",
-                &[&"ledger"],
-            )
-            .unwrap();
-        let ledger: i64 = row.get(0);
-        let row = client
-            .query_one(
-                "SELECT (SELECT sum(idx_tup_read)::bigint FROM pg_stat_user_indexes i
-                         WHERE i.relid = t.relid) + seq_tup_read
-                 FROM pg_stat_user_tables t WHERE relname = $1",
-                &[&"actions"],
-            )
-            .unwrap();
-        [ledger, row.get(0)]
-    };
-    let before = tokio::task::block_in_place(|| reads(&url));
-    let checker = Database::open(&url).unwrap();
-    for _ in 0..CHECKS {
-        assert_eq!(checker.recover().unwrap(), 0, "nothing to settle");
-    }
-    drop(checker);
-    // The statistics of the checker's connection arrive when it ends.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let read = tokio::task::block_in_place(|| {
-        let mut watcher = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        // Every connection of the checker has ended (each sends what it counted as it
-        // ends), and the checks' reads of the action store have arrived.
-        loop {
-            let others: i64 = watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-                     AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
-                    &[],
-                )
-                .unwrap()
-                .get(0);
-            let after = reads(&url);
-            if others == 0 && after[1] > before[1] {
-                break after[0] - before[0];
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the checks' statistics never arrived"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+    let url = applied_through_a_daemon_that_ended(ACTIONS as u64).await;
+    // What was read of the ledger and of the action store, and how many connections
+    // other than the reader's are open.
+    let reads = format!(
+        "SELECT (SELECT {READ_OF} FROM pg_stat_user_tables t WHERE relname = 'ledger'),
+                (SELECT {READ_OF} FROM pg_stat_user_tables t WHERE relname = 'actions'),
+                (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                  AND backend_type = 'client backend' AND pid <> pg_backend_pid())"
+    );
+    let read = off_runtime(|| {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let [ledger_before, actions_before] = once_counted(&mut client, &reads, |row| {
+            Some([row.get::<_, i64>(0), row.get::<_, i64>(1)])
+        });
+        let checker = Database::open(&url).unwrap();
+        for _ in 0..CHECKS {
+            assert_eq!(checker.recover().unwrap(), 0, "nothing to settle");
         }
+        drop(checker);
+        // Every connection of the checker has ended, and the checks' reads of the
+        // action store have arrived.
+        once_counted(&mut client, &reads, |row| {
+            (row.get::<_, i64>(2) == 0 && row.get::<_, i64>(1) > actions_before)
+                .then(|| row.get::<_, i64>(0) - ledger_before)
+        })
     });
     assert!(
         read < CHECKS * ACTIONS / 2,

@@ -70,10 +70,11 @@ const INTERRUPT_LEDGER: &str = "UPDATE ledger SET state = 'failed', failure = $3
        AND (state = 'pending' OR (state = 'failed' AND failure_retryable))";
 
 /// A ledger action (`ledger`) still open, decided by nobody alive, whose driver record
-/// (the row of `actions` named `$a`) has settled. "Open" is written as a `CASE`, which
-/// the predicate of the partial index `ledger_open` does not match: a plan then finds the
-/// entry by its driver's id (`ledger_by_driver`, one entry) rather than reading every open
-/// entry of the server, dead versions included, for each call.
+/// (the row of `actions` named `$a`) has settled. The statements below look only at
+/// rejections and records whose claimant is gone (`settled_by_the_dead!`). "Open" is
+/// written as a `CASE`, which the predicate of the partial index `ledger_open` does not
+/// match: a plan then finds the entry by its driver's id (`ledger_by_driver`, one entry)
+/// rather than reading every open entry of the server, dead versions included, per call.
 macro_rules! behind {
     ($a:literal) => {
         concat!(
@@ -104,6 +105,28 @@ macro_rules! behind {
     };
 }
 
+/// A settled record of `actions` (named `$a`) that was rejected, or applied or failed by
+/// a claimant that is gone: only such a record can have left its ledger entry behind. A
+/// live daemon writes its claim's outcome to both in one statement, and the session that
+/// claims a call is the one that recorded its decision; a rejection keeps the claimant of
+/// an earlier try, if any, which is not the session that rejected it. Checked on the row
+/// of `actions` before its entry is looked up, so a check while every claimant lives
+/// reads the ledger only for the rejections the store keeps.
+macro_rules! settled_by_the_dead {
+    ($a:literal) => {
+        concat!(
+            "(",
+            $a,
+            ".state = 'rejected' OR (",
+            $a,
+            ".state IN ('applied', 'failed')
+       AND NOT EXISTS (SELECT 1 FROM alive WHERE alive.session = ",
+            $a,
+            ".claimed_by::oid)))"
+        )
+    };
+}
+
 /// Move those forward to match their driver record.
 const FORWARD: &str = concat!(
     with_alive!(),
@@ -117,6 +140,8 @@ const FORWARD: &str = concat!(
             ELSE ledger.failure_kind END,
         deciding_session = NULL
      FROM actions AS a WHERE ",
+    settled_by_the_dead!("a"),
+    " AND ",
     behind!("a")
 );
 
@@ -165,7 +190,9 @@ const ANYTHING: &str = concat!(
      (actions.state = 'applying' AND ",
     gone!("actions.claimed_by"),
     ")
-  OR (actions.state IN ('applied', 'rejected', 'failed')
+  OR (",
+    settled_by_the_dead!("actions"),
+    "
        AND (SELECT true FROM ledger WHERE ",
     behind!("actions"),
     " LIMIT 1))

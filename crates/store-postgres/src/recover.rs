@@ -179,8 +179,9 @@ const DISCARD_UNRECORDED: &str =
 /// trip per interval and no transaction.
 ///
 /// It reads what the action store keeps (its open calls and the newest settled ones) in one
-/// pass, and looks up the ledger entry of each settled one by its driver's id: a subquery
-/// per row, which no plan turns into a join. As a join, a plan made before the server had
+/// pass, and looks up the ledger entry of each rejection and of each call settled by a
+/// claimant that is gone (`settled_by_the_dead!`) by its driver's id: a subquery per row,
+/// which no plan turns into a join. As a join, a plan made before the server had
 /// statistics (every connection's, in a new database) read every action entry of the
 /// ledger, twice, every [`RECOVERY_INTERVAL`](crate::RECOVERY_INTERVAL) in every daemon
 /// (`the_recovery_check_reads_the_kept_calls_not_the_whole_ledger`).

@@ -221,8 +221,8 @@ CREATE TRIGGER lockdown_changed AFTER INSERT ON lockdown
 /// new version of the row even when it changes nothing; each count reads every row the
 /// store keeps (up to 100 settled calls, and the versions updates leave until vacuum).
 ///
-/// Upgrades run every step to the current version at once, so the steps from versions 1,
-/// 3 and 5 create or replace this function as it is now.
+/// Upgrades run every step from the database's version on, so the step from version 5
+/// creates or replaces this function, as it is now, in a database of any older version.
 pub(crate) const STAGE_FUNCTION_6: &str = r#"
 CREATE OR REPLACE FUNCTION gate_stage(p_gatekeeper text, p_tool text, p_args text, p_at bigint,
     p_session integer, p_definition text, p_max_open bigint) RETURNS bigint
@@ -434,12 +434,11 @@ CREATE TRIGGER lockdown_changed AFTER INSERT ON lockdown
     FOR EACH STATEMENT EXECUTE FUNCTION gate_notify_change();
 "#;
 
-/// Each upgrade step, from the version it starts at.
-pub(crate) const UPGRADES: [(i32, &str); 6] = [
-    (1, STAGE_FUNCTION_6),
+/// Each upgrade step, from the version it starts at; a database runs every step from
+/// its version on, in this order.
+pub(crate) const UPGRADES: [(i32, &str); 4] = [
     (2, RULE_SCOPE),
     (3, LOCKDOWN_NOTIFY),
-    (3, STAGE_FUNCTION_6),
     (4, ROW_RULES_5),
     (5, STAGE_FUNCTION_6),
 ];

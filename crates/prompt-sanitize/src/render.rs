@@ -346,9 +346,9 @@ fn inline_pass(text: &str, max_chars: usize, remove: &[char]) -> String {
         return UNNAMED.to_owned();
     }
     let mut clipped = clip(collapsed, max_chars, ELLIPSIS_TEXT);
-    // Clipping can leave a kept `_` just before the ellipsis, at a word's edge, where it could
-    // close emphasis; drop it.
-    if clipped.ends_with(WORD_EDGE_UNDERSCORE) {
+    // Clipping can leave a kept run of `_` just before the ellipsis, at a word's edge, where
+    // it could close emphasis; drop the whole run (`files__read` clipped after `files__`).
+    while clipped.ends_with(WORD_EDGE_UNDERSCORE) {
         let at = clipped.len() - WORD_EDGE_UNDERSCORE.len();
         clipped.remove(at);
     }

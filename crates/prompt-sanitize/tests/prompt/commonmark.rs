@@ -280,6 +280,9 @@ fn snake_case_names_keep_their_underscores_and_open_no_emphasis() {
     );
     // Clipped just after an underscore: the underscore would stand at the word's edge.
     assert_eq!(plain_inline("write_file", 6).as_str(), "write…");
+    // Clipped inside a run of underscores: the whole run goes.
+    assert_eq!(plain_inline("files__read", 7).as_str(), "files…");
+    assert_eq!(plain_inline("files__read", 6).as_str(), "files…");
     let line = Markdown::new()
         .line(&[
             &Sanitized::literal("**"),

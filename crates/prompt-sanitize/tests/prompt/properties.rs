@@ -162,12 +162,15 @@ proptest! {
         prop_assert!(chars(&unescaped) <= max.max(8) + 1);
         let markup = ['`', '*', '[', ']', '(', ')', '#', '>', '|', '\\', '<', '$'];
         prop_assert!(out == "(unnamed)" || !unescaped.contains(markup), "{out:?}");
-        // An underscore stays only inside a word, where it cannot open or close emphasis.
+        // An underscore, or a run of them (`files__read`), stays only inside a word, where it
+        // cannot open or close emphasis.
         let kept: Vec<char> = unescaped.chars().collect();
+        let word = |j: Option<usize>| j.and_then(|j| kept.get(j)).is_some_and(|c| c.is_alphanumeric());
         for (i, c) in kept.iter().enumerate() {
             if *c == '_' {
-                let word = |j: Option<usize>| j.and_then(|j| kept.get(j)).is_some_and(|c| c.is_alphanumeric());
-                prop_assert!(word(i.checked_sub(1)) && word(Some(i + 1)), "{out:?}");
+                let start = kept[..i].iter().rposition(|&c| c != '_').map_or(0, |p| p + 1);
+                let end = kept[i..].iter().position(|&c| c != '_').map_or(kept.len(), |n| i + n);
+                prop_assert!(word(start.checked_sub(1)) && word(Some(end)), "{out:?}");
             }
         }
         prop_assert_eq!(out.trim(), out);

@@ -24,7 +24,8 @@
 //!   older ones are pruned when a store opens and then at every [`PRUNE_EVERY`]th call it
 //!   settles, so at most `PRUNE_EVERY - 1` more wait for the next prune. Open records are
 //!   never pruned. So a store written by one process holds at most 165 records per
-//!   gatekeeper.
+//!   gatekeeper; 215 on a backend that runs that prune with its next stage
+//!   ([`ActionStorage::retain_final`]), since the calls open until then may settle.
 //!
 //! This is *at most once*, not exactly once: when the outcome is unknown, the store prefers
 //! losing a result to repeating a write.
@@ -823,6 +824,19 @@ pub trait ActionStorage: Send + Sync {
     /// Returns how many were deleted.
     async fn prune_final(&self, keep: usize) -> Result<usize, StorageError>;
 
+    /// Retention as [`ActionStore`] runs it, every [`PRUNE_EVERY`]th call settled: the
+    /// same deletion as [`ActionStorage::prune_final`], now or with this store's next
+    /// stage. A backend whose every statement costs a round trip defers it (PostgreSQL:
+    /// it rides in the stage's transaction, no round trip or commit of its own); until
+    /// that stage, at most the calls open now can settle, so at most [`MAX_OPEN_ACTIONS`]
+    /// more final records wait. A deferred deletion that fails is tried again with the
+    /// next stage.
+    ///
+    /// The default is [`ActionStorage::prune_final`], now.
+    async fn retain_final(&self, keep: usize) -> Result<(), StorageError> {
+        self.prune_final(keep).await.map(|_| ())
+    }
+
     /// Replace the arguments of the record `id` by `args`, only if it is still pending
     /// (a person's edit before approving). Returns whether it was written; once written
     /// it is durable. Tool, definition and time stay as staged.
@@ -1396,7 +1410,7 @@ impl ActionStore {
     async fn settled(&self) {
         let settled = self.settled.fetch_add(1, Ordering::Relaxed) + 1;
         if settled.is_multiple_of(PRUNE_EVERY)
-            && let Err(error) = self.prune().await
+            && let Err(error) = self.storage.retain_final(RETAINED_FINAL_ACTIONS).await
         {
             warn!(%error, "action.prune.failed");
         }

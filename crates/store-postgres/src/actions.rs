@@ -26,6 +26,12 @@
 //!   `action_ids` (which also hands out the id), then counts and inserts, in one
 //!   statement (`gate_stage`, one round trip); every stage of one store waits for the
 //!   one before.
+//! - **Retention rides with a stage.** The deletion of settled calls beyond the newest
+//!   100 (`retain_final`, every sixteenth call settled) is due with this handle's next
+//!   stage of the gatekeeper: pipelined behind `gate_stage` in its round trip, in its
+//!   transaction, under a savepoint, so it costs no round trip or commit of its own, and
+//!   a failed deletion is undone alone (one more round trip) and due again, the stage
+//!   standing. Until that stage only the calls open now can settle.
 //! - **A stage commits with its submission.** gatekeeper-core stages and then submits to
 //!   the kernel in the same task (or, outside a task, on the same thread): the stage's
 //!   transaction is left open, parked for that stager, and the ledger insert it makes
@@ -43,6 +49,7 @@
 //!   rejection) has moved the call on, the edit matches nothing and says so.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -63,14 +70,29 @@ use crate::ledger::{ATTEMPT_ACTION_COLUMNS, i64_of, sql, u64_of};
 pub struct PostgresActionStorage {
     db: Database,
     gatekeeper: Arc<str>,
+    /// Retention due with the next stage: how many settled calls to keep, or
+    /// [`NO_RETENTION`] (see [`ActionStorage::retain_final`]).
+    retain: Arc<AtomicI64>,
 }
+
+/// No retention is due.
+const NO_RETENTION: i64 = -1;
 
 impl PostgresActionStorage {
     pub(crate) fn new(db: Database, gatekeeper: &str) -> Self {
         Self {
             db,
             gatekeeper: Arc::from(gatekeeper),
+            retain: Arc::new(AtomicI64::new(NO_RETENTION)),
         }
+    }
+
+    /// Retention taken by a stage did not happen (the stage failed or was refused, or the
+    /// deletion failed): due again with the next, unless a newer one is due already.
+    fn retain_again(&self, keep: i64) {
+        let _ =
+            self.retain
+                .compare_exchange(NO_RETENTION, keep, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -359,23 +381,45 @@ impl ActionStorage for PostgresActionStorage {
             .lock_owned()
             .await;
         let name = self.gatekeeper.clone();
+        // Retention due rides in the stage's transaction, behind it in its round trip.
+        let keep = self.retain.swap(NO_RETENTION, Ordering::AcqRel);
         let staged = self
             .db
             .call_async(move |link| {
                 let params: [&(dyn postgres::types::ToSql + Sync); 7] =
                     [&gatekeeper, &tool, &args, &at, &me, &definition, &max_open];
-                let rows = link.begin_with(STAGE, &params)?;
+                let (rows, retained) = if keep == NO_RETENTION {
+                    (link.begin_with(STAGE, &params)?, Ok(0))
+                } else {
+                    link.begin_with_also(STAGE, &params, PRUNE, &[&gatekeeper, &keep])?
+                };
                 let id: Option<i64> = rows.first().and_then(|row| row.get(0));
                 if let Some(id) = id {
                     link.park_stage((name, id), stager, turn);
                 }
-                Ok(id)
+                Ok((id, retained))
             })
-            .await
-            .map_err(port)?;
+            .await;
+        let (staged, retained) = match staged {
+            Ok(staged) => staged,
+            Err(error) => {
+                self.retain_again(keep);
+                return Err(port(error));
+            }
+        };
         let Some(id) = staged else {
+            // Refused: its transaction, and the deletion in it, are rolled back.
+            self.retain_again(keep);
             return Ok(None);
         };
+        match retained {
+            Ok(pruned) if pruned > 0 => tracing::debug!(pruned, "action.pruned"),
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "action.prune.failed");
+                self.retain_again(keep);
+            }
+        }
         // No ledger action names it yet (see `cache.rs`).
         self.db.shared().caches.staged(&self.gatekeeper, id);
         Ok(Some(DriverActionId(u64_of(id, "action id").map_err(port)?)))
@@ -602,6 +646,13 @@ impl ActionStorage for PostgresActionStorage {
             })
             .await
             .map_err(port)
+    }
+
+    /// Due with the next stage, which carries it in its transaction and round trip.
+    async fn retain_final(&self, keep: usize) -> Result<(), StorageError> {
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        self.retain.store(keep, Ordering::Release);
+        Ok(())
     }
 
     async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {

@@ -325,6 +325,64 @@ impl Link<'_> {
         })
     }
 
+    /// [`Link::begin_with`], and behind its statement, in the same round trip, `also`
+    /// under a savepoint of its own. A failure of `also` alone is undone alone (one more
+    /// round trip, `ROLLBACK TO SAVEPOINT`) and returned beside the rows, the transaction
+    /// carrying on; a failure of the statement rolls everything back, as `begin_with`.
+    pub(crate) fn begin_with_also(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+        also: &'static str,
+        also_params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(Vec<Row>, Result<u64, StoreError>), StoreError> {
+        let statement = self.statement(sql).map_err(|e| sql_error(&e))?;
+        let also = self.statement(also).map_err(|e| sql_error(&e))?;
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        let begin = !self.in_tx;
+        let client = &self.conn.client;
+        let (begun, rows, saved, done, released) = self.rt().block_on(async {
+            tokio::join!(
+                async {
+                    if begin {
+                        client.batch_execute("BEGIN").await
+                    } else {
+                        Ok(())
+                    }
+                },
+                client.query(&statement, params),
+                client.batch_execute("SAVEPOINT also"),
+                client.execute(&also, also_params),
+                client.batch_execute("RELEASE SAVEPOINT also"),
+            )
+        });
+        self.in_tx = true;
+        let rows = match begun.and(rows) {
+            Ok(rows) => rows,
+            Err(error) => {
+                self.rollback();
+                return Err(sql_error(&error));
+            }
+        };
+        let done = match saved.and(done).and_then(|n| released.map(|()| n)) {
+            Ok(n) => Ok(n),
+            Err(error) => {
+                self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+                let undone = self.rt().block_on(
+                    self.conn
+                        .client
+                        .batch_execute("ROLLBACK TO SAVEPOINT also; RELEASE SAVEPOINT also"),
+                );
+                if let Err(undo) = undone {
+                    self.rollback();
+                    return Err(sql_error(&undo));
+                }
+                Err(sql_error(&error))
+            }
+        };
+        Ok((rows, done))
+    }
+
     /// A statement and `COMMIT` in one round trip (pipelined), ending the open
     /// transaction; outside one, the statement alone, committed as it runs. Returns the
     /// statement's rows. If the statement fails, the `COMMIT` behind it rolls back.

@@ -18,7 +18,7 @@
 //!    the loser writes and sends nothing and is told so. It is committed with the claim,
 //!    so before anything is sent.
 //! 4. **The cap of open calls and retention hold across daemons**: staging counts and
-//!    inserts under the store's row lock.
+//!    inserts under the store's row lock; retention rides in a stage's transaction.
 //! 5. **A newer schema is refused**; an older one is upgraded on open, once, under an
 //!    advisory lock.
 //! 6. **An acknowledged submission is stored whole.** A stage is committed with the

@@ -1038,6 +1038,126 @@ fn retention_keeps_the_newest_settled_calls_and_reads_each_row_once_without_stat
     );
 }
 
+/// Retention as the action store runs it (`retain_final`, every sixteenth call settled)
+/// rides in the next stage's transaction, behind the stage in its round trip: no round
+/// trip or commit of its own. A deletion that fails is undone alone: the stage stands,
+/// and the next stage deletes.
+#[test]
+fn retention_rides_with_the_next_stage_and_a_failed_one_leaves_the_stage_standing() {
+    const KEEP: usize = 100;
+    let (url, db) = fresh();
+    let storage = db.action_storage("gk");
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let settle = |client: &mut postgres::Client, from: i64, to: i64| {
+        client
+            .execute(
+                "INSERT INTO actions (gatekeeper, id, tool, args_json, state, submitted_at)
+                 SELECT 'gk', n, 'write', '{}', 'rejected', 1 FROM generate_series($1::bigint, $2::bigint) n",
+                &[&from, &to],
+            )
+            .unwrap();
+        client
+            .execute(
+                "INSERT INTO action_ids VALUES ('gk', $1)
+                 ON CONFLICT (gatekeeper) DO UPDATE SET last_id = $1",
+                &[&to],
+            )
+            .unwrap();
+    };
+    let settled = |client: &mut postgres::Client| -> (i64, i64) {
+        let row = client
+            .query_one(
+                "SELECT count(*), min(id) FROM actions WHERE state = 'rejected'",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    // A stage and the commit of its parked transaction, as the store's one connection
+    // makes them; what they cost.
+    let stage = || {
+        let (trips, commits) = (db.round_trips(), db.commits());
+        let id = runtime
+            .block_on(storage.insert_pending(
+                Arc::from("write"),
+                None,
+                Arc::new(json!({})),
+                Timestamp(2),
+                50,
+            ))
+            .unwrap()
+            .expect("staged");
+        db.commit_deferred().unwrap();
+        (id, db.round_trips() - trips, db.commits() - commits)
+    };
+    settle(&mut client, 1, 120);
+    stage();
+    // The deletion's statement prepared; a store of 121 calls keeps all of them.
+    assert_eq!(runtime.block_on(storage.prune_final(1000)).unwrap(), 0);
+    let (_, plain_trips, plain_commits) = stage();
+    assert_eq!(
+        (plain_trips, plain_commits),
+        (2, 1),
+        "the stage, then its COMMIT"
+    );
+
+    let (trips, commits) = (db.round_trips(), db.commits());
+    runtime.block_on(storage.retain_final(KEEP)).unwrap();
+    assert_eq!((db.round_trips(), db.commits()), (trips, commits));
+    assert_eq!(
+        settled(&mut client),
+        (120, 1),
+        "nothing deleted before a stage"
+    );
+    let (_, trips, commits) = stage();
+    assert_eq!(
+        (trips, commits),
+        (plain_trips, plain_commits),
+        "the deletion rode in the stage's round trip and commit"
+    );
+    assert_eq!(settled(&mut client), (100, 21), "the newest 100 are kept");
+
+    settle(&mut client, 124, 139);
+    client
+        .batch_execute(
+            "CREATE FUNCTION refuse_deletes() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN RAISE EXCEPTION 'no deletes today'; END $$;
+             CREATE TRIGGER refuse_deletes BEFORE DELETE ON actions
+                 FOR EACH ROW EXECUTE FUNCTION refuse_deletes();",
+        )
+        .unwrap();
+    runtime.block_on(storage.retain_final(KEEP)).unwrap();
+    let (id, trips, commits) = stage();
+    assert_eq!(
+        (trips, commits),
+        (plain_trips + 1, plain_commits),
+        "the failed deletion undone alone, one more round trip"
+    );
+    let state: String = client
+        .query_one(
+            "SELECT state FROM actions WHERE gatekeeper = 'gk' AND id = $1",
+            &[&i64::try_from(id.0).unwrap()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "pending", "the stage stands");
+    assert_eq!(settled(&mut client), (116, 21), "nothing deleted");
+
+    client
+        .batch_execute("DROP TRIGGER refuse_deletes ON actions")
+        .unwrap();
+    let (_, trips, _) = stage();
+    assert_eq!(
+        trips, plain_trips,
+        "the next stage deletes, in its round trip"
+    );
+    assert_eq!(settled(&mut client), (100, 37));
+}
+
 /// The check every daemon runs every `RECOVERY_INTERVAL` reads what the action store
 /// keeps (its open calls and the newest settled ones), not every action the ledger ever
 /// recorded, also with the plans a connection makes before the server has statistics.

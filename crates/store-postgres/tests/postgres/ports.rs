@@ -967,6 +967,24 @@ fn a_stage_behind_another_waits_and_counts_it_or_refuses_a_full_store_at_once() 
     assert_eq!(ids, 2, "a refused stage hands out no id");
 }
 
+/// A new database, its action store `gk`, a client of its own to look and prepare, and
+/// a runtime to call the store's port from a test without one.
+fn one_store() -> (
+    Database,
+    Arc<dyn ActionStorage>,
+    postgres::Client,
+    tokio::runtime::Runtime,
+) {
+    let (url, db) = fresh();
+    let storage = db.action_storage("gk");
+    let client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    (db, storage, client, runtime)
+}
+
 /// Retention keeps a store's newest settled calls and reads each of its rows about once,
 /// also with the plans a connection makes before the server has statistics (a new
 /// database): a prune that ran its subquery once per row read the store squared.
@@ -974,13 +992,7 @@ fn a_stage_behind_another_waits_and_counts_it_or_refuses_a_full_store_at_once() 
 fn retention_keeps_the_newest_settled_calls_and_reads_each_row_once_without_statistics() {
     const ROUNDS: i64 = 20;
     const KEEP: usize = 100;
-    let (url, db) = fresh();
-    let storage = db.action_storage("gk");
-    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (db, storage, mut client, runtime) = one_store();
     let mut pruned = 0;
     for round in 0..ROUNDS {
         // Fifteen settled calls and one that waits for a retry, which is kept.
@@ -1045,13 +1057,7 @@ fn retention_keeps_the_newest_settled_calls_and_reads_each_row_once_without_stat
 #[test]
 fn retention_rides_with_the_next_stage_and_a_failed_one_leaves_the_stage_standing() {
     const KEEP: usize = 100;
-    let (url, db) = fresh();
-    let storage = db.action_storage("gk");
-    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (db, storage, mut client, runtime) = one_store();
     let settle = |client: &mut postgres::Client, from: i64, to: i64| {
         client
             .execute(

@@ -31,7 +31,8 @@
 //!   stage of the gatekeeper: pipelined behind `gate_stage` in its round trip, in its
 //!   transaction, under a savepoint, so it costs no round trip or commit of its own, and
 //!   a failed deletion is undone alone (one more round trip) and due again, the stage
-//!   standing. Until that stage only the calls open now can settle.
+//!   standing. One still due when the next is asked for (no stage came since: a daemon
+//!   that applies what others stage) runs then, on its own.
 //! - **A stage commits with its submission.** gatekeeper-core stages and then submits to
 //!   the kernel in the same task (or, outside a task, on the same thread): the stage's
 //!   transaction is left open, parked for that stager, and the ledger insert it makes
@@ -648,11 +649,25 @@ impl ActionStorage for PostgresActionStorage {
             .map_err(port)
     }
 
-    /// Due with the next stage, which carries it in its transaction and round trip.
+    /// Due with the next stage, which carries it in its transaction and round trip. If the
+    /// last one is still due, no stage came since (a daemon that applies what others
+    /// stage): it runs now, so that the store does not grow while nothing stages here.
     async fn retain_final(&self, keep: usize) -> Result<(), StorageError> {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
-        self.retain.store(keep, Ordering::Release);
-        Ok(())
+        if self.retain.swap(NO_RETENTION, Ordering::AcqRel) == NO_RETENTION {
+            self.retain.store(keep, Ordering::Release);
+            return Ok(());
+        }
+        match self
+            .prune_final(usize::try_from(keep).unwrap_or(usize::MAX))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                self.retain_again(keep);
+                Err(error)
+            }
+        }
     }
 
     async fn prune_final(&self, keep: usize) -> Result<usize, StorageError> {

@@ -74,6 +74,8 @@ const IDLE_CONNECTIONS: usize = 12;
 pub(crate) struct Stats {
     pub(crate) commits: AtomicU64,
     pub(crate) round_trips: AtomicU64,
+    /// Round trips that prepared a statement (once per statement and connection).
+    pub(crate) prepares: AtomicU64,
 }
 
 /// One connection: a `tokio-postgres` client, the runtime that drives it, and its
@@ -208,6 +210,7 @@ impl Link<'_> {
             return Ok(statement.clone());
         }
         self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.stats.prepares.fetch_add(1, Ordering::Relaxed);
         let rt = self
             .conn
             .rt
@@ -978,6 +981,12 @@ impl Database {
     /// Round trips this handle made to the server (statements, prepares, BEGIN, COMMIT).
     pub fn round_trips(&self) -> u64 {
         self.inner.shared.stats.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Of [`Database::round_trips`], those that prepared a statement: once per statement
+    /// and connection, so none in a steady state.
+    pub fn prepares(&self) -> u64 {
+        self.inner.shared.stats.prepares.load(Ordering::Relaxed)
     }
 
     /// A counter that moves whenever another daemon (or this one) changed the ledger,

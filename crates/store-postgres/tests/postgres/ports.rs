@@ -1053,7 +1053,7 @@ fn retention_keeps_the_newest_settled_calls_and_reads_each_row_once_without_stat
 /// Retention as the action store runs it (`retain_final`, every sixteenth call settled)
 /// rides in the next stage's transaction, behind the stage in its round trip: no round
 /// trip or commit of its own. A deletion that fails is undone alone: the stage stands,
-/// and the next stage deletes.
+/// and the next stage deletes. Without a stage it runs when the next one is due.
 #[test]
 fn retention_rides_with_the_next_stage_and_a_failed_one_leaves_the_stage_standing() {
     const KEEP: usize = 100;
@@ -1162,6 +1162,20 @@ fn retention_rides_with_the_next_stage_and_a_failed_one_leaves_the_stage_standin
         "the next stage deletes, in its round trip"
     );
     assert_eq!(settled(&mut client), (100, 37));
+
+    // A handle that settles what others stage: a retention still due when the next is
+    // asked for runs then, on its own.
+    settle(&mut client, 142, 157);
+    runtime.block_on(storage.retain_final(KEEP)).unwrap();
+    assert_eq!(settled(&mut client), (116, 37), "due with the next stage");
+    let (trips, commits) = (db.round_trips(), db.commits());
+    runtime.block_on(storage.retain_final(KEEP)).unwrap();
+    assert_eq!(
+        settled(&mut client),
+        (100, 53),
+        "no stage came: deleted now"
+    );
+    assert_eq!((db.round_trips() - trips, db.commits() - commits), (1, 1));
 }
 
 /// The check every daemon runs every `RECOVERY_INTERVAL` reads what the action store

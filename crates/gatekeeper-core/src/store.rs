@@ -24,8 +24,8 @@
 //!   older ones are pruned when a store opens and then at every [`PRUNE_EVERY`]th call it
 //!   settles, so at most `PRUNE_EVERY - 1` more wait for the next prune. Open records are
 //!   never pruned. So a store written by one process holds at most 165 records per
-//!   gatekeeper; 181 on a backend that runs that prune with its next stage
-//!   ([`ActionStorage::retain_final`]), which may wait for as many calls settled again.
+//!   gatekeeper; 229 on a backend that runs that prune with its next stage
+//!   ([`ActionStorage::retain_final`]), which waits for at most 64 more calls settled.
 //!
 //! This is *at most once*, not exactly once: when the outcome is unknown, the store prefers
 //! losing a result to repeating a write.
@@ -826,11 +826,11 @@ pub trait ActionStorage: Send + Sync {
 
     /// Retention as [`ActionStore`] runs it, every [`PRUNE_EVERY`]th call settled: the
     /// same deletion as [`ActionStorage::prune_final`], now or with this store's next
-    /// stage, and at the latest at the next call of this method. A backend whose every
-    /// statement costs a round trip defers it (PostgreSQL: it rides in the stage's
-    /// transaction, no round trip or commit of its own), so at most [`PRUNE_EVERY`] more
-    /// final records wait. A deferred deletion that fails is tried again with the next
-    /// stage.
+    /// stage. A backend whose every statement costs a round trip defers it (PostgreSQL:
+    /// it rides in the stage's transaction, no round trip or commit of its own), and runs
+    /// it alone once asked more often than the calls open at once could settle between
+    /// two stages (the fifth time: more were staged elsewhere), so at most 64 more final
+    /// records wait. A deferred deletion that fails is tried again with the next stage.
     ///
     /// The default is [`ActionStorage::prune_final`], now.
     async fn retain_final(&self, keep: usize) -> Result<(), StorageError> {

@@ -31,8 +31,9 @@
 //!   stage of the gatekeeper: pipelined behind `gate_stage` in its round trip, in its
 //!   transaction, under a savepoint, so it costs no round trip or commit of its own, and
 //!   a failed deletion is undone alone (one more round trip) and due again, the stage
-//!   standing. One still due when the next is asked for (no stage came since: a daemon
-//!   that applies what others stage) runs then, on its own.
+//!   standing. One asked for more often than the calls open at once could settle without
+//!   a stage here (`RETAIN_ALONE_AT`: a daemon that applies what others stage) runs then,
+//!   on its own.
 //! - **A stage commits with its submission.** gatekeeper-core stages and then submits to
 //!   the kernel in the same task (or, outside a task, on the same thread): the stage's
 //!   transaction is left open, parked for that stager, and the ledger insert it makes
@@ -50,11 +51,11 @@
 //!   rejection) has moved the call on, the edit matches nothing and says so.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use gatekeeper_core::store::INTERRUPTED_MESSAGE;
+use gatekeeper_core::store::{INTERRUPTED_MESSAGE, MAX_OPEN_ACTIONS, PRUNE_EVERY};
 use gatekeeper_core::{
     ActionRecord, ActionState, ActionStorage, StateTag, StorageError, ToolResult,
 };
@@ -71,29 +72,58 @@ use crate::ledger::{ATTEMPT_ACTION_COLUMNS, i64_of, sql, u64_of};
 pub struct PostgresActionStorage {
     db: Database,
     gatekeeper: Arc<str>,
-    /// Retention due with the next stage: how many settled calls to keep, or
-    /// [`NO_RETENTION`] (see [`ActionStorage::retain_final`]).
-    retain: Arc<AtomicI64>,
+    /// Retention due with the next stage (see [`ActionStorage::retain_final`]).
+    retain: Arc<Retention>,
 }
 
-/// No retention is due.
-const NO_RETENTION: i64 = -1;
+/// Retention due with this handle's next stage of the gatekeeper.
+#[derive(Debug, Default)]
+struct Retention {
+    /// How many settled calls to keep, as last asked.
+    keep: AtomicI64,
+    /// Requests since a stage last carried one: none is due at 0.
+    asks: AtomicU32,
+}
+
+/// A retention asked for this many times without a stage of this handle runs alone: more
+/// calls settled meanwhile than could have been open at once, so they were staged
+/// elsewhere (a daemon that applies what others stage).
+const RETAIN_ALONE_AT: u32 = (MAX_OPEN_ACTIONS / PRUNE_EVERY) as u32 + 2;
+
+impl Retention {
+    /// Take what is due, for a stage to carry: how many settled calls to keep.
+    fn take(&self) -> Option<i64> {
+        (self.asks.swap(0, Ordering::AcqRel) > 0).then(|| self.keep.load(Ordering::Acquire))
+    }
+
+    /// What a stage took did not happen (it failed or was refused, or the deletion
+    /// failed): due again with the next.
+    fn again(&self) {
+        let _ = self
+            .asks
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Ask for retention, keeping `keep`: `Some(keep)` when it must run now, alone.
+    fn ask(&self, keep: i64) -> Option<i64> {
+        self.keep.store(keep, Ordering::Release);
+        let asks = self.asks.fetch_add(1, Ordering::AcqRel) + 1;
+        (asks >= RETAIN_ALONE_AT
+            && self
+                .asks
+                .compare_exchange(asks, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok())
+        .then_some(keep)
+    }
+}
 
 impl PostgresActionStorage {
     pub(crate) fn new(db: Database, gatekeeper: &str) -> Self {
         Self {
             db,
             gatekeeper: Arc::from(gatekeeper),
-            retain: Arc::new(AtomicI64::new(NO_RETENTION)),
+            retain: Arc::default(),
         }
-    }
-
-    /// Retention taken by a stage did not happen (the stage failed or was refused, or the
-    /// deletion failed): due again with the next, unless a newer one is due already.
-    fn retain_again(&self, keep: i64) {
-        let _ =
-            self.retain
-                .compare_exchange(NO_RETENTION, keep, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -383,16 +413,17 @@ impl ActionStorage for PostgresActionStorage {
             .await;
         let name = self.gatekeeper.clone();
         // Retention due rides in the stage's transaction, behind it in its round trip.
-        let keep = self.retain.swap(NO_RETENTION, Ordering::AcqRel);
+        let keep = self.retain.take();
         let staged = self
             .db
             .call_async(move |link| {
                 let params: [&(dyn postgres::types::ToSql + Sync); 7] =
                     [&gatekeeper, &tool, &args, &at, &me, &definition, &max_open];
-                let (rows, retained) = if keep == NO_RETENTION {
-                    (link.begin_with(STAGE, &params)?, Ok(0))
-                } else {
-                    link.begin_with_also(STAGE, &params, PRUNE, &[&gatekeeper, &keep])?
+                let (rows, retained) = match &keep {
+                    None => (link.begin_with(STAGE, &params)?, Ok(0)),
+                    Some(keep) => {
+                        link.begin_with_also(STAGE, &params, PRUNE, &[&gatekeeper, keep])?
+                    }
                 };
                 let id: Option<i64> = rows.first().and_then(|row| row.get(0));
                 if let Some(id) = id {
@@ -401,16 +432,22 @@ impl ActionStorage for PostgresActionStorage {
                 Ok((id, retained))
             })
             .await;
+        // The retention this stage took did not happen: due again with the next.
+        let again = || {
+            if keep.is_some() {
+                self.retain.again();
+            }
+        };
         let (staged, retained) = match staged {
             Ok(staged) => staged,
             Err(error) => {
-                self.retain_again(keep);
+                again();
                 return Err(port(error));
             }
         };
         let Some(id) = staged else {
             // Refused: its transaction, and the deletion in it, are rolled back.
-            self.retain_again(keep);
+            again();
             return Ok(None);
         };
         match retained {
@@ -418,7 +455,7 @@ impl ActionStorage for PostgresActionStorage {
             Ok(_) => {}
             Err(error) => {
                 tracing::warn!(%error, "action.prune.failed");
-                self.retain_again(keep);
+                again();
             }
         }
         // No ledger action names it yet (see `cache.rs`).
@@ -649,22 +686,20 @@ impl ActionStorage for PostgresActionStorage {
             .map_err(port)
     }
 
-    /// Due with the next stage, which carries it in its transaction and round trip. If the
-    /// last one is still due, no stage came since (a daemon that applies what others
-    /// stage): it runs now, so that the store does not grow while nothing stages here.
+    /// Due with the next stage, which carries it in its transaction and round trip. Asked
+    /// for [`RETAIN_ALONE_AT`] times without a stage here (a daemon that applies what
+    /// others stage), it runs now, alone, so that the store does not grow meanwhile.
     async fn retain_final(&self, keep: usize) -> Result<(), StorageError> {
-        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
-        if self.retain.swap(NO_RETENTION, Ordering::AcqRel) == NO_RETENTION {
-            self.retain.store(keep, Ordering::Release);
+        let Some(keep) = self.retain.ask(i64::try_from(keep).unwrap_or(i64::MAX)) else {
             return Ok(());
-        }
+        };
         match self
             .prune_final(usize::try_from(keep).unwrap_or(usize::MAX))
             .await
         {
             Ok(_) => Ok(()),
             Err(error) => {
-                self.retain_again(keep);
+                self.retain.again();
                 Err(error)
             }
         }

@@ -143,6 +143,14 @@ pub(crate) struct Parked {
     stage: Option<StageHold>,
 }
 
+impl Parked {
+    /// Whether the transaction wrote a ledger entry (a stage alone writes none: its
+    /// entry is inserted and committed in one round trip).
+    pub(crate) fn wrote_ledger(&self) -> bool {
+        self.ledger_id.is_some()
+    }
+}
+
 /// Who staged: the task, or outside a task the thread (a `block_on` future stays on its
 /// thread), whose next ledger insert is the stage's submission.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -589,11 +589,12 @@ impl PostgresLedger {
     /// for the next read of it ([`crate::cache`]'s prefetch: once, briefly).
     fn read_open(&self, gatekeeper: &str) -> Result<Vec<LedgerEntry>, StorageError> {
         let gatekeeper = gatekeeper.to_owned();
-        // What is parked for this gatekeeper is committed first, so this daemon reads
-        // its own writes.
+        // What is parked for this gatekeeper with a ledger write is committed first, so
+        // this daemon reads its own writes. A parked stage holds no entry yet: it waits
+        // for its own (committing it now would cost its entry a commit of its own).
         let parked_for: Arc<str> = Arc::from(gatekeeper.as_str());
         self.db
-            .commit_parked(move |key, _| key.0 == parked_for)
+            .commit_parked(move |key, parked| key.0 == parked_for && parked.wrote_ledger())
             .map_err(port)?;
         let generation = self.db.shared().caches.entries_generation(&gatekeeper);
         let entries = self

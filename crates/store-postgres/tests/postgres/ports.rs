@@ -1183,6 +1183,56 @@ fn retention_rides_with_the_next_stage_and_a_failed_one_leaves_the_stage_standin
     assert_eq!((db.round_trips() - trips, db.commits() - commits), (1, 1));
 }
 
+/// The drain's read of a server's open entries (and a person's list) commits what this
+/// daemon parked with a ledger write first, so it reads its own writes, but leaves a
+/// stage parked for its entry: committed early, the stage would cost that entry a commit
+/// of its own.
+#[test]
+fn reading_open_entries_leaves_a_parked_stage_to_commit_with_its_entry() {
+    let (db, storage, mut client, runtime) = one_store();
+    let ledger = db.ledger();
+    let earlier = ledger
+        .insert(&mut pending_entry(
+            "gk",
+            1000,
+            ActionDescription::new("w", "b"),
+        ))
+        .unwrap();
+    let id = runtime
+        .block_on(storage.insert_pending(
+            Arc::from("write"),
+            None,
+            Arc::new(json!({})),
+            Timestamp(2),
+            50,
+        ))
+        .unwrap()
+        .expect("staged");
+    let commits = db.commits();
+    assert_eq!(ledger.open_action_ids("gk").unwrap(), [earlier]);
+    assert_eq!(ledger.open_actions("gk").unwrap().len(), 1);
+    let staged = |client: &mut postgres::Client| -> i64 {
+        client
+            .query_one("SELECT count(*) FROM actions", &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(staged(&mut client), 0, "the stage is still parked");
+    ledger
+        .insert(&mut pending_entry(
+            "gk",
+            id.0,
+            ActionDescription::new("w", "b"),
+        ))
+        .unwrap();
+    assert_eq!(
+        db.commits() - commits,
+        1,
+        "the stage and its entry, one commit"
+    );
+    assert_eq!(staged(&mut client), 1);
+}
+
 /// The check every daemon runs every `RECOVERY_INTERVAL` reads what the action store
 /// keeps (its open calls and the newest settled ones), not every action the ledger ever
 /// recorded, also with the plans a connection makes before the server has statistics.

@@ -104,16 +104,15 @@ impl Retention {
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
     }
 
-    /// Ask for retention, keeping `keep`: `Some(keep)` when it must run now, alone.
-    fn ask(&self, keep: i64) -> Option<i64> {
+    /// Ask for retention, keeping `keep`; returns whether it must run now, alone.
+    fn ask(&self, keep: i64) -> bool {
         self.keep.store(keep, Ordering::Release);
         let asks = self.asks.fetch_add(1, Ordering::AcqRel) + 1;
-        (asks >= RETAIN_ALONE_AT
+        asks >= RETAIN_ALONE_AT
             && self
                 .asks
                 .compare_exchange(asks, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok())
-        .then_some(keep)
+                .is_ok()
     }
 }
 
@@ -690,13 +689,10 @@ impl ActionStorage for PostgresActionStorage {
     /// for [`RETAIN_ALONE_AT`] times without a stage here (a daemon that applies what
     /// others stage), it runs now, alone, so that the store does not grow meanwhile.
     async fn retain_final(&self, keep: usize) -> Result<(), StorageError> {
-        let Some(keep) = self.retain.ask(i64::try_from(keep).unwrap_or(i64::MAX)) else {
+        if !self.retain.ask(i64::try_from(keep).unwrap_or(i64::MAX)) {
             return Ok(());
-        };
-        match self
-            .prune_final(usize::try_from(keep).unwrap_or(usize::MAX))
-            .await
-        {
+        }
+        match self.prune_final(keep).await {
             Ok(_) => Ok(()),
             Err(error) => {
                 self.retain.again();

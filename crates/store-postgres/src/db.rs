@@ -444,6 +444,7 @@ impl Link<'_> {
         if self.in_tx {
             self.in_tx = false;
             self.park = None;
+            self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
             let _ = self
                 .rt()
                 .block_on(self.conn.client.batch_execute("ROLLBACK"));
@@ -986,7 +987,8 @@ impl Database {
         self.inner.shared.stats.commits.load(Ordering::Relaxed)
     }
 
-    /// Round trips this handle made to the server (statements, prepares, BEGIN, COMMIT).
+    /// Round trips this handle made to the server (statements, prepares, BEGIN, COMMIT,
+    /// ROLLBACK).
     pub fn round_trips(&self) -> u64 {
         self.inner.shared.stats.round_trips.load(Ordering::Relaxed)
     }

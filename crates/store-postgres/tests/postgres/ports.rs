@@ -986,6 +986,20 @@ fn one_store() -> (
     (db, storage, client, runtime)
 }
 
+/// A call staged in `storage` from a test without a runtime (left parked for its entry).
+fn staged(runtime: &tokio::runtime::Runtime, storage: &Arc<dyn ActionStorage>) -> DriverActionId {
+    runtime
+        .block_on(storage.insert_pending(
+            Arc::from("write"),
+            None,
+            Arc::new(json!({})),
+            Timestamp(2),
+            50,
+        ))
+        .unwrap()
+        .expect("staged")
+}
+
 /// Retention keeps a store's newest settled calls and reads each of its rows about once,
 /// also with the plans a connection makes before the server has statistics (a new
 /// database): a prune that ran its subquery once per row read the store squared.
@@ -1088,16 +1102,7 @@ fn retention_rides_with_the_next_stage_and_a_failed_one_leaves_the_stage_standin
     // makes them; what they cost.
     let stage = || {
         let (trips, commits) = (db.round_trips(), db.commits());
-        let id = runtime
-            .block_on(storage.insert_pending(
-                Arc::from("write"),
-                None,
-                Arc::new(json!({})),
-                Timestamp(2),
-                50,
-            ))
-            .unwrap()
-            .expect("staged");
+        let id = staged(&runtime, &storage);
         db.commit_deferred().unwrap();
         (id, db.round_trips() - trips, db.commits() - commits)
     };
@@ -1198,16 +1203,7 @@ fn reading_open_entries_leaves_a_parked_stage_to_commit_with_its_entry() {
             ActionDescription::new("w", "b"),
         ))
         .unwrap();
-    let id = runtime
-        .block_on(storage.insert_pending(
-            Arc::from("write"),
-            None,
-            Arc::new(json!({})),
-            Timestamp(2),
-            50,
-        ))
-        .unwrap()
-        .expect("staged");
+    let id = staged(&runtime, &storage);
     let commits = db.commits();
     assert_eq!(ledger.open_action_ids("gk").unwrap(), [earlier]);
     assert_eq!(ledger.open_actions("gk").unwrap().len(), 1);

@@ -1207,13 +1207,13 @@ fn reading_open_entries_leaves_a_parked_stage_to_commit_with_its_entry() {
     let commits = db.commits();
     assert_eq!(ledger.open_action_ids("gk").unwrap(), [earlier]);
     assert_eq!(ledger.open_actions("gk").unwrap().len(), 1);
-    let staged = |client: &mut postgres::Client| -> i64 {
+    let committed = |client: &mut postgres::Client| -> i64 {
         client
             .query_one("SELECT count(*) FROM actions", &[])
             .unwrap()
             .get(0)
     };
-    assert_eq!(staged(&mut client), 0, "the stage is still parked");
+    assert_eq!(committed(&mut client), 0, "the stage is still parked");
     ledger
         .insert(&mut pending_entry(
             "gk",
@@ -1226,7 +1226,7 @@ fn reading_open_entries_leaves_a_parked_stage_to_commit_with_its_entry() {
         1,
         "the stage and its entry, one commit"
     );
-    assert_eq!(staged(&mut client), 1);
+    assert_eq!(committed(&mut client), 1);
 }
 
 /// The check every daemon runs every `RECOVERY_INTERVAL` reads what the action store

@@ -418,12 +418,9 @@ impl ActionStorage for PostgresActionStorage {
             .call_async(move |link| {
                 let params: [&(dyn postgres::types::ToSql + Sync); 7] =
                     [&gatekeeper, &tool, &args, &at, &me, &definition, &max_open];
-                let (rows, retained) = match &keep {
-                    None => (link.begin_with(STAGE, &params)?, Ok(0)),
-                    Some(keep) => {
-                        link.begin_with_also(STAGE, &params, PRUNE, &[&gatekeeper, keep])?
-                    }
-                };
+                let prune: [&(dyn postgres::types::ToSql + Sync); 2] = [&gatekeeper, &keep];
+                let retain = keep.map(|_| (PRUNE, &prune[..]));
+                let (rows, retained) = link.begin_with_also(STAGE, &params, retain)?;
                 let id: Option<i64> = rows.first().and_then(|row| row.get(0));
                 if let Some(id) = id {
                     link.park_stage((name, id), stager, turn);

@@ -314,45 +314,32 @@ impl Link<'_> {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        let statement = self.statement(sql).map_err(|e| sql_error(&e))?;
-        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
-        let rows = if self.in_tx {
-            self.rt()
-                .block_on(self.conn.client.query(&statement, params))
-        } else {
-            let client = &self.conn.client;
-            let (begun, rows) = self.rt().block_on(async {
-                tokio::join!(
-                    client.batch_execute("BEGIN"),
-                    client.query(&statement, params)
-                )
-            });
-            self.in_tx = true;
-            begun.and(rows)
-        };
-        rows.map_err(|error| {
-            self.rollback();
-            sql_error(&error)
-        })
+        self.begin_with_also(sql, params, None)
+            .map(|(rows, _)| rows)
     }
 
     /// [`Link::begin_with`], and behind its statement, in the same round trip, `also`
-    /// under a savepoint of its own. A failure of `also` alone is undone alone (one more
-    /// round trip, `ROLLBACK TO SAVEPOINT`) and returned beside the rows, the transaction
-    /// carrying on; a failure of the statement rolls everything back, as `begin_with`.
+    /// (a statement and its parameters) under a savepoint of its own. A failure of `also`
+    /// alone is undone alone (one more round trip, `ROLLBACK TO SAVEPOINT`) and returned
+    /// beside the rows, the transaction carrying on; without `also`, `Ok(0)` is.
     pub(crate) fn begin_with_also(
         &mut self,
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
-        also: &'static str,
-        also_params: &[&(dyn ToSql + Sync)],
+        also: Option<(&'static str, &[&(dyn ToSql + Sync)])>,
     ) -> Result<(Vec<Row>, Result<u64, StoreError>), StoreError> {
         let statement = self.statement(sql).map_err(|e| sql_error(&e))?;
-        let also = self.statement(also).map_err(|e| sql_error(&e))?;
+        let also = match also {
+            Some((also, also_params)) => Some((
+                self.statement(also).map_err(|e| sql_error(&e))?,
+                also_params,
+            )),
+            None => None,
+        };
         self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
         let begin = !self.in_tx;
         let client = &self.conn.client;
-        let (begun, rows, saved, done, released) = self.rt().block_on(async {
+        let (begun, rows, done) = self.rt().block_on(async {
             tokio::join!(
                 async {
                     if begin {
@@ -362,9 +349,17 @@ impl Link<'_> {
                     }
                 },
                 client.query(&statement, params),
-                client.batch_execute("SAVEPOINT also"),
-                client.execute(&also, also_params),
-                client.batch_execute("RELEASE SAVEPOINT also"),
+                async {
+                    let Some((also, also_params)) = &also else {
+                        return Ok(0);
+                    };
+                    let (saved, done, released) = tokio::join!(
+                        client.batch_execute("SAVEPOINT also"),
+                        client.execute(also, also_params),
+                        client.batch_execute("RELEASE SAVEPOINT also"),
+                    );
+                    saved.and(done).and_then(|n| released.map(|()| n))
+                },
             )
         });
         self.in_tx = true;
@@ -375,7 +370,7 @@ impl Link<'_> {
                 return Err(sql_error(&error));
             }
         };
-        let done = match saved.and(done).and_then(|n| released.map(|()| n)) {
+        let done = match done {
             Ok(n) => Ok(n),
             Err(error) => {
                 self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
